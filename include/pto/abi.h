@@ -1,0 +1,29 @@
+/* The C ABI between the runtime and a compiled kernel. Plain C so any compiler can produce it. */
+#ifndef PTO_ABI_H
+#define PTO_ABI_H
+#include <stdint.h>
+
+#define PTO_HEADERS_VERSION 1
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runs body(ctx, begin, end) over [0, n) split in contiguous chunks across the worker threads. */
+typedef void (*pto_loop_body)(void* ctx, int64_t begin, int64_t end);
+typedef void (*pto_parallel_for_fn)(int64_t n, pto_loop_body body, void* ctx);
+
+typedef struct pto_kernel_args {
+  void* const* data;               /* one pointer per tensor param, in Program.params order */
+  const int64_t* const* strides;   /* per tensor param: element strides, one per dimension */
+  const int64_t* iscalars;         /* per scalar param (integer value; unused for float params) */
+  const double* fscalars;          /* per scalar param (float value; unused for integer params) */
+  pto_parallel_for_fn parallel_for;
+} pto_kernel_args;
+
+typedef void (*pto_kernel_fn)(const pto_kernel_args* args);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,179 @@
+// Element functions of the transcendental instructions.
+//
+// float versions are branch-free polynomial approximations (coefficients fitted for this project
+// by minimax on the stated intervals) so that loops calling them auto-vectorise at the host's SIMD
+// width; relative error is a few ulp (<= 1e-6) over the normal range. double versions call the C
+// library through builtins (exact to libm's accuracy, scalar).
+#pragma once
+#include "pto/cpu/types.hpp"
+
+namespace pto {
+namespace math {
+
+PTO_INLINE float fabs(float x) { return __builtin_fabsf(x); }
+PTO_INLINE double fabs(double x) { return __builtin_fabs(x); }
+PTO_INLINE float copysign_bits(float mag, float sgn) {
+  return bit_cast<float>(bit_cast<uint32_t>(mag) | (bit_cast<uint32_t>(sgn) & 0x80000000u));
+}
+
+// ---- exp ---------------------------------------------------------------------------------------
+// x = n*ln2 + r, |r| <= ln2/2; exp(r) = 1 + r + r^2 P(r) (P: degree 4, rel. error 3e-9);
+// 2^n applied in two halves so results down to the subnormal range stay exact.
+PTO_INLINE float exp(float x) {
+  float xc = x < 88.8f ? x : 88.8f;  // NaN also lands here; fixed at the end
+  xc = xc > -104.0f ? xc : -104.0f;
+  float t = xc * 1.44269502f + 0x1.8p23f;  // round-to-nearest via the 1.5*2^23 shifter
+  int32_t n = int32_t(bit_cast<uint32_t>(t) - 0x4b400000u);
+  float fn = t - 0x1.8p23f;
+  float r = xc - fn * 0.693115234375f;  // ln2 split in 12 + 24 bits: n*hi is exact
+  r = r - fn * 3.19461833e-05f;
+  float p = 1.38146020e-03f;
+  p = p * r + 8.36871520e-03f;
+  p = p * r + 4.16683879e-02f;
+  p = p * r + 1.66665207e-01f;
+  p = p * r + 4.99999934e-01f;
+  p = 1.0f + (r + r * r * p);
+  int32_t n1 = n >> 1, n2 = n - n1;
+  float s1 = bit_cast<float>(uint32_t(n1 + 127) << 23);
+  float s2 = bit_cast<float>(uint32_t(n2 + 127) << 23);
+  float res = p * s1 * s2;  // overflows to +inf by itself above 88.72
+  res = x < -103.972084f ? 0.0f : res;
+  return x != x ? x + x : res;
+}
+PTO_INLINE double exp(double x) { return __builtin_exp(x); }
+
+// ---- log ---------------------------------------------------------------------------------------
+// x = 2^k * m, m in [sqrt(1/2), sqrt(2)); f = m - 1, s = f/(2+f):
+// log(1+f) = f - (f^2/2 - s (f^2/2 + R(s^2))), R(z) = z P(z) (P: degree 2, rel. error 1e-9).
+PTO_INLINE float log(float x) {
+  bool sub = x < 1.17549435e-38f;
+  float xs = sub ? x * 8388608.0f : x;  // subnormals: scale by 2^23 first
+  uint32_t ix = bit_cast<uint32_t>(xs);
+  int32_t k = int32_t(ix - 0x3f3504f3u) >> 23;
+  float m = bit_cast<float>(ix - (uint32_t(k) << 23));
+  float fk = float(k - (sub ? 23 : 0));
+  float f = m - 1.0f;
+  float s = f / (2.0f + f);
+  float z = s * s;
+  float R = z * (6.66667761e-01f + z * (3.99775702e-01f + z * 2.98710488e-01f));
+  float hfsq = 0.5f * f * f;
+  float r = fk * 0.693115234375f + (f - (hfsq - (s * (hfsq + R) + fk * 3.19461833e-05f)));
+  r = x == 0.0f ? -__builtin_huge_valf() : r;
+  r = x < 0.0f ? __builtin_nanf("") : r;
+  r = x == __builtin_huge_valf() ? x : r;
+  return x != x ? x + x : r;
+}
+PTO_INLINE double log(double x) { return __builtin_log(x); }
+
+// ---- tanh / sigmoid ----------------------------------------------------------------------------
+// |x| < 0.625: x + x^3 P(x^2) (degree 4, rel. error 4e-9); beyond: 1 - 2/(exp(2|x|)+1).
+PTO_INLINE float tanh(float x) {
+  float z = x * x;
+  float p = -5.70498717e-03f;
+  p = p * z + 2.06390874e-02f;
+  p = p * z - 5.37397151e-02f;
+  p = p * z + 1.33314422e-01f;
+  p = p * z - 3.33332819e-01f;
+  float small = x + x * z * p;
+  float a = fabs(x);
+  float big = 1.0f - 2.0f / (exp(2.0f * a) + 1.0f);
+  big = copysign_bits(big, x);
+  return a < 0.625f ? small : big;
+}
+PTO_INLINE double tanh(double x) { return __builtin_tanh(x); }
+
+PTO_INLINE float sigmoid(float x) { return 1.0f / (1.0f + exp(-x)); }
+PTO_INLINE double sigmoid(double x) { return 1.0 / (1.0 + __builtin_exp(-x)); }
+
+// ---- erf / erfc --------------------------------------------------------------------------------
+// erf(x) for |x| < 1: x P(x^2) (degree 6, rel. error 1.2e-9).
+PTO_INLINE float erf_small(float x) {
+  float z = x * x;
+  float p = 7.85387893e-05f;
+  p = p * z - 8.01019939e-04f;
+  p = p * z + 5.18832841e-03f;
+  p = p * z - 2.68538124e-02f;
+  p = p * z + 1.12835852e-01f;
+  p = p * z - 3.76126258e-01f;
+  p = p * z + 1.12837917e+00f;
+  return x * p;
+}
+
+// erfc(a) for 1 <= a (meaningful up to ~10.1, where it underflows):
+// erfc(a) = exp(-a^2) exp(Q(t)) t with t = 1/(a+2), Q degree 7 (abs. error 3e-8 in the
+// exponent). a^2 is split as ah^2 + d with ah^2 exact, so the tail keeps its relative accuracy.
+PTO_INLINE float erfc_big(float a) {
+  a = a < 10.5f ? a : 10.5f;  // beyond the fit range erfc is 0 in float anyway (also for NaN/inf)
+  float ah = bit_cast<float>(bit_cast<uint32_t>(a) & 0xfffff000u);
+  float d = (a - ah) * (a + ah);
+  float t = 1.0f / (a + 2.0f);
+  float q = -1.87519999e+01f;
+  q = q * t + 4.20687874e+01f;
+  q = q * t - 2.96314680e+01f;
+  q = q * t + 5.30283913e+00f;
+  q = q * t - 3.66804230e-01f;
+  q = q * t + 1.59361676e+00f;
+  q = q * t + 1.99540224e+00f;
+  q = q * t - 5.72270631e-01f;
+  return exp(-ah * ah) * exp(q - d) * t;
+}
+
+PTO_INLINE float erf(float x) {
+  float a = fabs(x);
+  float big = copysign_bits(1.0f - erfc_big(a), x);
+  float r = a < 1.0f ? erf_small(x) : big;
+  return x != x ? x + x : r;
+}
+PTO_INLINE double erf(double x) { return __builtin_erf(x); }
+
+// 1 + erf(y) without cancellation for negative y (used by GELU).
+PTO_INLINE float one_plus_erf(float y) {
+  float a = fabs(y);
+  float c = erfc_big(a);
+  float big = y < 0.0f ? c : 2.0f - c;
+  return a < 1.0f ? 1.0f + erf_small(y) : big;
+}
+
+// ---- activations -------------------------------------------------------------------------------
+// GELU(x) = x/2 (1 + erf(x/sqrt2)).
+PTO_INLINE float gelu(float x) {
+  float r = 0.5f * x * one_plus_erf(x * 0.707106781f);
+  return x < -15.0f ? -0.0f : r;  // limit at -inf (also avoids -inf * 0)
+}
+PTO_INLINE double gelu(double x) { return 0.5 * x * __builtin_erfc(-x * 0.70710678118654752440); }
+
+// GELU, tanh form: x/2 (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
+PTO_INLINE float gelu_tanh(float x) {
+  float u2 = x * (1.59576912f + 0.0713548162f * x * x);
+  float r = x / (1.0f + exp(-u2));
+  return x < -20.0f ? -0.0f : r;
+}
+PTO_INLINE double gelu_tanh(double x) {
+  double u2 = 1.59576912160573071176 * (x + 0.044715 * x * x * x);
+  return x / (1.0 + __builtin_exp(-u2));
+}
+
+PTO_INLINE float silu(float x) {
+  float r = x / (1.0f + exp(-x));
+  return x < -200.0f ? -0.0f : r;  // limit at -inf
+}
+PTO_INLINE double silu(double x) { return x / (1.0 + __builtin_exp(-x)); }
+
+// ---- rounding / roots --------------------------------------------------------------------------
+// floor through an int32 round trip (vectorises without -fno-trapping-math, unlike floorf).
+PTO_INLINE float floor(float x) {
+  bool small = fabs(x) < 8388608.0f;  // 2^23: larger values (and inf/NaN) are integral already
+  float t = float(int32_t(small ? x : 0.0f));
+  t = t > x ? t - 1.0f : t;
+  return small ? copysign_bits(t, x) : x;
+}
+PTO_INLINE double floor(double x) { return __builtin_floor(x); }
+
+PTO_INLINE float sqrt(float x) { return __builtin_sqrtf(x); }
+PTO_INLINE double sqrt(double x) { return __builtin_sqrt(x); }
+
+PTO_INLINE float pow(float a, float b) { return __builtin_powf(a, b); }
+PTO_INLINE double pow(double a, double b) { return __builtin_pow(a, b); }
+
+}  // namespace math
+}  // namespace pto

@@ -1,0 +1,247 @@
+// Core types of the CPU PTO headers: storage floats (half_t, bf16_t), tiles, global views,
+// scratch buffers, and the element conversion every instruction uses.
+//
+// Compile-time cost matters (kernels are compiled at run time), so these headers avoid <cmath>,
+// <algorithm> and the intrinsics headers; they use compiler builtins instead.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <type_traits>
+
+#if defined(__GNUC__) || defined(__clang__)
+#define PTO_INLINE inline __attribute__((always_inline))
+#define PTO_NOINLINE __attribute__((noinline))
+#define PTO_RESTRICT __restrict__
+#else
+#define PTO_INLINE inline
+#define PTO_NOINLINE
+#define PTO_RESTRICT
+#endif
+
+namespace pto {
+
+template <class To, class From>
+PTO_INLINE To bit_cast(const From& f) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast: size mismatch");
+  To t;
+  __builtin_memcpy(&t, &f, sizeof t);
+  return t;
+}
+
+// ---- 16-bit storage floats ---------------------------------------------------------------------
+// Arithmetic never happens in these types: TLOAD/TSTORE/TCVT convert to and from float.
+struct half_t {
+  uint16_t bits;
+};
+struct bf16_t {
+  uint16_t bits;
+};
+
+// Branch-free (the loops that convert whole rows vectorise).
+PTO_INLINE float to_float(half_t h) {
+  uint32_t sign = uint32_t(h.bits & 0x8000u) << 16;
+  uint32_t em = h.bits & 0x7fffu;
+  // Shifting exponent+mantissa into float position and multiplying by 2^112 rebiases the exponent
+  // and turns half subnormals into float normals exactly.
+  float mag = bit_cast<float>(em << 13) * 0x1p112f;
+  uint32_t special = (em << 13) | 0x7f800000u;  // inf / NaN keep their payload
+  uint32_t m = em >= 0x7c00u ? special : bit_cast<uint32_t>(mag);
+  return bit_cast<float>(m | sign);
+}
+
+PTO_INLINE half_t half_from_float(float f) {
+  uint32_t x = bit_cast<uint32_t>(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  // Normal half range: rebias, add the rounding bias (ties to even), drop 13 bits.
+  uint32_t odd = (x >> 13) & 1u;
+  uint32_t normal = (x + 0xc8000fffu + odd) >> 13;  // 0xc8000000 == (15 - 127) << 23 (mod 2^32)
+  // Subnormal half range: adding 0.5f aligns the value so the FPU's own rounding (to nearest
+  // even) yields the half mantissa in the low bits.
+  uint32_t sub = bit_cast<uint32_t>(bit_cast<float>(x) + 0.5f) - 0x3f000000u;
+  uint32_t r = x < 0x38800000u ? sub : normal;
+  r = x >= 0x477ff000u ? 0x7c00u : r;                          // rounds to >= 65520: infinity
+  r = x > 0x7f800000u ? (0x7e00u | ((x >> 13) & 0x3ffu)) : r;  // NaN stays (quiet) NaN
+  return half_t{uint16_t(r | sign)};
+}
+
+PTO_INLINE float to_float(bf16_t h) { return bit_cast<float>(uint32_t(h.bits) << 16); }
+
+PTO_INLINE bf16_t bf16_from_float(float f) {
+  uint32_t x = bit_cast<uint32_t>(f);
+  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  uint32_t nan = (x >> 16) | 0x40u;
+  bool is_nan = (x & 0x7fffffffu) > 0x7f800000u;
+  return bf16_t{uint16_t(is_nan ? nan : rounded)};
+}
+
+PTO_INLINE float to_float(float f) { return f; }
+template <class T>
+PTO_INLINE T from_float(float f) {
+  if constexpr (std::is_same_v<T, half_t>)
+    return half_from_float(f);
+  else if constexpr (std::is_same_v<T, bf16_t>)
+    return bf16_from_float(f);
+  else
+    return static_cast<T>(f);
+}
+
+// ---- element type traits -----------------------------------------------------------------------
+template <class T>
+inline constexpr bool is_f16_v = std::is_same_v<T, half_t> || std::is_same_v<T, bf16_t>;
+// bool tiles are uint8_t holding 0/1; the IR has no other 8-bit type.
+template <class T>
+inline constexpr bool is_bool_v = std::is_same_v<T, uint8_t> || std::is_same_v<T, bool>;
+
+// The type arithmetic on an element happens in: f16/bf16 -> float, bool -> int32.
+template <class T>
+struct arith {
+  using type = T;
+};
+template <>
+struct arith<half_t> {
+  using type = float;
+};
+template <>
+struct arith<bf16_t> {
+  using type = float;
+};
+template <>
+struct arith<uint8_t> {
+  using type = int32_t;
+};
+template <>
+struct arith<bool> {
+  using type = int32_t;
+};
+template <class T>
+using arith_t = typename arith<std::remove_cv_t<T>>::type;
+
+// Promotion for mixed operands: int32 < int64 < float < double (bool counts as int32).
+template <class A, class B>
+struct promote2 {
+  using a = arith_t<A>;
+  using b = arith_t<B>;
+  template <class T>
+  static constexpr int rk() {
+    return std::is_same_v<T, double> ? 4 : std::is_same_v<T, float> ? 3 : sizeof(T) == 8 ? 2 : 1;
+  }
+  using type = std::conditional_t<(rk<a>() >= rk<b>()), a, b>;
+};
+template <class T, class... Ts>
+struct promote {
+  using type = arith_t<T>;
+};
+template <class T, class U, class... Ts>
+struct promote<T, U, Ts...> {
+  using type = typename promote<typename promote2<T, U>::type, Ts...>::type;
+};
+template <class... Ts>
+using promote_t = typename promote<Ts...>::type;
+
+// Converts one element. float -> integer truncates toward zero; anything -> bool is (x != 0).
+template <class D, class S>
+PTO_INLINE D convert(S s) {
+  using DD = std::remove_cv_t<D>;
+  if constexpr (std::is_same_v<DD, std::remove_cv_t<S>>) {
+    return s;
+  } else if constexpr (is_f16_v<S>) {
+    return convert<DD>(to_float(s));
+  } else if constexpr (is_f16_v<DD>) {
+    return from_float<DD>(static_cast<float>(s));
+  } else if constexpr (is_bool_v<DD>) {
+    return static_cast<DD>(s != S(0));
+  } else {
+    return static_cast<DD>(s);
+  }
+}
+
+// ---- tiles ---------------------------------------------------------------------------------------
+// A local R x C buffer, row-major with row stride C, plus its runtime valid region vr x vc.
+// Elements outside the valid region are padding: instructions never read them (their values are
+// unspecified, and the constructor leaves the data uninitialised on purpose).
+template <typename T, int R, int C>
+struct Tile {
+  static_assert(R > 0 && C > 0, "Tile: static shape must be positive");
+  using value_type = T;
+  static constexpr int rows = R, cols = C;
+  alignas(64) T data[R * C];
+  int vr = R, vc = C;
+
+  PTO_INLINE T* row(int64_t r) { return data + r * C; }
+  PTO_INLINE const T* row(int64_t r) const { return data + r * C; }
+  PTO_INLINE T& at(int64_t r, int64_t c) { return data[r * C + c]; }
+  PTO_INLINE const T& at(int64_t r, int64_t c) const { return data[r * C + c]; }
+};
+
+template <class X>
+struct is_tile : std::false_type {};
+template <class T, int R, int C>
+struct is_tile<Tile<T, R, C>> : std::true_type {};
+template <class X>
+inline constexpr bool is_tile_v = is_tile<std::remove_cv_t<std::remove_reference_t<X>>>::value;
+
+// ---- global views --------------------------------------------------------------------------------
+// A 2-D strided window into a tensor in main memory: element (r, c) is ptr[r*rs + c*cs], for
+// r < vr and c < vc. Strides are in elements and may be anything (0, negative, transposed).
+template <typename T>
+struct GlobalView {
+  T* ptr;
+  int64_t rs, cs, vr, vc;
+};
+
+template <typename T>
+PTO_INLINE GlobalView<T> gview(T* ptr, int64_t rs, int64_t cs, int64_t vr, int64_t vc) {
+  return GlobalView<T>{ptr, rs, cs, vr, vc};
+}
+
+// ---- scratch buffers -----------------------------------------------------------------------------
+// 64-byte aligned heap memory for temporaries too big for the stack. Contents start uninitialised.
+template <typename T>
+class ScratchBuffer {
+ public:
+  explicit ScratchBuffer(int64_t n) : n_(n > 0 ? n : 0) {
+    if (n_ > 0) p_ = static_cast<T*>(::operator new(size_t(n_) * sizeof(T), std::align_val_t(64)));
+  }
+  ~ScratchBuffer() { release(); }
+  ScratchBuffer(const ScratchBuffer&) = delete;
+  ScratchBuffer& operator=(const ScratchBuffer&) = delete;
+  ScratchBuffer(ScratchBuffer&& o) noexcept : p_(o.p_), n_(o.n_) {
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  ScratchBuffer& operator=(ScratchBuffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = o.p_;
+      n_ = o.n_;
+      o.p_ = nullptr;
+      o.n_ = 0;
+    }
+    return *this;
+  }
+  T* data() { return p_; }
+  const T* data() const { return p_; }
+  int64_t size() const { return n_; }
+  T& operator[](int64_t i) { return p_[i]; }
+  const T& operator[](int64_t i) const { return p_[i]; }
+
+ private:
+  void release() {
+    if (p_) ::operator delete(p_, std::align_val_t(64));
+    p_ = nullptr;
+  }
+  T* p_ = nullptr;
+  int64_t n_ = 0;
+};
+
+namespace detail {
+PTO_INLINE int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+PTO_INLINE int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+PTO_INLINE int64_t clamp0(int64_t v, int64_t hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
+}  // namespace detail
+
+}  // namespace pto

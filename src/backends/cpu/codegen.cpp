@@ -1,0 +1,610 @@
+// CPU code generator: walks a tile-level program and prints one C++17 translation unit whose
+// statements call the instruction templates of include/pto/cpu (namespace pto). Loops stay loops;
+// a parallel loop becomes a pto::parallel_for over its trip count; local tiles are stack objects
+// (heap for big ones); global scratch is a pto::ScratchBuffer. All IR names are renamed into a
+// prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
+#include "backends/cpu/codegen.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+
+#include "ir/printer.h"
+
+namespace pypto::cpu {
+namespace {
+
+using namespace ir;
+
+// Tiles bigger than this live on the heap so that deep loop nests cannot overflow a thread stack.
+constexpr int64_t kMaxStackTileBytes = 64 << 10;
+
+const char* ctype(DType t) {
+  switch (t) {
+    case DType::F32: return "float";
+    case DType::F64: return "double";
+    case DType::I32: return "int32_t";
+    case DType::I64: return "int64_t";
+    case DType::Bool: return "uint8_t";
+    case DType::F16: return "pto::half_t";
+    case DType::BF16: return "pto::bf16_t";
+  }
+  return "float";
+}
+
+// A C++ integer expression with its value when known at generation time (for folding).
+struct IExpr {
+  std::string s;
+  std::optional<int64_t> c;
+};
+IExpr ic(int64_t v) { return {v < 0 ? "(" + std::to_string(v) + ")" : std::to_string(v), v}; }
+IExpr iadd(const IExpr& a, const IExpr& b) {
+  if (a.c && b.c) return ic(*a.c + *b.c);
+  if (a.c && *a.c == 0) return b;
+  if (b.c && *b.c == 0) return a;
+  return {"(" + a.s + " + " + b.s + ")", std::nullopt};
+}
+IExpr imul(const IExpr& a, const IExpr& b) {
+  if (a.c && b.c) return ic(*a.c * *b.c);
+  if ((a.c && *a.c == 0) || (b.c && *b.c == 0)) return ic(0);
+  if (a.c && *a.c == 1) return b;
+  if (b.c && *b.c == 1) return a;
+  return {"(" + a.s + " * " + b.s + ")", std::nullopt};
+}
+
+std::string int_literal(int64_t v) {
+  if (v == INT64_MIN) return "(-9223372036854775807LL - 1)";
+  if (v >= INT32_MIN && v <= INT32_MAX) return v < 0 ? "(" + std::to_string(v) + ")" : std::to_string(v);
+  return "int64_t(" + std::to_string(v) + "LL)";
+}
+
+std::string float_literal(double v) {
+  if (std::isnan(v)) return "__builtin_nan(\"\")";
+  if (std::isinf(v)) return v > 0 ? "__builtin_inf()" : "(-__builtin_inf())";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return v < 0 ? "(" + s + ")" : s;
+}
+
+const char* kPrelude = R"(#include <pto/pto.hpp>
+
+#include <cstdint>
+
+// Only compiler builtins below: standard headers such as <cmath> or <memory> would add tens of
+// milliseconds to every kernel's compile time.
+namespace {
+// Python semantics for integer index math: floor division, remainder with the divisor's sign.
+// Division by zero yields 0 rather than a trap: a kernel must never kill its host process.
+static inline int64_t pto_floordiv(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+static inline int64_t pto_floormod(int64_t a, int64_t b) {
+  if (b == 0) return 0;
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+static inline double pto_fmod_floor(double a, double b) {
+  double r = __builtin_fmod(a, b);
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+static inline int64_t pto_mini(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t pto_maxi(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline double pto_minf(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
+static inline double pto_maxf(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+static inline int64_t pto_nonneg(int64_t a) { return a < 0 ? 0 : a; }
+// Number of iterations of `for (v = lo; step > 0 ? v < hi : v > hi; v += step)`.
+static inline int64_t pto_trip(int64_t lo, int64_t hi, int64_t step) {
+  if (step > 0) return hi > lo ? (hi - lo + step - 1) / step : 0;
+  if (step < 0) return lo > hi ? (lo - hi - step - 1) / (-step) : 0;
+  return 0;
+}
+// Owns a tile too big for a thread's stack; `new T` leaves the data uninitialised, as on the stack.
+template <class T>
+struct pto_heap_tile {
+  T* p = new T;
+  ~pto_heap_tile() { delete p; }
+  pto_heap_tile() = default;
+  pto_heap_tile(const pto_heap_tile&) = delete;
+  pto_heap_tile& operator=(const pto_heap_tile&) = delete;
+};
+}  // namespace
+
+)";
+
+class Gen {
+ public:
+  explicit Gen(const Program& p) : p_(p) {}
+
+  std::string run() {
+    std::string pname;
+    for (char ch : p_.name) pname += (ch == '\n' || ch == '\r') ? ' ' : ch;
+    out_ << "// PyPTO kernel '" << pname << "': generated from its tile-level PTO program.\n";
+    out_ << kPrelude;
+    out_ << "extern \"C\" __attribute__((visibility(\"default\"))) void pypto_kernel(const pto_kernel_args* args) {\n";
+    out_ << "  (void)args;\n";
+    for (size_t i = 0; i < p_.params.size(); ++i) declare_param(i);
+    for (size_t j = 0; j < p_.scalars.size(); ++j) declare_scalar(j);
+    block(p_.body);
+    out_ << "}\n";
+    return out_.str();
+  }
+
+ private:
+  struct BufInfo {
+    std::string ptr;                 // C++ name of the base pointer (global) or tile (local)
+    std::vector<IExpr> strides;      // global buffers: element strides per dimension
+    bool local = false;
+    DType dtype = DType::F32;
+  };
+
+  // ---- names ------------------------------------------------------------------------------------
+  static std::string sanitize(const std::string& name) {
+    std::string s;
+    for (char ch : name) {
+      bool ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+      s += ok ? ch : '_';
+    }
+    // No double underscores (reserved in C++) and no trailing underscore that could meet a suffix.
+    std::string t;
+    for (char ch : s)
+      if (!(ch == '_' && !t.empty() && t.back() == '_')) t += ch;
+    while (!t.empty() && t.front() == '_') t.erase(t.begin());
+    while (!t.empty() && t.back() == '_') t.pop_back();
+    if (t.empty()) t = "x";
+    return t;
+  }
+
+  // Maps an IR name to a unique C++ identifier with the given prefix; stable per (prefix, name).
+  std::string ident(const std::string& prefix, const std::string& name) {
+    auto key = prefix + '\0' + name;
+    auto it = names_.find(key);
+    if (it != names_.end()) return it->second;
+    std::string base = prefix + sanitize(name);
+    std::string id = base;
+    for (int k = 2; used_.count(id); ++k) id = base + "_" + std::to_string(k);
+    used_.insert(id);
+    names_[key] = id;
+    return id;
+  }
+  std::string var_name(const std::string& n) { return ident("v_", n); }
+  std::string buf_name(const std::string& n) { return ident("t_", n); }
+
+  // ---- output -----------------------------------------------------------------------------------
+  std::ostream& line() {
+    for (int i = 0; i < indent_; ++i) out_ << "  ";
+    return out_;
+  }
+
+  [[noreturn]] void fail_op(const Op& op, const std::string& what) {
+    std::string text;
+    try {
+      text = print(op);
+    } catch (const std::exception&) {
+      text = std::string(opcode_name(op.code)) + " ...";
+    }
+    throw Error("cpu codegen: " + what + " in `" + text + "`");
+  }
+
+  // ---- declarations ----------------------------------------------------------------------------
+  void declare_param(size_t i) {
+    const BufferRef& b = p_.params[i];
+    if (!b) throw Error("cpu codegen: program '" + p_.name + "' has a null parameter");
+    BufInfo info;
+    info.ptr = buf_name(b->name);
+    info.dtype = b->dtype;
+    const std::string T = ctype(b->dtype);
+    line() << T << "* const " << info.ptr << " = static_cast<" << T << "*>(args->data[" << i << "]);\n";
+    for (int d = 0; d < b->rank(); ++d) {
+      std::string s = "st_" + info.ptr.substr(2) + "_" + std::to_string(d);
+      line() << "const int64_t " << s << " = args->strides[" << i << "][" << d << "];\n";
+      info.strides.push_back({s, std::nullopt});
+    }
+    bufs_[b->name] = std::move(info);
+  }
+
+  void declare_scalar(size_t j) {
+    const ScalarParam& s = p_.scalars[j];
+    std::string v = var_name(s.name);
+    vars_[s.name] = s.dtype;
+    if (s.dtype == DType::F32)  // f32 scalars are rounded once, as the interpreter does
+      line() << "const double " << v << " = double(float(args->fscalars[" << j << "]));\n";
+    else if (is_float(s.dtype))
+      line() << "const double " << v << " = args->fscalars[" << j << "];\n";
+    else if (s.dtype == DType::I32)
+      line() << "const int64_t " << v << " = int64_t(int32_t(args->iscalars[" << j << "]));\n";
+    else
+      line() << "const int64_t " << v << " = args->iscalars[" << j << "];\n";
+  }
+
+  // Local tiles are rank 2; rank 0/1 (and leading unit dims) are padded to rows x cols.
+  std::pair<int64_t, int64_t> tile_shape(const Buffer& b) {
+    int64_t lead = 1;
+    for (int d = 0; d + 2 < b.rank(); ++d) lead *= b.shape[size_t(d)];
+    if (lead != 1)
+      throw Error("cpu codegen: local tile '" + b.name + "' has rank " + std::to_string(b.rank()) +
+                  " (tiles are rank 2); the program is not tile level");
+    if (b.rank() == 0) return {1, 1};
+    if (b.rank() == 1) return {1, b.shape[0]};
+    return {b.shape[size_t(b.rank() - 2)], b.shape[size_t(b.rank() - 1)]};
+  }
+
+  void alloc(const BufferRef& b) {
+    if (!b) throw Error("cpu codegen: alloc of a null buffer");
+    BufInfo info;
+    info.ptr = buf_name(b->name);
+    info.dtype = b->dtype;
+    const std::string T = ctype(b->dtype);
+    if (b->space != Space::Global) {
+      auto [r, c] = tile_shape(*b);
+      info.local = true;
+      std::string tt = "pto::Tile<" + T + ", " + std::to_string(r) + ", " + std::to_string(c) + ">";
+      if (r * c * dtype_bytes(b->dtype) > kMaxStackTileBytes) {
+        std::string h = "hp_" + info.ptr.substr(2);
+        line() << "const pto_heap_tile<" << tt << " > " << h << ";\n";
+        line() << tt << "& " << info.ptr << " = *" << h << ".p;\n";
+      } else {
+        line() << tt << " " << info.ptr << ";\n";
+      }
+    } else {
+      if (b->kind != BufferKind::Temp)
+        throw Error("cpu codegen: alloc of global buffer '" + b->name + "', which is a parameter");
+      int64_t n = 1;
+      for (int64_t s : b->shape) n *= s;
+      std::string h = "sb_" + info.ptr.substr(2);
+      line() << "pto::ScratchBuffer<" << T << "> " << h << "(" << int_literal(n) << ");\n";
+      line() << T << "* const " << info.ptr << " = " << h << ".data();\n";
+      info.strides.resize(b->shape.size());
+      int64_t st = 1;
+      for (int d = b->rank() - 1; d >= 0; --d) {
+        info.strides[size_t(d)] = ic(st);
+        st *= b->shape[size_t(d)];
+      }
+    }
+    bufs_[b->name] = std::move(info);
+  }
+
+  // ---- expressions ------------------------------------------------------------------------------
+  static bool fl(const Expr& e) { return is_float(e->dtype); }
+
+  std::string as_f(const Expr& e) { return fl(e) ? expr(e) : "double(" + expr(e) + ")"; }
+  std::string as_i(const Expr& e) { return fl(e) ? "int64_t(" + expr(e) + ")" : expr(e); }
+
+  std::string expr(const Expr& e) {
+    if (!e) throw Error("cpu codegen: missing expression");
+    const auto& a = e->args;
+    auto arg = [&](size_t i) -> const Expr& {
+      if (i >= a.size() || !a[i]) throw Error("cpu codegen: malformed expression `" + to_string(e) + "`");
+      return a[i];
+    };
+    const bool f = fl(e);
+    switch (e->op) {
+      case ExprOp::Int:
+        return f ? float_literal(double(e->ival)) : int_literal(e->ival);
+      case ExprOp::Float:
+        return f ? float_literal(e->fval) : int_literal(int64_t(e->fval));
+      case ExprOp::Var: {
+        auto it = vars_.find(e->name);
+        if (it == vars_.end())
+          throw Error("cpu codegen: variable '" + e->name + "' is used outside its scope");
+        std::string v = var_name(e->name);
+        if (f && !is_float(it->second)) return "double(" + v + ")";
+        if (!f && is_float(it->second)) return "int64_t(" + v + ")";
+        return v;
+      }
+      case ExprOp::Add:
+      case ExprOp::Sub:
+      case ExprOp::Mul: {
+        const char* o = e->op == ExprOp::Add ? " + " : e->op == ExprOp::Sub ? " - " : " * ";
+        return f ? "(" + as_f(arg(0)) + o + as_f(arg(1)) + ")" : "(" + as_i(arg(0)) + o + as_i(arg(1)) + ")";
+      }
+      case ExprOp::Div:
+        return f ? "(" + as_f(arg(0)) + " / " + as_f(arg(1)) + ")"
+                 : "pto_floordiv(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
+      case ExprOp::Mod:
+        return f ? "pto_fmod_floor(" + as_f(arg(0)) + ", " + as_f(arg(1)) + ")"
+                 : "pto_floormod(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
+      case ExprOp::Min:
+      case ExprOp::Max: {
+        const char* fn = e->op == ExprOp::Min ? (f ? "pto_minf(" : "pto_mini(") : (f ? "pto_maxf(" : "pto_maxi(");
+        return f ? fn + as_f(arg(0)) + ", " + as_f(arg(1)) + ")" : fn + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
+      }
+      case ExprOp::Lt:
+      case ExprOp::Le:
+      case ExprOp::Eq:
+      case ExprOp::Ne: {
+        const char* o = e->op == ExprOp::Lt ? " < " : e->op == ExprOp::Le ? " <= " : e->op == ExprOp::Eq ? " == " : " != ";
+        bool any_f = fl(arg(0)) || fl(arg(1));
+        std::string x = any_f ? as_f(arg(0)) : expr(arg(0)), y = any_f ? as_f(arg(1)) : expr(arg(1));
+        return wrap_bool(f, "(" + x + o + y + ")");
+      }
+      case ExprOp::And:
+      case ExprOp::Or: {
+        const char* o = e->op == ExprOp::And ? " && " : " || ";
+        return wrap_bool(f, "((" + expr(arg(0)) + " != 0)" + o + "(" + expr(arg(1)) + " != 0))");
+      }
+      case ExprOp::Not:
+        return wrap_bool(f, "(" + expr(arg(0)) + " == 0)");
+      case ExprOp::Select:
+        return f ? "((" + expr(arg(0)) + " != 0) ? " + as_f(arg(1)) + " : " + as_f(arg(2)) + ")"
+                 : "((" + expr(arg(0)) + " != 0) ? " + as_i(arg(1)) + " : " + as_i(arg(2)) + ")";
+      case ExprOp::Cast:
+        return cast_expr(e->dtype, arg(0));
+      case ExprOp::Sqrt:
+        return "__builtin_sqrt(" + as_f(arg(0)) + ")";
+      case ExprOp::Exp:
+        return "__builtin_exp(" + as_f(arg(0)) + ")";
+      case ExprOp::Log:
+        return "__builtin_log(" + as_f(arg(0)) + ")";
+    }
+    throw Error("cpu codegen: unknown expression `" + to_string(e) + "`");
+  }
+
+  static std::string wrap_bool(bool as_float, const std::string& cond) {
+    return as_float ? "double" + cond : "int64_t" + cond;
+  }
+
+  std::string cast_expr(DType t, const Expr& x) {
+    switch (t) {
+      case DType::F32: return "double(float(" + as_f(x) + "))";
+      case DType::F64: return as_f(x);
+      case DType::F16:
+      case DType::BF16: return "double(float(" + as_f(x) + "))";  // storage types compute in f32
+      case DType::I32: return "int64_t(int32_t(" + as_i(x) + "))";
+      case DType::I64: return as_i(x);
+      case DType::Bool: return "int64_t(" + expr(x) + " != 0)";
+    }
+    return expr(x);
+  }
+
+  IExpr iexpr(const Expr& e) {
+    if (auto c = as_int(e); c && !fl(e)) return ic(*c);
+    return {as_i(e), std::nullopt};
+  }
+
+  // ---- operands ---------------------------------------------------------------------------------
+  const BufInfo& info_of(const Op& op, const View& v) {
+    if (!v.buf) fail_op(op, "a view of no buffer");
+    auto it = bufs_.find(v.buf->name);
+    if (it == bufs_.end()) fail_op(op, "buffer '" + v.buf->name + "' is used before its alloc");
+    return it->second;
+  }
+
+  // A whole local tile, by name.
+  std::string tile(const Op& op, size_t i) {
+    const View* v = std::get_if<View>(&op.args[i]);
+    if (!v) fail_op(op, "operand " + std::to_string(i) + " must be a tile, not a scalar");
+    const BufInfo& info = info_of(op, *v);
+    if (!info.local)
+      fail_op(op, "operand " + std::to_string(i) + " of " + std::string(opcode_name(op.code)) +
+                      " is the global buffer '" + v->buf->name +
+                      "' (compute instructions take local tiles); the program is not tile level");
+    if (v->rank() > 2) fail_op(op, "operand " + std::to_string(i) + " has rank " + std::to_string(v->rank()) + " (tiles are rank 2)");
+    if (!v->is_whole())
+      fail_op(op, "operand " + std::to_string(i) + " must be a whole tile, got a view of '" + v->buf->name + "'");
+    return info.ptr;
+  }
+
+  // pto::gview(base + offset, rs, cs, vr, vc) for a global view.
+  std::string gview(const Op& op, size_t i) {
+    const View* v = std::get_if<View>(&op.args[i]);
+    if (!v) fail_op(op, "operand " + std::to_string(i) + " must be a global view, not a scalar");
+    const BufInfo& info = info_of(op, *v);
+    if (info.local)
+      fail_op(op, "operand " + std::to_string(i) + " must be a global view, got local tile '" + v->buf->name + "'");
+    const size_t n = v->buf->shape.size();
+    if (v->offset.size() != n || v->size.size() != n || v->step.size() != n || v->valid.size() != n)
+      fail_op(op, "malformed view of '" + v->buf->name + "': per-dimension lists do not match its rank");
+    IExpr off = ic(0);
+    for (size_t d = 0; d < n; ++d) off = iadd(off, imul(iexpr(v->offset[d]), info.strides[d]));
+    // The last two view dims are rows and columns; any other dim (indexed, or a leading view dim
+    // of size 1) contributes only its offset, and an empty valid extent there empties the view.
+    const int rank = v->rank();
+    for (int k = 0; k + 2 < rank; ++k)
+      if (v->size[size_t(v->dims[size_t(k)])] != 1)
+        fail_op(op, "operand " + std::to_string(i) + " is a rank-" + std::to_string(rank) +
+                        " view; TLOAD/TSTORE take 2-d windows (the program is not tile level)");
+    const int dr = rank >= 2 ? v->dims[size_t(rank - 2)] : -1;
+    const int dc = rank >= 1 ? v->dims[size_t(rank - 1)] : -1;
+    auto stride = [&](int d) { return imul(info.strides[size_t(d)], ic(v->step[size_t(d)])); };
+    auto valid = [&](int d) -> IExpr {
+      IExpr e = iexpr(v->valid[size_t(d)]);
+      if (e.c) return ic(*e.c < 0 ? 0 : *e.c);
+      return {"pto_nonneg(" + e.s + ")", std::nullopt};
+    };
+    IExpr rs = dr >= 0 ? stride(dr) : ic(0), cs = dc >= 0 ? stride(dc) : ic(1);
+    IExpr vr = dr >= 0 ? valid(dr) : ic(1), vc = dc >= 0 ? valid(dc) : ic(1);
+    for (size_t d = 0; d < n; ++d) {
+      if (int(d) == dr || int(d) == dc) continue;
+      IExpr e = iexpr(v->valid[d]);
+      if (e.c && *e.c >= 1) continue;
+      vr = e.c ? ic(0) : IExpr{"((" + e.s + ") > 0 ? " + vr.s + " : 0)", std::nullopt};
+    }
+    std::string ptr = off.c && *off.c == 0 ? info.ptr : "(" + info.ptr + " + " + off.s + ")";
+    return "pto::gview(" + ptr + ", " + i64(rs) + ", " + i64(cs) + ", " + i64(vr) + ", " + i64(vc) + ")";
+  }
+  static std::string i64(const IExpr& e) { return e.c ? "int64_t(" + std::to_string(*e.c) + ")" : e.s; }
+
+  // A scalar operand converted to the element type `t` of the tile it combines with.
+  std::string scalar(const Op& op, size_t i, DType t) {
+    const Expr& e = std::get<Expr>(op.args[i]);
+    if (!e) fail_op(op, "operand " + std::to_string(i) + " is an empty expression");
+    if (t == DType::Bool) return "static_cast<uint8_t>(" + expr(e) + " != 0)";
+    DType c = compute_dtype(t);
+    return "static_cast<" + std::string(ctype(c)) + ">(" + (is_float(c) ? as_f(e) : as_i(e)) + ")";
+  }
+
+  bool is_view(const Op& op, size_t i) { return std::holds_alternative<View>(op.args[i]); }
+  DType tile_dtype(const Op& op, size_t i) {
+    const View& v = std::get<View>(op.args[i]);
+    return info_of(op, v).dtype;
+  }
+
+  // ---- statements -------------------------------------------------------------------------------
+  void op_stmt(const Op& op) {
+    const OpcodeInfo& oi = opcode_info(op.code);
+    if (oi.num_operands >= 0 && int(op.args.size()) != oi.num_operands)
+      fail_op(op, std::string(oi.name) + " takes " + std::to_string(oi.num_operands) + " operands, got " +
+                      std::to_string(op.args.size()));
+    std::vector<std::string> a(op.args.size());
+    switch (op.code) {
+      case Opcode::TLOAD:
+        a[0] = tile(op, 0);
+        a[1] = gview(op, 1);
+        break;
+      case Opcode::TSTORE:
+        a[0] = gview(op, 0);
+        a[1] = tile(op, 1);
+        break;
+      case Opcode::TPREFETCH:
+        a[0] = gview(op, 0);
+        break;
+      default:
+        if (oi.category == OpCategory::Sync) {
+          for (size_t i = 0; i < a.size(); ++i) {
+            if (is_view(op, i)) fail_op(op, "operand " + std::to_string(i) + " must be a scalar");
+            a[i] = "int(" + as_i(std::get<Expr>(op.args[i])) + ")";
+          }
+          break;
+        }
+        if (a.empty() || !is_view(op, 0)) fail_op(op, "the destination must be a tile");
+        a[0] = tile(op, 0);
+        for (size_t i = 1; i < a.size(); ++i) {
+          if (is_view(op, i)) {
+            a[i] = tile(op, i);
+            continue;
+          }
+          a[i] = scalar(op, i, scalar_type(op, i));
+        }
+    }
+    std::string call = "pto::" + std::string(oi.name) + "(";
+    for (size_t i = 0; i < a.size(); ++i) call += (i ? ", " : "") + a[i];
+    line() << call << ");\n";
+  }
+
+  // The type a scalar operand is converted to: the element type of the tile it meets.
+  DType scalar_type(const Op& op, size_t i) {
+    if ((op.code == Opcode::TEXTRACT || op.code == Opcode::TINSERT) && i >= 2) return DType::I64;
+    const OpcodeInfo& oi = opcode_info(op.code);
+    auto other = [&](size_t j) { return j < op.args.size() && is_view(op, j); };
+    if (oi.category == OpCategory::Binary || oi.category == OpCategory::Compare) {
+      size_t j = i == 1 ? 2 : 1;
+      if (other(j)) return tile_dtype(op, j);
+    }
+    if (oi.category == OpCategory::Select && (i == 2 || i == 3)) {
+      size_t j = i == 2 ? 3 : 2;
+      if (other(j)) return tile_dtype(op, j);
+    }
+    return tile_dtype(op, 0);
+  }
+
+  void block(const std::vector<Stmt>& body) {
+    for (const Stmt& s : body) stmt(s);
+  }
+
+  void stmt(const Stmt& s) {
+    if (!s) throw Error("cpu codegen: null statement");
+    switch (s->kind) {
+      case StmtKind::Seq:
+        block(s->body);  // no braces: a Seq groups statements, it does not scope them
+        break;
+      case StmtKind::For:
+        for_loop(*s);
+        break;
+      case StmtKind::If:
+        line() << "if (" << expr(s->cond) << " != 0) {\n";
+        scoped(s->body);
+        if (!s->orelse.empty()) {
+          line() << "} else {\n";
+          scoped(s->orelse);
+        }
+        line() << "}\n";
+        break;
+      case StmtKind::Let: {
+        if (!s->value) throw Error("cpu codegen: let '" + s->var + "' without a value");
+        std::string rhs = expr(s->value);
+        DType t = is_float(s->value->dtype) ? DType::F64 : DType::I64;
+        vars_[s->var] = t;
+        line() << "const " << (t == DType::F64 ? "double " : "int64_t ") << var_name(s->var) << " = " << rhs << ";\n";
+        break;
+      }
+      case StmtKind::Alloc:
+        alloc(s->buffer);
+        break;
+      case StmtKind::OpStmt:
+        op_stmt(s->op);
+        break;
+    }
+  }
+
+  void scoped(const std::vector<Stmt>& body) {
+    ++indent_;
+    block(body);
+    --indent_;
+  }
+
+  void for_loop(const StmtNode& s) {
+    if (!s.lo || !s.hi) throw Error("cpu codegen: loop '" + s.var + "' without bounds");
+    IExpr lo = iexpr(s.lo), hi = iexpr(s.hi), st = s.step ? iexpr(s.step) : ic(1);
+    if (st.c && *st.c == 0) throw Error("cpu codegen: loop '" + s.var + "' has step 0");
+    const std::string v = var_name(s.var);
+    const std::string sfx = v.substr(2);
+    const bool parallel = s.loop_kind == LoopKind::Parallel && parallel_depth_ == 0;
+    vars_[s.var] = DType::I64;
+    if (parallel) {
+      line() << "{\n";
+      ++indent_;
+      line() << "const int64_t lo_" << sfx << " = " << lo.s << ", sp_" << sfx << " = " << st.s << ";\n";
+      line() << "pto::parallel_for(args->parallel_for, pto_trip(lo_" << sfx << ", " << hi.s << ", sp_" << sfx
+             << "), [&](int64_t it_) {\n";
+      ++indent_;
+      line() << "const int64_t " << v << " = lo_" << sfx << " + it_ * sp_" << sfx << ";\n";
+      ++parallel_depth_;
+      block(s.body);
+      --parallel_depth_;
+      --indent_;
+      line() << "});\n";
+      --indent_;
+      line() << "}\n";
+    } else if (st.c && *st.c > 0) {
+      line() << "for (int64_t " << v << " = " << lo.s << ", hi_" << sfx << " = " << hi.s << "; " << v << " < hi_"
+             << sfx << "; " << v << " += " << st.s << ") {\n";
+      scoped(s.body);
+      line() << "}\n";
+    } else {
+      // Unknown or negative step: count iterations, as the trip count is well defined either way.
+      line() << "for (int64_t lo_" << sfx << " = " << lo.s << ", sp_" << sfx << " = " << st.s << ", it_" << sfx
+             << " = 0, n_" << sfx << " = pto_trip(lo_" << sfx << ", " << hi.s << ", sp_" << sfx << "); it_" << sfx
+             << " < n_" << sfx << "; ++it_" << sfx << ") {\n";
+      ++indent_;
+      line() << "const int64_t " << v << " = lo_" << sfx << " + it_" << sfx << " * sp_" << sfx << ";\n";
+      block(s.body);
+      --indent_;
+      line() << "}\n";
+    }
+  }
+
+  const Program& p_;
+  std::ostringstream out_;
+  int indent_ = 1;
+  int parallel_depth_ = 0;
+  std::map<std::string, std::string> names_;
+  std::set<std::string> used_;
+  std::map<std::string, BufInfo> bufs_;
+  std::map<std::string, DType> vars_;  // IR variable -> its C++ type (I64 or F64)
+};
+
+}  // namespace
+
+std::string generate_cpp(const ir::Program& tile_program) { return Gen(tile_program).run(); }
+
+}  // namespace pypto::cpu

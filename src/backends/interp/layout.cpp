@@ -1,0 +1,99 @@
+// Layout instructions (TTRANS TRESHAPE TEXTRACT TINSERT TFILLPAD) and gather/scatter.
+#include <algorithm>
+#include <string>
+
+#include "backends/interp/machine.h"
+
+namespace pypto::interp {
+using namespace ir;
+
+namespace {
+std::string dims(int64_t r, int64_t c) { return std::to_string(r) + "x" + std::to_string(c); }
+
+int64_t index_at(Machine& m, const Op& op, const Tile& idx, int64_t r) {
+  if (idx.dtype != DType::I32 && idx.dtype != DType::I64)
+    m.fail(op, "index tile '" + idx.name + "' must be i32 or i64");
+  return int64_t(m.get(op, idx, r, 0));
+}
+}  // namespace
+
+void exec_layout(Machine& m, const Op& op) {
+  Tile& dst = m.tile(op, 0);
+  const Tile& src = m.tile(op, 1);
+  switch (op.code) {
+    case Opcode::TTRANS:
+      commit(m, op, dst, src.vc, src.vr, [&](int64_t r, int64_t c) { return m.get(op, src, c, r); });
+      break;
+    case Opcode::TRESHAPE: {
+      if (src.R * src.C != dst.R * dst.C)
+        m.fail(op, "TRESHAPE needs equal sizes, got " + dims(src.R, src.C) + " -> " + dims(dst.R, dst.C));
+      if (src.vr != src.R || src.vc != src.C)
+        m.fail(op, "TRESHAPE needs a fully valid source; '" + src.name + "' has valid region " +
+                       dims(src.vr, src.vc) + " of " + dims(src.R, src.C));
+      commit(m, op, dst, dst.R, dst.C, [&](int64_t r, int64_t c) {
+        const int64_t k = r * dst.C + c;  // row-major reinterpretation
+        return m.get(op, src, k / src.C, k % src.C);
+      });
+      break;
+    }
+    case Opcode::TEXTRACT: {
+      const int64_t r0 = m.int_scalar(op, 2), c0 = m.int_scalar(op, 3);
+      if (r0 < 0 || c0 < 0) m.fail(op, "negative TEXTRACT origin");
+      const int64_t vr = std::max<int64_t>(0, std::min(dst.R, src.vr - r0));
+      const int64_t vc = std::max<int64_t>(0, std::min(dst.C, src.vc - c0));
+      commit(m, op, dst, vr, vc, [&](int64_t r, int64_t c) { return m.get(op, src, r0 + r, c0 + c); });
+      break;
+    }
+    case Opcode::TINSERT: {
+      const int64_t r0 = m.int_scalar(op, 2), c0 = m.int_scalar(op, 3);
+      if (r0 < 0 || c0 < 0) m.fail(op, "negative TINSERT origin");
+      const int64_t nr = std::max<int64_t>(0, std::min(src.vr, dst.R - r0));
+      const int64_t nc = std::max<int64_t>(0, std::min(src.vc, dst.C - c0));
+      std::vector<double> out(size_t(nr * nc));
+      for (int64_t r = 0; r < nr; ++r)
+        for (int64_t c = 0; c < nc; ++c) out[size_t(r * nc + c)] = m.get(op, src, r, c);
+      for (int64_t r = 0; r < nr; ++r)  // dst's valid region is left as it is
+        for (int64_t c = 0; c < nc; ++c) m.put(op, dst, r0 + r, c0 + c, out[size_t(r * nc + c)]);
+      break;
+    }
+    case Opcode::TFILLPAD: {
+      const double value = m.scalar(op, 2);
+      const int64_t vr = src.vr, vc = src.vc;
+      commit(m, op, dst, dst.R, dst.C, [&](int64_t r, int64_t c) {
+        return (r < vr && c < vc) ? m.get(op, src, r, c) : value;
+      });
+      break;
+    }
+    case Opcode::TGATHER: {
+      const Tile& idx = m.tile(op, 2);
+      commit(m, op, dst, idx.vr, src.vc, [&](int64_t r, int64_t c) {
+        const int64_t i = index_at(m, op, idx, r);
+        if (i < 0 || i >= src.vr)
+          m.fail(op, "gather index " + std::to_string(i) + " (row " + std::to_string(r) +
+                         " of '" + idx.name + "') out of range [0, " + std::to_string(src.vr) + ")");
+        return m.get(op, src, i, c);
+      });
+      break;
+    }
+    case Opcode::TSCATTER: {
+      const Tile& idx = m.tile(op, 2);
+      std::vector<int64_t> rows(size_t(src.vr));
+      std::vector<double> out(size_t(src.vr * src.vc));
+      for (int64_t r = 0; r < src.vr; ++r) {
+        const int64_t i = index_at(m, op, idx, r);
+        if (i < 0 || i >= dst.R)
+          m.fail(op, "scatter index " + std::to_string(i) + " (row " + std::to_string(r) +
+                         " of '" + idx.name + "') out of range [0, " + std::to_string(dst.R) + ")");
+        rows[size_t(r)] = i;
+        for (int64_t c = 0; c < src.vc; ++c) out[size_t(r * src.vc + c)] = m.get(op, src, r, c);
+      }
+      for (int64_t r = 0; r < src.vr; ++r)  // in order: with repeated indices the last row wins
+        for (int64_t c = 0; c < src.vc; ++c) m.put(op, dst, rows[size_t(r)], c, out[size_t(r * src.vc + c)]);
+      break;
+    }
+    default:
+      m.fail(op, "not a layout instruction");
+  }
+}
+
+}  // namespace pypto::interp

@@ -1,0 +1,123 @@
+// Internal to the reference interpreter: the machine state (scalars, tiles, global buffers, sync
+// flags) and the helpers the instruction files share. Not part of any public contract.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/ir.h"
+#include "runtime/tensor_arg.h"
+
+namespace pypto::interp {
+
+// --- numerics (numerics.cpp) --------------------------------------------------------------------
+// Rounds a value computed in double to what an element of type t can hold: f32/f16/bf16 round to
+// nearest even, ints truncate toward zero (and wrap to their width), bool is != 0.
+double round_to(ir::DType t, double v);
+double load_scalar(ir::DType t, const void* p);  // decode one element in caller memory
+void store_scalar(ir::DType t, void* p, double v);  // v already rounded to t
+
+// --- storage -----------------------------------------------------------------------------------
+// A local tile (Vec/Mat/Acc): static R x C, runtime valid region, a written bit per element.
+struct Tile {
+  std::string name;
+  ir::DType dtype;
+  int64_t R = 1, C = 1, vr = 0, vc = 0;
+  std::vector<double> val;
+  std::vector<uint8_t> written;
+};
+
+// A buffer in global memory: either the caller's tensor (external: data + strides, elements in
+// their native type) or program scratch (owned: row-major doubles with written bits, so reading
+// scratch that nothing wrote is caught just like for tiles).
+struct GlobalBuf {
+  std::string name;
+  ir::DType dtype;
+  std::vector<int64_t> shape;
+  bool external = false;
+  char* data = nullptr;
+  std::vector<int64_t> strides;  // external: elements
+  std::vector<double> val;       // owned
+  std::vector<uint8_t> written;  // owned
+};
+
+// A global view resolved at run time: a 2-D window of valid extent rows x cols. Element (i, j)
+// sits at base index base[d] + i*rstep (d == rdim) + j*cstep (d == cdim) in every base dim d.
+struct GView {
+  GlobalBuf* buf = nullptr;
+  int64_t rows = 0, cols = 0;
+  std::vector<int64_t> base;
+  int rdim = -1, cdim = -1;
+  int64_t rstep = 0, cstep = 0;
+};
+
+class Machine {
+ public:
+  Machine(const ir::Program& p, const runtime::RunArgs& args);
+  void run();
+
+  // --- used by the instruction files --------------------------------------------------------
+  [[noreturn]] void fail(const ir::Op& op, const std::string& what) const;
+  // Operand i of op as a whole local tile (errors name the instruction).
+  Tile& tile(const ir::Op& op, size_t i);
+  bool is_scalar(const ir::Op& op, size_t i) const;
+  double scalar(const ir::Op& op, size_t i) const;
+  int64_t int_scalar(const ir::Op& op, size_t i) const;
+  GView global_view(const ir::Op& op, size_t i);
+
+  // Tile element access. get() checks the element is inside the valid region and was written.
+  double get(const ir::Op& op, const Tile& t, int64_t r, int64_t c) const;
+  // Sets the valid region of dst (error if it does not fit the tile's static shape).
+  void set_valid(const ir::Op& op, Tile& t, int64_t vr, int64_t vc) const;
+  // Writes one element (rounded to the tile's dtype); r, c must be inside R x C.
+  void put(const ir::Op& op, Tile& t, int64_t r, int64_t c, double v) const;
+
+  double gread(const ir::Op& op, const GView& v, int64_t i, int64_t j) const;
+  void gwrite(const ir::Op& op, const GView& v, int64_t i, int64_t j, double x) const;
+  // Bounds-checked element offset of (i, j): in elements via strides (external) or row-major.
+  int64_t global_address(const ir::Op& op, const GView& v, int64_t i, int64_t j) const;
+
+  // Sync state: outstanding SET_FLAGs per (src pipe, dst pipe, event).
+  std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> flags;
+
+ private:
+  void exec(const ir::Stmt& s);
+  void exec_block(const std::vector<ir::Stmt>& body);
+  void exec_op(const ir::Op& op);
+  void allocate(const ir::BufferRef& b);
+  const ir::View& view_operand(const ir::Op& op, size_t i) const;
+  int64_t eval_int(const ir::Expr& e, const char* what) const;
+
+  const ir::Program& prog_;
+  ir::ScalarEnv env_;
+  std::unordered_map<std::string, std::unique_ptr<Tile>> tiles_;
+  std::unordered_map<std::string, std::unique_ptr<GlobalBuf>> globals_;
+};
+
+// Computes every result f(r, c) over vr x vc first, then sets dst's valid region to it and writes
+// the results: dst may alias a source.
+template <class F>
+void commit(Machine& m, const ir::Op& op, Tile& dst, int64_t vr, int64_t vc, F&& f) {
+  std::vector<double> out(size_t(std::max<int64_t>(vr, 0) * std::max<int64_t>(vc, 0)));
+  for (int64_t r = 0; r < vr; ++r)
+    for (int64_t c = 0; c < vc; ++c) out[size_t(r * vc + c)] = f(r, c);
+  m.set_valid(op, dst, vr, vc);  // checks the region fits the tile
+  for (int64_t r = 0; r < vr; ++r)
+    for (int64_t c = 0; c < vc; ++c) m.put(op, dst, r, c, out[size_t(r * vc + c)]);
+}
+
+// Instruction semantics, grouped by file; each handles the opcodes of its categories.
+void exec_memory(Machine& m, const ir::Op& op);       // memory.cpp: TLOAD TSTORE TPREFETCH
+void exec_elementwise(Machine& m, const ir::Op& op);  // elementwise.cpp: Fill Unary Binary
+                                                      //   Compare Select Convert
+void exec_reduce_expand(Machine& m, const ir::Op& op);  // reduce.cpp: Reduce Expand
+void exec_matrix(Machine& m, const ir::Op& op);       // matrix.cpp: Matrix
+void exec_layout(Machine& m, const ir::Op& op);       // layout.cpp: Layout Gather
+void exec_sync(Machine& m, const ir::Op& op);         // sync.cpp: Sync
+
+}  // namespace pypto::interp

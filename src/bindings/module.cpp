@@ -1,0 +1,33 @@
+// The pypto._C extension module: ties the binding files together and turns the core's
+// pypto::ir::Error into the Python exception pypto.PyptoError (a ValueError).
+#include <nanobind/nanobind.h>
+
+#include "ir/types.h"
+
+namespace nb = nanobind;
+
+namespace pypto::bindings {
+void bind_ir(nb::module_& m);
+void bind_builder(nb::module_& m);
+void bind_runtime(nb::module_& m);
+}  // namespace pypto::bindings
+
+NB_MODULE(_C, m) {
+  m.doc() = "PyPTO core: IR builder, passes, interpreter and CPU backend";
+  static nb::object error_type = nb::steal(PyErr_NewExceptionWithDoc(
+      "pypto.PyptoError", "An error in a PyPTO kernel: shapes, dtypes, unsupported constructs, or IR.",
+      PyExc_ValueError, nullptr));
+  m.attr("PyptoError") = error_type;
+  nb::register_exception_translator(
+      [](const std::exception_ptr& p, void*) {
+        try {
+          std::rethrow_exception(p);
+        } catch (const pypto::ir::Error& e) {
+          PyErr_SetString(error_type.ptr(), e.what());
+        }
+      },
+      nullptr);
+  pypto::bindings::bind_ir(m);
+  pypto::bindings::bind_builder(m);
+  pypto::bindings::bind_runtime(m);
+}

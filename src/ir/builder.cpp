@@ -1,0 +1,619 @@
+// Builder core: parameters, control flow, views, elementwise/reduce/matmul ops, stores, finish.
+#include "ir/builder.h"
+
+#include <algorithm>
+#include <climits>
+#include <sstream>
+
+#include "ir/builder_impl.h"
+
+namespace pypto::ir {
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << "(";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  if (s.size() == 1) os << ",";
+  os << ")";
+  return os.str();
+}
+
+int normalize_dim(int dim, int rank, const char* what) {
+  int d = dim < 0 ? dim + rank : dim;
+  if (d < 0 || d >= rank) {
+    throw Error(std::string(what) + ": dimension " + std::to_string(dim) + " is out of range for a tensor of rank " +
+                std::to_string(rank));
+  }
+  return d;
+}
+
+Expr min_valid(const Expr& a, const Expr& b) {
+  if (!a) return b;
+  if (!b) return a;
+  return min(a, b);
+}
+
+namespace {
+
+bool is_float_dtype(DType t) { return is_float(t); }
+
+// Result type of an arithmetic op between two tensors (NumPy/torch-like, float32 first).
+DType promote(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::F64 || b == DType::F64) return DType::F64;
+  if (a == DType::F32 || b == DType::F32) return DType::F32;
+  if (is_float_dtype(a) && is_float_dtype(b)) return DType::F32;  // f16 with bf16
+  if (is_float_dtype(a)) return a;
+  if (is_float_dtype(b)) return b;
+  if (a == DType::I64 || b == DType::I64) return DType::I64;
+  if (a == DType::I32 || b == DType::I32) return DType::I32;
+  return a;
+}
+
+const View* as_view(const Operand& o) { return std::get_if<View>(&o); }
+
+DType operand_dtype(const Operand& o, DType tensor_dtype) {
+  if (auto v = as_view(o)) return v->buf->dtype;
+  // A Python scalar does not widen a tensor, except a float scalar with an integer tensor.
+  const Expr& e = std::get<Expr>(o);
+  if (is_float(e->dtype) && !is_float(tensor_dtype)) return DType::F32;
+  return tensor_dtype;
+}
+
+// Valid extents of a broadcast result: each output dim takes the tightest extent of the operands
+// that are not broadcast along it.
+std::vector<Expr> broadcast_valid(const std::vector<int64_t>& out, const std::vector<const View*>& views) {
+  std::vector<Expr> valid(out.size());
+  for (const View* v : views) {
+    auto shape = v->shape();
+    auto vs = v->valid_shape();
+    size_t off = out.size() - shape.size();
+    for (size_t j = 0; j < shape.size(); ++j) {
+      if (shape[j] == out[off + j]) valid[off + j] = min_valid(valid[off + j], vs[j]);
+    }
+  }
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!valid[i]) valid[i] = int_imm(out[i]);
+  return valid;
+}
+
+bool is_unary_float_op(Opcode op) {
+  switch (op) {
+    case Opcode::TMOV: case Opcode::TNEG: case Opcode::TABS: case Opcode::TRELU: case Opcode::TNOT:
+      return false;
+    default:
+      return true;
+  }
+}
+
+}  // namespace
+
+std::string Builder::Impl::fresh(const std::string& hint) {
+  std::string base;
+  for (char c : hint) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  if (base.empty() || std::isdigit(static_cast<unsigned char>(base[0]))) base = "t" + base;
+  std::string name = base;
+  for (int i = 1; names.count(name); ++i) name = base + "_" + std::to_string(i);
+  names.insert(name);
+  return name;
+}
+
+View Builder::Impl::new_temp(const std::vector<int64_t>& shape, DType dtype, const std::vector<Expr>& valid,
+                             const std::string& hint) {
+  auto b = std::make_shared<Buffer>();
+  b->name = fresh(hint);
+  b->dtype = dtype;
+  b->shape = shape;
+  b->space = Space::Global;
+  b->kind = BufferKind::Temp;
+  emit(alloc(b));
+  View v = View::whole(b);
+  if (!valid.empty()) {
+    for (size_t i = 0; i < valid.size(); ++i) {
+      auto c = as_int(valid[i]);
+      v.valid[i] = (c && *c >= shape[i]) ? int_imm(shape[i]) : valid[i];
+    }
+  }
+  return v;
+}
+
+namespace {
+std::optional<int64_t> upper(const Expr& e, const VarBounds& vb) {
+  if (auto c = as_int(e)) return *c;
+  if (e->op == ExprOp::Min) {
+    std::optional<int64_t> best;
+    for (auto& a : e->args)
+      if (auto u = upper(a, vb)) best = best ? std::min(*best, *u) : *u;
+    return best;
+  }
+  if (e->op == ExprOp::Max) {
+    int64_t best = LLONG_MIN;
+    for (auto& a : e->args) {
+      auto u = upper(a, vb);
+      if (!u) return std::nullopt;
+      best = std::max(best, *u);
+    }
+    return best;
+  }
+  if (auto b = bounds(e, vb)) return b->hi;
+  return std::nullopt;
+}
+}  // namespace
+
+int64_t Builder::Impl::upper_bound(const Expr& e, int64_t fallback) const {
+  auto u = upper(e, var_bounds);
+  return u ? *u : fallback;
+}
+
+Builder::Builder(std::string name) : impl_(std::make_shared<Impl>()) {
+  impl_->prog.name = std::move(name);
+  impl_->frames.emplace_back();
+}
+
+std::vector<int64_t> Builder::broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  size_t n = std::max(a.size(), b.size());
+  std::vector<int64_t> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    int64_t x = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t y = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (x != y && x != 1 && y != 1)
+      throw Error("shapes " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast together");
+    out[i] = x == 1 ? y : x;
+  }
+  return out;
+}
+
+// --- signature -----------------------------------------------------------------------------
+
+View Builder::add_param(const std::string& name, DType dtype, std::vector<int64_t> shape) {
+  for (auto s : shape)
+    if (s <= 0) throw Error("argument '" + name + "' has an empty dimension: shape " + shape_str(shape));
+  auto b = std::make_shared<Buffer>();
+  b->name = impl_->fresh(name);
+  b->dtype = dtype;
+  b->shape = std::move(shape);
+  b->space = Space::Global;
+  b->kind = BufferKind::Param;
+  impl_->prog.params.push_back(b);
+  return View::whole(b);
+}
+
+Expr Builder::add_scalar_param(const std::string& name, DType dtype) {
+  std::string n = impl_->fresh(name);
+  impl_->prog.scalars.push_back(ScalarParam{n, dtype});
+  return var(n, dtype);
+}
+
+// --- control flow ----------------------------------------------------------------------------
+
+Expr Builder::begin_for(const std::string& hint, Expr lo, Expr hi, Expr step, bool parallel) {
+  auto s = as_int(step);
+  if (!s || *s <= 0) throw Error("a loop step must be a positive compile-time integer, got " + to_string(step));
+  Impl::Frame f;
+  f.kind = Impl::Frame::For;
+  f.var = impl_->fresh(hint.empty() ? "i" : hint);
+  f.lo = lo;
+  f.hi = hi;
+  f.step = step;
+  f.parallel = parallel;
+  auto lb = bounds(lo, impl_->var_bounds);
+  auto ub = impl_->upper_bound(hi, LLONG_MIN);
+  if (lb && ub != LLONG_MIN) impl_->var_bounds[f.var] = Interval{lb->lo, std::max(lb->lo, ub - 1)};
+  Expr v = var(f.var);
+  impl_->frames.push_back(std::move(f));
+  return v;
+}
+
+void Builder::end_for() {
+  if (impl_->frames.back().kind != Impl::Frame::For) throw Error("end_for without a matching begin_for");
+  Impl::Frame f = std::move(impl_->frames.back());
+  impl_->frames.pop_back();
+  impl_->var_bounds.erase(f.var);
+  impl_->emit(for_loop(f.var, f.lo, f.hi, f.step, std::move(f.stmts),
+                       f.parallel ? LoopKind::Parallel : LoopKind::Serial));
+}
+
+void Builder::begin_if(Expr cond) {
+  Impl::Frame f;
+  f.kind = Impl::Frame::Then;
+  f.cond = cond;
+  impl_->frames.push_back(std::move(f));
+}
+
+void Builder::begin_else() {
+  auto& f = impl_->frames.back();
+  if (f.kind != Impl::Frame::Then) throw Error("begin_else without a matching begin_if");
+  f.then_stmts = std::move(f.stmts);
+  f.stmts.clear();
+  f.kind = Impl::Frame::Else;
+}
+
+void Builder::end_if() {
+  auto kind = impl_->frames.back().kind;
+  if (kind != Impl::Frame::Then && kind != Impl::Frame::Else) throw Error("end_if without a matching begin_if");
+  Impl::Frame f = std::move(impl_->frames.back());
+  impl_->frames.pop_back();
+  if (kind == Impl::Frame::Then) impl_->emit(if_then(f.cond, std::move(f.stmts)));
+  else impl_->emit(if_then(f.cond, std::move(f.then_stmts), std::move(f.stmts)));
+}
+
+// Index arithmetic stays inline (no Let) so bounds analysis sees through names like `end_i`.
+Expr Builder::let(const std::string&, Expr value) { return value; }
+
+// --- creation --------------------------------------------------------------------------------
+
+View Builder::empty(std::vector<int64_t> shape, DType dtype) {
+  for (auto s : shape)
+    if (s <= 0) throw Error("cannot create a tensor of shape " + shape_str(shape) + ": every dimension must be >= 1");
+  return impl_->new_temp(shape, dtype, {});
+}
+
+View Builder::full(std::vector<int64_t> shape, DType dtype, Expr value) {
+  View t = empty(std::move(shape), dtype);
+  impl_->emit_op(Opcode::TEXPANDS, {t, value});
+  return t;
+}
+
+View Builder::arange(Expr start, int64_t n, Expr step, DType dtype) {
+  if (n <= 0) throw Error("arange: empty range");
+  View t = empty({n}, dtype);
+  impl_->emit_op(Opcode::TCI, {t, int_imm(0)});
+  if (!(as_int(step) && *as_int(step) == 1)) impl_->emit_op(Opcode::TMUL, {t, t, step});
+  if (!(as_int(start) && *as_int(start) == 0)) impl_->emit_op(Opcode::TADD, {t, t, start});
+  return t;
+}
+
+// --- views -----------------------------------------------------------------------------------
+
+View Builder::slice(const View& v, const std::vector<Index>& idx) {
+  int r = v.rank();
+  int consumed = 0;
+  for (auto& ix : idx)
+    if (ix.kind != Index::NewAxis) ++consumed;
+  if (consumed > r)
+    throw Error("too many indices for a tensor of shape " + shape_str(v.shape()) + ": " + std::to_string(consumed) +
+                " given");
+  View out = v;
+  std::vector<int> dims;
+  std::vector<int> new_axes;  // positions in the result that are new size-1 axes
+  int p = 0;
+  for (auto& ix : idx) {
+    if (ix.kind == Index::NewAxis) {
+      new_axes.push_back(int(dims.size()) + int(new_axes.size()));
+      continue;
+    }
+    int bd = v.dims[p];
+    int64_t n = v.size[bd];
+    Expr V = v.valid[bd];
+    if (ix.kind == Index::Int) {
+      Expr i = ix.start;
+      if (auto c = as_int(i)) {
+        int64_t k = *c < 0 ? *c + n : *c;
+        if (k < 0 || k >= n)
+          throw Error("index " + std::to_string(*c) + " is out of range for dimension " + std::to_string(p) +
+                      " of size " + std::to_string(n));
+        i = int_imm(k);
+      }
+      out.offset[bd] = v.offset[bd] + i * int_imm(v.step[bd]);
+      out.size[bd] = 1;
+      out.step[bd] = 1;
+      out.valid[bd] = int_imm(1);
+    } else {
+      int64_t s = ix.step;
+      if (s <= 0) throw Error("slice steps must be positive compile-time integers");
+      auto norm = [&](Expr e) {
+        if (auto c = as_int(e)) {
+          int64_t k = *c < 0 ? std::max<int64_t>(*c + n, 0) : std::min(*c, n);
+          return int_imm(k);
+        }
+        return e;
+      };
+      Expr st = ix.start ? norm(ix.start) : int_imm(0);
+      Expr en = ix.stop ? min(norm(ix.stop), V) : V;
+      Expr len = max(en - st, int_imm(0));
+      Expr ext = s == 1 ? len : div(len + int_imm(s - 1), int_imm(s));
+      int64_t hi = impl_->upper_bound(ext, n);
+      int64_t static_size = std::min(hi, (n + s - 1) / s);
+      if (static_size <= 0)
+        throw Error("slice selects no elements of dimension " + std::to_string(p) + " (size " + std::to_string(n) + ")");
+      out.offset[bd] = v.offset[bd] + st * int_imm(v.step[bd]);
+      out.size[bd] = static_size;
+      out.step[bd] = v.step[bd] * s;
+      auto c = as_int(ext);
+      out.valid[bd] = (c && *c >= static_size) ? int_imm(static_size) : ext;
+      dims.push_back(bd);
+    }
+    ++p;
+  }
+  for (; p < r; ++p) dims.push_back(v.dims[p]);
+  out.dims = dims;
+  for (int pos : new_axes) out = unsqueeze(out, pos);
+  return out;
+}
+
+View Builder::permute(const View& v, std::vector<int> perm) {
+  int r = v.rank();
+  if (int(perm.size()) != r) throw Error("permute: expected " + std::to_string(r) + " dimensions");
+  std::vector<bool> seen(r, false);
+  View out = v;
+  for (int i = 0; i < r; ++i) {
+    int d = normalize_dim(perm[i], r, "permute");
+    if (seen[d]) throw Error("permute: repeated dimension " + std::to_string(perm[i]));
+    seen[d] = true;
+    out.dims[i] = v.dims[d];
+  }
+  return out;
+}
+
+View Builder::transpose(const View& v, int d0, int d1) {
+  int r = v.rank();
+  std::vector<int> perm(r);
+  for (int i = 0; i < r; ++i) perm[i] = i;
+  std::swap(perm[normalize_dim(d0, r, "transpose")], perm[normalize_dim(d1, r, "transpose")]);
+  return permute(v, perm);
+}
+
+View Builder::squeeze(const View& v, int dim) {
+  int d = normalize_dim(dim, v.rank(), "squeeze");
+  if (v.shape()[d] != 1) throw Error("squeeze: dimension " + std::to_string(dim) + " has size " +
+                                     std::to_string(v.shape()[d]) + ", not 1");
+  View out = v;
+  out.dims.erase(out.dims.begin() + d);
+  return out;
+}
+
+View Builder::unsqueeze(const View& v, int dim) {
+  int d = normalize_dim(dim, v.rank() + 1, "unsqueeze");
+  auto shape = v.shape();
+  auto valid = v.valid_shape();
+  shape.insert(shape.begin() + d, 1);
+  valid.insert(valid.begin() + d, int_imm(1));
+  View t = impl_->new_temp(shape, v.buf->dtype, valid);
+  impl_->emit_op(Opcode::TMOV, {squeeze(t, d), v});
+  return t;
+}
+
+View Builder::broadcast_to(const View& v, std::vector<int64_t> shape) {
+  auto out = broadcast_shapes(v.shape(), shape);
+  if (out != shape) throw Error("cannot broadcast shape " + shape_str(v.shape()) + " to " + shape_str(shape));
+  View t = impl_->new_temp(shape, v.buf->dtype, broadcast_valid(shape, {&v}));
+  impl_->emit_op(Opcode::TMOV, {t, v});
+  return t;
+}
+
+// --- compute ---------------------------------------------------------------------------------
+
+View Builder::unary(Opcode op, const View& x) {
+  if (opcode_info(op).category != OpCategory::Unary) throw Error(std::string(opcode_name(op)) + " is not a unary op");
+  DType t = x.buf->dtype;
+  if (op == Opcode::TNOT) t = DType::Bool;
+  else if (is_unary_float_op(op) && !is_float(t)) t = DType::F32;
+  View out = impl_->new_temp(x.shape(), t, x.valid_shape());
+  impl_->emit_op(op, {out, x});
+  return out;
+}
+
+View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
+  auto cat = opcode_info(op).category;
+  if (cat != OpCategory::Binary && cat != OpCategory::Compare)
+    throw Error(std::string(opcode_name(op)) + " is not a binary op");
+  const View* va = as_view(a);
+  const View* vb = as_view(b);
+  if (!va && !vb) throw Error(std::string(opcode_name(op)) + " needs at least one tensor operand");
+  std::vector<int64_t> shape;
+  std::vector<const View*> views;
+  for (const View* v : {va, vb})
+    if (v) {
+      shape = views.empty() ? v->shape() : broadcast_shapes(shape, v->shape());
+      views.push_back(v);
+    }
+  DType base = va ? va->buf->dtype : vb->buf->dtype;
+  DType t = promote(operand_dtype(a, base), operand_dtype(b, base));
+  if (cat == OpCategory::Compare || op == Opcode::TAND || op == Opcode::TOR) t = DType::Bool;
+  else if ((op == Opcode::TDIV || op == Opcode::TPOW) && !is_float(t)) t = DType::F32;
+  View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));
+  impl_->emit_op(op, {out, a, b});
+  return out;
+}
+
+View Builder::select(const Operand& cond, const Operand& a, const Operand& b) {
+  const View* vc = as_view(cond);
+  if (!vc) throw Error("where: the condition must be a tensor");
+  std::vector<const View*> views{vc};
+  std::vector<int64_t> shape = vc->shape();
+  for (const Operand* o : {&a, &b})
+    if (auto v = as_view(*o)) {
+      shape = broadcast_shapes(shape, v->shape());
+      views.push_back(v);
+    }
+  DType base = DType::F32;
+  if (auto v = as_view(a)) base = v->buf->dtype;
+  else if (auto w = as_view(b)) base = w->buf->dtype;
+  DType t = promote(operand_dtype(a, base), operand_dtype(b, base));
+  View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));
+  impl_->emit_op(Opcode::TSEL, {out, cond, a, b});
+  return out;
+}
+
+View Builder::cast(const View& x, DType t) {
+  View out = impl_->new_temp(x.shape(), t, x.valid_shape());
+  impl_->emit_op(Opcode::TCVT, {out, x});
+  return out;
+}
+
+View Builder::copy(const View& x) {
+  View out = impl_->new_temp(x.shape(), x.buf->dtype, x.valid_shape());
+  impl_->emit_op(Opcode::TMOV, {out, x});
+  return out;
+}
+
+View Builder::reduce(Opcode row_op, const View& x, std::vector<int> dims, bool keepdim) {
+  if (row_op != Opcode::TROWSUM && row_op != Opcode::TROWMAX && row_op != Opcode::TROWMIN)
+    throw Error("reduce: expected TROWSUM, TROWMAX or TROWMIN");
+  int r = x.rank();
+  if (r == 0) throw Error("cannot reduce a 0-d tensor");
+  if (dims.empty())
+    for (int i = 0; i < r; ++i) dims.push_back(i);
+  for (auto& d : dims) d = normalize_dim(d, r, "reduce");
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  View cur = x;
+  for (auto it = dims.rbegin(); it != dims.rend(); ++it) {
+    int d = *it;
+    std::vector<int> perm;
+    for (int i = 0; i < r; ++i)
+      if (i != d) perm.push_back(i);
+    perm.push_back(d);
+    View xp = permute(cur, perm);
+    auto shape = xp.shape();
+    auto valid = xp.valid_shape();
+    shape.back() = 1;
+    valid.back() = int_imm(1);
+    DType t = cur.buf->dtype;
+    if (row_op == Opcode::TROWSUM && !is_float(t)) t = DType::I64;
+    View acc = impl_->new_temp(shape, t, valid);
+    impl_->emit_op(row_op, {acc, xp});
+    // Back to the original dimension order: result dim d is acc's last dim.
+    View back = acc;
+    for (int p = 0; p < r; ++p) back.dims[p] = p < d ? p : (p == d ? r - 1 : p - 1);
+    cur = back;
+  }
+  if (!keepdim)
+    for (auto it = dims.rbegin(); it != dims.rend(); ++it) cur = squeeze(cur, *it);
+  return cur;
+}
+
+View Builder::mean(const View& x, std::vector<int> dims, bool keepdim) {
+  int r = x.rank();
+  if (dims.empty())
+    for (int i = 0; i < r; ++i) dims.push_back(i);
+  Expr count = int_imm(1);
+  auto vs = x.valid_shape();
+  std::vector<bool> seen(r, false);
+  for (int d : dims) {
+    int n = normalize_dim(d, r, "mean");
+    if (!seen[n]) count = count * vs[n];
+    seen[n] = true;
+  }
+  View src = is_float(x.buf->dtype) ? x : cast(x, DType::F32);
+  View s = reduce(Opcode::TROWSUM, src, dims, keepdim);
+  Expr c = as_int(count) ? float_imm(double(*as_int(count))) : ir::cast(count, DType::F32);
+  return binary(Opcode::TDIV, s, c);
+}
+
+View Builder::matmul(const View& a0, const View& b0) {
+  if (a0.rank() == 0 || b0.rank() == 0) throw Error("matmul: operands must have at least one dimension");
+  if (a0.buf->dtype == DType::Bool || b0.buf->dtype == DType::Bool) throw Error("matmul: bool tensors are not supported");
+  bool a1 = a0.rank() == 1, b1 = b0.rank() == 1;
+  View a = a1 ? unsqueeze(a0, 0) : a0;
+  View b = b1 ? unsqueeze(b0, 1) : b0;
+  auto sa = a.shape(), sb = b.shape();
+  if (sa.back() != sb[sb.size() - 2])
+    throw Error("matmul: inner dimensions do not match: " + shape_str(a0.shape()) + " @ " + shape_str(b0.shape()));
+  std::vector<int64_t> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
+  std::vector<int64_t> batch;
+  try {
+    batch = broadcast_shapes(ba, bb);
+  } catch (const Error&) {
+    throw Error("matmul: batch dimensions of " + shape_str(a0.shape()) + " and " + shape_str(b0.shape()) +
+                " cannot be broadcast");
+  }
+  auto shape = batch;
+  shape.push_back(sa[sa.size() - 2]);
+  shape.push_back(sb.back());
+  auto va = a.valid_shape(), vb = b.valid_shape();
+  std::vector<Expr> valid(shape.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Expr e;
+    size_t ia = i + ba.size() - batch.size(), ib = i + bb.size() - batch.size();
+    if (i + ba.size() >= batch.size() && ba[ia] == batch[i]) e = min_valid(e, va[ia]);
+    if (i + bb.size() >= batch.size() && bb[ib] == batch[i]) e = min_valid(e, vb[ib]);
+    valid[i] = e ? e : int_imm(batch[i]);
+  }
+  valid[batch.size()] = va[va.size() - 2];
+  valid[batch.size() + 1] = vb.back();
+  View out = impl_->new_temp(shape, promote(a.buf->dtype, b.buf->dtype), valid);
+  impl_->emit_op(Opcode::TMATMUL, {out, a, b});
+  View res = out;
+  if (b1) res = squeeze(res, -1);
+  if (a1) res = squeeze(res, -2 + (b1 ? 1 : 0));
+  return res;
+}
+
+void Builder::matmul_acc(const View& dst, const View& a, const View& b) {
+  if (a.rank() < 2 || b.rank() < 2 || dst.rank() < 2) throw Error("matmul accumulate needs operands of rank >= 2");
+  auto sa = a.shape(), sb = b.shape();
+  if (sa.back() != sb[sb.size() - 2])
+    throw Error("matmul: inner dimensions do not match: " + shape_str(sa) + " @ " + shape_str(sb));
+  std::vector<int64_t> batch =
+      broadcast_shapes(std::vector<int64_t>(sa.begin(), sa.end() - 2), std::vector<int64_t>(sb.begin(), sb.end() - 2));
+  batch.push_back(sa[sa.size() - 2]);
+  batch.push_back(sb.back());
+  auto sd = dst.shape();
+  // PTO's valid-region rule: a static tile may accumulate a smaller (edge) product.
+  bool ok = sd.size() == batch.size();
+  for (size_t i = 0; ok && i < sd.size(); ++i) ok = batch[i] <= sd[i] && (batch[i] == sd[i] || i + 2 >= sd.size());
+  if (!ok) throw Error("cannot accumulate a product of shape " + shape_str(batch) + " into a tensor of shape " + shape_str(sd));
+  impl_->emit_op(Opcode::TMATMUL_ACC, {dst, a, b});
+}
+
+// --- stores ----------------------------------------------------------------------------------
+
+namespace {
+// dst[...] = src must broadcast src to dst's shape; the valid-region rule also lets a smaller
+// edge value land in a larger static tile (and the reverse), covering the common valid region.
+void check_store(const std::vector<int64_t>& dst, const std::vector<int64_t>& src, const char* what) {
+  if (src.size() > dst.size()) goto bad;
+  for (size_t i = 0; i < src.size(); ++i) {
+    int64_t s = src[src.size() - 1 - i], d = dst[dst.size() - 1 - i];
+    if (s != d && s != 1 && i >= 2) goto bad;
+  }
+  return;
+bad:
+  throw Error(std::string(what) + ": cannot store a tensor of shape " + shape_str(src) + " into a slice of shape " +
+              shape_str(dst));
+}
+}  // namespace
+
+void Builder::assign(const View& dst, const Operand& src) {
+  if (auto v = as_view(src)) {
+    check_store(dst.shape(), v->shape(), "assignment");
+    impl_->emit_op(Opcode::TMOV, {dst, src});
+  } else {
+    impl_->emit_op(Opcode::TEXPANDS, {dst, src});
+  }
+}
+
+void Builder::update(Opcode op, const View& dst, const Operand& src) {
+  auto cat = opcode_info(op).category;
+  if (cat != OpCategory::Binary) throw Error("in-place update needs a binary op");
+  if (auto v = as_view(src)) check_store(dst.shape(), v->shape(), "in-place update");
+  impl_->emit_op(op, {dst, dst, src});
+}
+
+Program Builder::finish(const std::vector<View>& outputs) {
+  if (impl_->frames.size() != 1) throw Error("finish: a loop or if is still open");
+  auto& root = impl_->frames[0].stmts;
+  for (const View& v : outputs) {
+    auto it = std::find_if(root.begin(), root.end(), [&](const Stmt& s) {
+      return s->kind == StmtKind::Alloc && s->buffer == v.buf;
+    });
+    if (v.is_whole() && v.buf->kind == BufferKind::Temp && it != root.end()) {
+      root.erase(it);
+      v.buf->kind = BufferKind::Output;
+      impl_->prog.params.push_back(v.buf);
+      continue;
+    }
+    auto b = std::make_shared<Buffer>();
+    b->name = impl_->fresh("out");
+    b->dtype = v.buf->dtype;
+    b->shape = v.shape();
+    b->kind = BufferKind::Output;
+    impl_->prog.params.push_back(b);
+    impl_->emit_op(Opcode::TMOV, {View::whole(b), v});
+  }
+  impl_->prog.body = root;
+  return impl_->prog;
+}
+
+}  // namespace pypto::ir

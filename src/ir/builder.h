@@ -1,0 +1,91 @@
+// The C++ builder: makes a tensor-level Program one statement at a time, the way a front end
+// walks a kernel's source. It infers every result's static shape, dtype and valid extents, checks
+// operands (broadcasting, matmul inner dimensions, ranks, dtypes) and throws pypto::ir::Error with
+// a message naming the offending shapes. Each compute call appends instructions that write a new
+// Temp buffer and returns a whole-buffer View of it. Composite operators (softmax, norms, conv2d)
+// are decomposed here into PTO instructions (builder_nn.cpp).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace pypto::ir {
+
+// One entry of a subscript, after the front end has expanded `...`.
+struct Index {
+  enum Kind { Int, Slice, NewAxis } kind = Slice;
+  Expr start;            // Int: the index; Slice: start (null = 0)
+  Expr stop;             // Slice: stop (null = end); clamped to the dimension as in Python
+  int64_t step = 1;      // Slice: static positive step
+};
+
+class Builder {
+ public:
+  explicit Builder(std::string name);
+
+  // --- signature ---------------------------------------------------------------------------
+  View add_param(const std::string& name, DType dtype, std::vector<int64_t> shape);
+  Expr add_scalar_param(const std::string& name, DType dtype);
+
+  // --- structured control flow ----------------------------------------------------------------
+  // Returns the induction variable; statements built until end_for() form the body.
+  Expr begin_for(const std::string& hint, Expr lo, Expr hi, Expr step, bool parallel = false);
+  void end_for();
+  void begin_if(Expr cond);
+  void begin_else();
+  void end_if();
+  Expr let(const std::string& hint, Expr value);  // bind a scalar under a fresh name
+
+  // --- creation (new Temp buffers in global scratch) ------------------------------------------
+  View empty(std::vector<int64_t> shape, DType dtype);
+  View full(std::vector<int64_t> shape, DType dtype, Expr value);
+  View arange(Expr start, int64_t n, Expr step, DType dtype);  // n static
+
+  // --- views (no data movement) --------------------------------------------------------------
+  View slice(const View& v, const std::vector<Index>& idx);
+  View permute(const View& v, std::vector<int> perm);
+  View transpose(const View& v, int d0, int d1);   // negative dims allowed
+  View unsqueeze(const View& v, int dim);
+  View squeeze(const View& v, int dim);
+  View reshape(const View& v, std::vector<int64_t> shape);  // -1 allowed; copies when not a view
+  View broadcast_to(const View& v, std::vector<int64_t> shape);  // a copy
+
+  // --- compute (each returns a new Temp) ----------------------------------------------------
+  View unary(Opcode op, const View& x);                        // TEXP, TRELU, ...
+  View binary(Opcode op, const Operand& a, const Operand& b);  // TADD..., TCMP_*; NumPy broadcasting
+  View select(const Operand& cond, const Operand& a, const Operand& b);
+  View cast(const View& x, DType t);
+  View copy(const View& x);
+  // Reduce over `dims` (negative allowed; empty = all) with TROWSUM/TROWMAX/TROWMIN semantics.
+  View reduce(Opcode row_op, const View& x, std::vector<int> dims, bool keepdim);
+  View mean(const View& x, std::vector<int> dims, bool keepdim);
+  View matmul(const View& a, const View& b);  // 1-d and batched operands as numpy.matmul
+  void matmul_acc(const View& dst, const View& a, const View& b);  // dst += a @ b
+  View softmax(const View& x, int dim);
+  View log_softmax(const View& x, int dim);
+  View layer_norm(const View& x, int normalized_dims, const View* weight, const View* bias, double eps);
+  View rms_norm(const View& x, int normalized_dims, const View* weight, double eps);
+  View concat(const std::vector<View>& xs, int dim);
+  // NCHW or CHW input, OIHW weight. padding: {ph, pw}; same_padding computes it for stride 1.
+  View conv2d(const View& x, const View& w, const View* bias, std::vector<int64_t> stride,
+              std::vector<int64_t> padding, std::vector<int64_t> dilation, bool same_padding);
+
+  // --- stores ---------------------------------------------------------------------------------
+  void assign(const View& dst, const Operand& src);                    // dst[...] = src
+  void update(Opcode op, const View& dst, const Operand& src);         // dst op= src (in place)
+
+  // Finish: the Views returned by the kernel. A returned Temp that is whole and allocated at the
+  // top level becomes an Output param; anything else is copied into a fresh Output.
+  Program finish(const std::vector<View>& outputs);
+
+  // Shape helpers the front end uses for error messages and folding.
+  static std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace pypto::ir

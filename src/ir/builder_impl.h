@@ -1,0 +1,41 @@
+// Private state of ir::Builder, shared by builder.cpp (core) and builder_nn.cpp (composites).
+#pragma once
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/builder.h"
+
+namespace pypto::ir {
+
+struct Builder::Impl {
+  struct Frame {
+    enum Kind { Root, For, Then, Else } kind = Root;
+    std::vector<Stmt> stmts;
+    std::vector<Stmt> then_stmts;  // Else frames keep the finished then-branch here
+    std::string var;
+    Expr lo, hi, step, cond;
+    bool parallel = false;
+  };
+
+  Program prog;
+  std::vector<Frame> frames;
+  std::set<std::string> names;
+  VarBounds var_bounds;  // induction variables in scope
+
+  std::string fresh(const std::string& hint);
+  void emit(Stmt s) { frames.back().stmts.push_back(std::move(s)); }
+  void emit_op(Opcode code, std::vector<Operand> args) { emit(op_stmt(Op{code, std::move(args)})); }
+  // A new Temp in global scratch, declared in the current block, viewed whole with `valid` extents.
+  View new_temp(const std::vector<int64_t>& shape, DType dtype, const std::vector<Expr>& valid,
+                const std::string& hint = "t");
+  // Static upper bound of an index expression (the best one known), or fallback.
+  int64_t upper_bound(const Expr& e, int64_t fallback) const;
+};
+
+// Shape helpers shared by the builder files.
+std::string shape_str(const std::vector<int64_t>& s);
+int normalize_dim(int dim, int rank, const char* what);
+Expr min_valid(const Expr& a, const Expr& b);
+
+}  // namespace pypto::ir

@@ -1,0 +1,109 @@
+// Buffers, views, statement constructors and structural identity of programs.
+#include "ir/ir.h"
+
+#include "ir/structural.h"
+
+namespace pypto::ir {
+
+int64_t Buffer::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+View View::whole(const BufferRef& b) {
+  View v;
+  v.buf = b;
+  int r = b ? b->rank() : 0;
+  for (int d = 0; d < r; ++d) {
+    v.offset.push_back(int_imm(0));
+    v.size.push_back(b->shape[size_t(d)]);
+    v.step.push_back(1);
+    v.valid.push_back(int_imm(b->shape[size_t(d)]));
+    v.dims.push_back(d);
+  }
+  return v;
+}
+
+std::vector<int64_t> View::shape() const {
+  std::vector<int64_t> s;
+  for (int d : dims) s.push_back(size.at(size_t(d)));
+  return s;
+}
+
+std::vector<Expr> View::valid_shape() const {
+  std::vector<Expr> s;
+  for (int d : dims) s.push_back(valid.at(size_t(d)));
+  return s;
+}
+
+bool View::is_whole() const {
+  if (!buf) return false;
+  size_t r = buf->shape.size();
+  if (offset.size() != r || size.size() != r || step.size() != r || valid.size() != r || dims.size() != r) return false;
+  for (size_t d = 0; d < r; ++d) {
+    auto off = as_int(offset[d]);
+    auto val = as_int(valid[d]);
+    if (!off || *off != 0 || size[d] != buf->shape[d] || step[d] != 1 || !val || *val != buf->shape[d] ||
+        valid[d]->dtype != DType::I64 || offset[d]->dtype != DType::I64 || dims[d] != int(d))
+      return false;
+  }
+  return true;
+}
+
+namespace {
+Stmt make(StmtKind k) {
+  auto s = std::make_shared<StmtNode>();
+  s->kind = k;
+  return s;
+}
+}  // namespace
+
+Stmt seq(std::vector<Stmt> body) {
+  auto s = make(StmtKind::Seq);
+  s->body = std::move(body);
+  return s;
+}
+
+Stmt for_loop(const std::string& var, Expr lo, Expr hi, Expr step, std::vector<Stmt> body, LoopKind kind) {
+  auto s = make(StmtKind::For);
+  s->var = var;
+  s->lo = std::move(lo);
+  s->hi = std::move(hi);
+  s->step = step ? std::move(step) : int_imm(1);
+  s->body = std::move(body);
+  s->loop_kind = kind;
+  return s;
+}
+
+Stmt if_then(Expr cond, std::vector<Stmt> then_body, std::vector<Stmt> else_body) {
+  auto s = make(StmtKind::If);
+  s->cond = std::move(cond);
+  s->body = std::move(then_body);
+  s->orelse = std::move(else_body);
+  return s;
+}
+
+Stmt let(const std::string& var, Expr value) {
+  auto s = make(StmtKind::Let);
+  s->var = var;
+  s->value = std::move(value);
+  return s;
+}
+
+Stmt alloc(BufferRef buffer) {
+  auto s = make(StmtKind::Alloc);
+  s->buffer = std::move(buffer);
+  return s;
+}
+
+Stmt op_stmt(Op op) {
+  auto s = make(StmtKind::OpStmt);
+  s->op = std::move(op);
+  return s;
+}
+
+bool structural_equal(const Program& a, const Program& b) { return structural::equal(a, b); }
+size_t structural_hash(const Program& p) { return structural::hash(p); }
+
+}  // namespace pypto::ir

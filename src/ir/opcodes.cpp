@@ -1,0 +1,24 @@
+// The opcode table, generated from the PYPTO_OPCODES X-macro so it cannot drift from the enum.
+#include "ir/opcodes.h"
+
+#include <iterator>
+
+namespace pypto::ir {
+
+namespace {
+constexpr OpcodeInfo kOpcodes[] = {
+#define PYPTO_X(name, cat, n) {#name, OpCategory::cat, n},
+    PYPTO_OPCODES(PYPTO_X)
+#undef PYPTO_X
+};
+}  // namespace
+
+const OpcodeInfo& opcode_info(Opcode op) { return kOpcodes[size_t(op)]; }
+
+std::optional<Opcode> parse_opcode(std::string_view name) {
+  for (size_t i = 0; i < std::size(kOpcodes); ++i)
+    if (kOpcodes[i].name == name) return Opcode(i);
+  return std::nullopt;
+}
+
+}  // namespace pypto::ir

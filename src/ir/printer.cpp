@@ -1,0 +1,156 @@
+// The IR's text form (grammar: the comment at the top of parser.cpp). Everything that makes a
+// program is printed, so parse(print(p)) is structurally equal to p.
+#include "ir/printer.h"
+
+#include <algorithm>
+
+#include "ir/expr_impl.h"
+
+namespace pypto::ir {
+
+namespace {
+
+std::string name_token(char sigil, const std::string& name) {
+  std::string s = detail::var_token(name);
+  s[0] = sigil;
+  return s;
+}
+
+std::string expr_text(const Expr& e) { return to_string(e); }
+
+bool is_int_value(const Expr& e, int64_t v) {
+  return e && e->op == ExprOp::Int && e->dtype == DType::I64 && e->ival == v;
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+// The kind word is printed only where it differs from the default of its place (params are
+// inputs, allocations are temps), so ordinary programs read cleanly and odd ones still round-trip.
+std::string kind_suffix(BufferKind k, BufferKind dflt) {
+  if (k == dflt) return "";
+  switch (k) {
+    case BufferKind::Param: return " in";
+    case BufferKind::Output: return " out";
+    case BufferKind::Temp: return " temp";
+  }
+  return "";
+}
+
+std::string buffer_decl(const Buffer& b, bool is_param) {
+  std::string s = name_token('%', b.name) + ": " + std::string(dtype_name(b.dtype)) + shape_text(b.shape);
+  if (!is_param || b.space != Space::Global) s += " " + std::string(space_name(b.space));
+  return s + kind_suffix(b.kind, is_param ? BufferKind::Param : BufferKind::Temp);
+}
+
+std::string operand_text(const Operand& o) {
+  if (const View* v = std::get_if<View>(&o)) return print(*v);
+  return expr_text(std::get<Expr>(o));
+}
+
+void print_block(const std::vector<Stmt>& body, int indent, std::string& out) {
+  for (const auto& s : body) out += print(s, indent);
+}
+
+}  // namespace
+
+std::string print(const View& v) {
+  if (!v.buf) return "<null view>";
+  std::string s = name_token('%', v.buf->name);
+  if (v.is_whole()) return s;
+  size_t rank = v.offset.size();
+  auto in_dims = [&](size_t d) { return std::find(v.dims.begin(), v.dims.end(), int(d)) != v.dims.end(); };
+  std::vector<int> slice_dims;  // dims written in `off:size` form, ascending
+  std::string specs;
+  for (size_t d = 0; d < rank; ++d) {
+    int64_t size = d < v.size.size() ? v.size[d] : 1;
+    int64_t step = d < v.step.size() ? v.step[d] : 1;
+    Expr valid = d < v.valid.size() ? v.valid[d] : nullptr;
+    if (d) specs += ", ";
+    specs += expr_text(v.offset[d]);
+    // An indexed (dropped) dim is just its offset when its window is the usual 1 x 1.
+    if (!in_dims(d) && size == 1 && step == 1 && is_int_value(valid, 1)) continue;
+    slice_dims.push_back(int(d));
+    specs += ":" + std::to_string(size);
+    if (step != 1) specs += " step " + std::to_string(step);
+    if (!is_int_value(valid, size)) specs += " valid " + expr_text(valid);
+  }
+  s += "[" + specs + "]";
+  if (v.dims != slice_dims) {
+    s += " perm(";
+    for (size_t i = 0; i < v.dims.size(); ++i) s += (i ? ", " : "") + std::to_string(v.dims[i]);
+    s += ")";
+  }
+  return s;
+}
+
+std::string print(const Op& op) {
+  std::string s(opcode_name(op.code));
+  for (size_t i = 0; i < op.args.size(); ++i) s += (i ? ", " : " ") + operand_text(op.args[i]);
+  return s;
+}
+
+std::string print(const Stmt& st, int indent) {
+  std::string pad(size_t(indent) * 2, ' ');
+  if (!st) return pad + "<null stmt>\n";
+  std::string out;
+  switch (st->kind) {
+    case StmtKind::Seq:
+      out += pad + "seq {\n";
+      print_block(st->body, indent + 1, out);
+      out += pad + "}\n";
+      break;
+    case StmtKind::For:
+      out += pad + (st->loop_kind == LoopKind::Parallel ? "parallel for " : "for ") + name_token('%', st->var) +
+             " = " + expr_text(st->lo) + " to " + expr_text(st->hi);
+      if (!is_int_value(st->step, 1)) out += " step " + expr_text(st->step);
+      out += " {\n";
+      print_block(st->body, indent + 1, out);
+      out += pad + "}\n";
+      break;
+    case StmtKind::If:
+      out += pad + "if " + expr_text(st->cond) + " {\n";
+      print_block(st->body, indent + 1, out);
+      if (!st->orelse.empty()) {
+        out += pad + "} else {\n";
+        print_block(st->orelse, indent + 1, out);
+      }
+      out += pad + "}\n";
+      break;
+    case StmtKind::Let:
+      out += pad + "let " + name_token('%', st->var) + " = " + expr_text(st->value) + "\n";
+      break;
+    case StmtKind::Alloc:
+      out += pad + "alloc " + (st->buffer ? buffer_decl(*st->buffer, false) : "<null buffer>") + "\n";
+      break;
+    case StmtKind::OpStmt:
+      out += pad + print(st->op) + "\n";
+      break;
+  }
+  return out;
+}
+
+std::string print(const Program& p) {
+  std::string out = "func " + name_token('@', p.name) + "(";
+  bool first = true;
+  for (const auto& b : p.params) {
+    out += (first ? "" : ", ") + (b ? buffer_decl(*b, true) : std::string("<null buffer>"));
+    first = false;
+  }
+  for (const auto& s : p.scalars) {
+    out += (first ? "" : ", ") + name_token('%', s.name) + ": " + std::string(dtype_name(s.dtype));
+    first = false;
+  }
+  out += ") {\n";
+  print_block(p.body, 1, out);
+  out += "}\n";
+  return out;
+}
+
+}  // namespace pypto::ir

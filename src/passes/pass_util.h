@@ -1,0 +1,30 @@
+// Small helpers shared by passes.
+#pragma once
+#include <set>
+#include <string>
+
+#include "ir/ir.h"
+
+namespace pypto::passes {
+
+// Hands out names not yet used anywhere in a program (buffers, loop variables, scalars).
+class NameGen {
+ public:
+  explicit NameGen(const ir::Program& p);
+  std::string fresh(const std::string& hint);
+
+ private:
+  std::set<std::string> used_;
+};
+
+// Calls f on every statement (pre-order), descending into loops and ifs.
+template <class F>
+void walk(const std::vector<ir::Stmt>& body, F&& f) {
+  for (auto& s : body) {
+    f(s);
+    walk(s->body, f);
+    walk(s->orelse, f);
+  }
+}
+
+}  // namespace pypto::passes

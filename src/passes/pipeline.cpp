@@ -1,0 +1,85 @@
+// The lowering pipeline, one pass after another (see pipeline.h).
+#include "passes/pipeline.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include "ir/printer.h"
+#include "ir/verifier.h"
+#include "passes/parallelize.h"
+#include "passes/tile_ops.h"
+
+namespace pypto::passes {
+using namespace ir;
+
+namespace {
+
+bool debug_logging() {
+  for (const char* name : {"PYPTO_LOG_LEVEL", "PYTO_LOG_LEVEL"}) {
+    const char* v = std::getenv(name);
+    if (v && strcasecmp(v, "DEBUG") == 0) return true;
+  }
+  return false;
+}
+
+bool verify_each_pass() {
+#ifdef PYPTO_DEBUG_VERIFY
+  return true;
+#else
+  const char* v = std::getenv("PYPTO_VERIFY");
+  return v && std::strcmp(v, "0") != 0;
+#endif
+}
+
+// Runs one pass, timing it, verifying its output and logging it.
+class PassRunner {
+ public:
+  explicit PassRunner(std::string& log) : log_(log), debug_(debug_logging()), verify_(verify_each_pass()) {}
+
+  template <class F>
+  Program run(const char* name, Level level, F&& pass) {
+    auto t0 = std::chrono::steady_clock::now();
+    Program out = pass();
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (verify_) verify(out, level);
+    std::ostringstream os;
+    os << "[pypto] pass " << name << ": " << ms << " ms\n";
+    if (debug_) os << print(out) << "\n";
+    log_ += os.str();
+    if (debug_) std::cerr << os.str();
+    return out;
+  }
+
+ private:
+  std::string& log_;
+  bool debug_, verify_;
+};
+
+TileSizes tile_sizes(const PipelineOptions& o) {
+  TileSizes t;
+  if (o.tile_rows > 0) t.elem_rows = o.tile_rows;
+  if (o.tile_cols > 0) t.elem_cols = o.tile_cols;
+  if (o.mm_tile_m > 0) t.mm_m = o.mm_tile_m;
+  if (o.mm_tile_n > 0) t.mm_n = o.mm_tile_n;
+  if (o.mm_tile_k > 0) t.mm_k = o.mm_tile_k;
+  return t;
+}
+
+}  // namespace
+
+Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
+  Lowered l;
+  PassRunner run(l.log);
+  l.tensor = run.run("verify", Level::Tensor, [&] {
+    verify(tensor_level, Level::Tensor);
+    return tensor_level;
+  });
+  l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(l.tensor, tile_sizes(options)); });
+  l.isa = run.run("parallelize", Level::Tile, [&] { return options.parallel ? parallelize(l.tile) : l.tile; });
+  return l;
+}
+
+}  // namespace pypto::passes

@@ -1,0 +1,35 @@
+// The lowering pipeline: tensor-level program -> tile-level PTO ISA program.
+// One straight-line function (pipeline.cpp) runs the passes in order, verifies after each in
+// debug builds or when PYPTO_VERIFY=1, and with PYPTO_LOG_LEVEL=DEBUG (or the seed's spelling
+// PYTO_LOG_LEVEL) logs each pass's time and dumps the IR after it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace pypto::passes {
+
+struct PipelineOptions {
+  // Fusion: true = fuse aggressively; false = elementwise chains only; fusion_ops non-empty =
+  // fuse only chains of those kinds ("matmul", "add", "relu", ...).
+  bool fusion = false;
+  std::vector<std::string> fusion_ops;
+  // Tile sizes (0 = chosen from the target description).
+  int64_t tile_rows = 0, tile_cols = 0;           // elementwise / reduction tiles
+  int64_t mm_tile_m = 0, mm_tile_n = 0, mm_tile_k = 0;
+  bool parallel = true;       // mark provably independent loops parallel
+  bool double_buffer = true;  // prefetch the next tile's operands
+};
+
+struct Lowered {
+  ir::Program tensor;  // after verification and simplification
+  ir::Program tile;    // after tiling and fusion: loops of tile instructions
+  ir::Program isa;     // final: memory planned, parallel loops marked, sync inserted
+  std::string log;     // per-pass timings (and IR dumps at DEBUG)
+};
+
+Lowered lower(const ir::Program& tensor_level, const PipelineOptions& options);
+
+}  // namespace pypto::passes

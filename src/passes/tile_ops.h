@@ -1,0 +1,24 @@
+// Tiling: lowers every tensor-level instruction into a loop nest of tile instructions.
+//
+// An instruction over views of any rank and size becomes loops over the destination's leading
+// dimensions and over 2-D tiles of its last two, each iteration doing TLOAD of every source
+// tile, the tile instruction, and TSTORE of the result (elementwise and copies); a row
+// reduction chunks the reduced (last) dimension and combines partial results; a matrix multiply
+// accumulates TMATMUL_ACC over K tiles in an accumulator tile. Loops run to the destination's
+// valid extents, and every tile view carries its valid extent, so ragged edges are covered by
+// partial tiles and never read or written out of bounds. Tile-level instructions pass through.
+#pragma once
+#include <cstdint>
+
+#include "ir/ir.h"
+
+namespace pypto::passes {
+
+struct TileSizes {
+  int64_t elem_rows = 16, elem_cols = 512;    // elementwise / reduction tiles
+  int64_t mm_m = 64, mm_n = 256, mm_k = 256;  // matmul tiles
+};
+
+ir::Program tile_ops(const ir::Program& tensor_level, const TileSizes& sizes);
+
+}  // namespace pypto::passes

@@ -1,0 +1,38 @@
+// A compiled kernel: one tensor-level program lowered once and ready to run on a backend.
+#pragma once
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "passes/pipeline.h"
+#include "runtime/tensor_arg.h"
+
+namespace pypto::cpu { struct CompiledKernel; }
+
+namespace pypto::runtime {
+
+enum class Backend { Interp, Cpu };
+
+class Kernel {
+ public:
+  Kernel(const ir::Program& tensor_program, Backend backend, const passes::PipelineOptions& options);
+  const passes::Lowered& lowered() const { return lowered_; }
+  Backend backend() const { return backend_; }
+  // levels: "tensor", "tile", "isa", "source" (generated C++; cpu backend only)
+  std::string as_text(const std::string& level) const;
+  // Checks the arguments against the program's params (count, dtype, shape), then runs.
+  void run(const RunArgs& args);
+  // Compiles now (cpu); returns seconds spent, 0 when it came from a cache.
+  double compile();
+  bool compiled_from_cache() const { return from_cache_; }
+
+ private:
+  passes::Lowered lowered_;
+  Backend backend_;
+  std::string source_;
+  std::shared_ptr<cpu::CompiledKernel> native_;
+  bool from_cache_ = false;
+  std::mutex mu_;
+};
+
+}  // namespace pypto::runtime

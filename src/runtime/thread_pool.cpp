@@ -1,0 +1,259 @@
+// The persistent worker pool behind parallel loops.
+//
+// Each worker owns a cache-line-sized mailbox. The caller of parallel_for writes one contiguous
+// chunk into the mailbox of each participating worker, publishes it by bumping the mailbox's
+// sequence number, runs chunk 0 itself and waits until every participant has reported back.
+// A mailbox is only rewritten after its worker finished the previous chunk, so no job data is ever
+// read while it changes. Workers spin for a short while after each task (back-to-back parallel
+// loops are the common case) and then sleep on a condition variable.
+#include "runtime/thread_pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define PYPTO_CPU_RELAX() _mm_pause()
+#elif defined(__aarch64__)
+#define PYPTO_CPU_RELAX() asm volatile("yield" ::: "memory")
+#else
+#define PYPTO_CPU_RELAX() ((void)0)
+#endif
+
+namespace pypto::runtime {
+namespace {
+
+// Tiles live on the stack of whichever thread runs a loop body; give workers room for them.
+constexpr size_t kWorkerStackBytes = size_t(16) << 20;
+// How long an idle worker (and a waiting caller) spins before blocking.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+// True while this thread runs inside a parallel_for (as caller or worker): nested calls run inline.
+thread_local bool t_in_parallel = false;
+
+int default_threads() {
+  if (const char* env = std::getenv("PYPTO_NUM_THREADS")) {
+    char* end = nullptr;
+    long v = std::strtol(env, &end, 10);
+    if (end != env && v > 0) return int(std::min<long>(v, 1024));
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc ? int(hc) : 1;
+}
+
+struct alignas(64) Worker {
+  std::atomic<uint64_t> seq{0};       // bumped by the caller to hand over a chunk
+  std::atomic<bool> sleeping{false};
+  std::atomic<bool> stop{false};
+  LoopBody body = nullptr;
+  void* ctx = nullptr;
+  int64_t begin = 0, end = 0;
+  std::mutex mu;
+  std::condition_variable cv;
+  pthread_t thread{};
+  class Pool* pool = nullptr;
+};
+
+class Pool {
+ public:
+  explicit Pool(int threads) { start(threads); }
+
+  int threads() const { return int(workers_.size()) + 1; }
+
+  void run(int64_t n, LoopBody body, void* ctx) {
+    std::lock_guard<std::mutex> lock(submit_);  // one parallel loop at a time
+    const int64_t chunks = std::min<int64_t>(n, threads());
+    const int64_t base = n / chunks, rem = n % chunks;
+    auto chunk_begin = [&](int64_t i) { return i * base + std::min(i, rem); };
+    pending_.store(int(chunks - 1), std::memory_order_relaxed);
+    for (int64_t i = 1; i < chunks; ++i) {
+      Worker& w = *workers_[size_t(i - 1)];
+      w.body = body;
+      w.ctx = ctx;
+      w.begin = chunk_begin(i);
+      w.end = chunk_begin(i + 1);
+      w.seq.fetch_add(1, std::memory_order_seq_cst);
+      // Dekker pairing with the worker's `sleeping` store: one of the two sees the other.
+      if (w.sleeping.load(std::memory_order_seq_cst)) {
+        std::lock_guard<std::mutex> wl(w.mu);
+        w.cv.notify_one();
+      }
+    }
+    t_in_parallel = true;
+    body(ctx, 0, chunk_begin(1));
+    t_in_parallel = false;
+    wait_done();
+  }
+
+  void resize(int threads) {
+    std::lock_guard<std::mutex> lock(submit_);
+    stop_all();
+    start(threads);
+  }
+
+  // A task finished: the last one wakes the caller if it went to sleep.
+  void task_done() {
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
+      if (caller_waiting_.load(std::memory_order_seq_cst)) {
+        std::lock_guard<std::mutex> l(done_mu_);
+        done_cv_.notify_one();
+      }
+    }
+  }
+
+ private:
+  void start(int threads) {
+    threads = std::max(1, threads);
+    for (int i = 0; i + 1 < threads; ++i) {
+      auto w = std::make_unique<Worker>();
+      w->pool = this;
+      pthread_attr_t attr;
+      pthread_attr_init(&attr);
+      pthread_attr_setstacksize(&attr, kWorkerStackBytes);
+      int rc = pthread_create(&w->thread, &attr, &Pool::worker_main, w.get());
+      pthread_attr_destroy(&attr);
+      if (rc != 0) break;  // fewer threads than asked: still correct, just less parallel
+      workers_.push_back(std::move(w));
+    }
+  }
+
+  void stop_all() {
+    for (auto& w : workers_) {
+      w->stop.store(true, std::memory_order_seq_cst);
+      w->seq.fetch_add(1, std::memory_order_seq_cst);
+      {
+        std::lock_guard<std::mutex> wl(w->mu);
+        w->cv.notify_one();
+      }
+      pthread_join(w->thread, nullptr);
+    }
+    workers_.clear();
+  }
+
+  void wait_done() {
+    auto until = std::chrono::steady_clock::now() + kSpinTime;
+    int spins = 0;
+    while (pending_.load(std::memory_order_acquire) != 0) {
+      PYPTO_CPU_RELAX();
+      if (++spins % 256 == 0 && std::chrono::steady_clock::now() > until) {
+        std::unique_lock<std::mutex> l(done_mu_);
+        caller_waiting_.store(true, std::memory_order_seq_cst);
+        done_cv_.wait(l, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+        caller_waiting_.store(false, std::memory_order_relaxed);
+        break;
+      }
+    }
+  }
+
+  static void* worker_main(void* arg) {
+    Worker& w = *static_cast<Worker*>(arg);
+    t_in_parallel = true;  // anything a loop body starts runs inline on this thread
+    uint64_t seen = 0;
+    for (;;) {
+      uint64_t s = wait_for_task(w, seen);
+      seen = s;
+      if (w.stop.load(std::memory_order_acquire)) return nullptr;
+      w.body(w.ctx, w.begin, w.end);
+      w.pool->task_done();
+    }
+  }
+
+  static uint64_t wait_for_task(Worker& w, uint64_t seen) {
+    auto until = std::chrono::steady_clock::now() + kSpinTime;
+    int spins = 0;
+    for (;;) {
+      uint64_t s = w.seq.load(std::memory_order_acquire);
+      if (s != seen) return s;
+      PYPTO_CPU_RELAX();
+      if (++spins % 256 == 0) {
+        if (std::chrono::steady_clock::now() > until) break;
+        if (spins % 4096 == 0) sched_yield();  // be polite on an oversubscribed machine
+      }
+    }
+    std::unique_lock<std::mutex> l(w.mu);
+    w.sleeping.store(true, std::memory_order_seq_cst);
+    w.cv.wait(l, [&] { return w.seq.load(std::memory_order_seq_cst) != seen; });
+    w.sleeping.store(false, std::memory_order_relaxed);
+    return w.seq.load(std::memory_order_acquire);
+  }
+
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::mutex submit_;
+  alignas(64) std::atomic<int> pending_{0};
+  std::atomic<bool> caller_waiting_{false};
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+};
+
+// The pool is created on first use and never destroyed: worker threads may still be blocked in
+// it when static destructors run at exit.
+std::mutex g_pool_mu;
+Pool* g_pool = nullptr;
+int g_requested = 0;  // 0 = default
+bool g_atfork_registered = false;
+
+// After fork() only the forking thread exists in the child: forget the parent's pool there.
+void forget_pool_in_child() {
+  new (&g_pool_mu) std::mutex();
+  g_pool = nullptr;
+}
+
+Pool& pool() {
+  std::lock_guard<std::mutex> lock(g_pool_mu);
+  if (!g_pool) {
+    if (!g_atfork_registered) {
+      pthread_atfork(nullptr, nullptr, &forget_pool_in_child);
+      g_atfork_registered = true;
+    }
+    g_pool = new Pool(g_requested > 0 ? g_requested : default_threads());
+  }
+  return *g_pool;
+}
+
+}  // namespace
+
+void parallel_for(int64_t n, LoopBody body, void* ctx) {
+  if (n <= 0) return;
+  if (n == 1 || t_in_parallel) {
+    body(ctx, 0, n);
+    return;
+  }
+  Pool& p = pool();
+  if (p.threads() == 1) {
+    body(ctx, 0, n);
+    return;
+  }
+  p.run(n, body, ctx);
+}
+
+int num_threads() { return pool().threads(); }
+
+void set_num_threads(int n) {
+  if (t_in_parallel) return;  // resizing from inside a loop body would wait for itself
+  if (n <= 0) n = default_threads();
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mu);
+    g_requested = n;
+    if (!g_pool) return;
+  }
+  if (g_pool->threads() != n) g_pool->resize(n);
+}
+
+}  // namespace pypto::runtime

@@ -1,0 +1,12 @@
+// A persistent pool of worker threads for parallel loops ($PYPTO_NUM_THREADS, default: all cores).
+// parallel_for hands out iterations in contiguous chunks; the calling thread takes part, so a
+// one-thread pool runs inline with no synchronisation.
+#pragma once
+#include <cstdint>
+
+namespace pypto::runtime {
+using LoopBody = void (*)(void* ctx, int64_t begin, int64_t end);
+void parallel_for(int64_t n, LoopBody body, void* ctx);
+int num_threads();
+void set_num_threads(int n);
+}  // namespace pypto::runtime

@@ -310,7 +310,9 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
       };
       Expr st = ix.start ? norm(ix.start) : int_imm(0);
       Expr en = ix.stop ? min(norm(ix.stop), V) : V;
-      Expr len = max(en - st, int_imm(0));
+      Expr len = en - st;
+      auto lb = bounds(len, impl_->var_bounds);
+      if (!lb || lb->lo < 0) len = max(len, int_imm(0));  // an empty slice stays empty
       Expr ext = s == 1 ? len : div(len + int_imm(s - 1), int_imm(s));
       int64_t hi = impl_->upper_bound(ext, n);
       int64_t static_size = std::min(hi, (n + s - 1) / s);

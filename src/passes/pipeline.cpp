@@ -9,6 +9,7 @@
 
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "passes/fuse.h"
 #include "passes/parallelize.h"
 #include "passes/tile_ops.h"
 
@@ -68,6 +69,15 @@ TileSizes tile_sizes(const PipelineOptions& o) {
   return t;
 }
 
+FusionOptions fusion_options(const PipelineOptions& o) {
+  FusionOptions f;
+  if (o.fusion_off) f.mode = FusionOptions::Off;
+  else if (!o.fusion_ops.empty()) f.mode = FusionOptions::Listed;
+  else if (o.fusion) f.mode = FusionOptions::Full;
+  f.kinds.insert(o.fusion_ops.begin(), o.fusion_ops.end());
+  return f;
+}
+
 }  // namespace
 
 Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
@@ -77,7 +87,9 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
     verify(tensor_level, Level::Tensor);
     return tensor_level;
   });
-  l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(l.tensor, tile_sizes(options)); });
+  TileSizes sizes = tile_sizes(options);
+  Program fused = run.run("fuse", Level::Tensor, [&] { return fuse(l.tensor, fusion_options(options), sizes); });
+  l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(fused, sizes); });
   l.isa = run.run("parallelize", Level::Tile, [&] { return options.parallel ? parallelize(l.tile) : l.tile; });
   return l;
 }

@@ -171,3 +171,88 @@ TEST(Lowering, ShapeErrorsNameBothShapes) {
   }
   EXPECT_THROW(b.binary(Opcode::TADD, x, y), Error);
 }
+
+namespace {
+// The seed's optimized_attention at tensor level.
+Program attention(int64_t B, int64_t H, int64_t S, int64_t D, bool with_mask) {
+  Builder b("attention");
+  View Q = b.add_param("Q", DType::F32, {B, H, S, D});
+  View K = b.add_param("K", DType::F32, {B, H, S, D});
+  View V = b.add_param("V", DType::F32, {B, H, S, D});
+  View mask = with_mask ? b.add_param("mask", DType::F32, {1, 1, S, S}) : View{};
+  View out = b.empty({B, H, S, D}, DType::F32);
+  Expr i = b.begin_for("i", int_imm(0), int_imm(S), int_imm(128));
+  Expr e = min(i + int_imm(128), int_imm(S));
+  Index all, rows;
+  rows.start = i;
+  rows.stop = e;
+  View scores = b.matmul(b.slice(Q, {all, all, rows}), b.transpose(K, -2, -1));
+  if (with_mask) b.update(Opcode::TADD, scores, b.slice(mask, {all, all, rows, all}));
+  View attn = b.softmax(b.binary(Opcode::TDIV, scores, float_imm(std::sqrt(double(D)))), -1);
+  b.assign(b.slice(out, {all, all, rows, all}), b.matmul(attn, V));
+  b.end_for();
+  return b.finish({out});
+}
+
+std::vector<float> run_attention(const Program& p, bool with_mask, int64_t B, int64_t H, int64_t S, int64_t D,
+                                 const passes::PipelineOptions& opt, std::string* isa = nullptr) {
+  auto l = passes::lower(p, opt);
+  verify(l.isa, Level::Tile);
+  if (isa) *isa = print(l.isa);
+  auto Q = random_vec(B * H * S * D, 11), K = random_vec(B * H * S * D, 12), V = random_vec(B * H * S * D, 13);
+  std::vector<float> M(S * S), O(B * H * S * D, NAN);
+  for (int64_t r = 0; r < S; ++r)
+    for (int64_t c = 0; c < S; ++c) M[r * S + c] = c > r ? -1e9f : 0.f;
+  runtime::RunArgs args;
+  args.tensors = {arg(Q, {B, H, S, D}), arg(K, {B, H, S, D}), arg(V, {B, H, S, D})};
+  if (with_mask) args.tensors.push_back(arg(M, {1, 1, S, S}));
+  args.tensors.push_back(arg(O, {B, H, S, D}));
+  interp::interpret(l.isa, args);
+  return O;
+}
+}  // namespace
+
+TEST(Fusion, AttentionFusedEqualsUnfusedAndKeepsScoresInTiles) {
+  const int64_t B = 1, H = 2, S = 300, D = 64;
+  for (bool mask : {false, true}) {
+    Program p = attention(B, H, S, D, mask);
+    passes::PipelineOptions unfused, fused;
+    unfused.fusion_off = true;
+    fused.fusion = true;
+    std::string text;
+    auto a = run_attention(p, mask, B, H, S, D, unfused);
+    auto b = run_attention(p, mask, B, H, S, D, fused, &text);
+    std::vector<double> ref(a.begin(), a.end());
+    EXPECT_LT(rel_err(b, ref), 1e-5);
+    // No global scratch inside the block loop: scores, softmax and the product stay in tiles.
+    EXPECT_EQ(text.find(" gm\n"), std::string::npos) << text;
+  }
+}
+
+TEST(Fusion, MatmulEpilogueIsOneNest) {
+  const int64_t M = 130, K = 600, N = 520;
+  Builder b("fused_linear");
+  View x = b.add_param("x", DType::F32, {M, K});
+  View w = b.add_param("w", DType::F32, {K, N});
+  View bias = b.add_param("b", DType::F32, {N});
+  View y = b.unary(Opcode::TRELU, b.binary(Opcode::TADD, b.matmul(x, w), bias));
+  Program p = b.finish({y});
+  passes::PipelineOptions opt;
+  opt.fusion_ops = {"matmul", "add", "relu"};
+  auto l = passes::lower(p, opt);
+  std::string text = print(l.isa);
+  EXPECT_EQ(text.find(" gm\n"), std::string::npos) << text;
+  auto X = random_vec(M * K, 21), W = random_vec(K * N, 22), Bi = random_vec(N, 23);
+  std::vector<float> Y(M * N, NAN);
+  runtime::RunArgs args;
+  args.tensors = {arg(X, {M, K}), arg(W, {K, N}), arg(Bi, {N}), arg(Y, {M, N})};
+  interp::interpret(l.isa, args);
+  std::vector<double> ref(M * N);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = Bi[n];
+      for (int64_t k = 0; k < K; ++k) s += double(X[m * K + k]) * W[k * N + n];
+      ref[m * N + n] = std::max(s, 0.0);
+    }
+  EXPECT_LT(rel_err(Y, ref), 1e-5);
+}

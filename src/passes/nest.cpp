@@ -153,8 +153,8 @@ std::vector<Stmt> matmul_k_loop(NestBuilder& nb, const View& a, const View& b, c
   tk = std::min(K, tk);
   int64_t tm = n.ext[r - 2], tn = n.ext[r - 1];
   DType dt = acc.buf->dtype;
-  View ta = nb.tile("a", dt, tm, tk, Space::Mat);
-  View tb = nb.tile("b", dt, tk, tn, Space::Mat);
+  View ta = a.buf->space != Space::Global ? a : nb.tile("a", dt, tm, tk, Space::Mat);
+  View tb = b.buf->space != Space::Global ? b : nb.tile("b", dt, tk, tn, Space::Mat);
   auto operand = [&](const View& v, bool is_a, Expr k0) {
     auto vs = v.shape();
     int s = int(vs.size());
@@ -173,10 +173,15 @@ std::vector<Stmt> matmul_k_loop(NestBuilder& nb, const View& a, const View& b, c
     }
     return sub(v, sel);
   };
+  // A local (promoted) operand is the whole tile already; it needs a single K step.
+  bool a_local = a.buf->space != Space::Global, b_local = b.buf->space != Space::Global;
+  if ((a_local || b_local) && K > tk) throw Error("internal: local matmul operand wider than a K tile");
   auto step = [&](Expr k0) {
-    return std::vector<Stmt>{op_stmt(Op{Opcode::TLOAD, {ta, operand(a, true, k0)}}),
-                             op_stmt(Op{Opcode::TLOAD, {tb, operand(b, false, k0)}}),
-                             op_stmt(Op{Opcode::TMATMUL_ACC, {acc, ta, tb}})};
+    std::vector<Stmt> s;
+    if (!a_local) s.push_back(op_stmt(Op{Opcode::TLOAD, {ta, operand(a, true, k0)}}));
+    if (!b_local) s.push_back(op_stmt(Op{Opcode::TLOAD, {tb, operand(b, false, k0)}}));
+    s.push_back(op_stmt(Op{Opcode::TMATMUL_ACC, {acc, a_local ? a : ta, b_local ? b : tb}}));
+    return s;
   };
   if (K <= tk) return step(int_imm(0));
   std::string k = nb.fresh("k");

@@ -11,6 +11,7 @@
 #include "ir/verifier.h"
 #include "passes/fuse.h"
 #include "passes/parallelize.h"
+#include "passes/promote.h"
 #include "passes/tile_ops.h"
 
 namespace pypto::passes {
@@ -89,7 +90,8 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
   });
   TileSizes sizes = tile_sizes(options);
   Program fused = run.run("fuse", Level::Tensor, [&] { return fuse(l.tensor, fusion_options(options), sizes); });
-  l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(fused, sizes); });
+  Program planned = run.run("promote_small_temps", Level::Tensor, [&] { return promote_small_temps(fused, sizes); });
+  l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(planned, sizes); });
   l.isa = run.run("parallelize", Level::Tile, [&] { return options.parallel ? parallelize(l.tile) : l.tile; });
   return l;
 }

@@ -43,6 +43,14 @@ class Lowerer {
   Nest nest(const View& d, const std::vector<int64_t>& ext, const char* hint) { return nb_.nest(d, ext, hint); }
   void emit(const Nest& n, std::vector<Stmt> body, std::vector<Stmt>& out) { nb_.emit(n, std::move(body), out); }
 
+  static bool is_local(const View& v) { return v.buf->space != Space::Global; }
+
+  // A local tile operand is used as is, so the nest must be a single tile of its exact shape.
+  static void require_one_tile(const Nest& n, const View& v, int64_t rows, int64_t cols) {
+    if (!n.loops.empty() || v.buf->shape != std::vector<int64_t>{rows, cols})
+      throw Error("internal: local tile %" + v.buf->name + " used in a nest that does not match its shape");
+  }
+
   std::vector<int64_t> elem_ext(const std::vector<int64_t>& shape) const {
     std::vector<int64_t> ext(shape.size(), 1);
     int r = int(shape.size());
@@ -87,8 +95,25 @@ class Lowerer {
     std::vector<Stmt> body;
     std::vector<Operand> args;
     bool broadcast = false;
+    bool local_dst = is_local(d);
+    if (local_dst) require_one_tile(n, d, dr, dc);
+    if (op.code == Opcode::TMOV && local_dst && !is_local(std::get<View>(op.args[1]))) {
+      const View& s = std::get<View>(op.args[1]);
+      auto sel = n.src_sel(s, shape, ft);
+      if (tile_shape(sel, r - ft) == std::make_pair(dr, dc)) {  // load straight into the tile
+        emit(n, {op_stmt(Op{Opcode::TLOAD, {d, sub(s, sel)}})}, out);
+        return;
+      }
+    }
     for (size_t i = 1; i < op.args.size(); ++i) {
       auto v = std::get_if<View>(&op.args[i]);
+      if (v && is_local(*v)) {  // a promoted temporary: compute on it in place
+        auto [tr, tc] = tile_shape(n.src_sel(*v, shape, ft), r - ft);
+        require_one_tile(n, *v, tr, tc);
+        broadcast |= (tr != dr || tc != dc);
+        args.push_back(*v);
+        continue;
+      }
       if (!v) {
         Expr e = std::get<Expr>(op.args[i]);
         if (op.code == Opcode::TCI && r >= 1) e = e + n.off[r - 1];  // iota continues across tiles
@@ -103,17 +128,18 @@ class Lowerer {
       args.push_back(t_src);
     }
     View result;
-    if (op.code == Opcode::TMOV && !broadcast) {
+    if (op.code == Opcode::TMOV && !broadcast && !local_dst) {
       result = std::get<View>(args[0]);  // a copy is a load and a store
-    } else if (op.code == Opcode::TMOV) {
-      result = tile("y", result_tile_dtype(op), dr, dc);
-      body.push_back(op_stmt(Op{Opcode::TMUL, {result, args[0], int_imm(1)}}));  // broadcasting copy
     } else {
-      result = tile("y", result_tile_dtype(op), dr, dc);
-      args.insert(args.begin(), result);
-      body.push_back(op_stmt(Op{op.code, args}));
+      result = local_dst ? d : tile("y", result_tile_dtype(op), dr, dc);
+      if (op.code == Opcode::TMOV && broadcast) {
+        body.push_back(op_stmt(Op{Opcode::TMUL, {result, args[0], int_imm(1)}}));  // broadcasting copy
+      } else {
+        args.insert(args.begin(), result);
+        body.push_back(op_stmt(Op{op.code == Opcode::TMOV ? Opcode::TMOV : op.code, args}));
+      }
     }
-    body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, dsel), result}}));
+    if (!local_dst) body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, dsel), result}}));
     emit(n, std::move(body), out);
   }
 
@@ -160,14 +186,16 @@ class Lowerer {
     ext[r - 2] = ts_.mm_m;
     ext[r - 1] = ts_.mm_n;
     Nest n = nest(d, ext, "m");
-    View acc = tile("acc", d.buf->dtype, n.ext[r - 2], n.ext[r - 1], Space::Acc);
+    bool local_dst = is_local(d);
+    if (local_dst) require_one_tile(n, d, n.ext[r - 2], n.ext[r - 1]);
+    View acc = local_dst ? d : tile("acc", d.buf->dtype, n.ext[r - 2], n.ext[r - 1], Space::Acc);
     auto dsel = n.dst_sel(r - 2);
     std::vector<Stmt> body;
-    if (op.code == Opcode::TMATMUL_ACC) body.push_back(op_stmt(Op{Opcode::TLOAD, {acc, sub(d, dsel)}}));
-    else body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
+    if (op.code == Opcode::TMATMUL) body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
+    else if (!local_dst) body.push_back(op_stmt(Op{Opcode::TLOAD, {acc, sub(d, dsel)}}));
     auto k = matmul_k_loop(nb_, std::get<View>(op.args[1]), std::get<View>(op.args[2]), n, ds, acc, ts_.mm_k);
     body.insert(body.end(), k.begin(), k.end());
-    body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, dsel), acc}}));
+    if (!local_dst) body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, dsel), acc}}));
     emit(n, std::move(body), out);
   }
 };

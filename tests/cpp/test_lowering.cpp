@@ -79,6 +79,8 @@ TEST(Lowering, SeedMatmulRaggedOnInterpreter) {
   verify(l.isa, Level::Tile);
   std::string text = print(l.isa);
   EXPECT_NE(text.find("parallel for"), std::string::npos) << text;
+  // The accumulator tile is promoted to local memory: no scratch in global memory at all.
+  EXPECT_EQ(text.find(" gm\n"), std::string::npos) << text;
   auto A = random_vec(M * K, 1), B = random_vec(K * N, 2);
   std::vector<float> C(M * N, NAN);
   runtime::RunArgs args;

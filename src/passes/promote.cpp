@@ -1,0 +1,85 @@
+#include "passes/promote.h"
+
+#include <map>
+
+#include "passes/pass_util.h"
+
+namespace pypto::passes {
+using namespace ir;
+
+namespace {
+
+bool whole(const View& v) {
+  for (int d = 0; d < v.buf->rank(); ++d) {
+    auto o = as_int(v.offset[d]);
+    if (!o || *o != 0 || v.size[d] != v.buf->shape[d] || v.step[d] != 1) return false;
+  }
+  return v.rank() == v.buf->rank() && v.dims == std::vector<int>{0, 1};
+}
+
+std::vector<Stmt> rewrite(const std::vector<Stmt>& body, const std::map<const Buffer*, BufferRef>& repl) {
+  std::vector<Stmt> out;
+  for (auto& s : body) {
+    auto n = std::make_shared<StmtNode>(*s);
+    if (n->buffer) {
+      auto it = repl.find(n->buffer.get());
+      if (it != repl.end()) n->buffer = it->second;
+    }
+    for (auto& a : n->op.args)
+      if (auto v = std::get_if<View>(&a)) {
+        auto it = repl.find(v->buf.get());
+        if (it != repl.end()) v->buf = it->second;
+      }
+    n->body = rewrite(s->body, repl);
+    n->orelse = rewrite(s->orelse, repl);
+    out.push_back(n);
+  }
+  return out;
+}
+
+}  // namespace
+
+Program promote_small_temps(const Program& p, const TileSizes& ts) {
+  std::map<const Buffer*, BufferRef> candidates;
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind != StmtKind::Alloc) return;
+    const Buffer& b = *s->buffer;
+    if (b.kind != BufferKind::Temp || b.space != Space::Global || b.rank() != 2) return;
+    int64_t rows = b.shape[0], cols = b.shape[1];
+    // One tile of every nest the tiling pass may build over it.
+    int64_t max_cols = std::min(ts.mm_n, ts.elem_cols);
+    int64_t max_rows = std::min(ts.mm_m, ts.elem_rows * ts.elem_cols / std::max<int64_t>(cols, 1));
+    if (rows > max_rows || cols > max_cols) return;
+    auto clone = std::make_shared<Buffer>(b);
+    clone->space = Space::Vec;
+    candidates[s->buffer.get()] = clone;
+  });
+  // Every instruction touching a candidate must tile to a single tile, so the tiling pass can use
+  // the promoted tile as is.
+  auto one_tile = [&](const Op& op) {
+    for (auto& a : op.args) {
+      auto v = std::get_if<View>(&a);
+      if (!v) continue;
+      auto s = v->shape();
+      int64_t cols = s.empty() ? 1 : s.back(), rows = s.size() >= 2 ? s[s.size() - 2] : 1;
+      for (size_t i = 0; i + 2 < s.size(); ++i)
+        if (s[i] != 1) return false;
+      bool mm = opcode_info(op.code).category == OpCategory::Matrix;
+      if (mm ? (rows > ts.mm_m || cols > std::min(ts.mm_n, ts.mm_k)) : (cols > ts.elem_cols || rows * cols > ts.elem_rows * ts.elem_cols))
+        return false;
+    }
+    return true;
+  };
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind != StmtKind::OpStmt) return;
+    for (auto& a : s->op.args)
+      if (auto v = std::get_if<View>(&a))
+        if (candidates.count(v->buf.get()) && (!whole(*v) || !one_tile(s->op))) candidates.erase(v->buf.get());
+  });
+  if (candidates.empty()) return p;
+  Program out = p;
+  out.body = rewrite(p.body, candidates);
+  return out;
+}
+
+}  // namespace pypto::passes

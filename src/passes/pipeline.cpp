@@ -9,6 +9,7 @@
 
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "passes/double_buffer.h"
 #include "passes/fuse.h"
 #include "passes/parallelize.h"
 #include "passes/promote.h"
@@ -92,7 +93,9 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
   Program fused = run.run("fuse", Level::Tensor, [&] { return fuse(l.tensor, fusion_options(options), sizes); });
   Program planned = run.run("promote_small_temps", Level::Tensor, [&] { return promote_small_temps(fused, sizes); });
   l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(planned, sizes); });
-  l.isa = run.run("parallelize", Level::Tile, [&] { return options.parallel ? parallelize(l.tile) : l.tile; });
+  Program buffered =
+      run.run("double_buffer", Level::Tile, [&] { return options.double_buffer ? double_buffer(l.tile) : l.tile; });
+  l.isa = run.run("parallelize", Level::Tile, [&] { return options.parallel ? parallelize(buffered) : buffered; });
   return l;
 }
 

@@ -9,15 +9,28 @@ using Code = nb::dlpack::dtype_code;
 
 namespace {
 std::string describe(nb::dlpack::dtype t) {
-  const char* kind = "code" ;
+  const char* kind = "code";
   switch (Code(t.code)) {
-    case Code::Int: kind = "int"; break;
-    case Code::UInt: kind = "uint"; break;
-    case Code::Float: kind = "float"; break;
-    case Code::Bfloat: kind = "bfloat"; break;
-    case Code::Complex: kind = "complex"; break;
-    case Code::Bool: kind = "bool"; break;
-    default: break;
+    case Code::Int:
+      kind = "int";
+      break;
+    case Code::UInt:
+      kind = "uint";
+      break;
+    case Code::Float:
+      kind = "float";
+      break;
+    case Code::Bfloat:
+      kind = "bfloat";
+      break;
+    case Code::Complex:
+      kind = "complex";
+      break;
+    case Code::Bool:
+      kind = "bool";
+      break;
+    default:
+      break;
   }
   std::string s = std::string(kind) + std::to_string(t.bits);
   if (Code(t.code) != Code::Int && Code(t.code) != Code::UInt && Code(t.code) != Code::Float &&
@@ -29,16 +42,26 @@ std::string describe(nb::dlpack::dtype t) {
 
 const char* device_name(int dev) {
   switch (dev) {
-    case 1: return "cpu";
-    case 2: return "cuda";
-    case 3: return "cuda_host";
-    case 4: return "opencl";
-    case 7: return "vulkan";
-    case 8: return "metal";
-    case 10: return "rocm";
-    case 13: return "cuda_managed";
-    case 14: return "oneapi";
-    default: return "unknown";
+    case 1:
+      return "cpu";
+    case 2:
+      return "cuda";
+    case 3:
+      return "cuda_host";
+    case 4:
+      return "opencl";
+    case 7:
+      return "vulkan";
+    case 8:
+      return "metal";
+    case 10:
+      return "rocm";
+    case 13:
+      return "cuda_managed";
+    case 14:
+      return "oneapi";
+    default:
+      return "unknown";
   }
 }
 }  // namespace
@@ -73,13 +96,34 @@ nb::dlpack::dtype dlpack_from_dtype(ir::DType t) {
   nb::dlpack::dtype d;
   d.lanes = 1;
   switch (t) {
-    case ir::DType::F32: d.code = uint8_t(Code::Float); d.bits = 32; break;
-    case ir::DType::F64: d.code = uint8_t(Code::Float); d.bits = 64; break;
-    case ir::DType::F16: d.code = uint8_t(Code::Float); d.bits = 16; break;
-    case ir::DType::BF16: d.code = uint8_t(Code::Bfloat); d.bits = 16; break;
-    case ir::DType::I32: d.code = uint8_t(Code::Int); d.bits = 32; break;
-    case ir::DType::I64: d.code = uint8_t(Code::Int); d.bits = 64; break;
-    case ir::DType::Bool: d.code = uint8_t(Code::Bool); d.bits = 8; break;
+    case ir::DType::F32:
+      d.code = uint8_t(Code::Float);
+      d.bits = 32;
+      break;
+    case ir::DType::F64:
+      d.code = uint8_t(Code::Float);
+      d.bits = 64;
+      break;
+    case ir::DType::F16:
+      d.code = uint8_t(Code::Float);
+      d.bits = 16;
+      break;
+    case ir::DType::BF16:
+      d.code = uint8_t(Code::Bfloat);
+      d.bits = 16;
+      break;
+    case ir::DType::I32:
+      d.code = uint8_t(Code::Int);
+      d.bits = 32;
+      break;
+    case ir::DType::I64:
+      d.code = uint8_t(Code::Int);
+      d.bits = 64;
+      break;
+    case ir::DType::Bool:
+      d.code = uint8_t(Code::Bool);
+      d.bits = 8;
+      break;
   }
   return d;
 }

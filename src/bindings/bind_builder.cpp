@@ -31,8 +31,6 @@ struct PyExpr {
   Expr e;
 };
 
-Expr int_e(int64_t v) { return ir::int_imm(v); }
-
 // Scalars from Python: Expr, bool, int or float. `fdt` is the type a Python float takes.
 Expr to_expr(nb::handle h, DType fdt = DType::F32) {
   if (nb::isinstance<PyExpr>(h)) return nb::cast<const PyExpr&>(h).e;

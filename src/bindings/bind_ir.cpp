@@ -47,14 +47,21 @@ std::vector<ir::ScalarValue> to_scalars(const nb::list& xs) {
   return out;
 }
 
-runtime::RunArgs to_run_args(const std::vector<AnyArray>& tensors, const nb::list& scalars) {
+// `keep` holds the imported arrays (and so the caller's memory) alive for the run.
+runtime::RunArgs to_run_args(const nb::list& tensors, const nb::list& scalars, std::vector<AnyArray>& keep) {
   runtime::RunArgs args;
   for (size_t i = 0; i < tensors.size(); ++i) {
+    AnyArray a;
+    if (!nb::try_cast<AnyArray>(tensors[i], a, false))
+      throw ir::Error("tensor argument " + std::to_string(i) +
+                      ": expected an array (NumPy, PyTorch or DLPack), got " +
+                      std::string(nb::str(nb::handle(tensors[i].type()).attr("__qualname__")).c_str()));
     try {
-      args.tensors.push_back(to_tensor_arg(tensors[i]));
+      args.tensors.push_back(to_tensor_arg(a));
     } catch (const ir::Error& e) {
       throw ir::Error("tensor argument " + std::to_string(i) + ": " + e.what());
     }
+    keep.push_back(std::move(a));
   }
   args.scalars = to_scalars(scalars);
   return args;
@@ -88,7 +95,8 @@ ir::Level parse_level(const std::string& s) {
 
 void bind_ir(nb::module_& m) {
   nb::class_<ir::Program>(m, "Program", "A PTO IR program (tensor or tile level).")
-      .def("text", [](const ir::Program& p) { return ir::print(p); }, "The program's text form.")
+      .def(
+          "text", [](const ir::Program& p) { return ir::print(p); }, "The program's text form.")
       .def("__str__", [](const ir::Program& p) { return ir::print(p); })
       .def("__repr__", [](const ir::Program& p) { return "<pypto Program '" + p.name + "'>"; })
       .def_prop_ro("name", [](const ir::Program& p) { return p.name; })
@@ -114,36 +122,57 @@ void bind_ir(nb::module_& m) {
       .def("__eq__", [](const ir::Program& a, const ir::Program& b) { return ir::structural_equal(a, b); })
       .def("__hash__", [](const ir::Program& p) { return ir::structural_hash(p); });
 
-  m.def("parse_program", [](const std::string& text) { return ir::parse_program(text); },
-        nb::arg("text"), "Parse the text form of a program.");
-  m.def("verify", [](const ir::Program& p, const std::string& level) { ir::verify(p, parse_level(level)); },
-        nb::arg("program"), nb::arg("level") = "tile",
-        "Check the program's invariants at a level ('tensor' or 'tile'); raises PyptoError.");
-  m.def("structural_equal", [](const ir::Program& a, const ir::Program& b) { return ir::structural_equal(a, b); });
+  m.def(
+      "parse_program", [](const std::string& text) { return ir::parse_program(text); }, nb::arg("text"),
+      "Parse the text form of a program.");
+  m.def(
+      "verify", [](const ir::Program& p, const std::string& level) { ir::verify(p, parse_level(level)); },
+      nb::arg("program"), nb::arg("level") = "tile",
+      "Check the program's invariants at a level ('tensor' or 'tile'); raises PyptoError.");
+  m.def("structural_equal",
+        [](const ir::Program& a, const ir::Program& b) { return ir::structural_equal(a, b); });
   m.def("structural_hash", [](const ir::Program& p) { return ir::structural_hash(p); });
-  m.def("opcode_names", []() {
-    std::vector<std::string> out;
+  m.def(
+      "opcode_names",
+      []() {
+        std::vector<std::string> out;
 #define PYPTO_X(name, cat, n) out.push_back(#name);
-    PYPTO_OPCODES(PYPTO_X)
+        PYPTO_OPCODES(PYPTO_X)
 #undef PYPTO_X
-    return out;
-  }, "Every opcode of the PTO ISA, in table order.");
+        return out;
+      },
+      "Every opcode of the PTO ISA, in table order.");
+  m.def(
+      "opcode_table",
+      []() {
+        static const char* cats[] = {"memory", "fill",   "unary",  "binary", "compare", "select", "convert",
+                                     "reduce", "expand", "matrix", "layout", "gather",  "sync"};
+        std::vector<std::tuple<std::string, std::string, int>> out;
+#define PYPTO_X(name, cat, n) out.emplace_back(#name, cats[int(ir::OpCategory::cat)], n);
+        PYPTO_OPCODES(PYPTO_X)
+#undef PYPTO_X
+        return out;
+      },
+      "The opcode table: (name, category, number of operands incl. the destination; -1 variadic).");
 
   m.def(
       "interpret",
-      [](const ir::Program& p, const std::vector<AnyArray>& tensors, const nb::list& scalars) {
-        runtime::RunArgs args = to_run_args(tensors, scalars);
-        nb::gil_scoped_release nogil;  // `tensors` keeps the arrays alive
+      [](const ir::Program& p, const nb::list& tensors, const nb::list& scalars) {
+        std::vector<AnyArray> keep;
+        runtime::RunArgs args = to_run_args(tensors, scalars, keep);
+        nb::gil_scoped_release nogil;
         interp::interpret(p, args);
       },
       nb::arg("program"), nb::arg("tensors"), nb::arg("scalars") = nb::list(),
       "Run a tile-level program on the reference interpreter, in place on the given arrays.");
-  m.def("cpu_source", [](const ir::Program& p) { return cpu::generate_cpp(p); }, nb::arg("program"),
-        "The C++ source the CPU backend generates for a tile-level program.");
+  m.def(
+      "cpu_source", [](const ir::Program& p) { return cpu::generate_cpp(p); }, nb::arg("program"),
+      "The C++ source the CPU backend generates for a tile-level program.");
   m.def(
       "cpu_run",
-      [](const ir::Program& p, const std::vector<AnyArray>& tensors, const nb::list& scalars) {
-        runtime::RunArgs args = to_run_args(tensors, scalars);
+      [](const ir::Program& p, const nb::list& tensors, const nb::list& scalars) {
+        std::vector<AnyArray> keep;
+        runtime::RunArgs args = to_run_args(tensors, scalars, keep);
         check_args(p, args);
         nb::gil_scoped_release nogil;
         const cpu::CompileResult r = cpu::compile_cpp(cpu::generate_cpp(p));

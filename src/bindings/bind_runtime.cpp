@@ -69,8 +69,25 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
     size_t n = ts.size();
     keep.reserve(n);
     args.tensors.reserve(n);
+    const auto& params = k.lowered().tensor.params;
     for (size_t i = 0; i < n; ++i) {
       nb::handle h = ts[i];
+      // Fast form for tensors whose dtype and shape the caller already matched against the
+      // kernel's signature: (data pointer, strides in elements). Saves a DLPack round trip.
+      if (PyTuple_CheckExact(h.ptr()) && PyTuple_GET_SIZE(h.ptr()) == 2 && i < params.size()) {
+        runtime::TensorArg t;
+        t.data = reinterpret_cast<void*>(PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(h.ptr(), 0)));
+        t.dtype = params[i]->dtype;
+        t.shape = params[i]->shape;
+        PyObject* st = PyTuple_GET_ITEM(h.ptr(), 1);
+        if (!PyTuple_Check(st) || size_t(PyTuple_GET_SIZE(st)) != t.shape.size())
+          throw ir::Error("tensor argument " + std::to_string(i) + ": bad (pointer, strides) form");
+        t.strides.resize(t.shape.size());
+        for (size_t d = 0; d < t.shape.size(); ++d) t.strides[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(st, d));
+        if (PyErr_Occurred()) throw nb::python_error();
+        args.tensors.push_back(std::move(t));
+        continue;
+      }
       AnyArray a;
       if (!nb::try_cast<AnyArray>(h, a, false))
         throw ir::Error("tensor argument " + std::to_string(i) + ": expected an array (NumPy, PyTorch or DLPack), got " +
@@ -115,7 +132,8 @@ void bind_runtime(nb::module_& m) {
            "tile_rows"_a = 0, "tile_cols"_a = 0, "mm_tile_m"_a = 0, "mm_tile_n"_a = 0, "mm_tile_k"_a = 0,
            "parallel"_a = true, "double_buffer"_a = true)
       .def("run", &run_kernel, "tensors"_a, "scalars"_a,
-           "Run on a list of arrays (one per param: inputs then outputs) and a list of scalars.")
+           "Run on a list of arrays (one per param: inputs then outputs) and a list of scalars. An entry\n"
+           "may also be a tuple (data_pointer, strides) for an array already known to match the param.")
       .def("as_text", &Kernel::as_text, "level"_a, "levels: \"tensor\", \"tile\", \"isa\", \"source\" (cpu)")
       .def("compile", [](Kernel& k) {
         nb::gil_scoped_release release;
@@ -159,6 +177,16 @@ void bind_runtime(nb::module_& m) {
   }, "n"_a);
   m.def("num_threads", &runtime::num_threads);
 
+  // (dtype name, shape, device) of any array nanobind can import, without copying it.
+  m.def("array_info", [](nb::handle obj) {
+    AnyArray a;
+    if (!nb::try_cast<AnyArray>(obj, a, false)) throw ir::Error("expected an array, got " + py_type_name(obj));
+    nb::list shape;
+    for (size_t i = 0; i < a.ndim(); ++i) shape.append(int64_t(a.shape(i)));
+    std::string dev = a.device_type() == nb::device::cpu::value ? "cpu" : "device" + std::to_string(a.device_type());
+    return nb::make_tuple(std::string(ir::dtype_name(dtype_from_dlpack(a.dtype()))), nb::tuple(shape), dev);
+  }, "array"_a);
+
   // A DLPack-capable view of an array's memory with another element type of the same size: how
   // pypto.Tensor exports bfloat16 data that it stores in a NumPy uint16 array.
   m.def("dlpack_view", [](nb::handle obj, const std::string& dtype) {
@@ -174,7 +202,7 @@ void bind_runtime(nb::module_& m) {
       shape[i] = a.shape(i);
       strides[i] = a.stride(i);
     }
-    return nb::ndarray<>(const_cast<void*>(a.data()), a.ndim(), shape.data(), obj, strides.data(), dt,
+    return nb::ndarray<nb::array_api>(const_cast<void*>(a.data()), a.ndim(), shape.data(), obj, strides.data(), dt,
                          a.device_type(), a.device_id());
   }, "array"_a, "dtype"_a);
 }

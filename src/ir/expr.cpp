@@ -4,10 +4,11 @@
 //  * A sum is c0 + sum(k_i * t_i) over atoms t_i (anything that is not +, -, or a multiple by a
 //    constant) in compare() order, written with the positive terms first, then the negative ones
 //    subtracted, then the constant: `((%i * 2) + %j) - %k) + 3`, `(64 - %i)`.
-//  * min/max take their operands in compare() order; terms common to both operands are pulled
-//    out (`min(i + a, i + b)` -> `min(a, b) + i`), and a sum containing a min/max (coefficient
-//    +-1) pushes the rest of the sum into it when that is a constant or when it cancels a term in
-//    an operand: `min(i + 64, M) - i` -> `min(64, M - i)`, `min(x, 10) + 5` -> `min(x + 5, 15)`.
+//  * min/max take their operands in compare() order; terms and a constant common to both
+//    operands are pulled out (`min(i + a, i + b)` -> `min(a, b) + i`, `min(x + 5, y + 5)` ->
+//    `min(x, y) + 5`), and the terms of a sum that cancel a term of an operand of a min/max in
+//    the sum (coefficient +-1) move into it: `min(i + 64, M) - i` -> `min(64, M - i)`. Moving only
+//    cancelling terms makes the result independent of the order the expression was built in.
 //  * A min/max or comparison whose operands' difference has constant bounds is decided.
 // Float expressions only fold constants and drop `+ 0`, `* 1`, `/ 1`: reassociating floats would
 // change results.
@@ -237,28 +238,36 @@ Expr build_linear(const Linear& l) {
   return acc;
 }
 
-size_t count_terms(const Linear& l) { return l.terms.size(); }
-
 Expr minmax(ExprOp op, const Expr& a, const Expr& b);
 
-// A sum, with the rest of the sum pushed into a min/max term when that is a constant or cancels
-// something (see the file comment).
+int64_t coef_of(const Linear& l, const Expr& atom) {
+  for (const auto& t : l.terms)
+    if (detail::compare(t.atom, atom) == 0) return t.k;
+  return 0;
+}
+
+// A sum. The terms of the sum that cancel a term of an operand of a min/max term (coefficient
+// +-1) move into it: `min(i + 64, M) - i + j` -> `min(64, M - i) + j`. Moving only cancelling
+// terms keeps the result independent of the order the sum was built in.
 Expr from_linear(const Linear& l) {
   for (size_t i = 0; i < l.terms.size(); ++i) {
     const Term& t = l.terms[i];
     if ((t.atom->op != ExprOp::Min && t.atom->op != ExprOp::Max) || (t.k != 1 && t.k != -1)) continue;
     if (!is_int_dtype(t.atom->dtype)) continue;
-    Linear rest = l;
-    rest.terms.erase(rest.terms.begin() + long(i));
-    if (rest.terms.empty() && rest.c == 0) continue;
     Linear a0 = scale_lin(linearize(t.atom->args[0]), t.k);
     Linear a1 = scale_lin(linearize(t.atom->args[1]), t.k);
-    Linear s0 = add_lin(a0, rest), s1 = add_lin(a1, rest);
-    bool cancels = count_terms(s0) < count_terms(a0) + count_terms(rest) ||
-                   count_terms(s1) < count_terms(a1) + count_terms(rest);
-    if (!rest.terms.empty() && !cancels) continue;
+    Linear moved, kept;
+    kept.c = l.c;
+    for (size_t j = 0; j < l.terms.size(); ++j) {
+      if (j == i) continue;
+      const Term& r = l.terms[j];
+      bool cancels = coef_of(a0, r.atom) == wsub(0, r.k) || coef_of(a1, r.atom) == wsub(0, r.k);
+      (cancels ? moved : kept).terms.push_back(r);
+    }
+    if (moved.terms.empty()) continue;
     ExprOp op = t.k == 1 ? t.atom->op : (t.atom->op == ExprOp::Min ? ExprOp::Max : ExprOp::Min);
-    return minmax(op, from_linear(s0), from_linear(s1));
+    Expr m = minmax(op, from_linear(add_lin(a0, moved)), from_linear(add_lin(a1, moved)));
+    return from_linear(add_lin(linearize(m), kept));
   }
   return build_linear(l);
 }
@@ -312,13 +321,14 @@ Expr minmax(ExprOp op, const Expr& a0, const Expr& b0) {
       if (d->hi <= 0) return is_min ? a : b;
       if (d->lo >= 0) return is_min ? b : a;
     }
-    // Pull out terms common to both operands.
+    // Pull out terms (and a constant) common to both operands.
     Linear common;
     for (const auto& ta : la.terms)
       for (const auto& tb : lb.terms)
         if (ta.k == tb.k && expr_equal(ta.atom, tb.atom)) common.terms.push_back(ta);
-    if (!common.terms.empty()) {
-      Expr inner = minmax(op, build_linear(add_lin(la, common, -1)), build_linear(add_lin(lb, common, -1)));
+    if (la.c == lb.c) common.c = la.c;
+    if (!common.terms.empty() || common.c != 0) {
+      Expr inner = minmax(op, from_linear(add_lin(la, common, -1)), from_linear(add_lin(lb, common, -1)));
       return from_linear(add_lin(linearize(inner), common));
     }
     // min(a, min(a, b)) = min(a, b)
@@ -400,7 +410,7 @@ Expr div_mod(ExprOp op, const Expr& a, const Expr& b) {
       q.c = detail::floordiv(r.c, k);
       return from_linear(q);
     }
-    if (!q.terms.empty()) return from_linear(add_lin(q, linearize(div_mod(op, build_linear(r), b))));
+    if (!q.terms.empty()) return from_linear(add_lin(q, linearize(div_mod(op, from_linear(r), b))));
     // (x // k1) // k2 == x // (k1*k2) for positive k1, k2
     if (a->op == ExprOp::Div && is_int_const(a->args[1]) && a->args[1]->ival > 0 && is_int_dtype(a->dtype)) {
       __int128 kk = __int128(a->args[1]->ival) * k;
@@ -413,7 +423,7 @@ Expr div_mod(ExprOp op, const Expr& a, const Expr& b) {
     for (const auto& tm : l.terms)
       if (int64_t m = detail::floormod(tm.k, k)) r.terms.push_back({tm.atom, m});
     if (r.terms.empty()) return int_imm(r.c);
-    Expr x = build_linear(r);
+    Expr x = from_linear(r);
     if (auto bx = bounds(x, {}); bx && bx->lo >= 0 && bx->hi < k) return x;
     return make_raw(op, t, {x, b});
   }
@@ -425,7 +435,10 @@ Expr div_mod(ExprOp op, const Expr& a, const Expr& b) {
 // ---- leaves ---------------------------------------------------------------------------------
 
 Expr int_imm(int64_t v) { return detail::make_int(v, DType::I64); }
-Expr float_imm(double v, DType t) { return detail::make_float_raw(round_to(v, t), t); }
+Expr float_imm(double v, DType t) {
+  if (!is_float(t)) return cast(detail::make_float_raw(v, DType::F64), t);  // an integer constant
+  return detail::make_float_raw(round_to(v, t), t);
+}
 Expr var(const std::string& name, DType t) {
   auto n = std::make_shared<ExprNode>();
   n->op = ExprOp::Var;
@@ -448,15 +461,26 @@ bool is_const(const Expr& e) { return e && (e->op == ExprOp::Int || e->op == Exp
 
 // ---- simplifying constructors -----------------------------------------------------------------
 
-Expr operator+(const Expr& a, const Expr& b) { return arith(ExprOp::Add, a, b); }
-Expr operator-(const Expr& a, const Expr& b) { return arith(ExprOp::Sub, a, b); }
-Expr operator*(const Expr& a, const Expr& b) { return arith(ExprOp::Mul, a, b); }
-Expr div(const Expr& a, const Expr& b) { return div_mod(ExprOp::Div, a, b); }
-Expr mod(const Expr& a, const Expr& b) { return div_mod(ExprOp::Mod, a, b); }
-Expr min(const Expr& a, const Expr& b) { return minmax(ExprOp::Min, a, b); }
-Expr max(const Expr& a, const Expr& b) { return minmax(ExprOp::Max, a, b); }
+namespace {
+void check(const Expr& a, const char* what) {
+  if (!a) throw Error(std::string(what) + ": null expression");
+}
+void check(const Expr& a, const Expr& b, const char* what) {
+  check(a, what);
+  check(b, what);
+}
+}  // namespace
+
+Expr operator+(const Expr& a, const Expr& b) { return check(a, b, "+"), arith(ExprOp::Add, a, b); }
+Expr operator-(const Expr& a, const Expr& b) { return check(a, b, "-"), arith(ExprOp::Sub, a, b); }
+Expr operator*(const Expr& a, const Expr& b) { return check(a, b, "*"), arith(ExprOp::Mul, a, b); }
+Expr div(const Expr& a, const Expr& b) { return check(a, b, "div"), div_mod(ExprOp::Div, a, b); }
+Expr mod(const Expr& a, const Expr& b) { return check(a, b, "mod"), div_mod(ExprOp::Mod, a, b); }
+Expr min(const Expr& a, const Expr& b) { return check(a, b, "min"), minmax(ExprOp::Min, a, b); }
+Expr max(const Expr& a, const Expr& b) { return check(a, b, "max"), minmax(ExprOp::Max, a, b); }
 
 Expr cmp(ExprOp op, const Expr& a, const Expr& b) {
+  check(a, b, "cmp");
   if (op != ExprOp::Lt && op != ExprOp::Le && op != ExprOp::Eq && op != ExprOp::Ne)
     throw Error("cmp: not a comparison operator");
   auto decide = [&](bool r) { return int_imm(r ? 1 : 0); };
@@ -485,6 +509,7 @@ Expr cmp(ExprOp op, const Expr& a, const Expr& b) {
 }
 
 Expr logic(ExprOp op, const Expr& a, const Expr& b) {
+  check(a, b, "logic");
   if (op != ExprOp::And && op != ExprOp::Or) throw Error("logic: not And/Or");
   bool is_and = op == ExprOp::And;
   auto truth = [](const Expr& e) -> std::optional<bool> {
@@ -506,18 +531,22 @@ Expr logic(ExprOp op, const Expr& a, const Expr& b) {
 }
 
 Expr logic_not(const Expr& a) {
+  check(a, "logic_not");
   if (auto v = as_float(a)) return int_imm(*v == 0 ? 1 : 0);
   if (a->op == ExprOp::Not && is_boolean_valued(a->args[0])) return a->args[0];
   return make_raw(ExprOp::Not, DType::I64, {a});
 }
 
 Expr select(const Expr& c, const Expr& a, const Expr& b) {
+  check(c, "select");
+  check(a, b, "select");
   if (auto v = as_float(c)) return *v != 0 ? a : b;
   if (expr_equal(a, b)) return a;
   return make_raw(ExprOp::Select, DType::I64, {c, a, b});
 }
 
 Expr cast(const Expr& a, DType t) {
+  check(a, "cast");
   if (a->dtype == t) return a;
   if (is_const(a)) {
     if (t == DType::Bool) return detail::make_int(*as_float(a) != 0 ? 1 : 0, DType::Bool);
@@ -538,6 +567,7 @@ Expr cast(const Expr& a, DType t) {
 }
 
 Expr unary_math(ExprOp op, const Expr& a) {
+  check(a, "unary_math");
   if (op != ExprOp::Sqrt && op != ExprOp::Exp && op != ExprOp::Log) throw Error("unary_math: not sqrt/exp/log");
   DType t = detail::result_dtype(op, DType::F32, {a});
   if (auto v = as_float(a)) {

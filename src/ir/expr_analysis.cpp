@@ -10,7 +10,7 @@
 //   `(a + b)`, `(a - b)`, `(a * b)`, `(a // b)` (integer floor division), `(a / b)` (float
 //   division), `(a % b)`, `(a < b)`, `(a <= b)`, `(a == b)`, `(a != b)`, `(a && b)`, `(a || b)`;
 //   `!a`; calls `min(a, b)`, `max(a, b)`, `select(c, a, b)`, `cast<f32>(a)`, `sqrt(a)`,
-//   `exp(a)`, `log(a)`.
+//   `exp(a)`, `log(a)`. A cast of a constant that did not fold prints as `cast<i64>((nanf))`.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -380,7 +380,12 @@ void write(const Expr& e, std::string& out) {
   out += '(';
   for (size_t i = 0; i < e->args.size(); ++i) {
     if (i) out += ", ";
+    // `cast<T>(literal)` spells a constant of type T; a real cast of a constant (one that could
+    // not be folded, e.g. nan to i64) gets extra parentheses to keep the two apart.
+    bool wrap = e->op == ExprOp::Cast && is_const(e->args[i]);
+    if (wrap) out += '(';
     write(e->args[i], out);
+    if (wrap) out += ')';
   }
   out += ')';
 }

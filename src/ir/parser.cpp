@@ -28,11 +28,14 @@
 //             | '(' expr ')' | '(' expr BINOP expr ')' | '!' expr
 //             | 'min' '(' expr ',' expr ')' | 'max' '(' expr ',' expr ')'
 //             | 'select' '(' expr ',' expr ',' expr ')'
-//             | 'cast' '<' DTYPE '>' '(' expr ')'   # of a bare literal: a constant of that dtype
+//             | 'cast' '<' DTYPE '>' '(' expr ')'   # of a bare literal: a constant of that
+//                                                   # dtype (`cast<i32>(5)`); a cast of a
+//                                                   # constant is `cast<i64>((nanf))`
 //             | ('sqrt' | 'exp' | 'log') '(' expr ')'
 //   BINOP    := '+' | '-' | '*' | '//' | '/' | '%' | '<' | '<=' | '>' | '>=' | '==' | '!=' | '&&' | '||'
 //               (`//` and `/` are both Div: floor for integers, true division for floats;
-//                `a > b` reads as `b < a`)
+//                `a > b` reads as `b < a`; the remainder `%` needs a space after it, since
+//                `%x` is a name)
 //   FLOAT    := digits with '.' or an exponent, suffix 'f' for f32 (none: f64);
 //               'inf' 'nan' (f64), 'inff' 'nanf' (f32)
 //   NAME     := [A-Za-z0-9_.]+ | '"' chars with \" and \\ escapes '"'
@@ -493,7 +496,8 @@ class Parser {
 
   // ---- expressions ------------------------------------------------------------------------------
   Expr float_literal(const std::string& text, bool negative, const Token& at) {
-    bool f32 = !text.empty() && text.back() == 'f';
+    // `inf` ends in 'f' but is the f64 word; `inff` is its f32 form.
+    bool f32 = text == "inff" || text == "nanf" || (text != "inf" && !text.empty() && text.back() == 'f');
     std::string body = f32 ? text.substr(0, text.size() - 1) : text;
     double v;
     if (body == "inf") {

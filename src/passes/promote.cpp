@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "passes/nest.h"
 #include "passes/pass_util.h"
 
 namespace pypto::passes {
@@ -74,7 +75,8 @@ Program promote_small_temps(const Program& p, const TileSizes& ts) {
     if (s->kind != StmtKind::OpStmt) return;
     for (auto& a : s->op.args)
       if (auto v = std::get_if<View>(&a))
-        if (candidates.count(v->buf.get()) && (!whole(*v) || !one_tile(s->op))) candidates.erase(v->buf.get());
+        if (candidates.count(v->buf.get()) && (!whole(*v) || !one_tile(s->op) || !is_tensor_level(s->op)))
+          candidates.erase(v->buf.get());  // (already-tiled code, e.g. a fused nest, reads it from memory)
   });
   if (candidates.empty()) return p;
   Program out = p;

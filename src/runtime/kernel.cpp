@@ -26,13 +26,15 @@ void check_args(const ir::Program& p, const RunArgs& args) {
   for (size_t i = 0; i < p.params.size(); ++i) {
     const ir::Buffer& b = *p.params[i];
     const TensorArg& t = args.tensors[i];
-    const std::string who = "argument " + std::to_string(i + 1) + " ('" + b.name + "')";
+    // Messages are built only on failure: this check runs on every call of a cached kernel.
+    auto who = [&] { return "argument " + std::to_string(i + 1) + " ('" + b.name + "')"; };
     if (t.dtype != b.dtype || t.shape != b.shape)
-      throw Error(who + ": expected " + type_text(b.dtype, b.shape) + ", got " + type_text(t.dtype, t.shape));
+      throw Error(who() + ": expected " + type_text(b.dtype, b.shape) + ", got " +
+                  type_text(t.dtype, t.shape));
     if (t.strides.size() != t.shape.size())
-      throw Error(who + ": has " + std::to_string(t.strides.size()) + " strides for " +
+      throw Error(who() + ": has " + std::to_string(t.strides.size()) + " strides for " +
                   std::to_string(t.shape.size()) + " dimensions");
-    if (!t.data && b.numel() > 0) throw Error(who + ": null data pointer");
+    if (!t.data && b.numel() > 0) throw Error(who() + ": null data pointer");
   }
   if (args.scalars.size() != p.scalars.size())
     throw Error("kernel '" + p.name + "' takes " + std::to_string(p.scalars.size()) + " scalar argument" +
@@ -41,8 +43,8 @@ void check_args(const ir::Program& p, const RunArgs& args) {
     const ir::ScalarParam& s = p.scalars[j];
     const ir::ScalarValue& v = args.scalars[j];
     if (!ir::is_float(s.dtype) && v.is_float && v.f != std::floor(v.f))
-      throw Error("scalar argument '" + s.name + "': expected an integer (" + std::string(ir::dtype_name(s.dtype)) +
-                  "), got " + std::to_string(v.f));
+      throw Error("scalar argument '" + s.name + "': expected an integer (" +
+                  std::string(ir::dtype_name(s.dtype)) + "), got " + std::to_string(v.f));
   }
 }
 

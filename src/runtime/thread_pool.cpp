@@ -38,6 +38,7 @@ namespace {
 constexpr size_t kWorkerStackBytes = size_t(16) << 20;
 // How long an idle worker (and a waiting caller) spins before blocking.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
+constexpr int kPauseSpins = 256;  // pause instructions (~5-40 ns each) before yielding
 
 // True while this thread runs inside a parallel_for (as caller or worker): nested calls run inline.
 thread_local bool t_in_parallel = false;
@@ -59,7 +60,7 @@ int default_threads() {
 }
 
 struct alignas(64) Worker {
-  std::atomic<uint64_t> seq{0};       // bumped by the caller to hand over a chunk
+  std::atomic<uint64_t> seq{0};  // bumped by the caller to hand over a chunk
   std::atomic<bool> sleeping{false};
   std::atomic<bool> stop{false};
   LoopBody body = nullptr;
@@ -75,11 +76,15 @@ class Pool {
  public:
   explicit Pool(int threads) { start(threads); }
 
-  int threads() const { return int(workers_.size()) + 1; }
+  int threads() const { return nthreads_.load(std::memory_order_relaxed); }
 
   void run(int64_t n, LoopBody body, void* ctx) {
     std::lock_guard<std::mutex> lock(submit_);  // one parallel loop at a time
-    const int64_t chunks = std::min<int64_t>(n, threads());
+    const int64_t chunks = std::min<int64_t>(n, int64_t(workers_.size()) + 1);
+    if (chunks <= 1) {  // resized to one thread since the caller looked
+      body(ctx, 0, n);
+      return;
+    }
     const int64_t base = n / chunks, rem = n % chunks;
     auto chunk_begin = [&](int64_t i) { return i * base + std::min(i, rem); };
     pending_.store(int(chunks - 1), std::memory_order_relaxed);
@@ -132,6 +137,7 @@ class Pool {
       if (rc != 0) break;  // fewer threads than asked: still correct, just less parallel
       workers_.push_back(std::move(w));
     }
+    nthreads_.store(int(workers_.size()) + 1);
   }
 
   void stop_all() {
@@ -145,20 +151,31 @@ class Pool {
       pthread_join(w->thread, nullptr);
     }
     workers_.clear();
+    nthreads_.store(1);
   }
 
   void wait_done() {
     auto until = std::chrono::steady_clock::now() + kSpinTime;
     int spins = 0;
     while (pending_.load(std::memory_order_acquire) != 0) {
-      PYPTO_CPU_RELAX();
-      if (++spins % 256 == 0 && std::chrono::steady_clock::now() > until) {
+      backoff(spins);
+      if ((spins % 256 == 0 || spins >= kPauseSpins) && std::chrono::steady_clock::now() > until) {
         std::unique_lock<std::mutex> l(done_mu_);
         caller_waiting_.store(true, std::memory_order_seq_cst);
         done_cv_.wait(l, [&] { return pending_.load(std::memory_order_acquire) == 0; });
         caller_waiting_.store(false, std::memory_order_relaxed);
         break;
       }
+    }
+  }
+
+  // One step of a spin-wait: pause instructions first; after a short while yield the CPU on each
+  // step, so that on an oversubscribed machine the thread we wait for can get a core.
+  static void backoff(int& spins) {
+    if (++spins < kPauseSpins) {
+      PYPTO_CPU_RELAX();
+    } else {
+      sched_yield();
     }
   }
 
@@ -181,11 +198,8 @@ class Pool {
     for (;;) {
       uint64_t s = w.seq.load(std::memory_order_acquire);
       if (s != seen) return s;
-      PYPTO_CPU_RELAX();
-      if (++spins % 256 == 0) {
-        if (std::chrono::steady_clock::now() > until) break;
-        if (spins % 4096 == 0) sched_yield();  // be polite on an oversubscribed machine
-      }
+      backoff(spins);
+      if ((spins % 256 == 0 || spins >= kPauseSpins) && std::chrono::steady_clock::now() > until) break;
     }
     std::unique_lock<std::mutex> l(w.mu);
     w.sleeping.store(true, std::memory_order_seq_cst);
@@ -195,6 +209,7 @@ class Pool {
   }
 
   std::vector<std::unique_ptr<Worker>> workers_;
+  std::atomic<int> nthreads_{1};  // read without the lock by parallel_for's fast path
   std::mutex submit_;
   alignas(64) std::atomic<int> pending_{0};
   std::atomic<bool> caller_waiting_{false};

@@ -26,8 +26,10 @@ TEST(Interp, EdgeTileValidExtent) {
   pypto::interp::interpret(p, args({hx.arg(), ho.arg()}));
   for (int64_t r = 0; r < 50; ++r)
     for (int64_t c = 0; c < 70; ++c) {
-      if (c >= 64) EXPECT_EQ(ho.at(r, c), 2 * hx.at(r, c));
-      else EXPECT_TRUE(std::isnan(ho.at(r, c)));
+      if (c >= 64)
+        EXPECT_EQ(ho.at(r, c), 2 * hx.at(r, c));
+      else
+        EXPECT_TRUE(std::isnan(ho.at(r, c)));
     }
 }
 
@@ -133,17 +135,18 @@ TEST(Interp, LetIfAndScalarParams) {
   auto x = param("x", {4, 4}), o = output("o", {4, 4});
   auto t = tile("t", 4, 4);
   Expr n = var("n"), alpha = var("alpha", DType::F32), s = var("s");
-  Program p = program(
-      {x, o},
-      {alloc(t), op(Opcode::TLOAD, {W(t), W(x)}), let("s", n * I(2)),
-       if_then(cmp(ExprOp::Lt, s, I(5)), {op(Opcode::TMUL, {W(t), W(t), alpha})},
-               {op(Opcode::TADD, {W(t), W(t), alpha})}),
-       op(Opcode::TSTORE, {W(o), W(t)})},
-      {ScalarParam{"n", DType::I64}, ScalarParam{"alpha", DType::F32}});
+  Program p = program({x, o},
+                      {alloc(t), op(Opcode::TLOAD, {W(t), W(x)}), let("s", n * I(2)),
+                       if_then(cmp(ExprOp::Lt, s, I(5)), {op(Opcode::TMUL, {W(t), W(t), alpha})},
+                               {op(Opcode::TADD, {W(t), W(t), alpha})}),
+                       op(Opcode::TSTORE, {W(o), W(t)})},
+                      {ScalarParam{"n", DType::I64}, ScalarParam{"alpha", DType::F32}});
   HostF hx = ramp({4, 4}), ho = nanf({4, 4});
-  pypto::interp::interpret(p, args({hx.arg(), ho.arg()}, {ScalarValue{false, 2, 0}, ScalarValue{true, 0, 3.0}}));
+  pypto::interp::interpret(p,
+                           args({hx.arg(), ho.arg()}, {ScalarValue{false, 2, 0}, ScalarValue{true, 0, 3.0}}));
   for (size_t i = 0; i < 16; ++i) EXPECT_EQ(ho.data[i], hx.data[i] * 3);
-  pypto::interp::interpret(p, args({hx.arg(), ho.arg()}, {ScalarValue{false, 3, 0}, ScalarValue{true, 0, 3.0}}));
+  pypto::interp::interpret(p,
+                           args({hx.arg(), ho.arg()}, {ScalarValue{false, 3, 0}, ScalarValue{true, 0, 3.0}}));
   for (size_t i = 0; i < 16; ++i) EXPECT_EQ(ho.data[i], hx.data[i] + 3);
 }
 
@@ -158,8 +161,10 @@ TEST(Interp, BroadcastAndValidIntersection) {
   pypto::interp::interpret(p, args({hx.arg(), hr.arg(), ho.arg()}));
   for (int64_t i = 0; i < 8; ++i)
     for (int64_t j = 0; j < 8; ++j) {
-      if (i < 3 && j < 5) EXPECT_EQ(ho.at(i, j), hx.at(i, j) - hr.at(0, j));
-      else EXPECT_TRUE(std::isnan(ho.at(i, j)));
+      if (i < 3 && j < 5)
+        EXPECT_EQ(ho.at(i, j), hx.at(i, j) - hr.at(0, j));
+      else
+        EXPECT_TRUE(std::isnan(ho.at(i, j)));
     }
 }
 
@@ -193,15 +198,15 @@ TEST(Interp, ConvertTruncatesAndWraps) {
 }
 
 TEST(Interp, LayoutInstructions) {
-  auto x = param("x", {4, 6}), o1 = output("o1", {6, 4}), o2 = output("o2", {2, 3}), o3 = output("o3", {4, 6});
+  auto x = param("x", {4, 6}), o1 = output("o1", {6, 4}), o2 = output("o2", {2, 3}),
+       o3 = output("o3", {4, 6});
   auto t = tile("t", 4, 6), tt = tile("tt", 6, 4), e = tile("e", 2, 3), f = tile("f", 4, 6);
-  Program p = program(
-      {x, o1, o2, o3},
-      {alloc(t), alloc(tt), alloc(e), alloc(f), op(Opcode::TLOAD, {W(t), W(x)}),
-       op(Opcode::TTRANS, {W(tt), W(t)}), op(Opcode::TSTORE, {W(o1), W(tt)}),
-       op(Opcode::TEXTRACT, {W(e), W(t), I(1), I(2)}), op(Opcode::TSTORE, {W(o2), W(e)}),
-       op(Opcode::TEXPANDS, {W(f), F(-1)}), op(Opcode::TINSERT, {W(f), W(e), I(2), I(4)}),
-       op(Opcode::TSTORE, {W(o3), W(f)})});
+  Program p = program({x, o1, o2, o3},
+                      {alloc(t), alloc(tt), alloc(e), alloc(f), op(Opcode::TLOAD, {W(t), W(x)}),
+                       op(Opcode::TTRANS, {W(tt), W(t)}), op(Opcode::TSTORE, {W(o1), W(tt)}),
+                       op(Opcode::TEXTRACT, {W(e), W(t), I(1), I(2)}), op(Opcode::TSTORE, {W(o2), W(e)}),
+                       op(Opcode::TEXPANDS, {W(f), F(-1)}), op(Opcode::TINSERT, {W(f), W(e), I(2), I(4)}),
+                       op(Opcode::TSTORE, {W(o3), W(f)})});
   HostF hx = ramp({4, 6}), h1 = nanf({6, 4}), h2 = nanf({2, 3}), h3 = nanf({4, 6});
   pypto::interp::interpret(p, args({hx.arg(), h1.arg(), h2.arg(), h3.arg()}));
   for (int64_t r = 0; r < 6; ++r)
@@ -217,13 +222,13 @@ TEST(Interp, LayoutInstructions) {
 TEST(Interp, SyncPairsAndLoopPrivateTiles) {
   auto x = param("x", {4, 4}), o = output("o", {4, 4});
   auto t = tile("t", 4, 4);
-  Program p = program(
-      {x, o}, {op(Opcode::SET_FLAG, {I(0), I(2), I(0)}),
-               for_loop("i", I(0), I(3), I(1),
-                        {alloc(t), op(Opcode::WAIT_FLAG, {I(0), I(2), I(0)}), op(Opcode::TLOAD, {W(t), W(x)}),
-                         op(Opcode::PIPE_BARRIER, {I(5)}), op(Opcode::SET_FLAG, {I(0), I(2), I(0)}),
-                         op(Opcode::TSTORE, {W(o), W(t)})}),
-               op(Opcode::WAIT_FLAG, {I(0), I(2), I(0)})});
+  Program p =
+      program({x, o}, {op(Opcode::SET_FLAG, {I(0), I(2), I(0)}),
+                       for_loop("i", I(0), I(3), I(1),
+                                {alloc(t), op(Opcode::WAIT_FLAG, {I(0), I(2), I(0)}),
+                                 op(Opcode::TLOAD, {W(t), W(x)}), op(Opcode::PIPE_BARRIER, {I(5)}),
+                                 op(Opcode::SET_FLAG, {I(0), I(2), I(0)}), op(Opcode::TSTORE, {W(o), W(t)})}),
+                       op(Opcode::WAIT_FLAG, {I(0), I(2), I(0)})});
   HostF hx = ramp({4, 4}), ho = nanf({4, 4});
   pypto::interp::interpret(p, args({hx.arg(), ho.arg()}));
   EXPECT_EQ(ho.data, hx.data);

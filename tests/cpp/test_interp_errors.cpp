@@ -7,7 +7,8 @@ namespace {
 
 Program copy_program(View src_view, BufferRef x, BufferRef o, int64_t R, int64_t C) {
   auto t = tile("t", R, C);
-  return program({x, o}, {alloc(t), op(Opcode::TLOAD, {W(t), std::move(src_view)}), op(Opcode::TSTORE, {W(o), W(t)})});
+  return program(
+      {x, o}, {alloc(t), op(Opcode::TLOAD, {W(t), std::move(src_view)}), op(Opcode::TSTORE, {W(o), W(t)})});
 }
 
 TEST(InterpErrors, OutOfBoundsLoad) {
@@ -30,8 +31,8 @@ TEST(InterpErrors, OutOfBoundsStoreNegativeOffset) {
 TEST(InterpErrors, UnwrittenTileRead) {
   auto x = param("x", {4, 4}), o = output("o", {4, 4});
   auto t = tile("t", 4, 4), u = tile("u", 4, 4);
-  Program p = program({x, o}, {alloc(t), alloc(u), op(Opcode::TADD, {W(u), W(t), F(1)}),
-                               op(Opcode::TSTORE, {W(o), W(u)})});
+  Program p = program(
+      {x, o}, {alloc(t), alloc(u), op(Opcode::TADD, {W(u), W(t), F(1)}), op(Opcode::TSTORE, {W(o), W(u)})});
   HostF hx = ramp({4, 4}), ho = nanf({4, 4});
   expect_error(p, args({hx.arg(), ho.arg()}), {"unwritten", "'t'[0, 0]", "TADD"});
 }
@@ -41,8 +42,9 @@ TEST(InterpErrors, UnwrittenTileRead) {
 TEST(InterpErrors, PartlyWrittenTile) {
   auto x = param("x", {2, 2}), o = output("o", {4, 4});
   auto t = tile("t", 2, 2), u = tile("u", 4, 4);
-  Program p = program({x, o}, {alloc(t), alloc(u), op(Opcode::TLOAD, {W(t), W(x)}),
-                               op(Opcode::TINSERT, {W(u), W(t), I(0), I(0)}), op(Opcode::TSTORE, {W(o), W(u)})});
+  Program p =
+      program({x, o}, {alloc(t), alloc(u), op(Opcode::TLOAD, {W(t), W(x)}),
+                       op(Opcode::TINSERT, {W(u), W(t), I(0), I(0)}), op(Opcode::TSTORE, {W(o), W(u)})});
   HostF hx = ramp({2, 2}), ho = nanf({4, 4});
   expect_error(p, args({hx.arg(), ho.arg()}), {"unwritten", "'u'[0, 2]", "TSTORE"});
 }
@@ -51,10 +53,11 @@ TEST(InterpErrors, LoopPrivateTileIsFresh) {
   auto x = param("x", {4, 4}), o = output("o", {4, 4});
   auto t = tile("t", 4, 4);
   // Iteration 0 loads, iteration 1 reads a fresh (unwritten) t.
-  Program p = program({x, o}, {for_loop("i", I(0), I(2), I(1),
-                                        {alloc(t), if_then(cmp(ExprOp::Eq, var("i"), I(0)),
-                                                           {op(Opcode::TLOAD, {W(t), W(x)})}),
-                                         op(Opcode::TSTORE, {W(o), W(t)})})});
+  Program p = program(
+      {x, o},
+      {for_loop("i", I(0), I(2), I(1),
+                {alloc(t), if_then(cmp(ExprOp::Eq, var("i"), I(0)), {op(Opcode::TLOAD, {W(t), W(x)})}),
+                 op(Opcode::TSTORE, {W(o), W(t)})})});
   HostF hx = ramp({4, 4}), ho = nanf({4, 4});
   expect_error(p, args({hx.arg(), ho.arg()}), {"unwritten", "TSTORE"});
 }
@@ -71,16 +74,17 @@ TEST(InterpErrors, UnwrittenScratchRead) {
 TEST(InterpErrors, ResultDoesNotFitTile) {
   auto x = param("x", {8, 8}), o = output("o", {4, 4});
   auto t = tile("t", 8, 8), u = tile("u", 4, 4);
-  Program p = program({x, o}, {alloc(t), alloc(u), op(Opcode::TLOAD, {W(t), W(x)}),
-                               op(Opcode::TEXP, {W(u), W(t)})});
+  Program p =
+      program({x, o}, {alloc(t), alloc(u), op(Opcode::TLOAD, {W(t), W(x)}), op(Opcode::TEXP, {W(u), W(t)})});
   HostF hx = ramp({8, 8}), ho = nanf({4, 4});
   expect_error(p, args({hx.arg(), ho.arg()}), {"does not fit tile 'u'", "TEXP"});
 }
 
 TEST(InterpErrors, WaitWithoutSet) {
   auto x = param("x", {1, 1});
-  Program p = program({x}, {op(Opcode::SET_FLAG, {I(2), I(3), I(1)}), op(Opcode::WAIT_FLAG, {I(2), I(3), I(1)}),
-                            op(Opcode::WAIT_FLAG, {I(2), I(3), I(1)})});
+  Program p =
+      program({x}, {op(Opcode::SET_FLAG, {I(2), I(3), I(1)}), op(Opcode::WAIT_FLAG, {I(2), I(3), I(1)}),
+                    op(Opcode::WAIT_FLAG, {I(2), I(3), I(1)})});
   HostF hx = ramp({1, 1});
   expect_error(p, args({hx.arg()}), {"WAIT_FLAG", "no SET_FLAG"});
 }
@@ -116,9 +120,10 @@ TEST(InterpErrors, ArgumentChecks) {
 TEST(InterpErrors, GatherIndexOutOfRange) {
   auto x = param("x", {4, 4}), ix = param("ix", {2, 1}, DType::I32), o = output("o", {2, 4});
   auto t = tile("t", 4, 4), it = tile("it", 2, 1, DType::I32), d = tile("d", 2, 4);
-  Program p = program({x, ix, o}, {alloc(t), alloc(it), alloc(d), op(Opcode::TLOAD, {W(t), W(x)}),
-                                   op(Opcode::TLOAD, {W(it), W(ix)}), op(Opcode::TGATHER, {W(d), W(t), W(it)}),
-                                   op(Opcode::TSTORE, {W(o), W(d)})});
+  Program p =
+      program({x, ix, o}, {alloc(t), alloc(it), alloc(d), op(Opcode::TLOAD, {W(t), W(x)}),
+                           op(Opcode::TLOAD, {W(it), W(ix)}), op(Opcode::TGATHER, {W(d), W(t), W(it)}),
+                           op(Opcode::TSTORE, {W(o), W(d)})});
   HostF hx = ramp({4, 4}), ho = nanf({2, 4});
   Host<int32_t> hi({2, 1}, DType::I32, 0);
   hi.data = {3, 1};

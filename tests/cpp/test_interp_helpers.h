@@ -15,8 +15,7 @@ using namespace pypto::ir;
 using pypto::runtime::RunArgs;
 using pypto::runtime::TensorArg;
 
-inline BufferRef buffer(const std::string& name, DType t, std::vector<int64_t> shape, Space s,
-                        BufferKind k) {
+inline BufferRef buffer(const std::string& name, DType t, std::vector<int64_t> shape, Space s, BufferKind k) {
   auto b = std::make_shared<Buffer>();
   b->name = name;
   b->dtype = t;

@@ -19,18 +19,27 @@ namespace {
 
 using namespace ir;
 
-// Tiles bigger than this live on the heap so that deep loop nests cannot overflow a thread stack.
+// Tiles bigger than this live on the heap, and so does any tile that would take the tiles in scope
+// past the budget: a kernel may run on a host thread with a default 8 MiB stack (or less).
 constexpr int64_t kMaxStackTileBytes = 64 << 10;
+constexpr int64_t kStackBudgetBytes = 1 << 20;
 
 const char* ctype(DType t) {
   switch (t) {
-    case DType::F32: return "float";
-    case DType::F64: return "double";
-    case DType::I32: return "int32_t";
-    case DType::I64: return "int64_t";
-    case DType::Bool: return "uint8_t";
-    case DType::F16: return "pto::half_t";
-    case DType::BF16: return "pto::bf16_t";
+    case DType::F32:
+      return "float";
+    case DType::F64:
+      return "double";
+    case DType::I32:
+      return "int32_t";
+    case DType::I64:
+      return "int64_t";
+    case DType::Bool:
+      return "uint8_t";
+    case DType::F16:
+      return "pto::half_t";
+    case DType::BF16:
+      return "pto::bf16_t";
   }
   return "float";
 }
@@ -130,7 +139,8 @@ class Gen {
     for (char ch : p_.name) pname += (ch == '\n' || ch == '\r') ? ' ' : ch;
     out_ << "// PyPTO kernel '" << pname << "': generated from its tile-level PTO program.\n";
     out_ << kPrelude;
-    out_ << "extern \"C\" __attribute__((visibility(\"default\"))) void pypto_kernel(const pto_kernel_args* args) {\n";
+    out_ << "extern \"C\" __attribute__((visibility(\"default\"))) void pypto_kernel(const pto_kernel_args* "
+            "args) {\n";
     out_ << "  (void)args;\n";
     for (size_t i = 0; i < p_.params.size(); ++i) declare_param(i);
     for (size_t j = 0; j < p_.scalars.size(); ++j) declare_scalar(j);
@@ -141,8 +151,8 @@ class Gen {
 
  private:
   struct BufInfo {
-    std::string ptr;                 // C++ name of the base pointer (global) or tile (local)
-    std::vector<IExpr> strides;      // global buffers: element strides per dimension
+    std::string ptr;             // C++ name of the base pointer (global) or tile (local)
+    std::vector<IExpr> strides;  // global buffers: element strides per dimension
     bool local = false;
     DType dtype = DType::F32;
   };
@@ -233,9 +243,13 @@ class Gen {
     if (lead != 1)
       throw Error("cpu codegen: local tile '" + b.name + "' has rank " + std::to_string(b.rank()) +
                   " (tiles are rank 2); the program is not tile level");
-    if (b.rank() == 0) return {1, 1};
-    if (b.rank() == 1) return {1, b.shape[0]};
-    return {b.shape[size_t(b.rank() - 2)], b.shape[size_t(b.rank() - 1)]};
+    std::pair<int64_t, int64_t> rc{1, 1};
+    if (b.rank() == 1) rc = {1, b.shape[0]};
+    if (b.rank() >= 2) rc = {b.shape[size_t(b.rank() - 2)], b.shape[size_t(b.rank() - 1)]};
+    if (rc.first <= 0 || rc.second <= 0 || rc.first * rc.second > (int64_t(1) << 30))
+      throw Error("cpu codegen: local tile '" + b.name + "' has shape " + std::to_string(rc.first) + " x " +
+                  std::to_string(rc.second) + "; tiles need 1 <= rows*cols <= 2^30");
+    return rc;
   }
 
   void alloc(const BufferRef& b) {
@@ -248,11 +262,13 @@ class Gen {
       auto [r, c] = tile_shape(*b);
       info.local = true;
       std::string tt = "pto::Tile<" + T + ", " + std::to_string(r) + ", " + std::to_string(c) + ">";
-      if (r * c * dtype_bytes(b->dtype) > kMaxStackTileBytes) {
+      const int64_t bytes = r * c * dtype_bytes(b->dtype);
+      if (bytes > kMaxStackTileBytes || stack_bytes_ + bytes > kStackBudgetBytes) {
         std::string h = "hp_" + info.ptr.substr(2);
         line() << "const pto_heap_tile<" << tt << " > " << h << ";\n";
         line() << tt << "& " << info.ptr << " = *" << h << ".p;\n";
       } else {
+        stack_bytes_ += bytes;
         line() << tt << " " << info.ptr << ";\n";
       }
     } else {
@@ -315,14 +331,19 @@ class Gen {
                  : "pto_floormod(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
       case ExprOp::Min:
       case ExprOp::Max: {
-        const char* fn = e->op == ExprOp::Min ? (f ? "pto_minf(" : "pto_mini(") : (f ? "pto_maxf(" : "pto_maxi(");
-        return f ? fn + as_f(arg(0)) + ", " + as_f(arg(1)) + ")" : fn + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
+        const char* fn =
+            e->op == ExprOp::Min ? (f ? "pto_minf(" : "pto_mini(") : (f ? "pto_maxf(" : "pto_maxi(");
+        return f ? fn + as_f(arg(0)) + ", " + as_f(arg(1)) + ")"
+                 : fn + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
       }
       case ExprOp::Lt:
       case ExprOp::Le:
       case ExprOp::Eq:
       case ExprOp::Ne: {
-        const char* o = e->op == ExprOp::Lt ? " < " : e->op == ExprOp::Le ? " <= " : e->op == ExprOp::Eq ? " == " : " != ";
+        const char* o = e->op == ExprOp::Lt   ? " < "
+                        : e->op == ExprOp::Le ? " <= "
+                        : e->op == ExprOp::Eq ? " == "
+                                              : " != ";
         bool any_f = fl(arg(0)) || fl(arg(1));
         std::string x = any_f ? as_f(arg(0)) : expr(arg(0)), y = any_f ? as_f(arg(1)) : expr(arg(1));
         return wrap_bool(f, "(" + x + o + y + ")");
@@ -349,19 +370,45 @@ class Gen {
     throw Error("cpu codegen: unknown expression `" + to_string(e) + "`");
   }
 
+  // A C++ boolean for an `if`: comparisons and logic print bare, anything else is tested != 0.
+  std::string condition(const Expr& c) {
+    std::string e = expr(c);
+    if (c && !fl(c) && e.rfind("int64_t(", 0) == 0 && e.back() == ')') {
+      switch (c->op) {
+        case ExprOp::Lt:
+        case ExprOp::Le:
+        case ExprOp::Eq:
+        case ExprOp::Ne:
+        case ExprOp::And:
+        case ExprOp::Or:
+        case ExprOp::Not:
+          return e.substr(7);  // drop the int64_t cast, keep the parentheses
+        default:
+          break;
+      }
+    }
+    return e + " != 0";
+  }
+
   static std::string wrap_bool(bool as_float, const std::string& cond) {
     return as_float ? "double" + cond : "int64_t" + cond;
   }
 
   std::string cast_expr(DType t, const Expr& x) {
     switch (t) {
-      case DType::F32: return "double(float(" + as_f(x) + "))";
-      case DType::F64: return as_f(x);
+      case DType::F32:
+        return "double(float(" + as_f(x) + "))";
+      case DType::F64:
+        return as_f(x);
       case DType::F16:
-      case DType::BF16: return "double(float(" + as_f(x) + "))";  // storage types compute in f32
-      case DType::I32: return "int64_t(int32_t(" + as_i(x) + "))";
-      case DType::I64: return as_i(x);
-      case DType::Bool: return "int64_t(" + expr(x) + " != 0)";
+      case DType::BF16:
+        return "double(float(" + as_f(x) + "))";  // storage types compute in f32
+      case DType::I32:
+        return "int64_t(int32_t(" + as_i(x) + "))";
+      case DType::I64:
+        return as_i(x);
+      case DType::Bool:
+        return "int64_t(" + expr(x) + " != 0)";
     }
     return expr(x);
   }
@@ -388,9 +435,12 @@ class Gen {
       fail_op(op, "operand " + std::to_string(i) + " of " + std::string(opcode_name(op.code)) +
                       " is the global buffer '" + v->buf->name +
                       "' (compute instructions take local tiles); the program is not tile level");
-    if (v->rank() > 2) fail_op(op, "operand " + std::to_string(i) + " has rank " + std::to_string(v->rank()) + " (tiles are rank 2)");
+    if (v->rank() > 2)
+      fail_op(op, "operand " + std::to_string(i) + " has rank " + std::to_string(v->rank()) +
+                      " (tiles are rank 2)");
     if (!v->is_whole())
-      fail_op(op, "operand " + std::to_string(i) + " must be a whole tile, got a view of '" + v->buf->name + "'");
+      fail_op(op,
+              "operand " + std::to_string(i) + " must be a whole tile, got a view of '" + v->buf->name + "'");
     return info.ptr;
   }
 
@@ -400,7 +450,8 @@ class Gen {
     if (!v) fail_op(op, "operand " + std::to_string(i) + " must be a global view, not a scalar");
     const BufInfo& info = info_of(op, *v);
     if (info.local)
-      fail_op(op, "operand " + std::to_string(i) + " must be a global view, got local tile '" + v->buf->name + "'");
+      fail_op(op, "operand " + std::to_string(i) + " must be a global view, got local tile '" + v->buf->name +
+                      "'");
     const size_t n = v->buf->shape.size();
     if (v->offset.size() != n || v->size.size() != n || v->step.size() != n || v->valid.size() != n)
       fail_op(op, "malformed view of '" + v->buf->name + "': per-dimension lists do not match its rank");
@@ -443,6 +494,10 @@ class Gen {
     return "static_cast<" + std::string(ctype(c)) + ">(" + (is_float(c) ? as_f(e) : as_i(e)) + ")";
   }
 
+  bool is_local_view(const Op& op, size_t i) {
+    const View* v = std::get_if<View>(&op.args[i]);
+    return v && v->buf && v->buf->space != Space::Global;
+  }
   bool is_view(const Op& op, size_t i) { return std::holds_alternative<View>(op.args[i]); }
   DType tile_dtype(const Op& op, size_t i) {
     const View& v = std::get<View>(op.args[i]);
@@ -458,13 +513,18 @@ class Gen {
     std::vector<std::string> a(op.args.size());
     switch (op.code) {
       case Opcode::TLOAD:
-        a[0] = tile(op, 0);
-        a[1] = gview(op, 1);
+      case Opcode::TSTORE: {
+        // A "load" or "store" between two whole local tiles (memory planning may place a small
+        // temp in a local buffer) is a tile copy: TMOV has exactly that meaning.
+        const size_t g = op.code == Opcode::TLOAD ? 1 : 0;
+        if (is_local_view(op, g)) {
+          line() << "pto::TMOV(" << tile(op, 0) << ", " << tile(op, 1) << ");\n";
+          return;
+        }
+        a[g] = gview(op, g);
+        a[1 - g] = tile(op, 1 - g);
         break;
-      case Opcode::TSTORE:
-        a[0] = gview(op, 0);
-        a[1] = tile(op, 1);
-        break;
+      }
       case Opcode::TPREFETCH:
         a[0] = gview(op, 0);
         break;
@@ -521,7 +581,7 @@ class Gen {
         for_loop(*s);
         break;
       case StmtKind::If:
-        line() << "if (" << expr(s->cond) << " != 0) {\n";
+        line() << "if (" << condition(s->cond) << ") {\n";
         scoped(s->body);
         if (!s->orelse.empty()) {
           line() << "} else {\n";
@@ -534,7 +594,8 @@ class Gen {
         std::string rhs = expr(s->value);
         DType t = is_float(s->value->dtype) ? DType::F64 : DType::I64;
         vars_[s->var] = t;
-        line() << "const " << (t == DType::F64 ? "double " : "int64_t ") << var_name(s->var) << " = " << rhs << ";\n";
+        line() << "const " << (t == DType::F64 ? "double " : "int64_t ") << var_name(s->var) << " = " << rhs
+               << ";\n";
         break;
       }
       case StmtKind::Alloc:
@@ -548,8 +609,32 @@ class Gen {
 
   void scoped(const std::vector<Stmt>& body) {
     ++indent_;
+    const int64_t saved = stack_bytes_;
     block(body);
+    stack_bytes_ = saved;
     --indent_;
+  }
+
+  static void collect_tiles(const std::vector<Stmt>& body, std::set<std::string>& allocated,
+                            std::set<std::string>& used) {
+    for (const Stmt& st : body) {
+      if (!st) continue;
+      if (st->kind == StmtKind::Alloc && st->buffer && st->buffer->space != Space::Global)
+        allocated.insert(st->buffer->name);
+      if (st->kind == StmtKind::OpStmt)
+        for (const Operand& a : st->op.args)
+          if (const View* v = std::get_if<View>(&a); v && v->buf && v->buf->space != Space::Global)
+            used.insert(v->buf->name);
+      collect_tiles(st->body, allocated, used);
+      collect_tiles(st->orelse, allocated, used);
+    }
+  }
+  static bool uses_outer_tile(const std::vector<Stmt>& body) {
+    std::set<std::string> allocated, used;
+    collect_tiles(body, allocated, used);
+    for (const auto& n : used)
+      if (!allocated.count(n)) return true;
+    return false;
   }
 
   void for_loop(const StmtNode& s) {
@@ -558,8 +643,12 @@ class Gen {
     if (st.c && *st.c == 0) throw Error("cpu codegen: loop '" + s.var + "' has step 0");
     const std::string v = var_name(s.var);
     const std::string sfx = v.substr(2);
-    const bool parallel = s.loop_kind == LoopKind::Parallel && parallel_depth_ == 0;
+    // A local tile allocated outside the loop would be shared by all threads: run such a loop
+    // serially (correct, if slower) rather than racing on it.
+    const bool parallel =
+        s.loop_kind == LoopKind::Parallel && parallel_depth_ == 0 && !uses_outer_tile(s.body);
     vars_[s.var] = DType::I64;
+    const int64_t saved_stack = stack_bytes_;  // the body's tiles go out of scope with the loop
     if (parallel) {
       line() << "{\n";
       ++indent_;
@@ -576,27 +665,29 @@ class Gen {
       --indent_;
       line() << "}\n";
     } else if (st.c && *st.c > 0) {
-      line() << "for (int64_t " << v << " = " << lo.s << ", hi_" << sfx << " = " << hi.s << "; " << v << " < hi_"
-             << sfx << "; " << v << " += " << st.s << ") {\n";
+      line() << "for (int64_t " << v << " = " << lo.s << ", hi_" << sfx << " = " << hi.s << "; " << v
+             << " < hi_" << sfx << "; " << v << " += " << st.s << ") {\n";
       scoped(s.body);
       line() << "}\n";
     } else {
       // Unknown or negative step: count iterations, as the trip count is well defined either way.
-      line() << "for (int64_t lo_" << sfx << " = " << lo.s << ", sp_" << sfx << " = " << st.s << ", it_" << sfx
-             << " = 0, n_" << sfx << " = pto_trip(lo_" << sfx << ", " << hi.s << ", sp_" << sfx << "); it_" << sfx
-             << " < n_" << sfx << "; ++it_" << sfx << ") {\n";
+      line() << "for (int64_t lo_" << sfx << " = " << lo.s << ", sp_" << sfx << " = " << st.s << ", it_"
+             << sfx << " = 0, n_" << sfx << " = pto_trip(lo_" << sfx << ", " << hi.s << ", sp_" << sfx
+             << "); it_" << sfx << " < n_" << sfx << "; ++it_" << sfx << ") {\n";
       ++indent_;
       line() << "const int64_t " << v << " = lo_" << sfx << " + it_" << sfx << " * sp_" << sfx << ";\n";
       block(s.body);
       --indent_;
       line() << "}\n";
     }
+    stack_bytes_ = saved_stack;
   }
 
   const Program& p_;
   std::ostringstream out_;
   int indent_ = 1;
   int parallel_depth_ = 0;
+  int64_t stack_bytes_ = 0;  // bytes of stack tiles in scope at the current point
   std::map<std::string, std::string> names_;
   std::set<std::string> used_;
   std::map<std::string, BufInfo> bufs_;

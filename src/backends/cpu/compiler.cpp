@@ -48,12 +48,12 @@ namespace fs = std::filesystem;
 using ir::Error;
 
 // -fno-math-errno lets libm calls vectorise; no -ffast-math, since NaN must propagate.
-const std::vector<std::string> kFlags = {"-O3", "-march=native", "-std=c++17", "-fPIC", "-shared",
-                                         "-fno-math-errno", "-fvisibility=hidden", "-pipe"};
+const std::vector<std::string> kFlags = {"-O3",     "-march=native",   "-std=c++17",          "-fPIC",
+                                         "-shared", "-fno-math-errno", "-fvisibility=hidden", "-pipe"};
 
 std::mutex g_mu;  // guards the maps below
 std::string g_include_dir;
-std::map<std::string, std::string> g_compiler_ids;  // compiler command -> `--version` output
+std::map<std::string, std::string> g_compiler_ids;   // compiler command -> `--version` output
 std::map<std::string, std::string> g_header_hashes;  // include dir -> hash of its pto/ tree
 struct Entry {
   std::mutex mu;  // held while this key compiles, so one process builds a kernel once
@@ -274,9 +274,11 @@ std::string truncate_output(const std::string& s) {
   return out;
 }
 
-std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string& key, const std::string& source,
-                                      const std::string& cxx, const std::vector<std::string>& flags) {
-  const std::string src = dir + "/" + key + ".cpp", so = dir + "/" + key + ".so", sum = dir + "/" + key + ".sum";
+std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string& key,
+                                      const std::string& source, const std::string& cxx,
+                                      const std::vector<std::string>& flags) {
+  const std::string src = dir + "/" + key + ".cpp", so = dir + "/" + key + ".so",
+                    sum = dir + "/" + key + ".sum";
   // Compile from the fixed source path so that concurrent builds produce identical objects.
   if (!write_atomic(src, source)) throw Error("cannot write kernel source to " + src);
   const std::string tmp = dir + "/" + key + ".tmp." + unique_suffix() + ".so";
@@ -321,6 +323,13 @@ std::string include_dir() {
     if (!g_include_dir.empty()) return g_include_dir;
   }
   if (const char* env = std::getenv("PYPTO_INCLUDE_DIR"); env && *env) return env;
+  // An installed package ships the headers next to its module: <dir of the module>/include.
+  Dl_info info;
+  if (dladdr(reinterpret_cast<void*>(&compile_cpp), &info) && info.dli_fname) {
+    fs::path inc = fs::path(info.dli_fname).parent_path() / "include";
+    std::error_code ec;
+    if (fs::exists(inc / "pto" / "abi.h", ec)) return inc.string();
+  }
 #ifdef PYPTO_SOURCE_INCLUDE_DIR
   return PYPTO_SOURCE_INCLUDE_DIR;
 #else
@@ -355,12 +364,13 @@ CompileResult compile_cpp(const std::string& source) {
   const std::string cxx = compiler_command();
   const std::string id = compiler_identity(cxx);
   const std::string inc = include_dir();
-  if (!fs::exists(fs::path(inc) / "pto" / "pto.hpp"))
-    throw Error("the PTO headers are missing: no pto/pto.hpp under '" + inc +
+  if (!fs::exists(fs::path(inc) / "pto" / "abi.h"))
+    throw Error("the PTO headers are missing: no pto/abi.h under '" + inc +
                 "' (set PYPTO_INCLUDE_DIR, or reinstall pypto)");
   const std::vector<std::string> flags = all_flags(inc);
   Sha256 h;
-  for (const std::string& part : {source, id, cxx, join(flags), std::to_string(PTO_HEADERS_VERSION), header_tree_hash(inc)}) {
+  for (const std::string& part :
+       {source, id, cxx, join(flags), std::to_string(PTO_HEADERS_VERSION), header_tree_hash(inc)}) {
     h.update(std::to_string(part.size()) + ":");
     h.update(part);
   }

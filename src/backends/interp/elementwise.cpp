@@ -65,28 +65,46 @@ void round_scalars(std::vector<Src>& srcs, DType fallback) {
 
 double unary(Opcode code, double x) {
   switch (code) {
-    case Opcode::TMOV: return x;
-    case Opcode::TNEG: return -x;
-    case Opcode::TABS: return std::fabs(x);
-    case Opcode::TEXP: return std::exp(x);
-    case Opcode::TLOG: return std::log(x);
-    case Opcode::TSQRT: return std::sqrt(x);
-    case Opcode::TRSQRT: return 1.0 / std::sqrt(x);
-    case Opcode::TRECIP: return 1.0 / x;
-    case Opcode::TRELU: return x > 0 ? x : (std::isnan(x) ? x : 0.0);
-    case Opcode::TTANH: return std::tanh(x);
-    case Opcode::TSIGMOID: return 1.0 / (1.0 + std::exp(-x));
-    case Opcode::TERF: return std::erf(x);
-    case Opcode::TGELU: return x * 0.5 * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Opcode::TMOV:
+      return x;
+    case Opcode::TNEG:
+      return -x;
+    case Opcode::TABS:
+      return std::fabs(x);
+    case Opcode::TEXP:
+      return std::exp(x);
+    case Opcode::TLOG:
+      return std::log(x);
+    case Opcode::TSQRT:
+      return std::sqrt(x);
+    case Opcode::TRSQRT:
+      return 1.0 / std::sqrt(x);
+    case Opcode::TRECIP:
+      return 1.0 / x;
+    case Opcode::TRELU:
+      return x > 0 ? x : (std::isnan(x) ? x : 0.0);
+    case Opcode::TTANH:
+      return std::tanh(x);
+    case Opcode::TSIGMOID:
+      return 1.0 / (1.0 + std::exp(-x));
+    case Opcode::TERF:
+      return std::erf(x);
+    case Opcode::TGELU:
+      return x * 0.5 * (1.0 + std::erf(x / std::sqrt(2.0)));
     case Opcode::TGELU_TANH: {
       const double k = std::sqrt(2.0 / M_PI);
       return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
     }
-    case Opcode::TSILU: return x / (1.0 + std::exp(-x));
-    case Opcode::TFLOOR: return std::floor(x);
-    case Opcode::TNOT: return x == 0 ? 1.0 : 0.0;
-    case Opcode::TCVT: return x;  // the conversion itself is the rounding to dst's dtype
-    default: return NAN;
+    case Opcode::TSILU:
+      return x / (1.0 + std::exp(-x));
+    case Opcode::TFLOOR:
+      return std::floor(x);
+    case Opcode::TNOT:
+      return x == 0 ? 1.0 : 0.0;
+    case Opcode::TCVT:
+      return x;  // the conversion itself is the rounding to dst's dtype
+    default:
+      return NAN;
   }
 }
 
@@ -94,27 +112,42 @@ bool is_int(DType t) { return t == DType::I32 || t == DType::I64; }
 
 double binary(const Machine& m, const Op& op, bool int_math, double a, double b) {
   switch (op.code) {
-    case Opcode::TADD: return a + b;
-    case Opcode::TSUB: return a - b;
-    case Opcode::TMUL: return a * b;
+    case Opcode::TADD:
+      return a + b;
+    case Opcode::TSUB:
+      return a - b;
+    case Opcode::TMUL:
+      return a * b;
     case Opcode::TDIV:
       if (int_math) {  // integer division truncates toward zero, as in C++
         if (b == 0) m.fail(op, "integer division by zero");
         return std::trunc(a / b);
       }
       return a / b;
-    case Opcode::TMAX: return (a > b || std::isnan(a)) ? a : b;
-    case Opcode::TMIN: return (a < b || std::isnan(a)) ? a : b;
-    case Opcode::TPOW: return std::pow(a, b);
-    case Opcode::TAND: return (a != 0 && b != 0) ? 1.0 : 0.0;
-    case Opcode::TOR: return (a != 0 || b != 0) ? 1.0 : 0.0;
-    case Opcode::TCMP_LT: return a < b ? 1.0 : 0.0;
-    case Opcode::TCMP_LE: return a <= b ? 1.0 : 0.0;
-    case Opcode::TCMP_GT: return a > b ? 1.0 : 0.0;
-    case Opcode::TCMP_GE: return a >= b ? 1.0 : 0.0;
-    case Opcode::TCMP_EQ: return a == b ? 1.0 : 0.0;
-    case Opcode::TCMP_NE: return a != b ? 1.0 : 0.0;
-    default: return NAN;
+    case Opcode::TMAX:
+      return (a > b || std::isnan(a)) ? a : b;
+    case Opcode::TMIN:
+      return (a < b || std::isnan(a)) ? a : b;
+    case Opcode::TPOW:
+      return std::pow(a, b);
+    case Opcode::TAND:
+      return (a != 0 && b != 0) ? 1.0 : 0.0;
+    case Opcode::TOR:
+      return (a != 0 || b != 0) ? 1.0 : 0.0;
+    case Opcode::TCMP_LT:
+      return a < b ? 1.0 : 0.0;
+    case Opcode::TCMP_LE:
+      return a <= b ? 1.0 : 0.0;
+    case Opcode::TCMP_GT:
+      return a > b ? 1.0 : 0.0;
+    case Opcode::TCMP_GE:
+      return a >= b ? 1.0 : 0.0;
+    case Opcode::TCMP_EQ:
+      return a == b ? 1.0 : 0.0;
+    case Opcode::TCMP_NE:
+      return a != b ? 1.0 : 0.0;
+    default:
+      return NAN;
   }
 }
 
@@ -134,8 +167,7 @@ void exec_elementwise(Machine& m, const Op& op) {
     case OpCategory::Convert: {
       const Tile& src = m.tile(op, 1);
       const int64_t vr = src.vr, vc = src.vc;
-      commit(m, op, dst, vr, vc,
-             [&](int64_t r, int64_t c) { return unary(op.code, m.get(op, src, r, c)); });
+      commit(m, op, dst, vr, vc, [&](int64_t r, int64_t c) { return unary(op.code, m.get(op, src, r, c)); });
       break;
     }
     case OpCategory::Binary:

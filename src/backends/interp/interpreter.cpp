@@ -76,8 +76,7 @@ int64_t Machine::eval_int(const Expr& e, const char* what) const {
   if (!e) throw Error(std::string("missing expression for ") + what);
   ScalarValue v = eval(e, env_);
   if (v.is_float) {
-    if (v.f != std::floor(v.f))
-      throw Error(std::string(what) + " `" + to_string(e) + "` is not an integer");
+    if (v.f != std::floor(v.f)) throw Error(std::string(what) + " `" + to_string(e) + "` is not an integer");
     return int64_t(v.f);
   }
   return v.i;
@@ -102,8 +101,10 @@ void Machine::exec(const Stmt& s) {
     }
     case StmtKind::If: {
       if (!s->cond) throw Error("if without a condition");
-      if (eval(s->cond, env_).as_double() != 0) exec_block(s->body);
-      else exec_block(s->orelse);
+      if (eval(s->cond, env_).as_double() != 0)
+        exec_block(s->body);
+      else
+        exec_block(s->orelse);
       break;
     }
     case StmtKind::Let:
@@ -144,8 +145,7 @@ void Machine::allocate(const BufferRef& b) {
   } else if (b->rank() == 1) {
     t->C = b->shape[0];
   } else if (b->rank() != 0) {
-    throw Error("tile '" + b->name + "' has rank " + std::to_string(b->rank()) +
-                "; local tiles are rank 2");
+    throw Error("tile '" + b->name + "' has rank " + std::to_string(b->rank()) + "; local tiles are rank 2");
   }
   t->vr = t->R;
   t->vc = t->C;
@@ -157,18 +157,34 @@ void Machine::allocate(const BufferRef& b) {
 void Machine::exec_op(const Op& op) {
   const OpcodeInfo& info = opcode_info(op.code);
   if (info.num_operands >= 0 && int(op.args.size()) != info.num_operands)
-    fail(op, std::string(info.name) + " takes " + std::to_string(info.num_operands) +
-                 " operands, got " + std::to_string(op.args.size()));
+    fail(op, std::string(info.name) + " takes " + std::to_string(info.num_operands) + " operands, got " +
+                 std::to_string(op.args.size()));
   switch (info.category) {
-    case OpCategory::Memory: exec_memory(*this, op); break;
-    case OpCategory::Fill: case OpCategory::Unary: case OpCategory::Binary:
-    case OpCategory::Compare: case OpCategory::Select: case OpCategory::Convert:
+    case OpCategory::Memory:
+      exec_memory(*this, op);
+      break;
+    case OpCategory::Fill:
+    case OpCategory::Unary:
+    case OpCategory::Binary:
+    case OpCategory::Compare:
+    case OpCategory::Select:
+    case OpCategory::Convert:
       exec_elementwise(*this, op);
       break;
-    case OpCategory::Reduce: case OpCategory::Expand: exec_reduce_expand(*this, op); break;
-    case OpCategory::Matrix: exec_matrix(*this, op); break;
-    case OpCategory::Layout: case OpCategory::Gather: exec_layout(*this, op); break;
-    case OpCategory::Sync: exec_sync(*this, op); break;
+    case OpCategory::Reduce:
+    case OpCategory::Expand:
+      exec_reduce_expand(*this, op);
+      break;
+    case OpCategory::Matrix:
+      exec_matrix(*this, op);
+      break;
+    case OpCategory::Layout:
+    case OpCategory::Gather:
+      exec_layout(*this, op);
+      break;
+    case OpCategory::Sync:
+      exec_sync(*this, op);
+      break;
   }
 }
 
@@ -201,8 +217,7 @@ Tile& Machine::tile(const Op& op, size_t i) {
   auto it = tiles_.find(v.buf->name);
   if (it == tiles_.end()) fail(op, "tile '" + v.buf->name + "' is used before its alloc");
   if (!v.is_whole())
-    fail(op, "operand " + std::to_string(i) + " must be a whole tile, got a view of '" +
-                 v.buf->name + "'");
+    fail(op, "operand " + std::to_string(i) + " must be a whole tile, got a view of '" + v.buf->name + "'");
   return *it->second;
 }
 
@@ -226,8 +241,7 @@ int64_t Machine::int_scalar(const Op& op, size_t i) const {
 GView Machine::global_view(const Op& op, size_t i) {
   const View& v = view_operand(op, i);
   if (v.buf->space != Space::Global)
-    fail(op, "operand " + std::to_string(i) + " must be a global view, got local tile '" +
-                 v.buf->name + "'");
+    fail(op, "operand " + std::to_string(i) + " must be a global view, got local tile '" + v.buf->name + "'");
   auto it = globals_.find(v.buf->name);
   if (it == globals_.end()) fail(op, "global buffer '" + v.buf->name + "' is used before its alloc");
   GView g;
@@ -283,18 +297,16 @@ double Machine::get(const Op& op, const Tile& t, int64_t r, int64_t c) const {
 
 void Machine::set_valid(const Op& op, Tile& t, int64_t vr, int64_t vc) const {
   if (vr < 0 || vc < 0 || vr > t.R || vc > t.C)
-    fail(op, "valid region " + std::to_string(vr) + "x" + std::to_string(vc) +
-                 " does not fit tile '" + t.name + "' (" + std::to_string(t.R) + "x" +
-                 std::to_string(t.C) + ")");
+    fail(op, "valid region " + std::to_string(vr) + "x" + std::to_string(vc) + " does not fit tile '" +
+                 t.name + "' (" + std::to_string(t.R) + "x" + std::to_string(t.C) + ")");
   t.vr = vr;
   t.vc = vc;
 }
 
 void Machine::put(const Op& op, Tile& t, int64_t r, int64_t c, double v) const {
   if (r < 0 || c < 0 || r >= t.R || c >= t.C)
-    fail(op, "out-of-bounds write of '" + t.name + "'[" + std::to_string(r) + ", " +
-                 std::to_string(c) + "] (tile " + std::to_string(t.R) + "x" + std::to_string(t.C) +
-                 ")");
+    fail(op, "out-of-bounds write of '" + t.name + "'[" + std::to_string(r) + ", " + std::to_string(c) +
+                 "] (tile " + std::to_string(t.R) + "x" + std::to_string(t.C) + ")");
   const size_t k = size_t(r * t.C + c);
   t.val[k] = round_to(t.dtype, v);
   t.written[k] = 1;
@@ -333,8 +345,8 @@ double Machine::gread(const Op& op, const GView& v, int64_t i, int64_t j) const 
   const GlobalBuf& b = *v.buf;
   if (b.external) return load_scalar(b.dtype, b.data + a * dtype_bytes(b.dtype));
   if (!b.written[size_t(a)])
-    fail(op, "read of unwritten element " + std::to_string(a) + " (row-major) of scratch buffer '" +
-                 b.name + "'");
+    fail(op, "read of unwritten element " + std::to_string(a) + " (row-major) of scratch buffer '" + b.name +
+                 "'");
   return b.val[size_t(a)];
 }
 

@@ -59,9 +59,8 @@ void exec_layout(Machine& m, const Op& op) {
     case Opcode::TFILLPAD: {
       const double value = m.scalar(op, 2);
       const int64_t vr = src.vr, vc = src.vc;
-      commit(m, op, dst, dst.R, dst.C, [&](int64_t r, int64_t c) {
-        return (r < vr && c < vc) ? m.get(op, src, r, c) : value;
-      });
+      commit(m, op, dst, dst.R, dst.C,
+             [&](int64_t r, int64_t c) { return (r < vr && c < vc) ? m.get(op, src, r, c) : value; });
       break;
     }
     case Opcode::TGATHER: {
@@ -69,8 +68,8 @@ void exec_layout(Machine& m, const Op& op) {
       commit(m, op, dst, idx.vr, src.vc, [&](int64_t r, int64_t c) {
         const int64_t i = index_at(m, op, idx, r);
         if (i < 0 || i >= src.vr)
-          m.fail(op, "gather index " + std::to_string(i) + " (row " + std::to_string(r) +
-                         " of '" + idx.name + "') out of range [0, " + std::to_string(src.vr) + ")");
+          m.fail(op, "gather index " + std::to_string(i) + " (row " + std::to_string(r) + " of '" + idx.name +
+                         "') out of range [0, " + std::to_string(src.vr) + ")");
         return m.get(op, src, i, c);
       });
       break;
@@ -82,8 +81,8 @@ void exec_layout(Machine& m, const Op& op) {
       for (int64_t r = 0; r < src.vr; ++r) {
         const int64_t i = index_at(m, op, idx, r);
         if (i < 0 || i >= dst.R)
-          m.fail(op, "scatter index " + std::to_string(i) + " (row " + std::to_string(r) +
-                         " of '" + idx.name + "') out of range [0, " + std::to_string(dst.R) + ")");
+          m.fail(op, "scatter index " + std::to_string(i) + " (row " + std::to_string(r) + " of '" +
+                         idx.name + "') out of range [0, " + std::to_string(dst.R) + ")");
         rows[size_t(r)] = i;
         for (int64_t c = 0; c < src.vc; ++c) out[size_t(r * src.vc + c)] = m.get(op, src, r, c);
       }

@@ -19,7 +19,7 @@ namespace pypto::interp {
 // Rounds a value computed in double to what an element of type t can hold: f32/f16/bf16 round to
 // nearest even, ints truncate toward zero (and wrap to their width), bool is != 0.
 double round_to(ir::DType t, double v);
-double load_scalar(ir::DType t, const void* p);  // decode one element in caller memory
+double load_scalar(ir::DType t, const void* p);     // decode one element in caller memory
 void store_scalar(ir::DType t, void* p, double v);  // v already rounded to t
 
 // --- storage -----------------------------------------------------------------------------------
@@ -112,12 +112,12 @@ void commit(Machine& m, const ir::Op& op, Tile& dst, int64_t vr, int64_t vc, F&&
 }
 
 // Instruction semantics, grouped by file; each handles the opcodes of its categories.
-void exec_memory(Machine& m, const ir::Op& op);       // memory.cpp: TLOAD TSTORE TPREFETCH
-void exec_elementwise(Machine& m, const ir::Op& op);  // elementwise.cpp: Fill Unary Binary
-                                                      //   Compare Select Convert
+void exec_memory(Machine& m, const ir::Op& op);         // memory.cpp: TLOAD TSTORE TPREFETCH
+void exec_elementwise(Machine& m, const ir::Op& op);    // elementwise.cpp: Fill Unary Binary
+                                                        //   Compare Select Convert
 void exec_reduce_expand(Machine& m, const ir::Op& op);  // reduce.cpp: Reduce Expand
-void exec_matrix(Machine& m, const ir::Op& op);       // matrix.cpp: Matrix
-void exec_layout(Machine& m, const ir::Op& op);       // layout.cpp: Layout Gather
-void exec_sync(Machine& m, const ir::Op& op);         // sync.cpp: Sync
+void exec_matrix(Machine& m, const ir::Op& op);         // matrix.cpp: Matrix
+void exec_layout(Machine& m, const ir::Op& op);         // layout.cpp: Layout Gather
+void exec_sync(Machine& m, const ir::Op& op);           // sync.cpp: Sync
 
 }  // namespace pypto::interp

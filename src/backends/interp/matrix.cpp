@@ -32,9 +32,8 @@ void exec_matrix(Machine& m, const Op& op) {
     return s;
   };
   if (!acc) {
-    commit(m, op, dst, M, N, [&](int64_t i, int64_t j) {
-      return dot(i, j) + (bias.empty() ? 0.0 : bias[size_t(j)]);
-    });
+    commit(m, op, dst, M, N,
+           [&](int64_t i, int64_t j) { return dot(i, j) + (bias.empty() ? 0.0 : bias[size_t(j)]); });
     return;
   }
   // Accumulate into the existing values; dst's valid region stays as it is.

@@ -50,9 +50,12 @@ uint16_t f16_bits(double r) {  // r is already representable in f16
 double f16_value(uint16_t h) {
   const int exp = (h >> 10) & 0x1F, frac = h & 0x3FF;
   double v;
-  if (exp == 0x1F) v = frac ? NAN : INFINITY;
-  else if (exp == 0) v = std::ldexp(double(frac), -24);
-  else v = std::ldexp(double(frac + 1024), exp - 25);
+  if (exp == 0x1F)
+    v = frac ? NAN : INFINITY;
+  else if (exp == 0)
+    v = std::ldexp(double(frac), -24);
+  else
+    v = std::ldexp(double(frac + 1024), exp - 25);
   return (h & 0x8000) ? -v : v;
 }
 
@@ -60,50 +63,101 @@ double f16_value(uint16_t h) {
 
 double round_to(ir::DType t, double v) {
   switch (t) {
-    case ir::DType::F32: return double(float(v));
-    case ir::DType::F64: return v;
-    case ir::DType::F16: return round_f16(v);
-    case ir::DType::BF16: return round_bf16(v);
-    case ir::DType::I64: return double(to_int64(v));
-    case ir::DType::I32: return double(int32_t(uint32_t(uint64_t(to_int64(v)))));  // wraps
-    case ir::DType::Bool: return v != 0 ? 1.0 : 0.0;  // NaN counts as true, as in C++
+    case ir::DType::F32:
+      return double(float(v));
+    case ir::DType::F64:
+      return v;
+    case ir::DType::F16:
+      return round_f16(v);
+    case ir::DType::BF16:
+      return round_bf16(v);
+    case ir::DType::I64:
+      return double(to_int64(v));
+    case ir::DType::I32:
+      return double(int32_t(uint32_t(uint64_t(to_int64(v)))));  // wraps
+    case ir::DType::Bool:
+      return v != 0 ? 1.0 : 0.0;  // NaN counts as true, as in C++
   }
   return v;
 }
 
 double load_scalar(ir::DType t, const void* p) {
   switch (t) {
-    case ir::DType::F32: { float f; std::memcpy(&f, p, 4); return f; }
-    case ir::DType::F64: { double d; std::memcpy(&d, p, 8); return d; }
-    case ir::DType::F16: { uint16_t h; std::memcpy(&h, p, 2); return f16_value(h); }
-    case ir::DType::BF16: {
-      uint16_t h; std::memcpy(&h, p, 2);
-      const uint32_t u = uint32_t(h) << 16;
-      float f; std::memcpy(&f, &u, 4);
+    case ir::DType::F32: {
+      float f;
+      std::memcpy(&f, p, 4);
       return f;
     }
-    case ir::DType::I32: { int32_t i; std::memcpy(&i, p, 4); return double(i); }
-    case ir::DType::I64: { int64_t i; std::memcpy(&i, p, 8); return double(i); }
-    case ir::DType::Bool: return *static_cast<const uint8_t*>(p) ? 1.0 : 0.0;
+    case ir::DType::F64: {
+      double d;
+      std::memcpy(&d, p, 8);
+      return d;
+    }
+    case ir::DType::F16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      return f16_value(h);
+    }
+    case ir::DType::BF16: {
+      uint16_t h;
+      std::memcpy(&h, p, 2);
+      const uint32_t u = uint32_t(h) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    case ir::DType::I32: {
+      int32_t i;
+      std::memcpy(&i, p, 4);
+      return double(i);
+    }
+    case ir::DType::I64: {
+      int64_t i;
+      std::memcpy(&i, p, 8);
+      return double(i);
+    }
+    case ir::DType::Bool:
+      return *static_cast<const uint8_t*>(p) ? 1.0 : 0.0;
   }
   return 0;
 }
 
 void store_scalar(ir::DType t, void* p, double v) {
   switch (t) {
-    case ir::DType::F32: { float f = float(v); std::memcpy(p, &f, 4); return; }
-    case ir::DType::F64: std::memcpy(p, &v, 8); return;
-    case ir::DType::F16: { uint16_t h = f16_bits(v); std::memcpy(p, &h, 2); return; }
+    case ir::DType::F32: {
+      float f = float(v);
+      std::memcpy(p, &f, 4);
+      return;
+    }
+    case ir::DType::F64:
+      std::memcpy(p, &v, 8);
+      return;
+    case ir::DType::F16: {
+      uint16_t h = f16_bits(v);
+      std::memcpy(p, &h, 2);
+      return;
+    }
     case ir::DType::BF16: {
       const float f = float(v);
-      uint32_t u; std::memcpy(&u, &f, 4);
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
       uint16_t h = std::isnan(f) ? uint16_t((u >> 16) | 0x0040) : uint16_t(u >> 16);
       std::memcpy(p, &h, 2);
       return;
     }
-    case ir::DType::I32: { int32_t i = int32_t(to_int64(v)); std::memcpy(p, &i, 4); return; }
-    case ir::DType::I64: { int64_t i = to_int64(v); std::memcpy(p, &i, 8); return; }
-    case ir::DType::Bool: *static_cast<uint8_t*>(p) = v != 0 ? 1 : 0; return;
+    case ir::DType::I32: {
+      int32_t i = int32_t(to_int64(v));
+      std::memcpy(p, &i, 4);
+      return;
+    }
+    case ir::DType::I64: {
+      int64_t i = to_int64(v);
+      std::memcpy(p, &i, 8);
+      return;
+    }
+    case ir::DType::Bool:
+      *static_cast<uint8_t*>(p) = v != 0 ? 1 : 0;
+      return;
   }
 }
 

@@ -29,8 +29,8 @@ void exec_sync(Machine& m, const Op& op) {
     ++count;
   } else if (op.code == Opcode::WAIT_FLAG) {
     if (count == 0)
-      m.fail(op, std::string("WAIT_FLAG on event ") + std::to_string(ev) + " from " +
-                     pipe_name(src) + " to " + pipe_name(dst) + " that no SET_FLAG has set");
+      m.fail(op, std::string("WAIT_FLAG on event ") + std::to_string(ev) + " from " + pipe_name(src) +
+                     " to " + pipe_name(dst) + " that no SET_FLAG has set");
     --count;
   } else {
     m.fail(op, "not a sync instruction");

@@ -1,0 +1,1 @@
+"""PyPTO benchmark suite: `python bench/run.py --help`."""

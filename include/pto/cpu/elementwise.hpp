@@ -1,0 +1,478 @@
+// Elementwise instructions: fills, unary, binary (with broadcasting), compares, select, convert.
+//
+// Valid-region rule (docs/isa_contract.md): the destination's valid region is the intersection
+// of the sources', where a scalar does not limit it and a source tile with a static extent of 1
+// (R == 1 or C == 1) broadcasts along that dimension and does not limit it either (unless its
+// valid extent there is 0, which makes the result empty). A source tile of unary instructions
+// never broadcasts: dst.valid = src.valid. Everything is clamped to the destination's R x C.
+//
+// Compute type: binary/unary arithmetic happens in the promotion of the destination's and the
+// source tiles' element types (int32 < int64 < float < double; bool counts as int32); scalar
+// operands are converted to it ("weak" scalars), except that a floating scalar with integer
+// tiles computes in double. Compares use the source tiles' promotion (not the destination's).
+//
+// NaN rules: TMAX/TMIN propagate NaN (a NaN in either operand gives NaN); compares follow IEEE
+// (only NE is true); TRELU(NaN) is NaN.
+#pragma once
+#include "pto/cpu/math.hpp"
+#include "pto/cpu/types.hpp"
+
+namespace pto {
+namespace detail {
+
+constexpr int64_t kNoLimit = int64_t(1) << 62;
+
+// Per-row access to a source: a pointer walked with unit stride, or one value for the whole row.
+template <class T>
+struct RowPtr {
+  const T* p;
+  template <class CT>
+  PTO_INLINE CT get(int64_t i) const {
+    return convert<CT>(p[i]);
+  }
+};
+template <class V>
+struct RowVal {
+  V v;
+  template <class CT>
+  PTO_INLINE CT get(int64_t) const {
+    return v;
+  }
+};
+
+template <class X, int RD, int CD, bool Bcast, class = void>
+struct Src;
+
+// A scalar operand.
+template <class S, int RD, int CD, bool Bcast>
+struct Src<S, RD, CD, Bcast, std::enable_if_t<std::is_arithmetic_v<S>>> {
+  static constexpr bool flat_ok = true;
+  S v;
+  PTO_INLINE int64_t lim_r() const { return kNoLimit; }
+  PTO_INLINE int64_t lim_c() const { return kNoLimit; }
+  template <class CT>
+  PTO_INLINE RowVal<CT> row(int64_t) const {
+    return {convert<CT>(v)};
+  }
+  template <class CT>
+  PTO_INLINE RowVal<CT> flat() const {
+    return {convert<CT>(v)};
+  }
+};
+
+// A tile operand; with Bcast, static extents of 1 broadcast.
+template <class T, int R, int C, int RD, int CD, bool Bcast>
+struct Src<Tile<T, R, C>, RD, CD, Bcast, void> {
+  static constexpr bool bc_r = Bcast && R == 1;
+  static constexpr bool bc_c = Bcast && C == 1;
+  // Rows are consecutive in memory with the destination's row stride: one flat loop will do.
+  static constexpr bool flat_ok = C == CD && (!bc_r || RD == 1) && (!bc_c || CD == 1);
+  const Tile<T, R, C>& t;
+  PTO_INLINE int64_t lim_r() const { return bc_r ? (t.vr > 0 ? kNoLimit : 0) : t.vr; }
+  PTO_INLINE int64_t lim_c() const { return bc_c ? (t.vc > 0 ? kNoLimit : 0) : t.vc; }
+  template <class CT>
+  PTO_INLINE auto row(int64_t r) const {
+    const T* p = t.data + (bc_r ? 0 : r * C);
+    if constexpr (bc_c)
+      return RowVal<CT>{convert<CT>(p[0])};
+    else
+      return RowPtr<T>{p};
+  }
+  template <class CT>
+  PTO_INLINE RowPtr<T> flat() const {
+    return {t.data};
+  }
+};
+
+template <class X, int RD, int CD, bool Bcast>
+PTO_INLINE Src<X, RD, CD, Bcast> make_src(const X& x) {
+  return Src<X, RD, CD, Bcast>{x};
+}
+
+// The loop nest shared by every elementwise instruction: dst[r,c] = op(src_k[r,c]...).
+template <class CT, class D, int R, int C, class Op, class... S>
+inline void ew_run(Tile<D, R, C>& dst, Op op, const S&... s) {
+  int64_t vr = R, vc = C;
+  ((vr = imin(vr, s.lim_r()), vc = imin(vc, s.lim_c())), ...);
+  if (vr < 0) vr = 0;
+  if (vc < 0) vc = 0;
+  constexpr bool flat_ok = (S::flat_ok && ...);
+  if (flat_ok && vc == C) {
+    D* d = dst.data;
+    const int64_t n = vr * C;
+    [&](auto... a) __attribute__((always_inline)) {
+      for (int64_t i = 0; i < n; ++i) d[i] = convert<D>(op(a.template get<CT>(i)...));
+    }(s.template flat<CT>()...);
+  } else {
+    for (int64_t r = 0; r < vr; ++r) {
+      D* d = dst.data + r * C;
+      [&](auto... a) __attribute__((always_inline)) {
+        for (int64_t c = 0; c < vc; ++c) d[c] = convert<D>(op(a.template get<CT>(c)...));
+      }(s.template row<CT>(r)...);
+    }
+  }
+  // Written after the loops: a source may be the destination itself.
+  dst.vr = int(vr);
+  dst.vc = int(vc);
+}
+
+// ---- compute types -------------------------------------------------------------------------------
+template <class Base, class X>
+struct fold_tile {
+  using type = Base;
+};
+template <class Base, class T, int R, int C>
+struct fold_tile<Base, Tile<T, R, C>> {
+  using type = promote_t<Base, T>;
+};
+template <class... X>
+inline constexpr bool any_float_scalar_v =
+    ((std::is_floating_point_v<X> && !is_tile_v<X>) || ...);
+
+template <class CT0, class... X>
+using with_scalars_t =
+    std::conditional_t<std::is_integral_v<CT0> && any_float_scalar_v<X...>, double, CT0>;
+
+template <class Base, class... X>
+struct fold_tiles {
+  using type = Base;
+};
+template <class Base, class X, class... Xs>
+struct fold_tiles<Base, X, Xs...> {
+  using type = typename fold_tiles<typename fold_tile<Base, X>::type, Xs...>::type;
+};
+
+// Arithmetic: destination and source tiles; compare: source tiles only.
+template <class D, class... X>
+using arith_ct = with_scalars_t<typename fold_tiles<arith_t<D>, X...>::type, X...>;
+template <class... X>
+using cmp_ct = with_scalars_t<typename fold_tiles<int32_t, X...>::type, X...>;
+
+// ---- element operations --------------------------------------------------------------------------
+template <class T, class F>
+PTO_INLINE T via_float(T x, F f) {
+  if constexpr (std::is_floating_point_v<T>)
+    return f(x);
+  else
+    return static_cast<T>(f(static_cast<double>(x)));
+}
+
+#define PTO_UNARY_MATH(Name, fn)                                          \
+  struct Name {                                                           \
+    template <class T>                                                    \
+    PTO_INLINE T operator()(T x) const {                                  \
+      return via_float(x, [](auto v) __attribute__((always_inline)) { return fn; }); \
+    }                                                                     \
+  };
+PTO_UNARY_MATH(OpExp, math::exp(v))
+PTO_UNARY_MATH(OpLog, math::log(v))
+PTO_UNARY_MATH(OpSqrt, math::sqrt(v))
+PTO_UNARY_MATH(OpRsqrt, decltype(v)(1) / math::sqrt(v))
+PTO_UNARY_MATH(OpRecip, decltype(v)(1) / v)
+PTO_UNARY_MATH(OpTanh, math::tanh(v))
+PTO_UNARY_MATH(OpSigmoid, math::sigmoid(v))
+PTO_UNARY_MATH(OpErf, math::erf(v))
+PTO_UNARY_MATH(OpGelu, math::gelu(v))
+PTO_UNARY_MATH(OpGeluTanh, math::gelu_tanh(v))
+PTO_UNARY_MATH(OpSilu, math::silu(v))
+PTO_UNARY_MATH(OpFloor, math::floor(v))
+#undef PTO_UNARY_MATH
+
+struct OpMov {
+  template <class T>
+  PTO_INLINE T operator()(T x) const {
+    return x;
+  }
+};
+struct OpNeg {
+  template <class T>
+  PTO_INLINE T operator()(T x) const {
+    return -x;
+  }
+};
+struct OpAbs {
+  template <class T>
+  PTO_INLINE T operator()(T x) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return math::fabs(x);
+    else
+      return x < 0 ? -x : x;
+  }
+};
+struct OpRelu {
+  template <class T>
+  PTO_INLINE T operator()(T x) const {
+    return x < T(0) ? T(0) : x;  // NaN passes through
+  }
+};
+struct OpNot {
+  template <class T>
+  PTO_INLINE T operator()(T x) const {
+    return x == T(0) ? T(1) : T(0);
+  }
+};
+
+struct OpAdd {
+  template <class T>
+  PTO_INLINE T operator()(T a, T b) const {
+    return a + b;
+  }
+};
+struct OpSub {
+  template <class T>
+  PTO_INLINE T operator()(T a, T b) const {
+    return a - b;
+  }
+};
+struct OpMul {
+  template <class T>
+  PTO_INLINE T operator()(T a, T b) const {
+    return a * b;
+  }
+};
+struct OpDiv {
+  template <class T>
+  PTO_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return a / b;
+    else
+      return b == T(0) ? T(0) : a / b;  // integer division truncates; x/0 gives 0 (no trap)
+  }
+};
+struct OpMax {
+  template <class T>
+  PTO_INLINE T operator()(T a, T b) const {
+    return (a > b || a != a) ? a : b;  // NaN in a: a; NaN in b: the compare fails -> b
+  }
+};
+struct OpMin {
+  template <class T>
+  PTO_INLINE T operator()(T a, T b) const {
+    return (a < b || a != a) ? a : b;
+  }
+};
+struct OpPow {
+  template <class T>
+  PTO_INLINE T operator()(T a, T b) const {
+    if constexpr (std::is_floating_point_v<T>)
+      return math::pow(a, b);
+    else
+      return static_cast<T>(math::pow(double(a), double(b)));
+  }
+};
+struct OpAnd {
+  template <class T>
+  PTO_INLINE T operator()(T a, T b) const {
+    return T((a != T(0)) & (b != T(0)));
+  }
+};
+struct OpOr {
+  template <class T>
+  PTO_INLINE T operator()(T a, T b) const {
+    return T((a != T(0)) | (b != T(0)));
+  }
+};
+#define PTO_CMP_OP(Name, expr)                    \
+  struct Name {                                   \
+    template <class T>                            \
+    PTO_INLINE bool operator()(T a, T b) const {  \
+      return expr;                                \
+    }                                             \
+  };
+PTO_CMP_OP(OpLt, a < b)
+PTO_CMP_OP(OpLe, a <= b)
+PTO_CMP_OP(OpGt, a > b)
+PTO_CMP_OP(OpGe, a >= b)
+PTO_CMP_OP(OpEq, a == b)
+PTO_CMP_OP(OpNe, a != b)
+#undef PTO_CMP_OP
+
+struct OpSel {
+  template <class T>
+  PTO_INLINE T operator()(T m, T a, T b) const {
+    return m != T(0) ? a : b;
+  }
+};
+
+// Pow with a scalar exponent: the common exponents avoid the scalar libm call.
+struct OpSquare {
+  template <class T>
+  PTO_INLINE T operator()(T a) const {
+    return a * a;
+  }
+};
+struct OpCube {
+  template <class T>
+  PTO_INLINE T operator()(T a) const {
+    return a * a * a;
+  }
+};
+
+// ---- drivers -------------------------------------------------------------------------------------
+template <class CT, class D, int R, int C, class X, class Op>
+inline void unary_ct(Tile<D, R, C>& dst, const X& src, Op op) {
+  ew_run<CT>(dst, op, make_src<X, R, C, false>(src));
+}
+template <class D, int R, int C, class X, class Op>
+inline void unary(Tile<D, R, C>& dst, const X& src, Op op) {
+  unary_ct<arith_ct<D, X>>(dst, src, op);
+}
+template <class D, int R, int C, class A, class B, class Op>
+inline void binary(Tile<D, R, C>& dst, const A& a, const B& b, Op op) {
+  ew_run<arith_ct<D, A, B>>(dst, op, make_src<A, R, C, true>(a), make_src<B, R, C, true>(b));
+}
+template <class D, int R, int C, class A, class B, class Op>
+inline void compare(Tile<D, R, C>& dst, const A& a, const B& b, Op op) {
+  ew_run<cmp_ct<A, B>>(dst, op, make_src<A, R, C, true>(a), make_src<B, R, C, true>(b));
+}
+
+// sqrt: libm's sqrtf may set errno, which stops GCC from vectorising it unless the kernel is
+// built with -fno-math-errno; the SIMD builtins below do not have that problem.
+PTO_INLINE void sqrt_span(float* d, const float* s, int64_t n, bool recip) {
+  int64_t done = 0;
+#if !defined(__NO_MATH_ERRNO__) && defined(__GNUC__) && !defined(__clang__) && \
+    (defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__))
+#if defined(__AVX512F__)
+  typedef float V __attribute__((vector_size(64)));
+#define PTO_VSQRT(v) __builtin_ia32_sqrtps512_mask(v, v, (unsigned short)-1, 4)
+#elif defined(__AVX__)
+  typedef float V __attribute__((vector_size(32)));
+#define PTO_VSQRT(v) __builtin_ia32_sqrtps256(v)
+#else
+  typedef float V __attribute__((vector_size(16)));
+#define PTO_VSQRT(v) __builtin_ia32_sqrtps(v)
+#endif
+  constexpr int64_t W = int64_t(sizeof(V) / sizeof(float));
+  done = n / W * W;
+  for (int64_t i = 0; i < done; i += W) {
+    V v;
+    __builtin_memcpy(&v, s + i, sizeof v);
+    v = PTO_VSQRT(v);
+    if (recip) v = 1.0f / v;
+    __builtin_memcpy(d + i, &v, sizeof v);
+  }
+#undef PTO_VSQRT
+#endif
+  for (int64_t i = done; i < n; ++i) d[i] = recip ? 1.0f / __builtin_sqrtf(s[i]) : __builtin_sqrtf(s[i]);
+}
+
+template <int R, int C, int R2, int C2>
+inline void sqrt_tile(Tile<float, R, C>& dst, const Tile<float, R2, C2>& src, bool recip) {
+  const int64_t vr = clamp0(src.vr, R), vc = clamp0(src.vc, C);
+  if (C == C2 && vc == C) {
+    sqrt_span(dst.data, src.data, vr * C, recip);
+  } else {
+    for (int64_t r = 0; r < vr; ++r) sqrt_span(dst.data + r * C, src.data + r * C2, vc, recip);
+  }
+  dst.vr = int(vr);
+  dst.vc = int(vc);
+}
+
+}  // namespace detail
+
+// ---- fills ---------------------------------------------------------------------------------------
+template <class D, int R, int C, class S>
+inline void TEXPANDS(Tile<D, R, C>& dst, S s) {
+  const D v = convert<D>(s);
+  for (int64_t i = 0; i < int64_t(R) * C; ++i) dst.data[i] = v;
+  dst.vr = R;
+  dst.vc = C;
+}
+
+// dst[r,c] = start + c
+template <class D, int R, int C, class S>
+inline void TCI(Tile<D, R, C>& dst, S start) {
+  using CT = arith_t<D>;
+  const CT s0 = convert<CT>(start);
+  for (int64_t c = 0; c < C; ++c) dst.data[c] = convert<D>(CT(s0 + CT(c)));
+  for (int64_t r = 1; r < R; ++r)
+    for (int64_t c = 0; c < C; ++c) dst.data[r * C + c] = dst.data[c];
+  dst.vr = R;
+  dst.vc = C;
+}
+
+// ---- unary ---------------------------------------------------------------------------------------
+#define PTO_DEFINE_UNARY(NAME, OP)                                          \
+  template <class D, int R, int C, class S, int R2, int C2>                 \
+  inline void NAME(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {        \
+    detail::unary(dst, src, detail::OP{});                                  \
+  }
+PTO_DEFINE_UNARY(TMOV, OpMov)
+PTO_DEFINE_UNARY(TCVT, OpMov)
+PTO_DEFINE_UNARY(TNEG, OpNeg)
+PTO_DEFINE_UNARY(TABS, OpAbs)
+PTO_DEFINE_UNARY(TEXP, OpExp)
+PTO_DEFINE_UNARY(TLOG, OpLog)
+PTO_DEFINE_UNARY(TRECIP, OpRecip)
+PTO_DEFINE_UNARY(TRELU, OpRelu)
+PTO_DEFINE_UNARY(TTANH, OpTanh)
+PTO_DEFINE_UNARY(TSIGMOID, OpSigmoid)
+PTO_DEFINE_UNARY(TERF, OpErf)
+PTO_DEFINE_UNARY(TGELU, OpGelu)
+PTO_DEFINE_UNARY(TGELU_TANH, OpGeluTanh)
+PTO_DEFINE_UNARY(TSILU, OpSilu)
+PTO_DEFINE_UNARY(TFLOOR, OpFloor)
+PTO_DEFINE_UNARY(TNOT, OpNot)
+#undef PTO_DEFINE_UNARY
+
+template <class D, int R, int C, class S, int R2, int C2>
+inline void TSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
+  if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float>)
+    detail::sqrt_tile(dst, src, false);
+  else
+    detail::unary(dst, src, detail::OpSqrt{});
+}
+template <class D, int R, int C, class S, int R2, int C2>
+inline void TRSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
+  if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float>)
+    detail::sqrt_tile(dst, src, true);
+  else
+    detail::unary(dst, src, detail::OpRsqrt{});
+}
+
+// ---- binary / compare ----------------------------------------------------------------------------
+#define PTO_DEFINE_BINARY(NAME, OP, DRIVER)                        \
+  template <class D, int R, int C, class A, class B>               \
+  inline void NAME(Tile<D, R, C>& dst, const A& a, const B& b) {   \
+    detail::DRIVER(dst, a, b, detail::OP{});                       \
+  }
+PTO_DEFINE_BINARY(TADD, OpAdd, binary)
+PTO_DEFINE_BINARY(TSUB, OpSub, binary)
+PTO_DEFINE_BINARY(TMUL, OpMul, binary)
+PTO_DEFINE_BINARY(TDIV, OpDiv, binary)
+PTO_DEFINE_BINARY(TMAX, OpMax, binary)
+PTO_DEFINE_BINARY(TMIN, OpMin, binary)
+PTO_DEFINE_BINARY(TAND, OpAnd, binary)
+PTO_DEFINE_BINARY(TOR, OpOr, binary)
+PTO_DEFINE_BINARY(TCMP_LT, OpLt, compare)
+PTO_DEFINE_BINARY(TCMP_LE, OpLe, compare)
+PTO_DEFINE_BINARY(TCMP_GT, OpGt, compare)
+PTO_DEFINE_BINARY(TCMP_GE, OpGe, compare)
+PTO_DEFINE_BINARY(TCMP_EQ, OpEq, compare)
+PTO_DEFINE_BINARY(TCMP_NE, OpNe, compare)
+#undef PTO_DEFINE_BINARY
+
+template <class D, int R, int C, class A, class B>
+inline void TPOW(Tile<D, R, C>& dst, const A& a, const B& b) {
+  using CT = detail::arith_ct<D, A, B>;
+  if constexpr (is_tile_v<A> && std::is_arithmetic_v<B> && std::is_floating_point_v<CT>) {
+    const CT e = CT(b);
+    if (e == CT(1)) return detail::unary_ct<CT>(dst, a, detail::OpMov{});
+    if (e == CT(2)) return detail::unary_ct<CT>(dst, a, detail::OpSquare{});
+    if (e == CT(3)) return detail::unary_ct<CT>(dst, a, detail::OpCube{});
+    if (e == CT(-1)) return detail::unary_ct<CT>(dst, a, detail::OpRecip{});
+    if (e == CT(0.5)) return detail::unary_ct<CT>(dst, a, detail::OpSqrt{});
+    if (e == CT(-0.5)) return detail::unary_ct<CT>(dst, a, detail::OpRsqrt{});
+  }
+  detail::binary(dst, a, b, detail::OpPow{});
+}
+
+// dst = mask != 0 ? a : b
+template <class D, int R, int C, class M, int RM, int CM, class A, class B>
+inline void TSEL(Tile<D, R, C>& dst, const Tile<M, RM, CM>& mask, const A& a, const B& b) {
+  using CT = detail::arith_ct<D, A, B, Tile<M, RM, CM>>;
+  detail::ew_run<CT>(dst, detail::OpSel{}, detail::make_src<Tile<M, RM, CM>, R, C, true>(mask),
+                     detail::make_src<A, R, C, true>(a), detail::make_src<B, R, C, true>(b));
+}
+
+}  // namespace pto

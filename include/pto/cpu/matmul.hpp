@@ -1,0 +1,294 @@
+// Matrix multiply: gemm_f32 on strided memory and the tile instructions TMATMUL / _ACC / _BIAS.
+//
+// Goto-style blocking: B is packed into KC x NR column panels and A into MR x KC row panels
+// (zero-padded, so edges need no special loop), and an MR x NR register-blocked micro-kernel
+// written with GCC vector extensions accumulates with FMAs. The vector width and the MR x NR
+// shape follow the SIMD level the kernel is compiled for (-march=native):
+//   AVX-512 (32 registers): 14 x 32    AVX/AVX2 (16): 6 x 16    SSE/NEON/other: 6 x 8
+#pragma once
+#include "pto/cpu/types.hpp"
+
+namespace pto {
+namespace gemm {
+
+#if defined(__AVX512F__)
+constexpr int kW = 16;  // floats per vector register
+#ifndef PTO_GEMM_MR
+#define PTO_GEMM_MR 14
+#endif
+#ifndef PTO_GEMM_NV
+#define PTO_GEMM_NV 2
+#endif
+#elif defined(__AVX__)
+constexpr int kW = 8;
+#ifndef PTO_GEMM_MR
+#define PTO_GEMM_MR 6
+#endif
+#ifndef PTO_GEMM_NV
+#define PTO_GEMM_NV 2
+#endif
+#else
+constexpr int kW = 4;
+#ifndef PTO_GEMM_MR
+#define PTO_GEMM_MR 6
+#endif
+#ifndef PTO_GEMM_NV
+#define PTO_GEMM_NV 2
+#endif
+#endif
+#ifndef PTO_GEMM_KC
+#define PTO_GEMM_KC 256
+#endif
+#ifndef PTO_GEMM_MC
+#define PTO_GEMM_MC 168
+#endif
+#ifndef PTO_GEMM_NC
+#define PTO_GEMM_NC 1024
+#endif
+
+constexpr int MR = PTO_GEMM_MR;
+constexpr int NV = PTO_GEMM_NV;
+constexpr int NR = NV * kW;
+constexpr int64_t KC = PTO_GEMM_KC;
+constexpr int64_t MC = (PTO_GEMM_MC / MR) * MR;
+constexpr int64_t NC = (PTO_GEMM_NC / NR) * NR;
+
+typedef float vf __attribute__((vector_size(kW * 4)));                      // aligned loads
+typedef float vfu __attribute__((vector_size(kW * 4), aligned(4), may_alias));  // unaligned C
+
+// Per-thread packing buffers, grown on demand and kept for the next call.
+struct PackBuffers {
+  float* a = nullptr;
+  float* b = nullptr;
+  int64_t a_cap = 0, b_cap = 0;
+  ~PackBuffers() {
+    if (a) ::operator delete(a, std::align_val_t(64));
+    if (b) ::operator delete(b, std::align_val_t(64));
+  }
+  static float* grow(float*& p, int64_t& cap, int64_t n) {
+    if (n > cap) {
+      if (p) ::operator delete(p, std::align_val_t(64));
+      p = static_cast<float*>(::operator new(size_t(n) * sizeof(float), std::align_val_t(64)));
+      cap = n;
+    }
+    return p;
+  }
+};
+inline PackBuffers& pack_buffers() {
+  static thread_local PackBuffers buf;
+  return buf;
+}
+
+// Ap[panel][p][i] = A(i0+panel*MR+i, p0+p), rows past mc zero.
+inline void pack_a(int64_t mc, int64_t kc, const float* A, int64_t rs, int64_t cs, float* Ap) {
+  for (int64_t i0 = 0; i0 < mc; i0 += MR) {
+    const int64_t m = detail::imin(MR, mc - i0);
+    float* dst = Ap + i0 * kc;
+    if (cs == 1) {
+      // Row-major A: read each row contiguously, write with stride MR.
+      for (int64_t i = 0; i < m; ++i) {
+        const float* src = A + (i0 + i) * rs;
+        for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = src[p];
+      }
+    } else {
+      for (int64_t p = 0; p < kc; ++p)
+        for (int64_t i = 0; i < m; ++i) dst[p * MR + i] = A[(i0 + i) * rs + p * cs];
+    }
+    for (int64_t i = m; i < MR; ++i)
+      for (int64_t p = 0; p < kc; ++p) dst[p * MR + i] = 0.0f;
+  }
+}
+
+// Bp[panel][p][j] = B(p0+p, j0+panel*NR+j), columns past nc zero.
+inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t cs, float* Bp) {
+  for (int64_t j0 = 0; j0 < nc; j0 += NR) {
+    const int64_t n = detail::imin(NR, nc - j0);
+    float* dst = Bp + j0 * kc;
+    if (cs == 1 && n == NR) {
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* src = B + p * rs + j0;
+        for (int j = 0; j < NR; ++j) dst[p * NR + j] = src[j];
+      }
+    } else if (rs == 1) {
+      // Transposed B: read down each column contiguously.
+      for (int64_t j = 0; j < n; ++j) {
+        const float* src = B + (j0 + j) * cs;
+        for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = src[p];
+      }
+      for (int64_t p = 0; p < kc; ++p)
+        for (int64_t j = n; j < NR; ++j) dst[p * NR + j] = 0.0f;
+    } else {
+      for (int64_t p = 0; p < kc; ++p) {
+        const float* src = B + p * rs + j0 * cs;
+        for (int64_t j = 0; j < n; ++j) dst[p * NR + j] = src[j * cs];
+        for (int64_t j = n; j < NR; ++j) dst[p * NR + j] = 0.0f;
+      }
+    }
+  }
+}
+
+// C[0:mr, 0:nr] (+)= Ap(MR x kc) * Bp(kc x NR).
+PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const float* PTO_RESTRICT b,
+                             float* PTO_RESTRICT c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+  vf r[MR][NV];
+#ifndef PTO_GEMM_NO_CPF
+  // The C tile is needed only after the k loop: start fetching its lines now.
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+    __builtin_prefetch(c + i * ldc, 1);
+    __builtin_prefetch(c + i * ldc + NR - 1, 1);
+  }
+#endif
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) r[i][v] = vf{};
+#ifdef PTO_GEMM_KUNROLL
+#pragma GCC unroll PTO_GEMM_KUNROLL
+#endif
+  for (int64_t p = 0; p < kc; ++p) {
+#ifdef PTO_GEMM_BPF
+    __builtin_prefetch(b + (p + PTO_GEMM_BPF) * NR);
+    __builtin_prefetch(b + (p + PTO_GEMM_BPF) * NR + 16);
+#endif
+    vf bv[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) bv[v] = *reinterpret_cast<const vf*>(b + p * NR + v * kW);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      const float ai = a[p * MR + i];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) r[i][v] += bv[v] * ai;
+    }
+  }
+  if (mr == MR && nr == NR) {
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        vfu* cp = reinterpret_cast<vfu*>(c + i * ldc + v * kW);
+        *cp = acc ? *cp + r[i][v] : r[i][v];
+      }
+  } else {
+    alignas(64) float tmp[MR * NR];
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) *reinterpret_cast<vf*>(tmp + i * NR + v * kW) = r[i][v];
+    for (int64_t i = 0; i < mr; ++i)
+      for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = acc ? c[i * ldc + j] + tmp[i * NR + j] : tmp[i * NR + j];
+  }
+}
+
+}  // namespace gemm
+
+// C(M x N, row stride ldc) = (or +=) A(M x K) * B(K x N); element (i,p) of A is
+// A[i*lda_r + p*lda_c], (p,j) of B is B[p*ldb_r + j*ldb_c]: any strides, transposed included.
+// Single-threaded; callers parallelise over blocks of C.
+inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda_r, int64_t lda_c,
+                     const float* B, int64_t ldb_r, int64_t ldb_c, float* C, int64_t ldc, bool accumulate) {
+  using namespace gemm;
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 0.0f;
+    return;
+  }
+  PackBuffers& buf = pack_buffers();
+  const int64_t kc_max = K < KC ? K : KC;
+  const int64_t nc_max = ((N < NC ? N : NC) + NR - 1) / NR * NR;
+  const int64_t mc_max = ((M < MC ? M : MC) + MR - 1) / MR * MR;
+  float* Bp = PackBuffers::grow(buf.b, buf.b_cap, kc_max * nc_max);
+  float* Ap = PackBuffers::grow(buf.a, buf.a_cap, kc_max * mc_max);
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = N - jc < NC ? N - jc : NC;
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = K - pc < KC ? K - pc : KC;
+      const bool acc = accumulate || pc > 0;
+      pack_b(kc, nc, B + pc * ldb_r + jc * ldb_c, ldb_r, ldb_c, Bp);
+      for (int64_t ic = 0; ic < M; ic += MC) {
+        const int64_t mc = M - ic < MC ? M - ic : MC;
+        pack_a(mc, kc, A + ic * lda_r + pc * lda_c, lda_r, lda_c, Ap);
+#ifdef PTO_GEMM_JR_OUTER
+        for (int64_t jr = 0; jr < nc; jr += NR) {
+          const int64_t nr = nc - jr < NR ? nc - jr : NR;
+          for (int64_t ir = 0; ir < mc; ir += MR) {
+            const int64_t mr = mc - ir < MR ? mc - ir : MR;
+            micro_kernel(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr, ldc, acc, mr, nr);
+          }
+        }
+#else
+        for (int64_t ir = 0; ir < mc; ir += MR) {
+          const int64_t mr = mc - ir < MR ? mc - ir : MR;
+          for (int64_t jr = 0; jr < nc; jr += NR) {
+            const int64_t nr = nc - jr < NR ? nc - jr : NR;
+            micro_kernel(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr, ldc, acc, mr, nr);
+          }
+        }
+#endif
+      }
+    }
+  }
+}
+
+namespace detail {
+// Non-f32 matmuls (f64, integer): a plain i-p-j loop nest (the j loop vectorises).
+template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2>
+inline void matmul_generic(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Tile<U, R2, C2>& b, int64_t m,
+                           int64_t n, int64_t k, bool acc) {
+  using CT = promote_t<D, T, U>;
+  CT row[CD];
+  for (int64_t i = 0; i < m; ++i) {
+    D* d = dst.data + i * CD;
+    for (int64_t j = 0; j < n; ++j) row[j] = acc ? convert<CT>(d[j]) : CT(0);
+    for (int64_t p = 0; p < k; ++p) {
+      const CT aip = convert<CT>(a.data[i * C + p]);
+      const U* bp = b.data + p * C2;
+      for (int64_t j = 0; j < n; ++j) row[j] += aip * convert<CT>(bp[j]);
+    }
+    for (int64_t j = 0; j < n; ++j) d[j] = convert<D>(row[j]);
+  }
+}
+
+template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2>
+inline void matmul_tiles(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Tile<U, R2, C2>& b, int64_t m,
+                         int64_t n, bool acc) {
+  const int64_t k = imin(a.vc, b.vr);
+  if constexpr (std::is_same_v<D, float> && std::is_same_v<T, float> && std::is_same_v<U, float>)
+    gemm_f32(m, n, k, a.data, C, 1, b.data, C2, 1, dst.data, CD, acc);
+  else
+    matmul_generic(dst, a, b, m, n, k, acc);
+}
+}  // namespace detail
+
+// dst = a * b over k = min(a.vc, b.vr); dst.valid = a.vr x b.vc.
+template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2>
+inline void TMATMUL(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Tile<U, R2, C2>& b) {
+  const int64_t m = detail::imin(a.vr, RD), n = detail::imin(b.vc, CD);
+  detail::matmul_tiles(dst, a, b, m, n, false);
+  dst.vr = int(m);
+  dst.vc = int(n);
+}
+
+// dst += a * b for i < min(dst.vr, a.vr), j < min(dst.vc, b.vc); dst.valid unchanged.
+template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2>
+inline void TMATMUL_ACC(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Tile<U, R2, C2>& b) {
+  const int64_t m = detail::imin(dst.vr, a.vr), n = detail::imin(dst.vc, b.vc);
+  detail::matmul_tiles(dst, a, b, m, n, true);
+}
+
+// TMATMUL, then dst[i,j] += bias[0,j] (for j < bias.vc).
+template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2, class V, int RB, int CB>
+inline void TMATMUL_BIAS(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Tile<U, R2, C2>& b,
+                         const Tile<V, RB, CB>& bias) {
+  TMATMUL(dst, a, b);
+  const int64_t n = detail::imin(dst.vc, bias.vc);
+  using CT = arith_t<D>;
+  for (int64_t i = 0; i < dst.vr; ++i) {
+    D* d = dst.data + i * CD;
+    for (int64_t j = 0; j < n; ++j) d[j] = convert<D>(convert<CT>(d[j]) + convert<CT>(bias.data[j]));
+  }
+}
+
+}  // namespace pto

@@ -1,0 +1,51 @@
+"""PyPTO: write tensor kernels in Python (whole-tensor ops or explicit tile loops) and run them
+compiled through the PTO virtual tile ISA: on the CPU backend (generated C++) or the reference
+interpreter.
+
+    import pypto
+
+    @pypto.jit
+    def fused_linear(x, w, b):
+        return pypto.relu(pypto.add(pypto.matmul(x, w), b))
+
+    y = fused_linear(x_np, w_np, b_np)   # NumPy in -> NumPy out; torch in -> torch out
+"""
+from . import _C
+from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int32, int64, to_dtype)
+from .frontend.errors import PyptoError
+from .interop import from_numpy, from_torch, to_numpy, to_torch
+from .jit import JitFunction, jit
+from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, concat, conv2d, div,
+                  divide, empty, empty_like, eq, erf, exp, floor, full, full_like, ge, gelu, gt, inplace,
+                  layer_norm, le, log, log_softmax, lt, matmul, max, maximum, mean, min, minimum, mul,
+                  multiply, ne, neg, ones, ones_like, permute, pow, prange, reciprocal, relu, reshape,
+                  rms_norm, rsqrt, sigmoid, silu, softmax, sqrt, squeeze, static_range, sub, subtract, sum,
+                  tanh, transpose, true_divide, unsqueeze, where, zeros, zeros_like)
+from .compiled import Lowered
+from .tensor import Tensor
+
+bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)
+
+try:
+    from . import isa  # the PTO ISA text tools (parse/print)
+except ModuleNotFoundError as _e:  # pragma: no cover - only while the module is being written
+    if _e.name != __name__ + ".isa":
+        raise
+
+
+def target():
+    """What the start-up analysis found about this machine: arch, cores, caches (bytes), SIMD
+    features, vector width in bytes, and the thread pool size."""
+    return _C.target()
+
+
+def set_num_threads(n: int):
+    """Size of the thread pool parallel loops run on (default: $PYPTO_NUM_THREADS or all cores)."""
+    _C.set_num_threads(int(n))
+
+
+def num_threads() -> int:
+    return _C.num_threads()
+
+
+__version__ = "0.1.0"

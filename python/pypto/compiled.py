@@ -1,0 +1,149 @@
+"""A traced kernel compiled for one signature, and the call path that runs it: gather the
+caller's arrays (explicit arguments and implicit inputs re-read from their closures, globals
+or attributes), allocate the outputs in the caller's array type, run, rebuild the result."""
+from __future__ import annotations
+
+import os
+
+from . import _C
+from . import dtypes as _dt
+from . import interop
+from .frontend.errors import PyptoError
+from .frontend.trace import rebuild
+
+_IMPLICIT_MISS = object()
+
+
+class CompiledKernel:
+    def __init__(self, trace, backend, options, args, name):
+        tr = trace.tr
+        self.name = name
+        self.backend = backend
+        try:
+            self.kernel = _C.Kernel(trace.program, backend, **options)
+        except PyptoError as e:
+            raise PyptoError(f"kernel '{name}': lowering failed: {e}") from None
+        params = self.kernel.params()
+        out_params = [p for p in params if p[3] == "output"]
+        if len(out_params) != len(trace.outputs) or len(params) - len(out_params) != len(tr.inputs):
+            raise PyptoError(f"kernel '{name}': internal error: the program's parameters do not match the "
+                             f"trace ({len(params)} params, {len(tr.inputs)} inputs, {len(trace.outputs)} outputs)")
+        # Inputs in param order: ("a", arg index) or ("m", implicit index).
+        self.plan = []
+        self.implicit = []       # (reader, key): re-read at every call, must keep their signature
+        first_kind = None
+        for src in tr.inputs:
+            if src[0] == "arg":
+                self.plan.append(("a", src[1]))
+                obj = args[src[1]]
+            else:
+                _, path, obj = src
+                self.plan.append(("m", len(self.implicit)))
+                self.implicit.append((path.reader(), interop.array_key(obj)))
+            if first_kind is None and src[0] == "arg":
+                first_kind = interop.array_kind(obj)
+        if first_kind is None:
+            kinds = [interop.array_kind(s[2]) for s in tr.inputs if s[0] != "arg"]
+            first_kind = kinds[0] if kinds else interop.NUMPY
+        self.guards = [(path.reader(), value) for path, value in tr.guards]
+        self.scalar_idx = list(tr.scalar_args)
+        self.allocs = [interop.make_allocator(first_kind, p[2], _dt.to_dtype(p[1])) for p in out_params]
+        self.template = trace.template
+        self.simple = not self.implicit and not self.guards
+        # Per input, how Kernel.run receives it (kinds are fixed by the signature key).
+        kinds = []
+        for src in tr.inputs:
+            kinds.append(interop.array_kind(args[src[1]] if src[0] == "arg" else src[2]))
+        self.convs = [interop.run_converter(k) for k in kinds]
+        self.arg_only = [k for _, k in self.plan] if all(kind == "a" for kind, _ in self.plan) else None
+        self.single_out = self.template == ("out", 0)
+        self.compile_seconds = 0.0
+        if backend == "cpu":
+            self.compile()
+
+    def compile(self):
+        try:
+            self.compile_seconds = self.kernel.compile()
+        except PyptoError as e:
+            msg = f"kernel '{self.name}': building the CPU kernel failed: {e}"
+            text = str(e).lower()
+            if "compil" in text or "pypto_cxx" in text or "not found" in text or "no such file" in text:
+                msg += ("\nhint: pass backend='interp' to pypto.jit or set PYPTO_INTERPRET=1 to run kernels on "
+                        "the interpreter, which needs no C++ compiler")
+            raise PyptoError(msg) from None
+        return self.compile_seconds
+
+    def implicit_inputs(self, args):
+        """The implicit inputs' current objects, or None when the guards or their signatures no
+        longer match this trace (then the caller traces again)."""
+        for reader, value in self.guards:
+            try:
+                v = reader(args)
+            except Exception:  # noqa: BLE001 - a vanished attribute means: trace again
+                return None
+            if v is not value and (type(v) is not type(value) or v != value):
+                return None
+        objs = []
+        for reader, key in self.implicit:
+            try:
+                v = reader(args)
+            except Exception:  # noqa: BLE001
+                return None
+            if not interop.is_array(v) or interop.array_key(v) != key:
+                return None
+            objs.append(v)
+        return objs
+
+    def run(self, args, implicit=()):
+        if self.arg_only is not None:
+            objs = [args[i] for i in self.arg_only]
+        else:
+            objs = [args[k] if kind == "a" else implicit[k] for kind, k in self.plan]
+        run_list = [o if c is None else c(o) for c, o in zip(self.convs, objs)]
+        outs = []
+        for alloc in self.allocs:
+            o, r = alloc()
+            outs.append(o)
+            run_list.append(r)
+        try:
+            self.kernel.run(run_list, [args[i] for i in self.scalar_idx])
+        except PyptoError as e:
+            raise PyptoError(f"kernel '{self.name}' failed at run time: {e}") from None
+        if self.single_out:
+            return outs[0]
+        return rebuild(self.template, outs, objs)
+
+
+class Lowered:
+    """What fn.lower(*args) returns: the compiled kernel for that signature, inspectable."""
+
+    def __init__(self, entry: CompiledKernel):
+        self._entry = entry
+        self.kernel = entry.kernel
+
+    def as_text(self, level="tensor"):
+        levels = ("tensor", "tile", "isa", "source")
+        if level not in levels:
+            raise PyptoError(f"unknown level {level!r}; expected one of {', '.join(levels)}")
+        return self.kernel.as_text(level)
+
+    def compile(self):
+        return self._entry.compile()
+
+    @property
+    def compiled_from_cache(self):
+        return self.kernel.compiled_from_cache()
+
+    @property
+    def params(self):
+        return self.kernel.params()
+
+    @property
+    def log(self):
+        return self.kernel.log
+
+    def __str__(self):
+        return self.as_text("tensor")
+
+    def __repr__(self):
+        return f"<pypto.Lowered {self._entry.name} backend={self._entry.backend}>"

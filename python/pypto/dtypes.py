@@ -1,0 +1,116 @@
+"""Element types: pypto.float32 ... pypto.bool, and conversion from NumPy / PyTorch / strings."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from . import _C
+
+
+class dtype:
+    """A PyPTO element type. Compares equal to its own name ("float32") for convenience."""
+
+    __slots__ = ("name", "short", "c", "np", "itemsize", "is_floating_point")
+
+    def __init__(self, name, short, c, np_type, itemsize, is_float):
+        self.name = name
+        self.short = short            # the IR's spelling: "f32"
+        self.c = c                    # _C.DType
+        self.np = np_type             # NumPy dtype (None for bfloat16: NumPy has no bf16)
+        self.itemsize = itemsize
+        self.is_floating_point = is_float
+
+    def __repr__(self):
+        return f"pypto.{self.name}"
+
+    __str__ = __repr__
+
+    def __eq__(self, other):
+        if isinstance(other, dtype):
+            return self is other
+        try:
+            return to_dtype(other) is self
+        except (TypeError, ValueError):
+            return False
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __reduce__(self):
+        return (to_dtype, (self.name,))
+
+    @property
+    def torch(self):
+        import torch
+        return getattr(torch, self.name)
+
+
+float32 = dtype("float32", "f32", _C.DType.F32, np.dtype(np.float32), 4, True)
+float16 = dtype("float16", "f16", _C.DType.F16, np.dtype(np.float16), 2, True)
+bfloat16 = dtype("bfloat16", "bf16", _C.DType.BF16, None, 2, True)
+float64 = dtype("float64", "f64", _C.DType.F64, np.dtype(np.float64), 8, True)
+int32 = dtype("int32", "i32", _C.DType.I32, np.dtype(np.int32), 4, False)
+int64 = dtype("int64", "i64", _C.DType.I64, np.dtype(np.int64), 8, False)
+bool_ = dtype("bool", "bool", _C.DType.Bool, np.dtype(np.bool_), 1, False)
+
+ALL = (float32, float16, bfloat16, float64, int32, int64, bool_)
+_BY_NAME = {}
+for _d in ALL:
+    _BY_NAME[_d.name] = _d
+    _BY_NAME[_d.short] = _d
+_BY_NAME.update({"float": float32, "half": float16, "double": float64, "int": int64, "long": int64,
+                 "bf16": bfloat16, "bool_": bool_})
+_BY_C = {d.c: d for d in ALL}
+_BY_NP = {d.np: d for d in ALL if d.np is not None}
+_BY_TORCH = {}  # filled lazily: torch is optional
+
+
+def _torch_map():
+    if not _BY_TORCH:
+        torch = sys.modules.get("torch")
+        if torch is None:
+            return _BY_TORCH
+        for d in ALL:
+            _BY_TORCH[getattr(torch, d.name)] = d
+    return _BY_TORCH
+
+
+def from_c(c):
+    return _BY_C[c]
+
+
+def to_dtype(x) -> dtype:
+    """pypto dtype from a pypto dtype, a name ("float32", "f32"), a NumPy dtype or type, a torch
+    dtype or a _C.DType. Raises TypeError for anything else, ValueError for unsupported types."""
+    if isinstance(x, dtype):
+        return x
+    if isinstance(x, str):
+        d = _BY_NAME.get(x)
+        if d is None:
+            raise ValueError(f"unsupported dtype '{x}' (supported: {', '.join(d.name for d in ALL)})")
+        return d
+    if isinstance(x, _C.DType):
+        return _BY_C[x]
+    if x is float:
+        return float32
+    if x is int:
+        return int64
+    if x is bool:
+        return bool_
+    tm = _torch_map()
+    if tm and x in tm:
+        return tm[x]
+    try:
+        npd = np.dtype(x)
+    except TypeError:
+        raise TypeError(f"not a dtype: {x!r}") from None
+    d = _BY_NP.get(npd)
+    if d is None:
+        raise ValueError(f"unsupported dtype {npd} (supported: {', '.join(d.name for d in ALL)})")
+    return d
+
+
+def result_float(d: dtype) -> dtype:
+    """The type float math on `d` produces (integers and bool compute in float32)."""
+    return d if d.is_floating_point else float32

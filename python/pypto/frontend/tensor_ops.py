@@ -1,0 +1,478 @@
+"""Tensor operations while tracing: each maps onto one or a few builder calls.
+
+Arguments may be TensorValues, run-time scalars (Expr), Python numbers, or arrays met at trace
+time (those become constant inputs of the kernel)."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from .. import _C
+from .. import dtypes as _dt
+from .errors import NeedsConcrete, PyptoError
+from .values import Expr, Opcode, TensorValue, is_expr
+from . import tracer as _tracer
+
+__all__ = []
+
+
+def _find_tracer(*xs):
+    for x in xs:
+        if isinstance(x, TensorValue):
+            return x.tr
+        if isinstance(x, (list, tuple)):
+            t = _find_tracer(*x)
+            if t is not None:
+                return t
+    tr = _tracer.current()
+    if tr is None:
+        raise PyptoError("this operation is only available inside a @pypto.jit kernel")
+    return tr
+
+
+def operand(tr, x):
+    """A builder operand: a View for tensors, the scalar itself otherwise."""
+    if isinstance(x, TensorValue):
+        if x.tr is not tr:
+            raise PyptoError("a tensor from another kernel's trace was used")
+        return x.bv
+    if is_expr(x) or isinstance(x, (bool, int, float)):
+        return x
+    if isinstance(x, np.generic) and x.ndim == 0:
+        return x.item()
+    if isinstance(x, numbers.Real):
+        return float(x)
+    from ..interop import is_array
+    if is_array(x):
+        return tr.const_input(x).bv
+    if x is None:
+        raise PyptoError("None is not a tensor or a number")
+    raise PyptoError(f"expected a tensor or a number, got {type(x).__name__}")
+
+
+def tensor_of(tr, x, what="argument"):
+    o = operand(tr, x)
+    if isinstance(o, _C.View):
+        return o
+    raise PyptoError(f"{what} must be a tensor, got {_describe(x)}")
+
+
+def _describe(x):
+    if is_expr(x):
+        return f"the scalar {x}"
+    return type(x).__name__ if not isinstance(x, (int, float)) else repr(x)
+
+
+def wrap(tr, view):
+    return TensorValue(tr, view)
+
+
+def static_int(v, what):
+    """A compile-time integer (shape, dimension, count)."""
+    if isinstance(v, bool):
+        raise PyptoError(f"{what} must be an integer, got {v}")
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if is_expr(v):
+        if v.is_const and not v.is_float:
+            return int(v.value)
+        if not v.is_const:
+            raise NeedsConcrete(v, f"{what} must be known at compile time")
+    raise PyptoError(f"{what} must be an integer, got {_describe(v)}")
+
+
+def static_shape(shape, what="shape"):
+    if isinstance(shape, (int, np.integer, Expr)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise PyptoError(f"{what} must be a tuple of integers, got {_describe(shape)}")
+    return [static_int(s, f"{what} entries") for s in shape]
+
+
+def dims_arg(dim):
+    if dim is None:
+        return []
+    if isinstance(dim, (tuple, list)):
+        return [static_int(d, "dim") for d in dim]
+    return [static_int(dim, "dim")]
+
+
+# --- elementwise -------------------------------------------------------------------------------
+
+def binary(op, a, b):
+    tr = _find_tracer(a, b)
+    oa, ob = operand(tr, a), operand(tr, b)
+    if not isinstance(oa, _C.View) and not isinstance(ob, _C.View):
+        raise PyptoError(f"{op.name} needs at least one tensor operand")
+    return wrap(tr, tr.b.binary(op, oa, ob))
+
+
+def unary(op, x):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.unary(op, tensor_of(tr, x)))
+
+
+def compare(op, a, b):
+    return binary(op, a, b)
+
+
+def logical(op, a, b):
+    tr = _find_tracer(a, b)
+    oa, ob = operand(tr, a), operand(tr, b)
+    for o, x in ((oa, a), (ob, b)):
+        if isinstance(o, _C.View) and o.dtype != "bool":
+            raise PyptoError(f"& and | need bool tensors, got {o.dtype}; compare first (x > 0) or use "
+                             "pypto.maximum / minimum")
+    return wrap(tr, tr.b.binary(op, oa, ob))
+
+
+def logical_not(x):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    if v.dtype != "bool":
+        raise PyptoError(f"~ needs a bool tensor, got {v.dtype}")
+    return wrap(tr, tr.b.unary(Opcode.TNOT, v))
+
+
+def power(a, b):
+    if isinstance(a, TensorValue) and isinstance(b, (int, float)) and not isinstance(b, bool):
+        if b == 1:
+            return a
+        if b == 2:
+            return binary(Opcode.TMUL, a, a)
+        if b == 0.5:
+            return unary(Opcode.TSQRT, a)
+        if b == -1:
+            return unary(Opcode.TRECIP, a)
+    return binary(Opcode.TPOW, a, b)
+
+
+def floordiv(a, b):
+    q = unary(Opcode.TFLOOR, binary(Opcode.TDIV, a, b))
+    dts = [x.dtype for x in (a, b) if isinstance(x, TensorValue)]
+    if dts and all(not d.is_floating_point for d in dts) and all(
+            not isinstance(x, float) for x in (a, b)):
+        return cast(q, dts[0])
+    return q
+
+
+def mod(a, b):
+    return binary(Opcode.TSUB, a, binary(Opcode.TMUL, floordiv(a, b), b))
+
+
+def gelu(x, approximate="none"):
+    if approximate == "none":
+        return unary(Opcode.TGELU, x)
+    if approximate == "tanh":
+        return unary(Opcode.TGELU_TANH, x)
+    raise PyptoError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+
+
+def clamp(x, lo=None, hi=None):
+    if lo is not None:
+        x = binary(Opcode.TMAX, x, lo)
+    if hi is not None:
+        x = binary(Opcode.TMIN, x, hi)
+    return x
+
+
+def where(cond, a, b):
+    tr = _find_tracer(cond, a, b)
+    oc = operand(tr, cond)
+    if not isinstance(oc, _C.View):
+        raise PyptoError("where: the condition must be a tensor")
+    return wrap(tr, tr.b.select(oc, operand(tr, a), operand(tr, b)))
+
+
+def cast(x, dtype):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    d = _dt.to_dtype(dtype)
+    if v.dtype == d.short:
+        return x
+    return wrap(tr, tr.b.cast(v, d.c))
+
+
+def copy(x):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.copy(tensor_of(tr, x)))
+
+
+# --- reductions and composites -----------------------------------------------------------------
+
+_REDUCE = {"sum": Opcode.TROWSUM, "max": Opcode.TROWMAX, "min": Opcode.TROWMIN}
+
+
+def reduce(kind, x, dim=None, keepdim=False):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.reduce(_REDUCE[kind], tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
+
+
+def mean(x, dim=None, keepdim=False):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.mean(tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
+
+
+def matmul(a, b):
+    tr = _find_tracer(a, b)
+    return wrap(tr, tr.b.matmul(tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand")))
+
+
+def matmul_acc(dst, a, b):
+    tr = _find_tracer(dst, a, b)
+    tr.b.matmul_acc(tensor_of(tr, dst), tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand"))
+
+
+def softmax(x, dim=-1):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.softmax(tensor_of(tr, x), static_int(dim, "dim")))
+
+
+def log_softmax(x, dim=-1):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.log_softmax(tensor_of(tr, x), static_int(dim, "dim")))
+
+
+def _normalized_dims(x, normalized_shape, what):
+    ns = static_shape(normalized_shape, "normalized_shape")
+    if tuple(ns) != tuple(x.shape[len(x.shape) - len(ns):]) or len(ns) > len(x.shape):
+        raise PyptoError(f"{what}: normalized_shape {tuple(ns)} does not match the last dimensions of the "
+                         f"input of shape {tuple(x.shape)}")
+    return len(ns)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
+    tr = _find_tracer(x, weight, bias)
+    v = tensor_of(tr, x)
+    nd = _normalized_dims(v, normalized_shape, "layer_norm")
+    w = tensor_of(tr, weight, "weight") if weight is not None else None
+    bb = tensor_of(tr, bias, "bias") if bias is not None else None
+    return wrap(tr, tr.b.layer_norm(v, nd, w, bb, float(eps)))
+
+
+def rms_norm(x, normalized_shape, weight=None, eps=1e-6):
+    tr = _find_tracer(x, weight)
+    v = tensor_of(tr, x)
+    nd = _normalized_dims(v, normalized_shape, "rms_norm")
+    w = tensor_of(tr, weight, "weight") if weight is not None else None
+    return wrap(tr, tr.b.rms_norm(v, nd, w, float(eps)))
+
+
+def concat(xs, dim=0):
+    if not isinstance(xs, (list, tuple)):
+        raise PyptoError("concat expects a list or tuple of tensors")
+    tr = _find_tracer(*xs)
+    return wrap(tr, tr.b.concat([tensor_of(tr, x, "concat input") for x in xs], static_int(dim, "dim")))
+
+
+def _pair(v, what):
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2:
+            raise PyptoError(f"conv2d: {what} needs one or two values, got {len(v)}")
+        return [static_int(v[0], what), static_int(v[1], what)]
+    s = static_int(v, what)
+    return [s, s]
+
+
+def conv2d(input, weight, bias=None, stride=1, padding="same", dilation=1):
+    tr = _find_tracer(input, weight, bias)
+    x = tensor_of(tr, input, "conv2d input")
+    w = tensor_of(tr, weight, "conv2d weight")
+    bv = tensor_of(tr, bias, "conv2d bias") if bias is not None else None
+    st = _pair(stride, "stride")
+    dl = _pair(dilation, "dilation")
+    same = False
+    pad = [0, 0]
+    if isinstance(padding, str):
+        if padding == "same":
+            if st != [1, 1]:
+                raise PyptoError(f"conv2d: padding='same' needs stride 1, got stride {tuple(st)}")
+            same = True
+        elif padding == "valid":
+            pad = [0, 0]
+        else:
+            raise PyptoError(f"conv2d: padding must be 'same', 'valid', an int or a pair, got {padding!r}")
+    else:
+        pad = _pair(padding, "padding")
+    return wrap(tr, tr.b.conv2d(x, w, bv, st, pad, dl, same))
+
+
+# --- layout --------------------------------------------------------------------------------------
+
+def transpose(x, d0=-2, d1=-1):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.transpose(tensor_of(tr, x), static_int(d0, "dim"), static_int(d1, "dim")))
+
+
+def permute(x, dims):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.permute(tensor_of(tr, x), [static_int(d, "dim") for d in dims]))
+
+
+def reshape(x, shape):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    shape = static_shape(shape)
+    if list(shape) == list(v.shape):
+        return x
+    return wrap(tr, tr.b.reshape(v, shape))
+
+
+def unsqueeze(x, dim):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.unsqueeze(tensor_of(tr, x), static_int(dim, "dim")))
+
+
+def squeeze(x, dim=None):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    if dim is None:
+        for d in reversed(range(len(v.shape))):
+            if v.shape[d] == 1:
+                v = tr.b.squeeze(v, d)
+        return wrap(tr, v)
+    return wrap(tr, tr.b.squeeze(v, static_int(dim, "dim")))
+
+
+def broadcast_to(x, shape):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    shape = static_shape(shape)
+    shape = [v.shape[i - (len(shape) - len(v.shape))] if s == -1 else s for i, s in enumerate(shape)]
+    if list(shape) == list(v.shape):
+        return x
+    return wrap(tr, tr.b.broadcast_to(v, shape))
+
+
+# --- indexing and stores --------------------------------------------------------------------------
+
+def _index_item(it, dim_size):
+    if isinstance(it, bool):
+        raise PyptoError("boolean indices are not supported")
+    if isinstance(it, TensorValue):
+        raise PyptoError("indexing a tensor with a tensor is not supported (use a slice or an integer)")
+    if isinstance(it, np.integer):
+        return int(it)
+    if isinstance(it, int) or is_expr(it):
+        if is_expr(it) and it.is_float:
+            raise PyptoError(f"tensor indices must be integers, got {it}")
+        return it
+    if isinstance(it, slice):
+        for part in (it.start, it.stop, it.step):
+            if part is not None and not isinstance(part, (int, np.integer)) and not is_expr(part):
+                raise PyptoError(f"slice bounds must be integers, got {_describe(part)}")
+        step = it.step
+        if step is not None:
+            step = static_int(step, "a slice step")
+            if step <= 0:
+                raise PyptoError(f"slice steps must be positive, got {step}")
+        return slice(it.start, it.stop, step)
+    raise PyptoError(f"unsupported index {_describe(it)}")
+
+
+def index(x, key):
+    """x[key]: a view (no data movement)."""
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    items = list(key) if isinstance(key, tuple) else [key]
+    n_ell = sum(1 for it in items if it is Ellipsis)
+    if n_ell > 1:
+        raise PyptoError("an index can only have a single ellipsis ('...')")
+    rank = len(v.shape)
+    used = sum(1 for it in items if it is not None and it is not Ellipsis)
+    if used > rank:
+        raise PyptoError(f"too many indices for a tensor of shape {tuple(v.shape)}: {used} given")
+    out = []
+    d = 0
+    for it in items:
+        if it is Ellipsis:
+            out.extend([slice(None)] * (rank - used))
+            d += rank - used
+        elif it is None:
+            out.append(None)
+        else:
+            out.append(_index_item(it, v.shape[d]))
+            d += 1
+    if all(isinstance(o, slice) and o == slice(None) for o in out):
+        return x if isinstance(x, TensorValue) else wrap(tr, v)
+    return wrap(tr, tr.b.slice(v, out))
+
+
+def assign(dst, value):
+    tr = _find_tracer(dst)
+    tr.b.assign(tensor_of(tr, dst), operand(tr, value))
+
+
+def update(op, dst, value):
+    tr = _find_tracer(dst)
+    tr.b.update(op, tensor_of(tr, dst), operand(tr, value))
+
+
+# --- creation ------------------------------------------------------------------------------------
+
+def full(shape, value, dtype=None):
+    tr = _find_tracer()
+    if dtype is None:
+        dtype = _dt.bool_ if isinstance(value, bool) else (
+            _dt.int64 if isinstance(value, int) or (is_expr(value) and not value.is_float) else _dt.float32)
+    d = _dt.to_dtype(dtype)
+    if isinstance(value, TensorValue):
+        raise PyptoError("full: the fill value must be a scalar")
+    return wrap(tr, tr.b.full(static_shape(shape), d.c, operand(tr, value)))
+
+
+def empty(shape, dtype=None):
+    tr = _find_tracer()
+    d = _dt.to_dtype(dtype if dtype is not None else _dt.float32)
+    return wrap(tr, tr.b.empty(static_shape(shape), d.c))
+
+
+def arange(start, stop=None, step=1, dtype=None):
+    tr = _find_tracer()
+    if stop is None:
+        start, stop = 0, start
+    if dtype is None:
+        dtype = _dt.float32 if any(isinstance(v, float) or (is_expr(v) and v.is_float)
+                                   for v in (start, stop, step)) else _dt.int64
+    d = _dt.to_dtype(dtype)
+    span = stop - start
+    if is_expr(span) and not span.is_const:
+        raise NeedsConcrete(span, "the length of arange must be known at compile time")
+    span = span.value if is_expr(span) else span
+    st = step.value if is_expr(step) and step.is_const else step
+    if is_expr(st):
+        raise NeedsConcrete(st, "the step of arange must be known at compile time")
+    if st == 0:
+        raise PyptoError("arange: step must not be zero")
+    n = max(0, math.ceil(span / st))
+    if n == 0:
+        raise PyptoError("arange: empty range")
+    return wrap(tr, tr.b.arange(start, n, step, d.c))
+
+
+UFUNCS = {
+    "add": lambda a, b: binary(Opcode.TADD, a, b),
+    "subtract": lambda a, b: binary(Opcode.TSUB, a, b),
+    "multiply": lambda a, b: binary(Opcode.TMUL, a, b),
+    "true_divide": lambda a, b: binary(Opcode.TDIV, a, b),
+    "divide": lambda a, b: binary(Opcode.TDIV, a, b),
+    "power": power,
+    "maximum": lambda a, b: binary(Opcode.TMAX, a, b),
+    "minimum": lambda a, b: binary(Opcode.TMIN, a, b),
+    "matmul": matmul,
+    "negative": lambda a: unary(Opcode.TNEG, a),
+    "absolute": lambda a: unary(Opcode.TABS, a),
+    "exp": lambda a: unary(Opcode.TEXP, a),
+    "log": lambda a: unary(Opcode.TLOG, a),
+    "sqrt": lambda a: unary(Opcode.TSQRT, a),
+    "tanh": lambda a: unary(Opcode.TTANH, a),
+    "floor": lambda a: unary(Opcode.TFLOOR, a),
+    "less": lambda a, b: compare(Opcode.TCMP_LT, a, b),
+    "less_equal": lambda a, b: compare(Opcode.TCMP_LE, a, b),
+    "greater": lambda a, b: compare(Opcode.TCMP_GT, a, b),
+    "greater_equal": lambda a, b: compare(Opcode.TCMP_GE, a, b),
+    "equal": lambda a, b: compare(Opcode.TCMP_EQ, a, b),
+    "not_equal": lambda a, b: compare(Opcode.TCMP_NE, a, b),
+}

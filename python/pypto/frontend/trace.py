@@ -1,0 +1,131 @@
+"""Tracing a kernel: bind the arguments, walk the AST, restart when the walk learns that a loop
+must be unrolled or a scalar argument must be a compile-time constant, and describe the result
+(which outputs to allocate, how to rebuild the returned value)."""
+from __future__ import annotations
+
+import numbers
+
+from .. import interop
+from .errors import KernelSourceError, NeedsConcrete, PyptoError, Restart
+from .tracer import Path, Tracer
+from .values import TensorValue, is_expr
+from .walker import FunctionWalker
+
+MAX_RESTARTS = 64
+
+
+class Trace:
+    """The result of tracing: the tracer (inputs, scalars, guards), the program, the output
+    TensorValues and the template of the returned value."""
+
+    def __init__(self, tr, program, outputs, template):
+        self.tr = tr
+        self.program = program
+        self.outputs = outputs
+        self.template = template
+
+
+def is_scalar_arg(v):
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and not interop.is_array(v)
+
+
+def trace_kernel(src, names, args, static_args, unroll, backend):
+    """Trace `src` with positional values `args` (named `names`). `static_args` and `unroll` are
+    sets the caller keeps: restarts add to them so later signatures start from what was learned."""
+    for _ in range(MAX_RESTARTS):
+        tr = Tracer(src.func.__name__, unroll, static_args, backend)
+        try:
+            with tr:
+                return _trace_once(tr, src, names, args)
+        except Restart as r:
+            if r.unroll is not None:
+                unroll.add(r.unroll)
+            if r.static_arg is not None:
+                static_args.add(r.static_arg)
+    raise PyptoError(f"kernel '{src.name}': tracing did not settle after {MAX_RESTARTS} attempts")
+
+
+def _trace_once(tr, src, names, args):
+    bound = {}
+    for i, (name, v) in enumerate(zip(names, args)):
+        if interop.is_array(v):
+            bound[name] = tr.tensor_param(name, v, ("arg", i))
+        elif is_scalar_arg(v) and i not in tr.static_args:
+            bound[name] = tr.scalar_param(name, isinstance(v, float) or not isinstance(v, numbers.Integral), i)
+        else:
+            bound[name] = tr.from_python(v, Path(("arg", i)))
+    walker = FunctionWalker(tr, src)
+    try:
+        result = walker.run(bound)
+    except NeedsConcrete as e:
+        _resolve_at_top(tr, src, e)
+    try:
+        outputs, template = _describe_result(tr, result)
+        program = tr.finish(outputs)
+    except PyptoError as e:
+        if isinstance(e, KernelSourceError):
+            raise
+        raise KernelSourceError(src.where(_last_return(src.fdef), str(e))) from None
+    return Trace(tr, program, outputs, template)
+
+
+def _resolve_at_top(tr, src, e):
+    if e.expr is not None:
+        args = sorted({tr.scalar_vars[v] for v in e.expr.vars() if v in tr.scalar_vars})
+        if args:
+            raise Restart(static_arg=args[0])
+    where_src = getattr(e, "src", None) or src
+    node = e.node if e.node is not None else src.fdef
+    value = f": {e.expr} is only known when the kernel runs" if e.expr is not None else ""
+    raise KernelSourceError(where_src.where(node, f"{e.what}{value}"))
+
+
+def _last_return(fdef):
+    import ast
+    for n in reversed(list(ast.walk(fdef))):
+        if isinstance(n, ast.Return):
+            return n
+    return fdef
+
+
+def _describe_result(tr, result):
+    """Output TensorValues (deduplicated) and a template to rebuild the returned value:
+    ("out", k) | ("input", k) | ("static", v) | ("seq", type, [templates]) | ("dict", keys, [templates])."""
+    outputs = []
+    index = {}
+
+    def walk(v):
+        if isinstance(v, TensorValue):
+            view = v.bv
+            if view.buffer_kind == "param" and view.is_whole and view.buffer_id in tr.param_index:
+                return ("input", tr.param_index[view.buffer_id])
+            k = index.get(id(v))
+            if k is None:
+                k = index[id(v)] = len(outputs)
+                outputs.append(v)
+            return ("out", k)
+        if isinstance(v, (tuple, list)):
+            return ("seq", type(v) if type(v) in (tuple, list) else tuple, [walk(x) for x in v])
+        if isinstance(v, dict):
+            return ("dict", list(v.keys()), [walk(x) for x in v.values()])
+        if is_expr(v):
+            if v.is_const:
+                return ("static", v.value)
+            raise PyptoError("a kernel cannot return a scalar known only at run time; return a tensor "
+                             "(e.g. pypto.full((1,), value))")
+        return ("static", v)
+
+    return outputs, walk(result)
+
+
+def rebuild(template, outs, inputs):
+    kind = template[0]
+    if kind == "out":
+        return outs[template[1]]
+    if kind == "input":
+        return inputs[template[1]]
+    if kind == "static":
+        return template[1]
+    if kind == "seq":
+        return template[1](rebuild(t, outs, inputs) for t in template[2])
+    return {k: rebuild(t, outs, inputs) for k, t in zip(template[1], template[2])}

@@ -1,0 +1,196 @@
+"""The trace state of one kernel being built: the C++ builder, the kernel's inputs (explicit
+arguments and implicit inputs reached through closures, globals or attributes), its scalar
+parameters, the guards that say when a cached trace is still valid, and what the tracer learned
+(loops to unroll, scalar arguments to specialise)."""
+from __future__ import annotations
+
+import re
+import threading
+import types
+
+from .. import _C
+from .. import interop
+from .errors import PyptoError
+from .values import TensorValue
+
+_state = threading.local()
+
+PRIMITIVES = (int, float, bool, str, bytes, type(None), complex)
+
+
+def current():
+    st = getattr(_state, "stack", None)
+    return st[-1] if st else None
+
+
+class Path:
+    """How to find a value again at the next call: a root and attribute / item steps."""
+
+    __slots__ = ("root", "steps", "key", "via_module")
+
+    def __init__(self, root, steps=(), via_module=False):
+        self.root = root
+        self.steps = tuple(steps)
+        self.via_module = via_module
+        kind = root[0]
+        if kind == "arg":
+            rk = ("arg", root[1])
+        elif kind == "cell":
+            rk = ("cell", id(root[1]))
+        elif kind == "global":
+            rk = ("global", id(root[1]), root[2])
+        else:
+            rk = ("const", id(root[1]))
+        self.key = (rk, self.steps)
+
+    def child(self, step, value=None):
+        return Path(self.root, self.steps + (step,), self.via_module or isinstance(value, types.ModuleType))
+
+    def name(self):
+        parts = []
+        kind = self.root[0]
+        if kind == "global":
+            parts.append(self.root[2])
+        elif kind == "cell":
+            parts.append(self.root[2])
+        elif kind == "arg":
+            parts.append(f"arg{self.root[1]}")
+        else:
+            parts.append("const")
+        for kind_, k in self.steps:
+            parts.append(str(k))
+        if len(parts) > 1 and parts[0] in ("arg0", "const"):
+            parts = parts[1:]
+        return re.sub(r"\W", "_", "_".join(parts)) or "input"
+
+    def reader(self):
+        """A function args -> value (raises on a missing attribute/key)."""
+        kind = self.root[0]
+        if kind == "arg":
+            i = self.root[1]
+            fn = lambda args: args[i]  # noqa: E731
+        elif kind == "cell":
+            cell = self.root[1]
+            fn = lambda args: cell.cell_contents  # noqa: E731
+        elif kind == "global":
+            g, name = self.root[1], self.root[2]
+            fn = lambda args: g[name]  # noqa: E731
+        else:
+            obj = self.root[1]
+            fn = lambda args: obj  # noqa: E731
+        for kind_, k in self.steps:
+            prev = fn
+            if kind_ == "attr":
+                fn = (lambda p, k: lambda args: getattr(p(args), k))(prev, k)
+            else:
+                fn = (lambda p, k: lambda args: p(args)[k])(prev, k)
+        return fn
+
+
+class Tracer:
+    def __init__(self, name, unroll=(), static_args=(), backend="cpu"):
+        self.name = name
+        self.b = _C.Builder(name)
+        self.backend = backend
+        # Param order: ("arg", index) for explicit tensor arguments, ("implicit", Path, obj) else.
+        self.inputs = []
+        self.scalar_args = []           # arg indices of scalar params, in order
+        self.scalar_vars = {}           # Expr var name -> arg index
+        self._implicit = {}             # path key / id(array) -> TensorValue
+        self.guards = []                # (Path, value): primitive values read through paths
+        self.paths = {}                 # id(obj) -> (obj, Path) for objects reached from roots
+        self.unroll = set(unroll)
+        self.static_args = set(static_args)
+        self.loops = []                 # active symbolic loop frames (innermost last)
+        self.sym_depth = 0              # nesting of symbolic loops and ifs
+        self.owned = set()              # ids of Python containers the kernel created
+        self._keep = []                 # keeps objects in `paths`/`owned` alive (ids stay unique)
+        self.param_index = {}           # buffer_id of a param view -> its position in `inputs`
+
+    # --- context -------------------------------------------------------------------------------
+    def __enter__(self):
+        st = getattr(_state, "stack", None)
+        if st is None:
+            st = _state.stack = []
+        st.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _state.stack.pop()
+        return False
+
+    # --- inputs ----------------------------------------------------------------------------------
+    def tensor_param(self, name, arr, source):
+        dt, shape = interop.array_info(arr, f"argument '{name}'")
+        view = self.b.add_param(name, dt.c, list(shape))
+        self.param_index[view.buffer_id] = len(self.inputs)
+        self.inputs.append(source)
+        return TensorValue(self, view)
+
+    def scalar_param(self, name, is_float, arg_index):
+        e = self.b.add_scalar_param(name, _C.DType.F64 if is_float else _C.DType.I64)
+        self.scalar_args.append(arg_index)
+        for v in e.vars():
+            self.scalar_vars[v] = arg_index
+        return e
+
+    def implicit_input(self, obj, path):
+        """An array reached through a closure, global or attribute: a kernel input read afresh at
+        every call, never baked into the binary."""
+        if path is None:
+            path = Path(("const", obj))
+        tv = self._implicit.get(path.key) or self._implicit.get(("id", id(obj)))
+        if tv is not None:
+            return tv
+        dt, shape = interop.array_info(obj, f"'{path.name()}' (used inside the kernel)")
+        view = self.b.add_param(path.name(), dt.c, list(shape))
+        tv = TensorValue(self, view)
+        self.param_index[view.buffer_id] = len(self.inputs)
+        self.inputs.append(("implicit", path, obj))
+        self._implicit[path.key] = tv
+        self._implicit[("id", id(obj))] = tv
+        self._keep.append(obj)
+        return tv
+
+    def const_input(self, arr):
+        return self.implicit_input(arr, None)
+
+    def from_python(self, value, path):
+        """A Python value reached through `path` (None = unknown): arrays become implicit inputs,
+        primitives read through closures/globals/attributes become guards, objects remember their
+        path so that arrays inside them can be re-read."""
+        if interop.is_array(value):
+            return self.implicit_input(value, path)
+        if path is None:
+            return value
+        if isinstance(value, PRIMITIVES):
+            if not path.via_module and not (path.root[0] == "arg" and not path.steps):
+                self.guards.append((path, value))
+            return value
+        if isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+            return value
+        if id(value) not in self.paths:
+            self.paths[id(value)] = (value, path)
+            self._keep.append(value)
+        return value
+
+    def path_of(self, obj):
+        e = self.paths.get(id(obj))
+        return e[1] if e is not None and e[0] is obj else None
+
+    def own(self, container):
+        self.owned.add(id(container))
+        self._keep.append(container)
+        return container
+
+    def is_owned(self, container):
+        return id(container) in self.owned
+
+    # --- finish ----------------------------------------------------------------------------------
+    def finish(self, outputs):
+        return self.b.finish([o.bv for o in outputs])
+
+
+def check_same_tracer(tr, x):
+    if isinstance(x, TensorValue) and x.tr is not tr:
+        raise PyptoError("a tensor from another kernel's trace was used")

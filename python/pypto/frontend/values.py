@@ -1,0 +1,233 @@
+"""Symbolic values of a kernel being traced.
+
+* TensorValue: a tensor (a builder View) with NumPy/torch-like operators and methods, so that
+  plain Python helper functions called from a kernel work on it too.
+* Scalars known only at run time (loop indices, scalar arguments, shape arithmetic on them) are
+  the C++ builder's Expr objects, which carry their own Python operators.
+* Everything else (ints, floats, tuples, lists, None, modules, objects) is a plain Python value,
+  evaluated at trace time.
+"""
+from __future__ import annotations
+
+from .. import _C
+from .. import dtypes as _dt
+from .errors import PyptoError
+
+Expr = _C.Expr
+Opcode = _C.Opcode
+
+
+def is_expr(x):
+    return type(x) is Expr
+
+
+def is_symbolic(x):
+    """A run-time scalar (not a constant)."""
+    return type(x) is Expr and not x.is_const
+
+
+def const_value(x):
+    """Python value of a constant Expr; other values unchanged."""
+    if type(x) is Expr and x.is_const:
+        return x.value
+    return x
+
+
+class TensorValue:
+    """A tensor inside a kernel being traced: a view of a parameter, an output or a temporary."""
+
+    __slots__ = ("tr", "bv", "shape", "dtype", "__weakref__")
+    __array_priority__ = 1000  # NumPy defers binary operators to us
+
+    def __init__(self, tr, view):
+        self.tr = tr
+        self.bv = view
+        self.shape = tuple(view.shape)
+        self.dtype = _dt.from_c(view.dtype_enum)
+
+    # --- introspection ---------------------------------------------------------------------------
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    def dim(self):
+        return len(self.shape)
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self):
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def device(self):
+        return "cpu"
+
+    @property
+    def T(self):
+        return T.permute(self, tuple(reversed(range(self.ndim))))
+
+    @property
+    def mT(self):
+        return T.transpose(self, -2, -1)
+
+    def __len__(self):
+        if not self.shape:
+            raise PyptoError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if not self.shape:
+            raise PyptoError("iteration over a 0-d tensor")
+        if self.shape[0] > 1024:
+            raise PyptoError(f"iterating over a tensor with {self.shape[0]} rows at trace time; "
+                             "use `for i in range(x.shape[0])` for a loop")
+        return (T.index(self, i) for i in range(self.shape[0]))
+
+    def __bool__(self):
+        raise PyptoError("a tensor has no truth value while a kernel is traced (its data is only known "
+                         "when the kernel runs); use pypto.where(cond, a, b) for a data-dependent choice")
+
+    def __array__(self, *a, **k):
+        raise PyptoError("a traced tensor cannot be converted to a NumPy array inside a kernel; "
+                         "use pypto operations on it")
+
+    def __repr__(self):
+        return f"<traced tensor {self.bv.buffer_name} {self.dtype.name}{list(self.shape)}>"
+
+    __hash__ = object.__hash__
+
+    # --- arithmetic ----------------------------------------------------------------------------
+    def __add__(self, o): return T.binary(Opcode.TADD, self, o)
+    def __radd__(self, o): return T.binary(Opcode.TADD, o, self)
+    def __sub__(self, o): return T.binary(Opcode.TSUB, self, o)
+    def __rsub__(self, o): return T.binary(Opcode.TSUB, o, self)
+    def __mul__(self, o): return T.binary(Opcode.TMUL, self, o)
+    def __rmul__(self, o): return T.binary(Opcode.TMUL, o, self)
+    def __truediv__(self, o): return T.binary(Opcode.TDIV, self, o)
+    def __rtruediv__(self, o): return T.binary(Opcode.TDIV, o, self)
+    def __floordiv__(self, o): return T.floordiv(self, o)
+    def __rfloordiv__(self, o): return T.floordiv(o, self)
+    def __mod__(self, o): return T.mod(self, o)
+    def __rmod__(self, o): return T.mod(o, self)
+    def __pow__(self, o): return T.power(self, o)
+    def __rpow__(self, o): return T.power(o, self)
+    def __matmul__(self, o): return T.matmul(self, o)
+    def __rmatmul__(self, o): return T.matmul(o, self)
+    def __neg__(self): return T.unary(Opcode.TNEG, self)
+    def __pos__(self): return self
+    def __abs__(self): return T.unary(Opcode.TABS, self)
+    def __invert__(self): return T.logical_not(self)
+    def __and__(self, o): return T.logical(Opcode.TAND, self, o)
+    def __rand__(self, o): return T.logical(Opcode.TAND, o, self)
+    def __or__(self, o): return T.logical(Opcode.TOR, self, o)
+    def __ror__(self, o): return T.logical(Opcode.TOR, o, self)
+    def __lt__(self, o): return T.compare(Opcode.TCMP_LT, self, o)
+    def __le__(self, o): return T.compare(Opcode.TCMP_LE, self, o)
+    def __gt__(self, o): return T.compare(Opcode.TCMP_GT, self, o)
+    def __ge__(self, o): return T.compare(Opcode.TCMP_GE, self, o)
+
+    def __eq__(self, o):
+        if o is None:
+            return False
+        return T.compare(Opcode.TCMP_EQ, self, o)
+
+    def __ne__(self, o):
+        if o is None:
+            return True
+        return T.compare(Opcode.TCMP_NE, self, o)
+
+    # In-place operators (used by plain Python helpers; the AST walker handles `+=` itself).
+    def __iadd__(self, o): T.update(Opcode.TADD, self, o); return self
+    def __isub__(self, o): T.update(Opcode.TSUB, self, o); return self
+    def __imul__(self, o): T.update(Opcode.TMUL, self, o); return self
+    def __itruediv__(self, o): T.update(Opcode.TDIV, self, o); return self
+
+    def __getitem__(self, key): return T.index(self, key)
+    def __setitem__(self, key, value): T.assign(T.index(self, key), value)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """np.exp(x), np.maximum(x, y)... on traced tensors map to pypto ops."""
+        fn = T.UFUNCS.get(ufunc.__name__) if method == "__call__" and not kwargs else None
+        if fn is None:
+            raise PyptoError(f"numpy.{ufunc.__name__} is not supported on traced tensors; use pypto operations")
+        return fn(*inputs)
+
+    # --- methods -------------------------------------------------------------------------------
+    def sum(self, dim=None, keepdim=False, **kw): return T.reduce("sum", self, _dim(dim, kw), _keep(keepdim, kw))
+    def mean(self, dim=None, keepdim=False, **kw): return T.mean(self, _dim(dim, kw), _keep(keepdim, kw))
+    def max(self, dim=None, keepdim=False, **kw): return T.reduce("max", self, _dim(dim, kw), _keep(keepdim, kw))
+    def min(self, dim=None, keepdim=False, **kw): return T.reduce("min", self, _dim(dim, kw), _keep(keepdim, kw))
+    amax = max
+    amin = min
+
+    def softmax(self, dim=-1): return T.softmax(self, dim)
+    def log_softmax(self, dim=-1): return T.log_softmax(self, dim)
+    def exp(self): return T.unary(Opcode.TEXP, self)
+    def log(self): return T.unary(Opcode.TLOG, self)
+    def sqrt(self): return T.unary(Opcode.TSQRT, self)
+    def rsqrt(self): return T.unary(Opcode.TRSQRT, self)
+    def abs(self): return T.unary(Opcode.TABS, self)
+    def neg(self): return T.unary(Opcode.TNEG, self)
+    def tanh(self): return T.unary(Opcode.TTANH, self)
+    def sigmoid(self): return T.unary(Opcode.TSIGMOID, self)
+    def relu(self): return T.unary(Opcode.TRELU, self)
+    def silu(self): return T.unary(Opcode.TSILU, self)
+    def erf(self): return T.unary(Opcode.TERF, self)
+    def floor(self): return T.unary(Opcode.TFLOOR, self)
+    def reciprocal(self): return T.unary(Opcode.TRECIP, self)
+    def gelu(self, approximate="none"): return T.gelu(self, approximate)
+    def pow(self, e): return T.power(self, e)
+    def maximum(self, o): return T.binary(Opcode.TMAX, self, o)
+    def minimum(self, o): return T.binary(Opcode.TMIN, self, o)
+    def clamp(self, min=None, max=None): return T.clamp(self, min, max)
+    clip = clamp
+    def matmul(self, o): return T.matmul(self, o)
+    def masked_fill(self, mask, value): return T.where(mask, value, self)
+
+    def transpose(self, d0=-2, d1=-1): return T.transpose(self, d0, d1)
+    def permute(self, *dims): return T.permute(self, _varargs(dims))
+    def reshape(self, *shape): return T.reshape(self, _varargs(shape))
+    view = reshape
+    def flatten(self): return T.reshape(self, (-1,))
+    def unsqueeze(self, dim): return T.unsqueeze(self, dim)
+    def squeeze(self, dim=None): return T.squeeze(self, dim)
+    def expand(self, *shape): return T.broadcast_to(self, _varargs(shape))
+    def broadcast_to(self, shape): return T.broadcast_to(self, shape)
+    def contiguous(self): return self
+    def clone(self): return T.copy(self)
+    def copy(self): return T.copy(self)
+    def to(self, dtype): return T.cast(self, dtype)
+    def astype(self, dtype): return T.cast(self, dtype)
+    def type(self, dtype): return T.cast(self, dtype)
+    def float(self): return T.cast(self, _dt.float32)
+    def double(self): return T.cast(self, _dt.float64)
+    def half(self): return T.cast(self, _dt.float16)
+    def bfloat16(self): return T.cast(self, _dt.bfloat16)
+    def int(self): return T.cast(self, _dt.int32)
+    def long(self): return T.cast(self, _dt.int64)
+    def bool(self): return T.cast(self, _dt.bool_)
+
+
+def _varargs(a):
+    if len(a) == 1 and isinstance(a[0], (tuple, list)):
+        return tuple(a[0])
+    return tuple(a)
+
+
+def _dim(dim, kw):
+    if "axis" in kw:
+        return kw.pop("axis")
+    if kw and set(kw) - {"keepdims"}:
+        raise PyptoError(f"unexpected keyword argument(s): {', '.join(kw)}")
+    return dim
+
+
+def _keep(keepdim, kw):
+    return kw.get("keepdims", keepdim)
+
+
+from . import tensor_ops as T  # noqa: E402  (the op implementations need TensorValue defined)

@@ -1,0 +1,223 @@
+"""NumPy / PyTorch / DLPack glue: recognising arrays, their dtypes and shapes, the argument a
+kernel run receives, allocating outputs in the caller's array type, and conversions."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from . import _C
+from . import dtypes as _dt
+from .tensor import Tensor, _f32_to_bf16_bits, _bf16_bits_to_f32
+
+# Array kinds: which library's type a kernel's outputs follow.
+NUMPY, TORCH, PYPTO, DLPACK = "numpy", "torch", "pypto", "dlpack"
+
+
+def _torch():
+    return sys.modules.get("torch")
+
+
+def array_kind(x):
+    """NUMPY / TORCH / PYPTO / DLPACK for an array, None for anything else."""
+    if isinstance(x, np.ndarray):
+        return NUMPY
+    if isinstance(x, Tensor):
+        return PYPTO
+    t = _torch()
+    if t is not None and isinstance(x, t.Tensor):
+        return TORCH
+    if hasattr(x, "__dlpack__") and not isinstance(x, type) and not isinstance(x, np.generic):
+        return DLPACK
+    return None
+
+
+def is_array(x):
+    return array_kind(x) is not None
+
+
+def array_info(x, what="argument"):
+    """(pypto dtype, shape tuple) of an array; PyptoError for unsupported dtypes or devices."""
+    from .frontend.errors import PyptoError
+    k = array_kind(x)
+    try:
+        if k == NUMPY:
+            return _dt.to_dtype(x.dtype), x.shape
+        if k == PYPTO:
+            return x._dtype, x._data.shape
+        if k == TORCH:
+            if x.device.type != "cpu":
+                raise PyptoError(f"{what} is a torch tensor on device '{x.device}': only CPU tensors are "
+                                 "supported (move it with .cpu())")
+            return _dt.to_dtype(x.dtype), tuple(x.shape)
+        if k == DLPACK:
+            name, shape, dev = _C.array_info(x)
+            if dev != "cpu":
+                raise PyptoError(f"{what} lives on a non-CPU device: only CPU arrays are supported")
+            return _dt.to_dtype(name), tuple(shape)
+    except ValueError as e:
+        if isinstance(e, PyptoError):
+            raise
+        raise PyptoError(f"{what} has an unsupported dtype: {e}") from None
+    raise PyptoError(f"{what} is not an array: {type(x).__name__}")
+
+
+def array_key(x):
+    """What a kernel specialises on for an array: its library, dtype, shape and device."""
+    t = type(x)
+    if t is np.ndarray:
+        return (t, x.dtype, x.shape)
+    if t is Tensor:
+        return (t, x._dtype, x._data.shape)
+    tm = _torch()
+    if tm is not None and isinstance(x, tm.Tensor):
+        return (TORCH, x.dtype, x.shape, x.device)
+    if isinstance(x, np.ndarray):
+        return (np.ndarray, x.dtype, x.shape)
+    if isinstance(x, Tensor):
+        return (Tensor, x._dtype, x._data.shape)
+    return (t,) + tuple(_C.array_info(x))
+
+
+def run_arg(x):
+    """What Kernel.run receives for a caller's array (no copies)."""
+    t = type(x)
+    if t is np.ndarray:
+        return x
+    if t is Tensor or isinstance(x, Tensor):
+        return x._run_arg()
+    tm = _torch()
+    if tm is not None and isinstance(x, tm.Tensor):
+        return (x.data_ptr(), x.stride())
+    return x
+
+
+def _torch_arg(x):
+    return (x.data_ptr(), x.stride())
+
+
+def _pypto_arg(x):
+    return x._run_arg()
+
+
+def run_converter(kind):
+    """A function array -> Kernel.run entry for arrays of `kind`, or None for "pass as is".
+    Torch tensors go as (data pointer, strides): their dtype and shape were matched by the
+    signature key, and DLPack export is slow."""
+    if kind == TORCH:
+        return _torch_arg
+    if kind == PYPTO:
+        return _pypto_arg
+    return None
+
+
+def _contiguous_strides(shape):
+    st, s = [], 1
+    for n in reversed(shape):
+        st.append(s)
+        s *= n
+    return tuple(reversed(st))
+
+
+def make_allocator(kind, shape, dtype: _dt.dtype):
+    """A function () -> (object returned to the caller, object passed to Kernel.run)."""
+    shape = tuple(shape)
+    if kind == TORCH:
+        torch = _torch()
+        tdt = getattr(torch, dtype.name)
+        empty = torch.empty
+        strides = _contiguous_strides(shape)
+
+        def alloc():
+            o = empty(shape, dtype=tdt)
+            return o, (o.data_ptr(), strides)
+        return alloc
+    if kind in (NUMPY, DLPACK) and dtype.np is not None:
+        npdt = dtype.np
+        empty = np.empty
+
+        def alloc():
+            o = empty(shape, npdt)
+            return o, o
+        return alloc
+
+    def alloc():  # pypto.Tensor (also NumPy callers' bfloat16 results: NumPy has no bf16)
+        o = Tensor.empty(shape, dtype)
+        return o, o._run_arg()
+    return alloc
+
+
+def as_numpy_storage(data, dtype=None, copy=True):
+    """(NumPy storage array, pypto dtype) for Tensor(): bf16 data is stored as uint16 bits."""
+    want = _dt.to_dtype(dtype) if dtype is not None else None
+    k = array_kind(data)
+    if k == PYPTO:
+        src, src_dt = data._data, data._dtype
+    elif k == TORCH:
+        torch = _torch()
+        t = data.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        src_dt = _dt.to_dtype(t.dtype)
+        src = t.view(torch.int16).numpy().view(np.uint16) if src_dt is _dt.bfloat16 else t.numpy()
+    elif k in (NUMPY, DLPACK):
+        if k == DLPACK:
+            name, _, _ = _C.array_info(data)
+            if name == "bf16":
+                t = _torch()
+                if t is None:
+                    raise ValueError("importing a bfloat16 DLPack array needs torch")
+                return as_numpy_storage(t.from_dlpack(data), dtype, copy)
+            data = np.from_dlpack(data)
+        src = data
+        src_dt = _dt.to_dtype(src.dtype)
+    else:
+        src = np.asarray(data)
+        if src.dtype == np.float64 and want is None and not isinstance(data, np.ndarray):
+            src = src.astype(np.float32)  # Python floats default to float32, like torch
+        if src.dtype.kind == "i" and want is None and src.dtype != np.int32:
+            src = src.astype(np.int64)
+        src_dt = _dt.to_dtype(src.dtype)
+    out_dt = want or src_dt
+    if out_dt is src_dt:
+        return (np.array(src, copy=True) if copy else src), out_dt
+    # dtype conversion (always a copy)
+    f = _bf16_bits_to_f32(src) if src_dt is _dt.bfloat16 else src
+    if out_dt is _dt.bfloat16:
+        return _f32_to_bf16_bits(np.asarray(f, dtype=np.float32)), out_dt
+    return np.asarray(f).astype(out_dt.np), out_dt
+
+
+def from_numpy(a: np.ndarray) -> Tensor:
+    """A pypto.Tensor sharing the NumPy array's memory."""
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"from_numpy expects a numpy.ndarray, got {type(a).__name__}")
+    return Tensor._wrap(a, _dt.to_dtype(a.dtype))
+
+
+def from_torch(t) -> Tensor:
+    """A pypto.Tensor sharing the (CPU) torch tensor's memory."""
+    arr, dt = as_numpy_storage(t, None, copy=False)
+    return Tensor._wrap(arr, dt)
+
+
+def to_torch(x):
+    """A torch tensor sharing memory with a pypto.Tensor, NumPy array or DLPack array."""
+    import torch
+    if isinstance(x, torch.Tensor):
+        return x
+    if isinstance(x, np.ndarray):
+        return torch.from_numpy(x)
+    return torch.from_dlpack(x)
+
+
+def to_numpy(x) -> np.ndarray:
+    if isinstance(x, np.ndarray):
+        return x
+    if isinstance(x, Tensor):
+        return x.numpy()
+    t = _torch()
+    if t is not None and isinstance(x, t.Tensor):
+        x = x.detach().cpu()
+        return x.float().numpy() if x.dtype == t.bfloat16 else x.numpy()
+    return np.from_dlpack(x)

@@ -1,0 +1,109 @@
+"""The PTO ISA text form, as a Python API: parse, print, verify and run tile-level programs.
+
+    prog = pypto.isa.parse(text)          # a Program (raises pypto.PyptoError on bad text)
+    pypto.isa.print(prog)                 # its text form (== text for printer-made text)
+    pypto.isa.verify(prog, level="tile")
+    outs = pypto.isa.run(prog, {"x": x_np, "n": 5}, backend="interp")   # {"out": ndarray}
+
+Thin by design: all semantics live in the C++ core (src/backends/interp is the reference).
+"""
+import builtins as _builtins
+
+import numpy as _np
+
+from . import _C
+
+Program = _C.Program
+
+__all__ = ["Program", "parse", "print", "to_text", "verify", "run", "opcode_names"]
+
+
+def parse(text):
+    """Parse the ISA/IR text form into a Program."""
+    return _C.parse_program(text)
+
+
+def to_text(program):
+    """The text form of a Program (parse(to_text(p)) is structurally equal to p)."""
+    return program.text()
+
+
+def print(program, file=None):  # noqa: A001 - mirrors the C++ ir::print
+    """Return the text form of a program; with file=..., also write it there."""
+    text = program.text()
+    if file is not None:
+        _builtins.print(text, end="", file=file)
+    return text
+
+
+def verify(program, level="tile"):
+    """Check the program's invariants at level "tensor" or "tile"; raises PyptoError."""
+    _C.verify(program, level)
+
+
+def opcode_names():
+    """Every opcode of the PTO ISA, in table order."""
+    return list(_C.opcode_names())
+
+
+_NP_DTYPES = {"f32": _np.float32, "f64": _np.float64, "f16": _np.float16,
+              "i32": _np.int32, "i64": _np.int64, "bool": _np.bool_}
+
+
+def _poisoned(dtype, shape):
+    """An output buffer whose unwritten elements show: NaN for floats, a sentinel for ints."""
+    if dtype == "bf16":
+        import torch  # NumPy has no bfloat16
+
+        return torch.full(tuple(shape), float("nan"), dtype=torch.bfloat16)
+    npt = _NP_DTYPES[dtype]
+    if dtype in ("f32", "f64", "f16"):
+        return _np.full(shape, _np.nan, dtype=npt)
+    if dtype == "bool":
+        return _np.zeros(shape, dtype=npt)
+    return _np.full(shape, _np.iinfo(npt).min, dtype=npt)
+
+
+def _to_numpy(a):
+    if isinstance(a, _np.ndarray):
+        return a
+    import torch
+
+    if a.dtype == torch.bfloat16:
+        a = a.float()
+    return a.detach().cpu().numpy()
+
+
+def run(program, inputs=None, backend="interp"):
+    """Run a tile-level program; returns {output param name: numpy array}.
+
+    inputs maps each input param's name to an array (NumPy, or torch on the CPU), passed without
+    copying, and each scalar param's name to an int or float. Output params are allocated here,
+    NaN-filled (floats) so any element the program does not write stays visible.
+    """
+    inputs = dict(inputs or {})
+    tensors, outputs = [], {}
+    for name, dtype, shape, is_output in program.params:
+        if name in inputs:
+            tensors.append(inputs.pop(name))
+            if is_output:
+                outputs[name] = tensors[-1]
+        elif is_output:
+            outputs[name] = _poisoned(dtype, shape)
+            tensors.append(outputs[name])
+        else:
+            raise _C.PyptoError(f"run: no array given for param '{name}' of '{program.name}'")
+    scalars = []
+    for name, _dtype in program.scalars:
+        if name not in inputs:
+            raise _C.PyptoError(f"run: no value given for scalar param '{name}' of '{program.name}'")
+        scalars.append(inputs.pop(name))
+    if inputs:
+        raise _C.PyptoError(f"run: '{program.name}' has no param named {sorted(inputs)}")
+    if backend == "interp":
+        _C.interpret(program, tensors, scalars)
+    elif backend == "cpu":
+        _C.cpu_run(program, tensors, scalars)
+    else:
+        raise _C.PyptoError(f"unknown backend '{backend}' (expected 'interp' or 'cpu')")
+    return {name: _to_numpy(a) for name, a in outputs.items()}

@@ -1,0 +1,249 @@
+"""@pypto.jit: specialise a Python kernel on its arguments' signature, trace it once per
+signature, and call the compiled kernel.
+
+Specialisation key: for arrays (rank, dtype, shape, device), for Python ints and floats only
+their type (they are run-time scalar parameters, not recompiles) unless the tracer learned that
+the kernel needs one as a compile-time value, for everything else the value (or identity).
+Implicit inputs (arrays reached through closures, globals, attributes) and the Python constants
+read through them are re-read at every call and checked against the trace."""
+from __future__ import annotations
+
+import functools
+import inspect
+import numbers
+import os
+import sys
+import threading
+
+import numpy as np
+
+from . import interop
+from .compiled import CompiledKernel, Lowered
+from .frontend.errors import ArgumentError, PyptoError
+from .frontend.source import SourceInfo
+from .frontend.trace import trace_kernel
+from .tensor import Tensor
+
+_TILE_KEYS = {"m": "mm_tile_m", "n": "mm_tile_n", "k": "mm_tile_k", "rows": "tile_rows", "cols": "tile_cols",
+              "mm_tile_m": "mm_tile_m", "mm_tile_n": "mm_tile_n", "mm_tile_k": "mm_tile_k",
+              "tile_rows": "tile_rows", "tile_cols": "tile_cols"}
+
+
+def default_backend():
+    return "interp" if os.environ.get("PYPTO_INTERPRET", "") not in ("", "0") else "cpu"
+
+
+def _static_key(a):
+    """Key of a value that is part of the kernel's compile-time state."""
+    t = type(a)
+    if t in (int, float, bool, str, bytes) or a is None:
+        return (t, a)
+    if t in (tuple, list):
+        return (t, tuple(_static_key(e) for e in a))
+    if t is dict:
+        return (t, tuple((k, _static_key(v)) for k, v in a.items()))
+    if interop.is_array(a):
+        return interop.array_key(a)
+    try:
+        hash(a)
+        return ("h", a)
+    except TypeError:
+        return ("id", id(a))
+
+
+_torch_tensor = None  # torch.Tensor once torch is imported (it is optional)
+
+
+def arg_key(a):
+    """Key of one top-level argument (fast paths first: this runs on every call)."""
+    global _torch_tensor
+    t = type(a)
+    if t is _torch_tensor:
+        return ("torch", a.dtype, a.shape, a.is_cpu)
+    if t is np.ndarray:
+        return (t, a.dtype, a.shape)
+    if t is int or t is float:
+        return t
+    if t is Tensor:
+        return (t, a._dtype, a._data.shape)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _torch_tensor = torch.Tensor
+        if isinstance(a, torch.Tensor):
+            return ("torch", a.dtype, a.shape, a.is_cpu)
+    if t is bool or a is None:
+        return (t, a)
+    if isinstance(a, numbers.Real) and not interop.is_array(a):
+        return float if not isinstance(a, numbers.Integral) else int
+    return _static_key(a)
+
+
+def _options(fusion, tiles, parallel, double_buffer):
+    o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer)}
+    if isinstance(fusion, (list, tuple)):
+        o["fusion"] = bool(fusion)
+        o["fusion_ops"] = [str(f) for f in fusion]
+    else:
+        o["fusion"] = bool(fusion)
+    if tiles is not None:
+        if isinstance(tiles, (tuple, list)):
+            if len(tiles) != 3:
+                raise PyptoError("tiles=(m, n, k) needs three sizes; or pass a dict like {'m': 64, 'n': 64, 'k': 64}")
+            tiles = dict(zip("mnk", tiles))
+        if not isinstance(tiles, dict):
+            raise PyptoError("tiles must be a dict like {'m': 64, 'n': 64, 'k': 64, 'rows': 32, 'cols': 256}")
+        for k, v in tiles.items():
+            if k not in _TILE_KEYS:
+                raise PyptoError(f"unknown tile size '{k}' (known: m, n, k, rows, cols)")
+            if not isinstance(v, int) or v <= 0:
+                raise PyptoError(f"tile size '{k}' must be a positive int, got {v!r}")
+            o[_TILE_KEYS[k]] = v
+    return o
+
+
+class JitFunction:
+    """A kernel: call it with arrays (NumPy, torch, pypto.Tensor, DLPack) and Python values."""
+
+    _pypto_jit = True
+
+    def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True):
+        if isinstance(fn, JitFunction):
+            fn = fn.__wrapped__
+        self._self = None
+        func = fn
+        if inspect.ismethod(fn):
+            self._self, func = fn.__self__, fn.__func__
+        if not inspect.isfunction(func):
+            raise PyptoError(f"pypto.jit expects a Python function or bound method, got {type(fn).__name__}")
+        functools.update_wrapper(self, fn)
+        self.__wrapped__ = fn
+        if backend not in (None, "cpu", "interp"):
+            raise PyptoError(f"unknown backend {backend!r} (expected 'cpu' or 'interp')")
+        self._func = func
+        self._signature = inspect.signature(func)
+        params = list(self._signature.parameters.values())
+        for p in params:
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                raise PyptoError(f"kernel '{func.__qualname__}': unsupported construct in a kernel: star-args "
+                                 f"(*{p.name} / **{p.name}) in the signature")
+        self._names = [p.name for p in params]
+        self._k0 = 1 if self._self is not None else 0
+        self._n = len(params) - self._k0
+        self._backend = backend or default_backend()  # PYPTO_INTERPRET is read when the kernel is made
+        self._options = _options(fusion, tiles, parallel, double_buffer)
+        self._cache = {}
+        self._static_args = set()
+        self._unroll = set()
+        self._src = None
+        self._lock = threading.RLock()
+
+    def _source(self):
+        if self._src is None:
+            self._src = SourceInfo(self._func)
+        return self._src
+
+    # --- binding -----------------------------------------------------------------------------
+    def _bind(self, args, kwargs):
+        try:
+            if self._self is not None:
+                b = self._signature.bind(self._self, *args, **kwargs)
+            else:
+                b = self._signature.bind(*args, **kwargs)
+        except TypeError as e:
+            raise ArgumentError(f"{self._func.__qualname__}() takes arguments ({', '.join(self._names[self._k0:])}): "
+                                f"{e}") from None
+        b.apply_defaults()
+        return tuple(b.arguments[n] for n in self._names)
+
+    def _full_args(self, args, kwargs):
+        if not kwargs and len(args) == self._n:
+            return (self._self,) + args if self._k0 else args
+        return self._bind(args, kwargs)
+
+    def _key(self, args):
+        static = self._static_args
+        if not static:
+            if self._k0:
+                return tuple([arg_key(a) for a in args[1:]])
+            return tuple([arg_key(a) for a in args])
+        return tuple(_static_key(a) if i in static else arg_key(a)
+                     for i, a in enumerate(args) if i >= self._k0)
+
+    # --- calling -------------------------------------------------------------------------------
+    def _entry(self, args):
+        backend = self._backend
+        key = self._key(args)
+        entries = self._cache.get(key)
+        if entries:
+            for e in entries:
+                if e.simple:
+                    return e, ()
+                imp = e.implicit_inputs(args)
+                if imp is not None:
+                    return e, imp
+        with self._lock:
+            e = self._compile(args, backend)
+        imp = e.implicit_inputs(args) if not e.simple else ()
+        if imp is None:
+            raise PyptoError(f"kernel '{self.__name__}': its implicit inputs changed while it was traced")
+        return e, imp
+
+    def _compile(self, args, backend):
+        src = self._source()
+        trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend)
+        entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        self._cache.setdefault(self._key(args), []).append(entry)
+        return entry
+
+    def __call__(self, *args, **kwargs):
+        if kwargs or len(args) != self._n:
+            args = self._bind(args, kwargs)
+        elif self._k0:
+            args = (self._self,) + args
+        entries = self._cache.get(self._key(args))
+        if entries is not None:
+            e = entries[0]
+            if e.simple:
+                return e.run(args, ())
+        e, imp = self._entry(args)
+        return e.run(args, imp)
+
+    def lower(self, *args, **kwargs):
+        """Trace and lower for these example arguments (without running); `.as_text(level)` shows
+        the program at "tensor", "tile", "isa" or "source" level."""
+        args = self._full_args(args, kwargs)
+        e, _ = self._entry(args)
+        return Lowered(e)
+
+    # --- misc ----------------------------------------------------------------------------------
+    def clear_cache(self):
+        self._cache.clear()
+
+    @property
+    def cache_size(self):
+        return sum(len(v) for v in self._cache.values())
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self, obj)
+
+    def __repr__(self):
+        return f"<pypto.jit kernel {self._func.__qualname__}>"
+
+
+def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True):
+    """Compile a Python function into a PyPTO kernel.
+
+        @pypto.jit
+        def f(x, w): ...
+        @pypto.jit(fusion=True, backend="interp", tiles={"m": 64, "n": 64, "k": 64})
+        def g(...): ...
+        compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
+    """
+    def wrap(f):
+        return JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
+                           double_buffer=double_buffer)
+    if fn is None:
+        return wrap
+    return wrap(fn)

@@ -1,0 +1,157 @@
+"""pypto.Tensor: a CPU tensor that owns its memory (NumPy-backed) and speaks DLPack.
+
+bfloat16 has no NumPy type, so a bf16 Tensor stores its bits in a uint16 array and exports them
+through DLPack with the bfloat16 type code (torch.from_dlpack sees a real bf16 tensor)."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _C
+from . import dtypes as _dt
+
+
+def _f32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    u = a.view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+    nan = np.isnan(a)
+    if nan.any():
+        rounded[nan] = 0x7FC0
+    return rounded
+
+
+def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+class Tensor:
+    """A PyPTO tensor on the CPU.
+
+    Tensor(data, dtype=None) copies `data` (a NumPy array, a torch tensor, a nested list, a scalar
+    or anything with __dlpack__); pypto.from_numpy / pypto.from_torch share memory instead."""
+
+    __slots__ = ("_data", "_dtype", "_dl", "__weakref__")
+
+    def __init__(self, data, dtype=None):
+        from .interop import as_numpy_storage
+        arr, dt = as_numpy_storage(data, dtype, copy=True)
+        self._data = arr
+        self._dtype = dt
+        self._dl = None
+
+    # --- construction without copies -------------------------------------------------------
+    @classmethod
+    def _wrap(cls, storage: np.ndarray, dtype: _dt.dtype) -> "Tensor":
+        t = cls.__new__(cls)
+        t._data = storage
+        t._dtype = dtype
+        t._dl = None
+        return t
+
+    @classmethod
+    def empty(cls, shape, dtype=_dt.float32) -> "Tensor":
+        dtype = _dt.to_dtype(dtype)
+        return cls._wrap(np.empty(tuple(shape), dtype=dtype.np if dtype.np is not None else np.uint16), dtype)
+
+    # --- properties ----------------------------------------------------------------------------
+    @property
+    def shape(self):
+        return self._data.shape
+
+    @property
+    def dtype(self) -> _dt.dtype:
+        return self._dtype
+
+    @property
+    def ndim(self):
+        return self._data.ndim
+
+    @property
+    def strides(self):
+        """Strides in elements."""
+        return tuple(s // self._data.itemsize for s in self._data.strides)
+
+    @property
+    def device(self):
+        return "cpu"
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def numel(self):
+        return int(self._data.size)
+
+    def __len__(self):
+        return len(self._data)
+
+    # --- conversion ------------------------------------------------------------------------------
+    def numpy(self) -> np.ndarray:
+        """The data as a NumPy array: shares memory, except bfloat16 (converted to float32)."""
+        if self._dtype is _dt.bfloat16:
+            return _bf16_bits_to_f32(self._data)
+        return self._data
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        if dtype is not None:
+            a = a.astype(dtype, copy=False)
+        return np.array(a, copy=True) if copy else a
+
+    def _run_arg(self):
+        """What Kernel.run receives: the storage itself, or a bf16-typed DLPack view of it."""
+        if self._dtype is _dt.bfloat16:
+            if self._dl is None:
+                self._dl = _C.dlpack_view(self._data, "bf16")
+            return self._dl
+        return self._data
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        kw = {}
+        if max_version is not None:
+            kw["max_version"] = max_version
+        if dl_device is not None:
+            kw["dl_device"] = dl_device
+        if copy is not None:
+            kw["copy"] = copy
+        return self._run_arg().__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def torch(self):
+        import torch
+        return torch.from_dlpack(self)
+
+    def astype(self, dtype) -> "Tensor":
+        return Tensor(self, dtype)
+
+    to = astype
+
+    # --- indexing (NumPy views) ------------------------------------------------------------------
+    def __getitem__(self, key):
+        r = self._data[key]
+        if isinstance(r, np.ndarray):
+            return Tensor._wrap(r, self._dtype)
+        if self._dtype is _dt.bfloat16:
+            return float(_bf16_bits_to_f32(np.asarray(r)))
+        return r.item()
+
+    def __setitem__(self, key, value):
+        from .interop import as_numpy_storage
+        if isinstance(value, (int, float, bool)):
+            if self._dtype is _dt.bfloat16:
+                self._data[key] = _f32_to_bf16_bits(np.float32(value))
+            else:
+                self._data[key] = value
+            return
+        arr, _ = as_numpy_storage(value, self._dtype, copy=False)
+        self._data[key] = arr
+
+    def __repr__(self):
+        body = np.array2string(self.numpy(), separator=", ", prefix="pypto.Tensor(")
+        return f"pypto.Tensor({body}, dtype={self._dtype.name})"
+
+    def __eq__(self, other):  # elementwise comparison would surprise in `in` / `==` checks
+        return self is other
+
+    __hash__ = object.__hash__

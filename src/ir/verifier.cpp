@@ -1,0 +1,359 @@
+// The IR verifier: walks a program with a scope of declared names and throws Error naming the
+// first violation and the statement it is in. What it checks is listed in verifier.h; the
+// details that matter to pass authors:
+//  * one namespace: buffers, scalar params, loop vars and lets all need distinct names;
+//  * a view's buffer must be declared (param or alloc in scope) with the same fields;
+//  * a view's valid region is checked against its buffer only where offsets and valid extents
+//    are constants (a window may hang past the edge of its buffer; its valid region may not);
+//  * tensor-level instructions may mix dtypes (they convert implicitly, as the builder emits
+//    them); at tile level elementwise, reduce, expand and layout ops need view sources of the
+//    destination's dtype (TCVT / TLOAD / TSTORE convert; TNOT / TAND / TOR / compares may write
+//    bool; compares need equal source dtypes; matmul operands agree with each other);
+//  * gather/scatter indices are i32 or i64 at both levels.
+#include "ir/verifier.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "ir/printer.h"
+
+namespace pypto::ir {
+
+namespace {
+
+// Operand kinds per opcode: 'v' a view, 's' a scalar expression, 'e' either.
+const char* operand_kinds(Opcode op) {
+  switch (opcode_info(op).category) {
+    case OpCategory::Memory: return op == Opcode::TPREFETCH ? "v" : "vv";
+    case OpCategory::Fill: return "vs";
+    case OpCategory::Binary: case OpCategory::Compare: return "vee";
+    case OpCategory::Select: return "vvee";
+    case OpCategory::Sync: return "sss";
+    default: break;
+  }
+  switch (op) {
+    case Opcode::TEXTRACT: case Opcode::TINSERT: return "vvss";
+    case Opcode::TFILLPAD: return "vvs";
+    default: return "vvvv";  // remaining categories take views only (counts come from the table)
+  }
+}
+
+bool is_local(const View& v) { return v.buf && v.buf->space != Space::Global; }
+
+class Verifier {
+ public:
+  explicit Verifier(Level level) : level_(level) {}
+
+  void program(const Program& p) {
+    where_ = "program @" + p.name;
+    scopes_.emplace_back();
+    for (const auto& b : p.params) {
+      if (!b) fail("null parameter buffer");
+      if (b->kind == BufferKind::Temp) fail("parameter %" + b->name + " has kind temp");
+      if (b->space != Space::Global) fail("parameter %" + b->name + " is not in global memory");
+      declare_buffer(b);
+    }
+    for (const auto& s : p.scalars) {
+      if (s.dtype != DType::I64 && s.dtype != DType::I32 && s.dtype != DType::F32 && s.dtype != DType::F64)
+        fail("scalar parameter %" + s.name + " has dtype " + std::string(dtype_name(s.dtype)) + " (i64, i32, f32 or f64 expected)");
+      declare_var(s.name, s.dtype);
+    }
+    block(p.body);
+  }
+
+ private:
+  struct Scope {
+    std::map<std::string, DType> vars;
+    std::map<std::string, BufferRef> buffers;
+  };
+
+  [[noreturn]] void fail(const std::string& msg) const { throw Error("verify: " + msg + " (in " + where_ + ")"); }
+
+  void claim_name(const std::string& n) {
+    if (n.empty()) fail("empty name");
+    if (!names_.insert(n).second) fail("name %" + n + " is defined twice");
+  }
+  void declare_var(const std::string& n, DType t) {
+    claim_name(n);
+    scopes_.back().vars[n] = t;
+  }
+  void declare_buffer(const BufferRef& b) {
+    claim_name(b->name);
+    for (int64_t d : b->shape)
+      if (d < 0) fail("buffer %" + b->name + " has a negative dimension");
+    scopes_.back().buffers[b->name] = b;
+  }
+  const DType* find_var(const std::string& n) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+      if (auto f = it->vars.find(n); f != it->vars.end()) return &f->second;
+    return nullptr;
+  }
+  BufferRef find_buffer(const std::string& n) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
+      if (auto f = it->buffers.find(n); f != it->buffers.end()) return f->second;
+    return nullptr;
+  }
+
+  // ---- expressions ------------------------------------------------------------------------------
+  void expr(const Expr& e, const char* what) {
+    if (!e) fail(std::string("missing expression (") + what + ")");
+    if (e->op == ExprOp::Var) {
+      const DType* t = find_var(e->name);
+      if (!t) fail("variable %" + e->name + " used outside its scope or before its definition (" + what + ")");
+      if (*t != e->dtype)
+        fail("variable %" + e->name + " is used as " + std::string(dtype_name(e->dtype)) + " but declared " +
+             std::string(dtype_name(*t)));
+    }
+    for (const auto& a : e->args) expr(a, what);
+  }
+  void index_expr(const Expr& e, const char* what) {
+    expr(e, what);
+    if (is_float(e->dtype)) fail(std::string(what) + " `" + to_string(e) + "` is not an integer");
+  }
+
+  // ---- views ------------------------------------------------------------------------------------
+  void view(const View& v, int k) {
+    std::string which = "operand " + std::to_string(k);
+    if (!v.buf) fail(which + ": view without a buffer");
+    BufferRef decl = find_buffer(v.buf->name);
+    if (!decl) fail(which + ": buffer %" + v.buf->name + " used outside its scope or before its allocation");
+    if (decl != v.buf && (decl->dtype != v.buf->dtype || decl->shape != v.buf->shape ||
+                          decl->space != v.buf->space || decl->kind != v.buf->kind))
+      fail(which + ": view of %" + v.buf->name + " does not match the buffer's declaration");
+    const Buffer& b = *v.buf;
+    size_t r = b.shape.size();
+    if (v.offset.size() != r || v.size.size() != r || v.step.size() != r || v.valid.size() != r)
+      fail(which + ": view of %" + b.name + " needs offset/size/step/valid for each of its " + std::to_string(r) + " dims");
+    std::vector<bool> seen(r, false);
+    for (int d : v.dims) {
+      if (d < 0 || size_t(d) >= r) fail(which + ": view dim " + std::to_string(d) + " out of range for %" + b.name);
+      if (seen[size_t(d)]) fail(which + ": view dim " + std::to_string(d) + " listed twice");
+      seen[size_t(d)] = true;
+    }
+    for (size_t d = 0; d < r; ++d) {
+      index_expr(v.offset[d], "view offset");
+      index_expr(v.valid[d], "view valid extent");
+      if (v.size[d] < 0) fail(which + ": negative view size");
+      if (v.step[d] < 1) fail(which + ": view step must be >= 1");
+      if (!seen[d] && v.size[d] != 1) fail(which + ": indexed dim " + std::to_string(d) + " must have size 1");
+      auto off = as_int(v.offset[d]);
+      auto val = as_int(v.valid[d]);
+      if (val && (*val < 0 || *val > v.size[d]))
+        fail(which + ": valid extent " + std::to_string(*val) + " outside 0.." + std::to_string(v.size[d]));
+      if (off && *off < 0) fail(which + ": negative offset in dim " + std::to_string(d) + " of %" + b.name);
+      if (off && val && *val > 0 && *off + (*val - 1) * v.step[d] >= b.shape[d])
+        fail(which + ": valid region [" + std::to_string(*off) + ", " + std::to_string(*off + (*val - 1) * v.step[d]) +
+             "] outside dim " + std::to_string(d) + " of %" + b.name + " (size " + std::to_string(b.shape[d]) + ")");
+    }
+  }
+
+  // ---- instructions -----------------------------------------------------------------------------
+  void op(const Op& o) {
+    const OpcodeInfo& info = opcode_info(o.code);
+    if (info.num_operands >= 0 && int(o.args.size()) != info.num_operands)
+      fail(std::string(info.name) + " takes " + std::to_string(info.num_operands) + " operands, got " +
+           std::to_string(o.args.size()));
+    const char* kinds = operand_kinds(o.code);
+    for (size_t k = 0; k < o.args.size(); ++k) {
+      char want = k < std::char_traits<char>::length(kinds) ? kinds[k] : 'e';
+      if (const View* v = std::get_if<View>(&o.args[k])) {
+        if (want == 's') fail("operand " + std::to_string(k) + " must be a scalar");
+        view(*v, int(k));
+      } else {
+        if (want == 'v') fail("operand " + std::to_string(k) + " must be a view");
+        expr(std::get<Expr>(o.args[k]), "scalar operand");
+        if (info.category == OpCategory::Sync && is_float(std::get<Expr>(o.args[k])->dtype))
+          fail("sync operands are integers");
+      }
+    }
+    if (info.category == OpCategory::Gather)
+      if (const View* idx = as_view(o, 2); idx && idx->buf->dtype != DType::I32 && idx->buf->dtype != DType::I64)
+        fail("gather/scatter index must be i32 or i64");
+    if (level_ == Level::Tile) {
+      dtypes(o);
+      tile_rules(o);
+    }
+  }
+
+  static const View* as_view(const Op& o, size_t k) { return k < o.args.size() ? std::get_if<View>(&o.args[k]) : nullptr; }
+
+  // Tile level: the lowering has converted every operand to the type the instruction computes in
+  // (tensor-level instructions convert implicitly, NumPy style, so no such rule applies there).
+  void dtypes(const Op& o) {
+    const View* dst = as_view(o, 0);
+    if (!dst) return;
+    DType t = dst->buf->dtype;
+    auto src = [&](size_t k) -> const View* { return as_view(o, k); };
+    auto same = [&](size_t k, DType want, const char* what) {
+      if (const View* v = src(k); v && v->buf->dtype != want)
+        fail("operand " + std::to_string(k) + " is " + std::string(dtype_name(v->buf->dtype)) + ", " + what + " is " +
+             std::string(dtype_name(want)));
+    };
+    switch (opcode_info(o.code).category) {
+      case OpCategory::Unary:
+        if (o.code != Opcode::TNOT) same(1, t, "the destination");  // TNOT may write a bool mask
+        break;
+      case OpCategory::Binary:
+        if (o.code == Opcode::TAND || o.code == Opcode::TOR) break;  // logic on 0/1 of any type
+        [[fallthrough]];
+      case OpCategory::Reduce: case OpCategory::Expand:
+        for (size_t k = 1; k < o.args.size(); ++k) same(k, t, "the destination");
+        break;
+      case OpCategory::Compare:
+        if (src(1) && src(2)) same(2, src(1)->buf->dtype, "operand 1");
+        break;
+      case OpCategory::Select:
+        for (size_t k = 2; k < o.args.size(); ++k) same(k, t, "the destination");
+        break;
+      case OpCategory::Matrix:
+        if (src(1) && src(2)) same(2, src(1)->buf->dtype, "operand 1");
+        if (o.code == Opcode::TMATMUL_BIAS) same(3, t, "the destination");
+        break;
+      case OpCategory::Layout:
+        same(1, t, "the destination");
+        break;
+      case OpCategory::Gather:
+        same(1, t, "the destination");
+        break;
+      default:
+        break;
+    }
+  }
+
+  // Tile level: the ISA proper.
+  void tile_rules(const Op& o) {
+    const OpcodeInfo& info = opcode_info(o.code);
+    auto global_view = [&](size_t k) {
+      const View* v = as_view(o, k);
+      if (!v || is_local(*v)) fail("operand " + std::to_string(k) + " of " + std::string(info.name) + " must be a global view");
+      if (v->rank() > 2) fail("operand " + std::to_string(k) + ": global views of a tile instruction have rank <= 2");
+    };
+    auto tile = [&](size_t k) {
+      const View* v = as_view(o, k);
+      if (!v) return;
+      if (!is_local(*v))
+        fail("operand " + std::to_string(k) + " of " + std::string(info.name) + " must be a local tile (vec/mat/acc), not %" +
+             v->buf->name + " in gm");
+      if (v->buf->rank() != 2) fail("operand " + std::to_string(k) + ": tiles have rank 2");
+      if (!v->is_whole()) fail("operand " + std::to_string(k) + ": compute instructions take whole tiles, not " + print(*v));
+    };
+    if (info.category == OpCategory::Sync) return;
+    if (o.code == Opcode::TPREFETCH) return global_view(0);
+    if (o.code == Opcode::TLOAD) {
+      tile(0);
+      global_view(1);
+      return;
+    }
+    if (o.code == Opcode::TSTORE) {
+      global_view(0);
+      tile(1);
+      return;
+    }
+    for (size_t k = 0; k < o.args.size(); ++k) tile(k);
+    auto shape = [&](size_t k) { return as_view(o, k)->buf->shape; };
+    auto sh = [](const std::vector<int64_t>& s) { return std::to_string(s[0]) + "x" + std::to_string(s[1]); };
+    auto want = [&](bool ok, const std::string& msg) {
+      if (!ok) fail(std::string(info.name) + ": " + msg);
+    };
+    switch (info.category) {
+      case OpCategory::Matrix: {
+        auto d = shape(0), a = shape(1), b = shape(2);
+        want(a[1] == b[0] && d[0] == a[0] && d[1] == b[1],
+             "shapes must be dst MxN, a MxK, b KxN; got dst " + sh(d) + ", a " + sh(a) + ", b " + sh(b));
+        if (o.code == Opcode::TMATMUL_BIAS) {
+          auto bias = shape(3);
+          want(bias[0] == 1 && bias[1] == d[1], "bias must be 1x" + std::to_string(d[1]) + ", got " + sh(bias));
+        }
+        break;
+      }
+      case OpCategory::Reduce: {
+        auto d = shape(0), s = shape(1);
+        bool row = o.code == Opcode::TROWSUM || o.code == Opcode::TROWMAX || o.code == Opcode::TROWMIN;
+        if (row) want(d[0] == s[0] && d[1] == 1, "dst must be " + std::to_string(s[0]) + "x1 for src " + sh(s) + ", got " + sh(d));
+        else want(d[0] == 1 && d[1] == s[1], "dst must be 1x" + std::to_string(s[1]) + " for src " + sh(s) + ", got " + sh(d));
+        break;
+      }
+      case OpCategory::Expand: {
+        auto d = shape(0), s = shape(1);
+        if (o.code == Opcode::TROWEXPAND) want(s[1] == 1 && s[0] == d[0], "src must be " + std::to_string(d[0]) + "x1, got " + sh(s));
+        else want(s[0] == 1 && s[1] == d[1], "src must be 1x" + std::to_string(d[1]) + ", got " + sh(s));
+        break;
+      }
+      default:
+        break;
+    }
+    if (o.code == Opcode::TTRANS) {
+      auto d = shape(0), s = shape(1);
+      want(d[0] == s[1] && d[1] == s[0], "dst must be the transpose of src " + sh(s) + ", got " + sh(d));
+    }
+    if (o.code == Opcode::TRESHAPE) {
+      auto d = shape(0), s = shape(1);
+      want(d[0] * d[1] == s[0] * s[1], "element counts differ: " + sh(d) + " vs " + sh(s));
+    }
+    if (o.code == Opcode::TGATHER) {
+      auto idx = shape(2);
+      want(idx[1] == 1, "index tile must be Rx1, got " + sh(idx));
+    }
+  }
+
+  // ---- statements -------------------------------------------------------------------------------
+  void block(const std::vector<Stmt>& body, const std::string& loop_var = "") {
+    scopes_.emplace_back();
+    if (!loop_var.empty()) declare_var(loop_var, DType::I64);
+    for (const auto& s : body) stmt(s);
+    scopes_.pop_back();
+  }
+
+  void stmt(const Stmt& s) {
+    if (!s) fail("null statement");
+    std::string saved = where_;
+    switch (s->kind) {
+      case StmtKind::Seq:
+        block(s->body);
+        break;
+      case StmtKind::For:
+        where_ = "for %" + s->var;
+        if (s->var.empty()) fail("loop without a variable");
+        index_expr(s->lo, "loop start");
+        index_expr(s->hi, "loop end");
+        index_expr(s->step, "loop step");
+        if (auto st = as_int(s->step); st && *st <= 0) fail("loop step must be positive");
+        block(s->body, s->var);
+        break;
+      case StmtKind::If:
+        where_ = "if " + to_string(s->cond);
+        expr(s->cond, "condition");
+        block(s->body);
+        block(s->orelse);
+        break;
+      case StmtKind::Let:
+        where_ = "let %" + s->var;
+        expr(s->value, "let value");
+        declare_var(s->var, s->value->dtype);
+        break;
+      case StmtKind::Alloc:
+        if (!s->buffer) fail("alloc without a buffer");
+        where_ = "alloc %" + s->buffer->name;
+        if (s->buffer->kind != BufferKind::Temp) fail("allocated buffer %" + s->buffer->name + " must have kind temp");
+        declare_buffer(s->buffer);
+        break;
+      case StmtKind::OpStmt:
+        where_ = "`" + print(s->op) + "`";
+        op(s->op);
+        break;
+    }
+    where_ = saved;
+  }
+
+  Level level_;
+  std::vector<Scope> scopes_;
+  std::set<std::string> names_;
+  std::string where_;
+};
+
+}  // namespace
+
+void verify(const Program& p, Level level) { Verifier(level).program(p); }
+
+}  // namespace pypto::ir

@@ -1,0 +1,197 @@
+// CPU PTO headers: gemm_f32 (shapes across every blocking edge, any strides, accumulate) and
+// TMATMUL / TMATMUL_ACC / TMATMUL_BIAS on ragged tiles, against a double-precision reference.
+#include "test_cpu_isa_util.hpp"
+
+namespace {
+using namespace pto_test;
+
+struct Mat {
+  int64_t rows, cols, rs, cs;
+  std::vector<float> v;
+  // A rows x cols matrix stored with the given layout (transposed when rs == 1).
+  Mat(int64_t r, int64_t c, bool transposed, int64_t pad = 0)
+      : rows(r), cols(c), rs(transposed ? 1 : c + pad), cs(transposed ? r + pad : 1) {
+    v.assign(size_t(transposed ? (c * (r + pad)) : (r * (c + pad))) + 1, float(kNaN));
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t j = 0; j < c; ++j) v[size_t(i * rs + j * cs)] = float(rand_nz(0.1, 1.0));
+  }
+  double operator()(int64_t i, int64_t j) const { return v[size_t(i * rs + j * cs)]; }
+};
+
+void check_gemm(int64_t M, int64_t N, int64_t K, bool at, bool bt, bool acc, int64_t ldc_pad = 3) {
+  SCOPED_TRACE("M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K) +
+               (at ? " A^T" : "") + (bt ? " B^T" : "") + (acc ? " acc" : ""));
+  Mat A(M, K, at, 1), B(K, N, bt, 2);
+  const int64_t ldc = N + ldc_pad;
+  std::vector<float> C(size_t(M * ldc + 1), -99.0f), C0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[size_t(i * ldc + j)] = acc ? float(rand_nz()) : float(kNaN);
+  C0 = C;
+  gemm_f32(M, N, K, A.v.data(), A.rs, A.cs, B.v.data(), B.rs, B.cs, C.data(), ldc, acc);
+  int bad = 0;
+  for (int64_t i = 0; i < M; ++i) {
+    for (int64_t j = 0; j < ldc; ++j) {
+      float got = C[size_t(i * ldc + j)];
+      if (j >= N) {  // outside the matrix: untouched
+        if (got != -99.0f && ++bad < 5) ADD_FAILURE() << "wrote outside C at " << i << "," << j;
+        continue;
+      }
+      double ref = acc ? double(C0[size_t(i * ldc + j)]) : 0.0, mag = std::fabs(ref);
+      for (int64_t p = 0; p < K; ++p) {
+        ref += A(i, p) * B(p, j);
+        mag += std::fabs(A(i, p) * B(p, j));
+      }
+      // Worst-case bound of a float dot product of length K (plus the accumulator).
+      if (!(std::fabs(got - ref) <= 6e-8 * double(K + 2) * mag) && ++bad < 5)
+        ADD_FAILURE() << "at " << i << "," << j << ": got " << got << " want " << ref;
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(CpuIsaGemm, ShapesAcrossBlockEdges) {
+  for (auto [m, n, k] : {std::array<int64_t, 3>{1, 1, 1}, {7, 5, 3}, {14, 32, 64}, {6, 16, 17}, {15, 33, 257},
+                         {29, 70, 300}, {64, 64, 64}, {1, 300, 40}, {300, 1, 40}, {170, 40, 20}}) {
+    check_gemm(m, n, k, false, false, false);
+  }
+}
+
+TEST(CpuIsaGemm, LargeBlocking) {
+  check_gemm(200, 1100, 33, false, false, false);  // > MC rows, > NC columns
+  check_gemm(45, 50, 600, false, false, true);    // several KC blocks, accumulating
+}
+
+TEST(CpuIsaGemm, StridesAndAccumulate) {
+  for (bool at : {false, true})
+    for (bool bt : {false, true})
+      for (bool acc : {false, true}) check_gemm(37, 45, 71, at, bt, acc);
+  check_gemm(20, 30, 0, false, false, false);  // K == 0: C = 0
+  check_gemm(20, 30, 0, false, false, true);   // K == 0, accumulate: unchanged
+}
+
+TEST(CpuIsaGemm, GeneralStrides) {
+  // A with element strides (rs=3K, cs=2) and B with (rs=1, cs=5K): neither side contiguous.
+  const int64_t M = 19, N = 23, K = 31;
+  std::vector<float> A(size_t(M * 3 * K)), B(size_t(N * 5 * K)), C(size_t(M * N));
+  for (auto& x : A) x = float(rand_nz());
+  for (auto& x : B) x = float(rand_nz());
+  gemm_f32(M, N, K, A.data(), 3 * K, 2, B.data(), 1, 5 * K, C.data(), N, false);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double ref = 0, mag = 0;
+      for (int64_t p = 0; p < K; ++p) {
+        double t = double(A[size_t(i * 3 * K + p * 2)]) * B[size_t(p + j * 5 * K)];
+        ref += t;
+        mag += std::fabs(t);
+      }
+      ASSERT_NEAR(C[size_t(i * N + j)], ref, 6e-8 * (K + 1) * mag);
+    }
+}
+
+// ---- tile instructions -------------------------------------------------------------------------------------
+template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2>
+double ref_dot(const Tile<T, R, C>& a, const Tile<U, R2, C2>& b, int i, int j, int k, double* mag) {
+  double s = 0;
+  *mag = 0;
+  for (int p = 0; p < k; ++p) {
+    s += at(a, i, p) * at(b, p, j);
+    *mag += std::fabs(at(a, i, p) * at(b, p, j));
+  }
+  return s;
+}
+
+TEST(CpuIsaMatmul, RaggedTiles) {
+  Tile<float, 24, 40> a;
+  Tile<float, 40, 36> b;
+  fill_random(a, 20, 37);  // k = min(a.vc, b.vr) = 35
+  fill_random(b, 35, 30);
+  Tile<float, 24, 36> d;
+  poison(d);
+  TMATMUL(d, a, b);
+  ASSERT_EQ(d.vr, 20);
+  ASSERT_EQ(d.vc, 30);
+  for (int i = 0; i < 20; ++i)
+    for (int j = 0; j < 30; ++j) {
+      double mag, ref = ref_dot<float, 24, 36>(a, b, i, j, 35, &mag);
+      ASSERT_NEAR(at(d, i, j), ref, 6e-8 * 37 * mag) << i << "," << j;
+    }
+
+  // ACC: updates i < min(dst.vr, a.vr), j < min(dst.vc, b.vc); the rest stays; valid unchanged.
+  Tile<float, 24, 36> acc;
+  fill_random(acc, 18, 33);
+  Tile<float, 24, 36> before = acc;
+  TMATMUL_ACC(acc, a, b);
+  ASSERT_EQ(acc.vr, 18);
+  ASSERT_EQ(acc.vc, 33);
+  for (int i = 0; i < 18; ++i)
+    for (int j = 0; j < 33; ++j) {
+      if (j >= 30) {
+        ASSERT_EQ(at(acc, i, j), at(before, i, j));
+        continue;
+      }
+      double mag, ref = at(before, i, j) + ref_dot<float, 24, 36>(a, b, i, j, 35, &mag);
+      ASSERT_NEAR(at(acc, i, j), ref, 6e-8 * 38 * (mag + std::fabs(at(before, i, j)))) << i << "," << j;
+    }
+
+  Tile<float, 1, 36> bias;
+  fill_random(bias, 1, 36);
+  poison(d);
+  TMATMUL_BIAS(d, a, b, bias);
+  ASSERT_EQ(d.vr, 20);
+  ASSERT_EQ(d.vc, 30);
+  for (int i = 0; i < 20; ++i)
+    for (int j = 0; j < 30; ++j) {
+      double mag, ref = ref_dot<float, 24, 36>(a, b, i, j, 35, &mag) + at(bias, 0, j);
+      ASSERT_NEAR(at(d, i, j), ref, 6e-8 * 38 * (mag + std::fabs(at(bias, 0, j)))) << i << "," << j;
+    }
+}
+
+TEST(CpuIsaMatmul, SeedStyleAccumulationLoop) {
+  // C(64x64) = sum over k-tiles of A_k * B_k, as the seed's tile matmul does it (K = 200, ragged).
+  const int K = 200;
+  std::vector<float> A(64 * K), B(K * 64);
+  for (auto& x : A) x = float(rand_nz());
+  for (auto& x : B) x = float(rand_nz());
+  Tile<float, 64, 64> c;
+  TEXPANDS(c, 0.0f);
+  for (int k0 = 0; k0 < K; k0 += 64) {
+    Tile<float, 64, 64> a, b;
+    TLOAD(a, gview(A.data() + k0, K, 1, 64, K - k0));
+    TLOAD(b, gview(B.data() + k0 * 64, 64, 1, K - k0, 64));
+    TMATMUL_ACC(c, a, b);
+  }
+  expect_tile(c, 64, 64, [&](int i, int j) {
+    double s = 0;
+    for (int p = 0; p < K; ++p) s += double(A[i * K + p]) * B[p * 64 + j];
+    return s;
+  }, 2e-5, 1e-4);
+}
+
+TEST(CpuIsaMatmul, DoubleAndIntegerTiles) {
+  Tile<double, 9, 13> a;
+  Tile<double, 13, 7> b;
+  fill_random(a, 9, 11);
+  fill_random(b, 12, 7);
+  Tile<double, 9, 7> d;
+  poison(d);
+  TMATMUL(d, a, b);
+  expect_tile(d, 9, 7, [&](int i, int j) {
+    double s = 0;
+    for (int p = 0; p < 11; ++p) s += at(a, i, p) * at(b, p, j);
+    return s;
+  }, 1e-14);
+  Tile<int32_t, 5, 6> ia;
+  Tile<int32_t, 6, 4> ib;
+  fill_random(ia, 5, 6, 0, 20);
+  fill_random(ib, 6, 4, 0, 20);
+  Tile<int32_t, 5, 4> id;
+  TEXPANDS(id, 1);
+  TMATMUL_ACC(id, ia, ib);
+  expect_tile(id, 5, 4, [&](int i, int j) {
+    double s = 1;
+    for (int p = 0; p < 6; ++p) s += at(ia, i, p) * at(ib, p, j);
+    return s;
+  }, 0);
+}
+
+}  // namespace

@@ -1,0 +1,197 @@
+"""The CPU backend's kernel cache across processes.
+
+Each test runs small programs in fresh subprocesses that share one PYPTO_CACHE_DIR: a second
+process starts warm from the disk cache (it reports the kernel came from the cache and writes
+nothing), two processes compiling the same kernel at the same time both succeed, and a truncated
+shared object left in the cache is detected by its checksum and rebuilt.
+
+The child builds its kernel with the C++ builder bindings (pypto._C.Builder / Kernel), so these
+tests do not depend on the front end; one more test goes through the public `pypto.jit`.
+"""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+_C = pytest.importorskip("pypto._C")
+if not hasattr(_C, "Kernel") or not hasattr(_C, "Builder"):
+    pytest.skip("pypto._C has no Kernel/Builder bindings yet", allow_module_level=True)
+import pypto  # noqa: E402
+
+# relu(x @ w + b) through the builder; compile() reports whether the object came from a cache.
+CHILD = textwrap.dedent(
+    """
+    import json, time
+    import numpy as np
+    from pypto import _C
+
+    t0 = time.perf_counter()
+    b = _C.Builder("cache_probe")
+    x = b.add_param("x", _C.DType.F32, [37, 29])
+    w = b.add_param("w", _C.DType.F32, [29, 23])
+    bias = b.add_param("b", _C.DType.F32, [23])
+    y = b.unary(_C.Opcode.TRELU, b.binary(_C.Opcode.TADD, b.matmul(x, w), bias))
+    k = _C.Kernel(b.finish([y]), "cpu")
+    k.compile()
+    seconds = time.perf_counter() - t0
+
+    rng = np.random.default_rng(0)
+    X = (rng.random((37, 29)) + 0.25).astype(np.float32)
+    W = (rng.random((29, 23)) - 0.5).astype(np.float32)
+    B = (rng.random(23) - 0.5).astype(np.float32)
+    out = np.full((37, 23), np.nan, np.float32)
+    k.run([X, W, B, out], [])
+    ref = np.maximum(X.astype(np.float64) @ W.astype(np.float64) + B, 0.0)
+    err = float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+    print(json.dumps({"err": err, "from_cache": bool(k.compiled_from_cache()), "seconds": seconds}))
+    """
+)
+
+# The same through the public API: fn.lower(...) exposes the Kernel when the front end has it.
+JIT_CHILD = textwrap.dedent(
+    """
+    import json, time
+    import numpy as np
+    import pypto
+
+    @pypto.jit
+    def fused_linear(x, w, b):
+        return pypto.relu(pypto.add(pypto.matmul(x, w), b))
+
+    rng = np.random.default_rng(0)
+    x = (rng.random((37, 29)) + 0.25).astype(np.float32)
+    w = (rng.random((29, 23)) - 0.5).astype(np.float32)
+    b = (rng.random(23) - 0.5).astype(np.float32)
+    t0 = time.perf_counter()
+    y = np.asarray(fused_linear(x, w, b))
+    seconds = time.perf_counter() - t0
+    ref = np.maximum(x.astype(np.float64) @ w.astype(np.float64) + b, 0.0)
+    err = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+    print(json.dumps({"err": err, "from_cache": None, "seconds": seconds}))
+    """
+)
+
+
+def _env(cache_dir):
+    env = dict(os.environ)
+    env["PYPTO_CACHE_DIR"] = str(cache_dir)
+    env.pop("PYPTO_INTERPRET", None)
+    env.pop("PYPTO_CXX", None)
+    pkg_parent = str(Path(_C.__file__).resolve().parent.parent)
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join([pkg_parent] + rest)
+    return env
+
+
+def _start(cache_dir, child=CHILD):
+    # The child runs from a file beside the cache directory: @pypto.jit reads its kernel's source.
+    script = Path(cache_dir).parent / ("jit_child.py" if child is JIT_CHILD else "child.py")
+    script.write_text(child)
+    return subprocess.Popen(
+        [sys.executable, str(script)],
+        env=_env(cache_dir),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(proc, timeout=300):
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, f"child failed ({proc.returncode}):\n{err}\n{out}"
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["err"] < 1e-5, result
+    return result
+
+
+def _run(cache_dir, child=CHILD):
+    return _finish(_start(cache_dir, child))
+
+
+def _snapshot(cache_dir):
+    return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in Path(cache_dir).iterdir()}
+
+
+def _check_entries(cache_dir):
+    """Only finished entries remain, each object matching its checksum file."""
+    names = sorted(p.name for p in Path(cache_dir).iterdir())
+    assert not [n for n in names if ".tmp." in n], names
+    objects = list(Path(cache_dir).glob("*.so"))
+    assert objects, names
+    for so in objects:
+        size, digest = so.with_suffix(".sum").read_text().split()
+        assert int(size) == so.stat().st_size
+        assert hashlib.sha256(so.read_bytes()).hexdigest() == digest
+    return objects
+
+
+@pytest.fixture
+def cache(tmp_path):
+    d = tmp_path / "cache"
+    d.mkdir()
+    return d
+
+
+def test_second_process_starts_warm_from_disk(cache):
+    cold = _run(cache)
+    assert cold["from_cache"] is False
+    _check_entries(cache)
+    before = _snapshot(cache)
+
+    warm = _run(cache)
+    assert warm["from_cache"] is True
+    assert _snapshot(cache) == before  # a disk hit compiles nothing and writes nothing
+    print(f"cold {cold['seconds'] * 1e3:.0f} ms, warm {warm['seconds'] * 1e3:.0f} ms (build + lower + compile)")
+
+
+def test_two_processes_compile_the_same_kernel_at_once(cache):
+    procs = [_start(cache) for _ in range(2)]
+    results = [_finish(p) for p in procs]
+    assert all(r["err"] < 1e-5 for r in results)
+    _check_entries(cache)
+    before = _snapshot(cache)
+    assert _run(cache)["from_cache"] is True
+    assert _snapshot(cache) == before
+
+
+def test_truncated_cache_entry_is_rebuilt(cache):
+    _run(cache)
+    objects = _check_entries(cache)
+    sizes = {}
+    for so in objects:
+        data = so.read_bytes()
+        sizes[so.name] = len(data)
+        so.write_bytes(data[: len(data) // 3])  # no live process has it loaded
+    result = _run(cache)
+    assert result["from_cache"] is False  # the checksum caught it: rebuilt, not loaded
+    for so in objects:
+        assert so.stat().st_size == sizes[so.name], "the truncated object was not rebuilt"
+    _check_entries(cache)
+    assert _run(cache)["from_cache"] is True
+
+
+def test_missing_compiler_is_a_clear_error(cache):
+    env = _env(cache)
+    env["PYPTO_CXX"] = str(cache / "no-such-compiler")
+    script = cache.parent / "child.py"
+    script.write_text(CHILD)
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0
+    assert "no C++ compiler found" in proc.stderr
+    assert "PYPTO_CXX" in proc.stderr
+    assert "backend='interp'" in proc.stderr
+    assert "Segmentation fault" not in proc.stderr
+
+
+@pytest.mark.skipif(not hasattr(pypto, "jit"), reason="pypto.jit is not available yet")
+def test_jit_kernels_start_warm_from_disk(cache):
+    _run(cache, JIT_CHILD)
+    _check_entries(cache)
+    before = _snapshot(cache)
+    _run(cache, JIT_CHILD)
+    assert _snapshot(cache) == before

@@ -1,0 +1,211 @@
+"""The reference interpreter against NumPy (float64): reductions, expansions, matrix, layout,
+gather/scatter and sync instructions, with valid regions smaller than their tiles and ragged
+matmul K. Opcode coverage is checked by test_isa_interp.py::test_opcode_coverage."""
+import numpy as np
+import pytest
+
+from test_isa_util import PyptoError, check, check_region, func, rand, rand_int, run
+
+# ---- reduce / expand ----------------------------------------------------------------------------
+
+ROW = {"TROWSUM": np.sum, "TROWMAX": np.max, "TROWMIN": np.min}
+COL = {"TCOLSUM": np.sum, "TCOLMAX": np.max, "TCOLMIN": np.min}
+
+
+@pytest.mark.parametrize("op", sorted(ROW))
+def test_row_reduce(op):
+    x = rand((5, 7))  # in a 8x16 tile: only the 5x7 valid region is reduced
+    text = func(["%x: f32[5, 7]", "%o: f32[8, 1] out"],
+                ["alloc %a: f32[8, 16] vec", "alloc %r: f32[8, 1] vec", "TLOAD %a, %x", f"{op} %r, %a",
+                 "TSTORE %o, %r"])
+    check_region(run(text, x=x)["o"], ROW[op](x.astype(float), axis=1, keepdims=True), 5, 1, tol=1e-7)
+
+
+@pytest.mark.parametrize("op", sorted(COL))
+def test_col_reduce(op):
+    x = rand((6, 5))
+    text = func(["%x: f32[6, 5]", "%o: f32[1, 8] out"],
+                ["alloc %a: f32[16, 8] vec", "alloc %r: f32[1, 8] vec", "TLOAD %a, %x", f"{op} %r, %a",
+                 "TSTORE %o, %r"])
+    check_region(run(text, x=x)["o"], COL[op](x.astype(float), axis=0, keepdims=True), 1, 5, tol=1e-7)
+
+
+def test_row_expand():
+    v = rand((5, 1))
+    text = func(["%v: f32[5, 1]", "%o: f32[8, 6] out"],
+                ["alloc %a: f32[8, 1] vec", "alloc %d: f32[8, 6] vec", "TLOAD %a, %v", "TROWEXPAND %d, %a",
+                 "TSTORE %o, %d"])
+    check_region(run(text, v=v)["o"], np.broadcast_to(v, (5, 6)), 5, 6)
+
+
+def test_col_expand():
+    v = rand((1, 5))
+    text = func(["%v: f32[1, 5]", "%o: f32[6, 8] out"],
+                ["alloc %a: f32[1, 8] vec", "alloc %d: f32[6, 8] vec", "TLOAD %a, %v", "TCOLEXPAND %d, %a",
+                 "TSTORE %o, %d"])
+    check_region(run(text, v=v)["o"], np.broadcast_to(v, (6, 5)), 6, 5)
+
+
+def test_softmax_rows():
+    """A composition: row max, expand, subtract, exp, row sum, divide (as the lowering emits)."""
+    x = rand((7, 12), -4, 4)
+    text = func(["%x: f32[7, 12]", "%o: f32[7, 12] out"],
+                ["alloc %a: f32[8, 16] vec", "alloc %m: f32[8, 1] vec", "alloc %e: f32[8, 16] vec",
+                 "TLOAD %a, %x", "TROWMAX %m, %a", "TROWEXPAND %e, %m", "TSUB %a, %a, %m",
+                 "TEXP %a, %a", "TROWSUM %m, %a", "TDIV %a, %a, %m", "TSTORE %o, %a"])
+    e = np.exp(x - x.max(1, keepdims=True))
+    check(run(text, x=x)["o"], e / e.sum(1, keepdims=True), tol=1e-6)
+
+
+# ---- matrix -------------------------------------------------------------------------------------
+
+MM_TILES = ["alloc %a: f32[32, 16] mat", "alloc %b: f32[16, 16] mat", "alloc %c: f32[32, 16] acc"]
+
+
+@pytest.mark.parametrize("kb", [13, 11], ids=["K13", "ragged_K_11_vs_13"])
+def test_matmul_ragged(kb):
+    # k = min(a.vc, b.vr): with b of 11 rows only A[:, :11] takes part.
+    A, B = rand((20, 13)), rand((kb, 9))
+    text = func(["%A: f32[20, 13]", f"%B: f32[{kb}, 9]", "%C: f32[32, 16] out"],
+                MM_TILES + ["TLOAD %a, %A", "TLOAD %b, %B", "TMATMUL %c, %a, %b", "TSTORE %C, %c"])
+    k = min(13, kb)
+    check_region(run(text, A=A, B=B)["C"], A[:, :k].astype(float) @ B[:k].astype(float), 20, 9, tol=1e-6)
+
+
+def test_matmul_acc_and_bias():
+    A, B, C0, bias = rand((20, 13)), rand((13, 9)), rand((24, 12)), rand((1, 9))
+    text = func(["%A: f32[20, 13]", "%B: f32[13, 9]", "%C0: f32[24, 12]", "%bias: f32[1, 9]",
+                 "%C: f32[32, 16] out", "%D: f32[32, 16] out"],
+                MM_TILES + ["alloc %bi: f32[1, 16] vec", "alloc %d: f32[32, 16] acc",
+                            "TLOAD %a, %A", "TLOAD %b, %B", "TLOAD %c, %C0", "TLOAD %bi, %bias",
+                            "TMATMUL_ACC %c, %a, %b", "TSTORE %C, %c",
+                            "TMATMUL_BIAS %d, %a, %b, %bi", "TSTORE %D, %d"])
+    out = run(text, A=A, B=B, C0=C0, bias=bias)
+    prod = A.astype(float) @ B.astype(float)
+    # ACC updates rows < min(24, 20) and cols < min(12, 9); the rest of C0's valid region stays.
+    ref = C0.astype(float).copy()
+    ref[:20, :9] += prod
+    check_region(out["C"], ref, 24, 12, tol=1e-6)
+    check_region(out["D"], prod + bias, 20, 9, tol=1e-6)
+
+
+def test_tiled_matmul_loops():
+    """The seed's 64x64 tile matmul shape, with 16-tiles over ragged M, N and K."""
+    M, K, N = 37, 45, 29
+    A, B = rand((M, K)), rand((K, N))
+    v = lambda r, c, R, C: f"{r}:16 valid min(16, ({R} - {r})), {c}:16 valid min(16, ({C} - {c}))"  # noqa: E731
+    text = func([f"%A: f32[{M}, {K}]", f"%B: f32[{K}, {N}]", f"%C: f32[{M}, {N}] out"],
+                [f"parallel for %i = 0 to {M} step 16 {{",
+                 f"  for %j = 0 to {N} step 16 {{",
+                 "    alloc %c: f32[16, 16] acc", "    TEXPANDS %c, 0.0f",
+                 f"    for %k = 0 to {K} step 16 {{",
+                 "      alloc %a: f32[16, 16] mat", "      alloc %b: f32[16, 16] mat",
+                 f"      TLOAD %a, %A[{v('%i', '%k', M, K)}]", f"      TLOAD %b, %B[{v('%k', '%j', K, N)}]",
+                 "      TMATMUL_ACC %c, %a, %b", "    }",
+                 f"    TSTORE %C[{v('%i', '%j', M, N)}], %c", "  }", "}"])
+    check(run(text, A=A, B=B)["C"], A.astype(float) @ B.astype(float), tol=1e-6)
+
+
+# ---- layout -------------------------------------------------------------------------------------
+
+
+def test_trans_of_partial_tile():
+    x = rand((5, 7))
+    text = func(["%x: f32[5, 7]", "%o: f32[8, 8] out"],
+                ["alloc %a: f32[8, 8] vec", "alloc %t: f32[8, 8] vec", "TLOAD %a, %x", "TTRANS %t, %a",
+                 "TSTORE %o, %t"])
+    check_region(run(text, x=x)["o"], x.T, 7, 5)
+
+
+def test_reshape():
+    x = rand((4, 6))
+    text = func(["%x: f32[4, 6]", "%o: f32[3, 8] out"],
+                ["alloc %a: f32[4, 6] vec", "alloc %r: f32[3, 8] vec", "TLOAD %a, %x", "TRESHAPE %r, %a",
+                 "TSTORE %o, %r"])
+    check(run(text, x=x)["o"], x.reshape(3, 8))
+    partial = text.replace("%x: f32[4, 6]", "%x: f32[4, 5]").replace("TLOAD %a, %x", "TLOAD %a, %x")
+    with pytest.raises(PyptoError, match="TRESHAPE needs a fully valid source"):
+        run(partial, x=rand((4, 5)))
+
+
+@pytest.mark.parametrize("r0,c0", [(1, 2), (3, 5)], ids=["inside", "clamped"])
+def test_extract(r0, c0):
+    x = rand((6, 7))
+    text = func(["%x: f32[6, 7]", "%o: f32[4, 4] out", "%r0: i64"],
+                ["alloc %a: f32[8, 8] vec", "alloc %e: f32[4, 4] vec", "TLOAD %a, %x",
+                 f"TEXTRACT %e, %a, %r0, {c0}", "TSTORE %o, %e"])
+    rows, cols = min(4, 6 - r0), min(4, 7 - c0)
+    check_region(run(text, x=x, r0=r0)["o"], x[r0:r0 + rows, c0:c0 + cols], rows, cols)
+
+
+def test_insert_keeps_valid_region():
+    x, y = rand((6, 8)), rand((3, 5))
+    text = func(["%x: f32[6, 8]", "%y: f32[3, 5]", "%o: f32[6, 8] out"],
+                ["alloc %a: f32[6, 8] vec", "alloc %b: f32[4, 8] vec", "TLOAD %a, %x", "TLOAD %b, %y",
+                 "TINSERT %a, %b, 2, 4", "TSTORE %o, %a"])
+    ref = x.copy()
+    ref[2:5, 4:8] = y[:, :4]  # clipped to the destination's columns
+    check(run(text, x=x, y=y)["o"], ref)
+
+
+def test_fillpad():
+    x = rand((5, 6))
+    text = func(["%x: f32[5, 6]", "%o: f32[8, 8] out"],
+                ["alloc %a: f32[8, 8] vec", "alloc %m: f32[8, 1] vec", "TLOAD %a, %x",
+                 "TFILLPAD %a, %a, -inff", "TROWMAX %m, %a", "TSTORE %o[0:8, 0:1], %m"])
+    # After padding, the full 8x8 tile is valid; rows 5..7 are all -inf.
+    out = run(text, x=x)["o"]
+    np.testing.assert_array_equal(out[:5, 0], x.max(1))
+    assert np.isneginf(out[5:, 0]).all() and np.isnan(out[:, 1:]).all()
+
+
+# ---- gather / scatter ---------------------------------------------------------------------------
+
+
+def test_gather():
+    x = rand((6, 5))
+    idx = np.array([[4], [0], [4], [2]], np.int32)
+    text = func(["%x: f32[6, 5]", "%ix: i32[4, 1]", "%o: f32[8, 8] out"],
+                ["alloc %a: f32[8, 8] vec", "alloc %i: i32[8, 1] vec", "alloc %d: f32[8, 8] vec",
+                 "TLOAD %a, %x", "TLOAD %i, %ix", "TGATHER %d, %a, %i", "TSTORE %o, %d"])
+    check_region(run(text, x=x, ix=idx)["o"], x[idx[:, 0]], 4, 5)
+    with pytest.raises(PyptoError, match="gather index 6"):
+        run(text, x=x, ix=np.array([[1], [6], [0], [0]], np.int32))
+
+
+def test_scatter():
+    x, y = rand((6, 5)), rand((3, 5))
+    idx = np.array([[5], [1], [3]], np.int64)
+    text = func(["%x: f32[6, 5]", "%y: f32[3, 5]", "%ix: i64[3, 1]", "%o: f32[6, 5] out"],
+                ["alloc %a: f32[6, 5] vec", "alloc %b: f32[3, 5] vec", "alloc %i: i64[3, 1] vec",
+                 "TLOAD %a, %x", "TLOAD %b, %y", "TLOAD %i, %ix", "TSCATTER %a, %b, %i", "TSTORE %o, %a"])
+    ref = x.copy()
+    ref[idx[:, 0]] = y
+    check(run(text, x=x, y=y, ix=idx)["o"], ref)
+    with pytest.raises(PyptoError, match="scatter index -1"):
+        run(text, x=x, y=y, ix=np.array([[0], [-1], [2]], np.int64))
+
+
+# ---- sync ---------------------------------------------------------------------------------------
+
+
+def test_sync_double_buffer_pattern():
+    x = rand((4, 64))
+    text = func(["%x: f32[4, 64]", "%o: f32[4, 64] out"],
+                ["SET_FLAG 2, 0, 0", "SET_FLAG 2, 0, 1",
+                 "for %j = 0 to 64 step 16 {",
+                 "  alloc %t: f32[4, 16] vec",
+                 "  WAIT_FLAG 2, 0, ((%j // 16) % 2)",
+                 "  TLOAD %t, %x[0:4, %j:16]", "PIPE_BARRIER 2", "  TRELU %t, %t",
+                 "  TSTORE %o[0:4, %j:16], %t",
+                 "  SET_FLAG 2, 0, ((%j // 16) % 2)",
+                 "}", "WAIT_FLAG 2, 0, 0", "WAIT_FLAG 2, 0, 1", "PIPE_BARRIER 5"])
+    check(run(text, x=x)["o"], np.maximum(x, 0))
+
+
+def test_wait_without_set_is_an_error():
+    text = func(["%x: f32[1, 1]"], ["SET_FLAG 0, 2, 3", "WAIT_FLAG 0, 2, 3", "WAIT_FLAG 0, 2, 3"])
+    with pytest.raises(PyptoError, match="WAIT_FLAG on event 3 from MTE2 to V that no SET_FLAG"):
+        run(text, x=rand((1, 1)))
+    with pytest.raises(PyptoError, match="no pipe 9"):
+        run(func(["%x: f32[1, 1]"], ["PIPE_BARRIER 9"]), x=rand((1, 1)))

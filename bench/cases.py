@@ -140,8 +140,8 @@ def matmul_case(ctx, n, label=None):
                numpy_impl(np.matmul, a, b)],
         reference=lambda: a.astype(np.float64) @ b.astype(np.float64),
         flops=2.0 * n ** 3, bytes=3.0 * n * n * 4,
-        bars=[Bar("vs", 1.0, other="torch", label="matmul >= 1.0x torch.matmul"),
-              Bar("peak", 0.85, label="matmul >= 85% of FMA peak")])
+        bars=[Bar("vs", 1.0, other="torch", label=f"matmul {n}^3 >= 1.0x torch.matmul"),
+              Bar("peak", 0.85, label=f"matmul {n}^3 >= 85% of FMA peak")])
 
 
 def seed_matmul_case(ctx, n):

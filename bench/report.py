@@ -98,6 +98,11 @@ def machine_summary(m):
            f"threads used by every impl: {m['threads']}; load average at start: "
            f"{m.get('loadavg_1min', '?')}"
            + (f", at end: {m['loadavg_1min_end']}" if "loadavg_1min_end" in m else "")]
+    load = max(m.get("loadavg_1min") or 0, m.get("loadavg_1min_end") or 0)
+    if load > 1.5 * (cpu.get("cores") or 1):
+        out.append(f"WARNING: the machine was busy (load average {load:.1f} on {cpu.get('cores')} "
+                   f"cores): absolute figures and fractions of peak are unreliable; ratios "
+                   f"within a case (timed in interleaved rounds) less so")
     if m.get("fma_peak_1core"):
         out.append(f"FMA peak (fp32, probe {m.get('probe_isa')}): "
                    f"{m['fma_peak_1core']:.1f} GFLOP/s on 1 core ({m.get('fma_bits_1core')}-bit), "

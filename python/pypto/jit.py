@@ -19,7 +19,7 @@ import numpy as np
 
 from . import interop
 from .compiled import CompiledKernel, Lowered
-from .frontend.errors import ArgumentError, PyptoError
+from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
 from .frontend.source import SourceInfo
 from .frontend.trace import trace_kernel
 from .tensor import Tensor
@@ -182,7 +182,11 @@ class JitFunction:
                 if imp is not None:
                     return e, imp
         with self._lock:
-            e = self._compile(args, backend)
+            try:
+                e = self._compile(args, backend)
+            except KernelSourceError as err:
+                # The message names the kernel's line; the tracer's own frames would only distract.
+                raise err.with_traceback(None) from None
         imp = e.implicit_inputs(args) if not e.simple else ()
         if imp is None:
             raise PyptoError(f"kernel '{self.__name__}': its implicit inputs changed while it was traced")

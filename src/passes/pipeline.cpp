@@ -14,6 +14,7 @@
 #include "passes/parallelize.h"
 #include "passes/promote.h"
 #include "passes/tile_ops.h"
+#include "runtime/target.h"
 
 namespace pypto::passes {
 using namespace ir;
@@ -61,8 +62,22 @@ class PassRunner {
   bool debug_, verify_;
 };
 
+// Tile sizes from the target description: a matmul's three tiles (a: m x k, b: k x n and the
+// accumulator m x n) are sized to share half of one core's L2, so the packed operands stay
+// resident while the micro-kernel streams over them; elementwise tiles stay within L1.
+TileSizes target_tile_sizes(const runtime::Target& t) {
+  TileSizes s;
+  s.mm_k = 256;
+  s.mm_n = t.l2_bytes >= (2 << 20) ? 512 : 256;
+  int64_t budget = t.l2_bytes / 2 / 4;  // floats
+  int64_t m = (budget - s.mm_k * s.mm_n) / (s.mm_k + s.mm_n);
+  s.mm_m = 64;
+  while (s.mm_m * 2 <= m && s.mm_m < 256) s.mm_m *= 2;
+  return s;
+}
+
 TileSizes tile_sizes(const PipelineOptions& o) {
-  TileSizes t;
+  TileSizes t = target_tile_sizes(runtime::host_target());
   if (o.tile_rows > 0) t.elem_rows = o.tile_rows;
   if (o.tile_cols > 0) t.elem_cols = o.tile_cols;
   if (o.mm_tile_m > 0) t.mm_m = o.mm_tile_m;

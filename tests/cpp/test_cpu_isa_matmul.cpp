@@ -146,6 +146,49 @@ TEST(CpuIsaMatmul, RaggedTiles) {
     }
 }
 
+// Full blocks run in place on the tiles, ragged strips through gemm_f32: cover the mixes.
+template <int M, int K, int N>
+void check_tile_matmul(int vm, int vk, int vn, bool acc) {
+  SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + " valid " + std::to_string(vm) +
+               "x" + std::to_string(vk) + "x" + std::to_string(vn) + (acc ? " acc" : ""));
+  Tile<float, M, K> a;
+  Tile<float, K, N> b;
+  fill_random(a, vm, vk);
+  fill_random(b, vk, vn);
+  Tile<float, M, N> d;
+  fill_random(d, vm, vn);
+  Tile<float, M, N> before = d;
+  if (acc)
+    TMATMUL_ACC(d, a, b);
+  else
+    TMATMUL(d, a, b);
+  ASSERT_EQ(d.vr, vm);
+  ASSERT_EQ(d.vc, vn);
+  for (int i = 0; i < vm; ++i)
+    for (int j = 0; j < vn; ++j) {
+      double mag, ref = ref_dot<float, M, N>(a, b, i, j, vk, &mag);
+      if (acc) {
+        ref += at(before, i, j);
+        mag += std::fabs(at(before, i, j));
+      }
+      ASSERT_NEAR(at(d, i, j), ref, 6e-8 * (vk + 2) * mag) << i << "," << j;
+    }
+}
+
+TEST(CpuIsaMatmul, InPlaceBlocksAndStrips) {
+  for (bool acc : {false, true}) {
+    check_tile_matmul<64, 64, 64>(64, 64, 64, acc);
+    check_tile_matmul<40, 50, 80>(37, 45, 70, acc);
+    check_tile_matmul<16, 16, 16>(16, 16, 16, acc);
+    check_tile_matmul<16, 16, 16>(13, 11, 9, acc);
+    check_tile_matmul<8, 8, 8>(8, 7, 8, acc);
+    check_tile_matmul<1, 64, 64>(1, 64, 64, acc);
+    check_tile_matmul<64, 64, 1>(64, 64, 1, acc);
+    check_tile_matmul<96, 32, 48>(96, 32, 48, acc);
+    check_tile_matmul<32, 32, 32>(32, 0, 32, acc);  // k == 0
+  }
+}
+
 TEST(CpuIsaMatmul, SeedStyleAccumulationLoop) {
   // C(64x64) = sum over k-tiles of A_k * B_k, as the seed's tile matmul does it (K = 200, ragged).
   const int K = 200;

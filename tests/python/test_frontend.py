@@ -277,11 +277,10 @@ def test_if_on_scalar_arg_specialises():
 def branch_names(x, out):
     for i in range(x.shape[0]):
         if i % 3 == 0:
-            tag = 1
+            tag = "even"
         else:
-            tag = 2
-        lst = [tag]
-        out[i] = x[i] * float(len(lst))
+            tag = "odd"
+        out[i] = x[i] * float(len(tag))
 
 
 def test_branches_assigning_python_values_error():
@@ -289,6 +288,23 @@ def test_branches_assigning_python_values_error():
     with pytest.raises(pypto.PyptoError, match="tag") as e:
         jit(branch_names, "interp")(x, poisoned(2000, 3))
     assert "test_frontend.py" in str(e.value)
+
+
+def branch_scalars(x, out):
+    for i in range(x.shape[0]):
+        if i % 3 == 0:
+            k = 2
+        else:
+            k = 5
+        out[i] = x[i] * k
+
+
+def test_branches_assigning_scalars_merge(backend):
+    x, out = rand(2000, 3), poisoned(2000, 3)
+    jit(branch_scalars, backend)(x, out)
+    ref = x.astype(np.float64) * 5
+    ref[::3] = x[::3].astype(np.float64) * 2
+    assert_close(out, ref)
 
 
 def helper(a, b):

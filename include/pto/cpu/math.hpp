@@ -16,12 +16,22 @@ PTO_INLINE float copysign_bits(float mag, float sgn) {
   return bit_cast<float>(bit_cast<uint32_t>(mag) | (bit_cast<uint32_t>(sgn) & 0x80000000u));
 }
 
+// c ? a : b as bit operations. Why not ?: — GCC turns a select whose arm is computed only for it
+// into a branch around that computation; under the default -ftrapping-math the vectoriser may not
+// speculate FP arithmetic past such a branch, and the whole loop stays scalar. A bit blend uses
+// both arms unconditionally, so the function stays straight-line code.
+PTO_INLINE float sel(bool c, float a, float b) {
+  const uint32_t m = 0u - uint32_t(c);
+  return bit_cast<float>((bit_cast<uint32_t>(a) & m) | (bit_cast<uint32_t>(b) & ~m));
+}
+PTO_INLINE bool is_nan(float x) { return (bit_cast<uint32_t>(x) & 0x7fffffffu) > 0x7f800000u; }
+
 // ---- exp ---------------------------------------------------------------------------------------
 // x = n*ln2 + r, |r| <= ln2/2; exp(r) = 1 + r + r^2 P(r) (P: degree 4, rel. error 3e-9);
 // 2^n applied in two halves so results down to the subnormal range stay exact.
 PTO_INLINE float exp(float x) {
-  float xc = x < 88.8f ? x : 88.8f;  // NaN also lands here; fixed at the end
-  xc = xc > -104.0f ? xc : -104.0f;
+  float xc = sel(x < 88.8f, x, 88.8f);  // NaN also lands here; fixed at the end
+  xc = sel(xc > -104.0f, xc, -104.0f);
   float t = xc * 1.44269502f + 0x1.8p23f;  // round-to-nearest via the 1.5*2^23 shifter
   int32_t n = int32_t(bit_cast<uint32_t>(t) - 0x4b400000u);
   float fn = t - 0x1.8p23f;
@@ -37,8 +47,8 @@ PTO_INLINE float exp(float x) {
   float s1 = bit_cast<float>(uint32_t(n1 + 127) << 23);
   float s2 = bit_cast<float>(uint32_t(n2 + 127) << 23);
   float res = p * s1 * s2;  // overflows to +inf by itself above 88.72
-  res = x < -103.972084f ? 0.0f : res;
-  return x != x ? x + x : res;
+  res = sel(x < -103.972084f, 0.0f, res);
+  return sel(is_nan(x), x + x, res);
 }
 PTO_INLINE double exp(double x) { return __builtin_exp(x); }
 
@@ -46,8 +56,9 @@ PTO_INLINE double exp(double x) { return __builtin_exp(x); }
 // x = 2^k * m, m in [sqrt(1/2), sqrt(2)); f = m - 1, s = f/(2+f):
 // log(1+f) = f - (f^2/2 - s (f^2/2 + R(s^2))), R(z) = z P(z) (P: degree 2, rel. error 1e-9).
 PTO_INLINE float log(float x) {
-  bool sub = x < 1.17549435e-38f;
-  float xs = sub ? x * 8388608.0f : x;  // subnormals: scale by 2^23 first
+  const uint32_t ix0 = bit_cast<uint32_t>(x);
+  const bool sub = ix0 < 0x00800000u;  // +0 and positive subnormals: scale by 2^23 first
+  float xs = sel(sub, x * 8388608.0f, x);
   uint32_t ix = bit_cast<uint32_t>(xs);
   int32_t k = int32_t(ix - 0x3f3504f3u) >> 23;
   float m = bit_cast<float>(ix - (uint32_t(k) << 23));
@@ -58,10 +69,9 @@ PTO_INLINE float log(float x) {
   float R = z * (6.66667761e-01f + z * (3.99775702e-01f + z * 2.98710488e-01f));
   float hfsq = 0.5f * f * f;
   float r = fk * 0.693115234375f + (f - (hfsq - (s * (hfsq + R) + fk * 3.19461833e-05f)));
-  r = x == 0.0f ? -__builtin_huge_valf() : r;
-  r = x < 0.0f ? __builtin_nanf("") : r;
-  r = x == __builtin_huge_valf() ? x : r;
-  return x != x ? x + x : r;
+  r = sel(ix0 == 0x7f800000u, x, r);                        // +inf
+  r = sel(ix0 > 0x7f800000u, __builtin_nanf(""), r);        // NaN, negative numbers
+  return sel((ix0 << 1) == 0, -__builtin_huge_valf(), r);  // +-0
 }
 PTO_INLINE double log(double x) { return __builtin_log(x); }
 
@@ -78,7 +88,7 @@ PTO_INLINE float tanh(float x) {
   float a = fabs(x);
   float big = 1.0f - 2.0f / (exp(2.0f * a) + 1.0f);
   big = copysign_bits(big, x);
-  return a < 0.625f ? small : big;
+  return sel(a < 0.625f, small, big);
 }
 PTO_INLINE double tanh(double x) { return __builtin_tanh(x); }
 
@@ -103,7 +113,7 @@ PTO_INLINE float erf_small(float x) {
 // erfc(a) = exp(-a^2) exp(Q(t)) t with t = 1/(a+2), Q degree 7 (abs. error 3e-8 in the
 // exponent). a^2 is split as ah^2 + d with ah^2 exact, so the tail keeps its relative accuracy.
 PTO_INLINE float erfc_big(float a) {
-  a = a < 10.5f ? a : 10.5f;  // beyond the fit range erfc is 0 in float anyway (also for NaN/inf)
+  a = sel(a < 10.5f, a, 10.5f);  // beyond the fit range erfc is 0 in float anyway (also NaN/inf)
   float ah = bit_cast<float>(bit_cast<uint32_t>(a) & 0xfffff000u);
   float d = (a - ah) * (a + ah);
   float t = 1.0f / (a + 2.0f);
@@ -121,8 +131,8 @@ PTO_INLINE float erfc_big(float a) {
 PTO_INLINE float erf(float x) {
   float a = fabs(x);
   float big = copysign_bits(1.0f - erfc_big(a), x);
-  float r = a < 1.0f ? erf_small(x) : big;
-  return x != x ? x + x : r;
+  float r = sel(a < 1.0f, erf_small(x), big);
+  return sel(is_nan(x), x + x, r);
 }
 PTO_INLINE double erf(double x) { return __builtin_erf(x); }
 
@@ -130,15 +140,15 @@ PTO_INLINE double erf(double x) { return __builtin_erf(x); }
 PTO_INLINE float one_plus_erf(float y) {
   float a = fabs(y);
   float c = erfc_big(a);
-  float big = y < 0.0f ? c : 2.0f - c;
-  return a < 1.0f ? 1.0f + erf_small(y) : big;
+  float big = sel(y < 0.0f, c, 2.0f - c);
+  return sel(a < 1.0f, 1.0f + erf_small(y), big);
 }
 
 // ---- activations -------------------------------------------------------------------------------
 // GELU(x) = x/2 (1 + erf(x/sqrt2)).
 PTO_INLINE float gelu(float x) {
   float r = 0.5f * x * one_plus_erf(x * 0.707106781f);
-  return x < -15.0f ? -0.0f : r;  // limit at -inf (also avoids -inf * 0)
+  return sel(x < -15.0f, -0.0f, r);  // limit at -inf (also avoids -inf * 0)
 }
 PTO_INLINE double gelu(double x) { return 0.5 * x * __builtin_erfc(-x * 0.70710678118654752440); }
 
@@ -146,7 +156,7 @@ PTO_INLINE double gelu(double x) { return 0.5 * x * __builtin_erfc(-x * 0.707106
 PTO_INLINE float gelu_tanh(float x) {
   float u2 = x * (1.59576912f + 0.0713548162f * x * x);
   float r = x / (1.0f + exp(-u2));
-  return x < -20.0f ? -0.0f : r;
+  return sel(x < -20.0f, -0.0f, r);
 }
 PTO_INLINE double gelu_tanh(double x) {
   double u2 = 1.59576912160573071176 * (x + 0.044715 * x * x * x);
@@ -155,17 +165,19 @@ PTO_INLINE double gelu_tanh(double x) {
 
 PTO_INLINE float silu(float x) {
   float r = x / (1.0f + exp(-x));
-  return x < -200.0f ? -0.0f : r;  // limit at -inf
+  return sel(x < -200.0f, -0.0f, r);  // limit at -inf
 }
 PTO_INLINE double silu(double x) { return x / (1.0 + __builtin_exp(-x)); }
 
 // ---- rounding / roots --------------------------------------------------------------------------
 // floor through an int32 round trip (vectorises without -fno-trapping-math, unlike floorf).
 PTO_INLINE float floor(float x) {
-  bool small = fabs(x) < 8388608.0f;  // 2^23: larger values (and inf/NaN) are integral already
-  float t = float(int32_t(small ? x : 0.0f));
-  t = t > x ? t - 1.0f : t;
-  return small ? copysign_bits(t, x) : x;
+  const bool small = (bit_cast<uint32_t>(x) & 0x7fffffffu) < 0x4b000000u;  // |x| < 2^23
+  const float xc = sel(small, x, 0.0f);  // keeps the conversion in range
+  int32_t i = int32_t(xc);
+  i -= int32_t(float(i) > xc);  // truncation went up for negative non-integers
+  // Larger |x| (and inf/NaN) is integral already; copysign keeps floor(-0.0) == -0.0.
+  return sel(small, copysign_bits(float(i), x), x);
 }
 PTO_INLINE double floor(double x) { return __builtin_floor(x); }
 

@@ -207,6 +207,8 @@ _REDUCE = {"sum": Opcode.TROWSUM, "max": Opcode.TROWMAX, "min": Opcode.TROWMIN}
 
 def reduce(kind, x, dim=None, keepdim=False):
     tr = _find_tracer(x)
+    if isinstance(x, TensorValue) and x.ndim == 0 and dim is None:
+        return x  # the reduction of a single value (as NumPy)
     return wrap(tr, tr.b.reduce(_REDUCE[kind], tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
 
 
@@ -369,7 +371,7 @@ def _index_item(it, dim_size):
             if step <= 0:
                 raise PyptoError(f"slice steps must be positive, got {step}")
         return slice(it.start, it.stop, step)
-    raise PyptoError(f"unsupported index {_describe(it)}")
+    raise PyptoError(f"unsupported index {_describe(it)}: tensor indices must be integers, slices, `...` or None")
 
 
 def index(x, key):

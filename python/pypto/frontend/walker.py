@@ -127,8 +127,10 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
 
     def s_Return(self, node):
         if self.tr.sym_depth > self.base_sym_depth:
-            raise PyptoError("return inside a loop or an if whose condition is only known at run time is "
-                             "not supported; assign the result and return it at the end")
+            # Unrolling the loop / specialising on the condition's scalar makes it a Python-level
+            # return; when neither is possible the loop or top level reports this message.
+            raise NeedsConcrete(None, "return inside a loop or an if whose condition is only known at run "
+                                      "time (assign the result and return it at the end)")
         raise ReturnSignal(self.eval(node.value) if node.value is not None else None)
 
     def s_Assert(self, node):

@@ -174,6 +174,24 @@ std::string header_tree_hash(const std::string& inc) {
   return hex;
 }
 
+// -march=native makes an object specific to this CPU: a cache shared between machines (an NFS
+// home) must not hand one machine's AVX-512 kernel to another. The CPU model and its feature
+// flags join the key.
+const std::string& host_cpu_identity() {
+  static const std::string id = [] {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line, model, flags;
+    while (std::getline(in, line) && (model.empty() || flags.empty())) {
+      auto key = line.substr(0, line.find(':'));
+      while (!key.empty() && (key.back() == ' ' || key.back() == '\t')) key.pop_back();
+      if (model.empty() && (key == "model name" || key == "CPU part")) model = line;
+      if (flags.empty() && (key == "flags" || key == "Features")) flags = line;
+    }
+    return model + "\n" + flags;
+  }();
+  return id;
+}
+
 std::vector<std::string> all_flags(const std::string& inc) {
   std::vector<std::string> f = kFlags;
   if (const char* extra = std::getenv("PYPTO_CXXFLAGS"))
@@ -369,8 +387,8 @@ CompileResult compile_cpp(const std::string& source) {
                 "' (set PYPTO_INCLUDE_DIR, or reinstall pypto)");
   const std::vector<std::string> flags = all_flags(inc);
   Sha256 h;
-  for (const std::string& part :
-       {source, id, cxx, join(flags), std::to_string(PTO_HEADERS_VERSION), header_tree_hash(inc)}) {
+  for (const std::string& part : {source, id, cxx, join(flags), host_cpu_identity(),
+                                  std::to_string(PTO_HEADERS_VERSION), header_tree_hash(inc)}) {
     h.update(std::to_string(part.size()) + ":");
     h.update(part);
   }

@@ -105,12 +105,14 @@ def machine_summary(m):
                    f"within a case (timed in interleaved rounds) less so")
     if m.get("fma_peak_1core"):
         out.append(f"FMA peak (fp32, probe {m.get('probe_isa')}): "
-                   f"{m['fma_peak_1core']:.1f} GFLOP/s on 1 core ({m.get('fma_bits_1core')}-bit), "
-                   f"{m['fma_peak_all']:.1f} GFLOP/s on {m['threads']}")
+                   f"{m['fma_peak_1core']:.1f} GFLOP/s per core ({m.get('fma_bits_1core')}-bit); "
+                   f"{m['fma_peak_all']:.1f} GFLOP/s measured on {m['threads']} at once; "
+                   f"a case's peak = per-core peak x cores it used")
     else:
         out.append(f"FMA peak: not measured ({m.get('probe_error')})")
     mib = m["copy_bytes"] / 2 ** 20
     parts = [f"{k}: {m[key]:.1f}" for k, key in (("probe memcpy", "copy_gbs_probe"),
+                                                 ("probe streaming", "copy_gbs_probe_nt"),
                                                  ("probe 1 core", "copy_gbs_probe_1core"),
                                                  ("np.copyto", "copy_gbs_numpy"),
                                                  ("torch copy_", "copy_gbs_torch"))
@@ -122,6 +124,9 @@ def machine_summary(m):
     if m.get("blas_env_kept"):
         out.append(f"BLAS environment left as set (NumPy's BLAS may be held back): "
                    f"{m['blas_env_kept']}")
+    if m.get("malloc_env"):
+        out.append(f"malloc keeps freed memory for reuse ({m['malloc_env']}): outputs are not "
+                   f"page-faulted in afresh on every call")
     if m.get("copy_gbs_dram"):
         out.append(f"copy bandwidth, 1 GiB buffers: {m['copy_gbs_dram']:.1f} GB/s")
     return "\n".join(out)

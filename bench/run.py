@@ -57,6 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--keep-env", action="store_true",
                    help="keep OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE as set")
+    p.add_argument("--malloc-as-is", action="store_true",
+                   help="don't keep freed memory in the process (see MALLOC_ENV)")
     p.add_argument("-v", "--verbose", action="store_true", help="tracebacks of failing impls")
     p.add_argument("--_worker", metavar="EVENTS", help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -102,6 +104,13 @@ def have_jax():
     return importlib.util.find_spec("jax") is not None
 
 
+# Every functional op here allocates its output; glibc serves a 64 MiB block with a fresh mmap
+# and unmaps it on free, so each call page-faults its whole output in again (~20 ms for 64 MiB
+# on this VM: more than the op itself). That is the OS, not the kernel, and it hits every impl
+# alike; the worker runs with freed memory kept in the heap for reuse instead.
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 62)}
+
+
 def worker_command(argv):
     """This script again, as a worker, with the same options."""
     return [sys.executable, os.path.abspath(__file__), *argv]
@@ -121,8 +130,12 @@ def supervise(argv, args, mode, log):
             path = os.path.join(tmp, f"events{attempt}.jsonl")
             open(path, "w").close()
             env = dict(os.environ, PYPTO_BENCH_STATE=json.dumps(state))
+            if not args.malloc_as_is:
+                env.update(MALLOC_ENV)
+            # its own process group (so a hung worker is killed with its children), but the
+            # same session: the scheduler's per-session group and its priority carry over
             proc = subprocess.Popen(worker_command([*argv, "--_worker", path]), env=env,
-                                    start_new_session=True)
+                                    preexec_fn=os.setpgrp)
             current, step, t_case, killed = None, None, time.perf_counter(), None
             pos = 0
             while True:

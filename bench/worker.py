@@ -92,6 +92,8 @@ def run_worker(args, mode, threads, events_path, log, set_threads, have_jax, hel
                             log=log)
         m["pypto_target"] = pypto_target
         m["blas_env_cleared"] = os.environ.get("PYPTO_BENCH_BLAS_ENV_CLEARED", "")
+        m["malloc_env"] = ",".join(f"{k}={os.environ[k]}" for k in
+                                   ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_") if k in os.environ)
         m["blas_env_kept"] = ",".join(f"{k}={os.environ[k]}" for k in held_back
                                       if k in os.environ)
         ev.emit(ev="machine", m=m)

@@ -3,7 +3,7 @@ caller's arrays (explicit arguments and implicit inputs re-read from their closu
 or attributes), allocate the outputs in the caller's array type, run, rebuild the result."""
 from __future__ import annotations
 
-import os
+import operator
 
 from . import _C
 from . import dtypes as _dt
@@ -60,6 +60,42 @@ class CompiledKernel:
         self.compile_seconds = 0.0
         if backend == "cpu":
             self.compile()
+        self.fast = self._make_fast()
+
+    def _make_fast(self):
+        """A specialised call path for the common case (explicit array arguments only, all of one
+        library, at most one returned output): fewer Python calls per kernel call."""
+        if self.arg_only is None or not self.simple or len(self.allocs) > 1:
+            return None
+        if self.allocs and not self.single_out:
+            return None
+        if not self.allocs and self.template != ("static", None):
+            return None
+        torch_all = all(c is interop._torch_arg for c in self.convs)
+        if not torch_all and any(c is not None for c in self.convs):
+            return None
+        run = self.kernel.run
+        name = self.name
+        sidx = tuple(self.scalar_idx)
+        get = operator.itemgetter(*self.arg_only) if self.arg_only else (lambda args: ())
+        single = len(self.arg_only) == 1
+        alloc = self.allocs[0] if self.allocs else None
+
+        def fast(args):
+            items = get(args)
+            if single:
+                items = (items,)
+            lst = [(a.data_ptr(), a.stride()) for a in items] if torch_all else list(items)
+            out = None
+            if alloc is not None:
+                out, r = alloc()
+                lst.append(r)
+            try:
+                run(lst, [args[i] for i in sidx] if sidx else [])
+            except PyptoError as e:
+                raise PyptoError(f"kernel '{name}' failed at run time: {e}") from None
+            return out
+        return fast
 
     def compile(self):
         try:

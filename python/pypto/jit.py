@@ -207,6 +207,8 @@ class JitFunction:
         entries = self._cache.get(self._key(args))
         if entries is not None:
             e = entries[0]
+            if e.fast is not None:
+                return e.fast(args)
             if e.simple:
                 return e.run(args, ())
         e, imp = self._entry(args)
@@ -230,10 +232,35 @@ class JitFunction:
     def __get__(self, obj, objtype=None):
         if obj is None:
             return self
-        return functools.partial(self, obj)
+        return _BoundKernel(self, obj)
 
     def __repr__(self):
         return f"<pypto.jit kernel {self._func.__qualname__}>"
+
+
+class _BoundKernel:
+    """A @pypto.jit method looked up on an instance: the instance is the first argument (its
+    arrays are implicit inputs, re-read at every call)."""
+
+    _pypto_jit = True
+
+    def __init__(self, kernel, obj):
+        self._kernel = kernel
+        self._self = obj
+        self._signature = kernel._signature
+        self.__wrapped__ = kernel.__wrapped__.__get__(obj)
+
+    def _source(self):
+        return self._kernel._source()
+
+    def __call__(self, *args, **kwargs):
+        return self._kernel(self._self, *args, **kwargs)
+
+    def lower(self, *args, **kwargs):
+        return self._kernel.lower(self._self, *args, **kwargs)
+
+    def __repr__(self):
+        return f"<bound pypto.jit kernel {self._kernel._func.__qualname__} of {self._self!r}>"
 
 
 def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True):

@@ -38,16 +38,19 @@ Expr to_expr(nb::handle h, DType fdt = DType::F32) {
   if (PyLong_Check(h.ptr())) {
     int overflow = 0;
     long long v = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
-    if (overflow) throw ir::Error("integer " + nb::cast<std::string>(nb::str(h)) + " does not fit in 64 bits");
+    if (overflow)
+      throw ir::Error("integer " + nb::cast<std::string>(nb::str(h)) + " does not fit in 64 bits");
     return ir::int_imm(v);
   }
   if (PyFloat_Check(h.ptr())) return ir::float_imm(PyFloat_AsDouble(h.ptr()), fdt);
   // NumPy scalars and anything else that converts cleanly.
   if (PyObject_HasAttrString(h.ptr(), "__index__")) return ir::int_imm(nb::cast<int64_t>(nb::int_(h)));
-  if (PyObject_HasAttrString(h.ptr(), "__float__")) return ir::float_imm(nb::cast<double>(nb::float_(h)), fdt);
-  throw nb::type_error(("expected a scalar (int, float or symbolic expression), got " +
-                        nb::cast<std::string>(nb::str(nb::handle((PyObject*)Py_TYPE(h.ptr())).attr("__name__"))))
-                           .c_str());
+  if (PyObject_HasAttrString(h.ptr(), "__float__"))
+    return ir::float_imm(nb::cast<double>(nb::float_(h)), fdt);
+  throw nb::type_error(
+      ("expected a scalar (int, float or symbolic expression), got " +
+       nb::cast<std::string>(nb::str(nb::handle((PyObject*)Py_TYPE(h.ptr())).attr("__name__"))))
+          .c_str());
 }
 
 // A tensor operand (View) or a scalar; Python floats take the float type of `like`.
@@ -85,8 +88,9 @@ Expr lift(const PyExpr& a, nb::handle b) {
 std::string expr_str(const Expr& e) { return ir::to_string(e); }
 
 [[noreturn]] void not_constant(const Expr& e, const char* what) {
-  throw nb::type_error(("the symbolic value " + expr_str(e) + " is only known when the kernel runs, so it cannot be used as " +
-                        what + " at trace time")
+  throw nb::type_error(("the symbolic value " + expr_str(e) +
+                        " is only known when the kernel runs, so it cannot be used as " + what +
+                        " at trace time")
                            .c_str());
 }
 
@@ -122,7 +126,8 @@ std::vector<ir::Index> to_indices(nb::handle seq) {
     } else {
       ix.kind = ir::Index::Int;
       ix.start = to_expr(h);
-      if (ir::is_float(ix.start->dtype)) throw ir::Error("tensor indices must be integers, got " + expr_str(ix.start));
+      if (ir::is_float(ix.start->dtype))
+        throw ir::Error("tensor indices must be integers, got " + expr_str(ix.start));
     }
     out.push_back(std::move(ix));
   }
@@ -133,33 +138,48 @@ std::vector<int64_t> vshape(const View& v) { return v.shape(); }
 
 const char* kind_name(ir::BufferKind k) {
   switch (k) {
-    case ir::BufferKind::Param: return "param";
-    case ir::BufferKind::Output: return "output";
-    default: return "temp";
+    case ir::BufferKind::Param:
+      return "param";
+    case ir::BufferKind::Output:
+      return "output";
+    default:
+      return "temp";
   }
 }
 
 // Arithmetic operators of Expr: Expr op (Expr | int | float), in both orders.
 bool is_scalar_like(nb::handle h) {
   if (nb::isinstance<PyExpr>(h) || PyLong_Check(h.ptr()) || PyFloat_Check(h.ptr())) return true;
-  // NumPy scalars: numbers without a length (0-d arrays and tensors are not scalars here).
-  return !nb::isinstance<View>(h) && !PyObject_HasAttrString(h.ptr(), "__len__") &&
-         !PyObject_HasAttrString(h.ptr(), "shape") &&
-         (PyObject_HasAttrString(h.ptr(), "__index__") || PyObject_HasAttrString(h.ptr(), "__float__"));
+  if (nb::isinstance<View>(h) || PyObject_HasAttrString(h.ptr(), "__len__")) return false;
+  if (!PyObject_HasAttrString(h.ptr(), "__index__") && !PyObject_HasAttrString(h.ptr(), "__float__"))
+    return false;
+  // NumPy scalars are numbers; arrays and tensors (ndim > 0, or anything else with a shape) are not.
+  if (PyObject_HasAttrString(h.ptr(), "shape")) {
+    nb::object nd = nb::getattr(h, "ndim", nb::none());
+    return !nd.is_none() && PyLong_Check(nd.ptr()) && PyLong_AsLong(nd.ptr()) == 0 &&
+           !PyObject_HasAttrString(h.ptr(), "__dlpack_device__");
+  }
+  return true;
 }
 
 // Arithmetic operators of Expr: Expr op (Expr | int | float), in both orders. Other operand
 // types get NotImplemented so that Python asks them (a tensor value's reflected operator).
 template <class F>
 void def_arith(nb::class_<PyExpr>& c, const char* name, const char* rname, F f) {
-  c.def(name, [f](const PyExpr& a, nb::handle b) -> nb::object {
-    if (!is_scalar_like(b)) return nb::borrow(Py_NotImplemented);
-    return nb::cast(PyExpr{f(a.e, lift(a, b))});
-  }, nb::is_operator());
-  c.def(rname, [f](const PyExpr& a, nb::handle b) -> nb::object {
-    if (!is_scalar_like(b)) return nb::borrow(Py_NotImplemented);
-    return nb::cast(PyExpr{f(lift(a, b), a.e)});
-  }, nb::is_operator());
+  c.def(
+      name,
+      [f](const PyExpr& a, nb::handle b) -> nb::object {
+        if (!is_scalar_like(b)) return nb::borrow(Py_NotImplemented);
+        return nb::cast(PyExpr{f(a.e, lift(a, b))});
+      },
+      nb::is_operator());
+  c.def(
+      rname,
+      [f](const PyExpr& a, nb::handle b) -> nb::object {
+        if (!is_scalar_like(b)) return nb::borrow(Py_NotImplemented);
+        return nb::cast(PyExpr{f(lift(a, b), a.e)});
+      },
+      nb::is_operator());
 }
 
 }  // namespace
@@ -191,29 +211,38 @@ void bind_builder(nb::module_& m) {
   }
 
   // --- Expr ------------------------------------------------------------------------------------
-  auto ex = nb::class_<PyExpr>(m, "Expr", "A scalar expression: loop index, shape arithmetic or runtime scalar.");
-  ex.def("__init__", [](PyExpr* p, nb::handle v) { new (p) PyExpr{to_expr(v)}; }, "value"_a,
-         "Make a constant from an int or float (or copy an Expr).");
+  auto ex =
+      nb::class_<PyExpr>(m, "Expr", "A scalar expression: loop index, shape arithmetic or runtime scalar.");
+  ex.def(
+      "__init__", [](PyExpr* p, nb::handle v) { new (p) PyExpr{to_expr(v)}; }, "value"_a,
+      "Make a constant from an int or float (or copy an Expr).");
   def_arith(ex, "__add__", "__radd__", [](const Expr& a, const Expr& b) { return a + b; });
   def_arith(ex, "__sub__", "__rsub__", [](const Expr& a, const Expr& b) { return a - b; });
   def_arith(ex, "__mul__", "__rmul__", [](const Expr& a, const Expr& b) { return a * b; });
   def_arith(ex, "__floordiv__", "__rfloordiv__", [](const Expr& a, const Expr& b) {
     if (ir::is_float(a->dtype) || ir::is_float(b->dtype))
-      throw ir::Error("floor division of float scalars is not supported: " + expr_str(a) + " // " + expr_str(b));
+      throw ir::Error("floor division of float scalars is not supported: " + expr_str(a) + " // " +
+                      expr_str(b));
     return ir::div(a, b);
   });
   def_arith(ex, "__mod__", "__rmod__", [](const Expr& a, const Expr& b) { return ir::mod(a, b); });
   def_arith(ex, "__truediv__", "__rtruediv__", true_div);
   def_arith(ex, "__lt__", "__gt__", [](const Expr& a, const Expr& b) { return ir::cmp(ExprOp::Lt, a, b); });
   def_arith(ex, "__le__", "__ge__", [](const Expr& a, const Expr& b) { return ir::cmp(ExprOp::Le, a, b); });
-  ex.def("__eq__", [](const PyExpr& a, nb::handle b) -> nb::object {
+  ex.def(
+      "__eq__",
+      [](const PyExpr& a, nb::handle b) -> nb::object {
         if (!is_scalar_like(b)) return nb::borrow(Py_NotImplemented);
         return nb::cast(PyExpr{ir::cmp(ExprOp::Eq, a.e, lift(a, b))});
-      }, nb::is_operator());
-  ex.def("__ne__", [](const PyExpr& a, nb::handle b) -> nb::object {
+      },
+      nb::is_operator());
+  ex.def(
+      "__ne__",
+      [](const PyExpr& a, nb::handle b) -> nb::object {
         if (!is_scalar_like(b)) return nb::borrow(Py_NotImplemented);
         return nb::cast(PyExpr{ir::cmp(ExprOp::Ne, a.e, lift(a, b))});
-      }, nb::is_operator());
+      },
+      nb::is_operator());
   ex.def("__neg__", [](const PyExpr& a) { return PyExpr{ir::int_imm(0) - a.e}; });
   ex.def("__pos__", [](const PyExpr& a) { return a; });
   ex.def("__hash__", [](const PyExpr& a) { return int64_t(ir::expr_hash(a.e)); });
@@ -238,32 +267,48 @@ void bind_builder(nb::module_& m) {
   ex.def("__str__", [](const PyExpr& a) { return expr_str(a.e); });
   ex.def_prop_ro("is_const", [](const PyExpr& a) { return ir::is_const(a.e); });
   ex.def_prop_ro("is_float", [](const PyExpr& a) { return ir::is_float(a.e->dtype); });
-  ex.def_prop_ro("value", [](const PyExpr& a) -> nb::object {
-    if (auto c = ir::as_int(a.e); c && !ir::is_float(a.e->dtype)) return nb::int_(*c);
-    if (auto f = ir::as_float(a.e)) return nb::float_(*f);
-    return nb::none();
-  }, "The Python value of a constant expression, else None.");
+  ex.def_prop_ro(
+      "value",
+      [](const PyExpr& a) -> nb::object {
+        if (auto c = ir::as_int(a.e); c && !ir::is_float(a.e->dtype)) return nb::int_(*c);
+        if (auto f = ir::as_float(a.e)) return nb::float_(*f);
+        return nb::none();
+      },
+      "The Python value of a constant expression, else None.");
   ex.def_prop_ro("dtype", [](const PyExpr& a) { return a.e->dtype; });
-  ex.def("vars", [](const PyExpr& a) {
-    std::vector<std::string> out;
-    ir::collect_vars(a.e, out);
-    return out;
-  }, "Names of the variables the expression depends on.");
-  ex.def("same", [](const PyExpr& a, const PyExpr& b) { return ir::expr_equal(a.e, b.e); },
-         "Structural equality (== builds a comparison expression instead).");
-  ex.def("bounds", [](const PyExpr& a, const std::map<std::string, std::pair<int64_t, int64_t>>& vb)
-                       -> std::optional<std::pair<int64_t, int64_t>> {
-    ir::VarBounds b;
-    for (auto& [k, v] : vb) b[k] = ir::Interval{v.first, v.second};
-    auto r = ir::bounds(a.e, b);
-    if (!r) return std::nullopt;
-    return std::make_pair(r->lo, r->hi);
-  }, "vars"_a = std::map<std::string, std::pair<int64_t, int64_t>>{});
+  ex.def(
+      "vars",
+      [](const PyExpr& a) {
+        std::vector<std::string> out;
+        ir::collect_vars(a.e, out);
+        return out;
+      },
+      "Names of the variables the expression depends on.");
+  ex.def(
+      "same", [](const PyExpr& a, const PyExpr& b) { return ir::expr_equal(a.e, b.e); },
+      "Structural equality (== builds a comparison expression instead).");
+  ex.def(
+      "bounds",
+      [](const PyExpr& a, const std::map<std::string, std::pair<int64_t, int64_t>>& vb)
+          -> std::optional<std::pair<int64_t, int64_t>> {
+        ir::VarBounds b;
+        for (auto& [k, v] : vb) b[k] = ir::Interval{v.first, v.second};
+        auto r = ir::bounds(a.e, b);
+        if (!r) return std::nullopt;
+        return std::make_pair(r->lo, r->hi);
+      },
+      "vars"_a = std::map<std::string, std::pair<int64_t, int64_t>>{});
 
   m.def("int_imm", [](int64_t v) { return PyExpr{ir::int_imm(v)}; });
-  m.def("float_imm", [](double v, DType t) { return PyExpr{ir::float_imm(v, t)}; }, "v"_a, "dtype"_a = DType::F32);
-  m.def("var", [](const std::string& n, DType t) { return PyExpr{ir::var(n, t)}; }, "name"_a, "dtype"_a = DType::I64);
-  m.def("as_expr", [](nb::handle h) { return PyExpr{to_expr(h)}; }, "Convert an int, float or Expr to an Expr.");
+  m.def(
+      "float_imm", [](double v, DType t) { return PyExpr{ir::float_imm(v, t)}; }, "v"_a,
+      "dtype"_a = DType::F32);
+  m.def(
+      "var", [](const std::string& n, DType t) { return PyExpr{ir::var(n, t)}; }, "name"_a,
+      "dtype"_a = DType::I64);
+  m.def(
+      "as_expr", [](nb::handle h) { return PyExpr{to_expr(h)}; },
+      "Convert an int, float or Expr to an Expr.");
   m.def("expr_min", [](nb::handle a, nb::handle b) {
     DType t = float_type({a, b});
     return PyExpr{ir::min(to_expr(a, t), to_expr(b, t))};
@@ -277,8 +322,10 @@ void bind_builder(nb::module_& m) {
     return PyExpr{ir::select(to_expr(c), to_expr(a, t), to_expr(b, t))};
   });
   m.def("cast", [](nb::handle a, DType t) { return PyExpr{ir::cast(to_expr(a), t)}; });
-  m.def("logic_and", [](nb::handle a, nb::handle b) { return PyExpr{ir::logic(ExprOp::And, to_expr(a), to_expr(b))}; });
-  m.def("logic_or", [](nb::handle a, nb::handle b) { return PyExpr{ir::logic(ExprOp::Or, to_expr(a), to_expr(b))}; });
+  m.def("logic_and",
+        [](nb::handle a, nb::handle b) { return PyExpr{ir::logic(ExprOp::And, to_expr(a), to_expr(b))}; });
+  m.def("logic_or",
+        [](nb::handle a, nb::handle b) { return PyExpr{ir::logic(ExprOp::Or, to_expr(a), to_expr(b))}; });
   m.def("logic_not", [](nb::handle a) { return PyExpr{ir::logic_not(to_expr(a))}; });
   m.def("expr_sqrt", [](nb::handle a) { return PyExpr{ir::unary_math(ExprOp::Sqrt, to_expr(a))}; });
   m.def("expr_exp", [](nb::handle a) { return PyExpr{ir::unary_math(ExprOp::Exp, to_expr(a))}; });
@@ -286,25 +333,30 @@ void bind_builder(nb::module_& m) {
 
   // --- Index -----------------------------------------------------------------------------------
   nb::class_<ir::Index>(m, "Index", "One entry of a subscript (after `...` is expanded).")
-      .def_static("int_", [](nb::handle i) {
-        ir::Index ix;
-        ix.kind = ir::Index::Int;
-        ix.start = to_expr(i);
-        return ix;
-      })
-      .def_static("slice", [](nb::handle start, nb::handle stop, int64_t step) {
-        ir::Index ix;
-        ix.kind = ir::Index::Slice;
-        if (!start.is_none()) ix.start = to_expr(start);
-        if (!stop.is_none()) ix.stop = to_expr(stop);
-        ix.step = step;
-        return ix;
-      }, "start"_a = nb::none(), "stop"_a = nb::none(), "step"_a = 1)
-      .def_static("newaxis", [] {
-        ir::Index ix;
-        ix.kind = ir::Index::NewAxis;
-        return ix;
-      })
+      .def_static("int_",
+                  [](nb::handle i) {
+                    ir::Index ix;
+                    ix.kind = ir::Index::Int;
+                    ix.start = to_expr(i);
+                    return ix;
+                  })
+      .def_static(
+          "slice",
+          [](nb::handle start, nb::handle stop, int64_t step) {
+            ir::Index ix;
+            ix.kind = ir::Index::Slice;
+            if (!start.is_none()) ix.start = to_expr(start);
+            if (!stop.is_none()) ix.stop = to_expr(stop);
+            ix.step = step;
+            return ix;
+          },
+          "start"_a = nb::none(), "stop"_a = nb::none(), "step"_a = 1)
+      .def_static("newaxis",
+                  [] {
+                    ir::Index ix;
+                    ix.kind = ir::Index::NewAxis;
+                    return ix;
+                  })
       .def_prop_ro("kind", [](const ir::Index& ix) {
         return ix.kind == ir::Index::Int ? "int" : ix.kind == ir::Index::Slice ? "slice" : "newaxis";
       });
@@ -315,11 +367,12 @@ void bind_builder(nb::module_& m) {
       .def_prop_ro("dtype", [](const View& v) { return std::string(ir::dtype_name(v.buf->dtype)); })
       .def_prop_ro("dtype_enum", [](const View& v) { return v.buf->dtype; })
       .def_prop_ro("rank", [](const View& v) { return v.rank(); })
-      .def_prop_ro("valid_shape", [](const View& v) {
-        std::vector<PyExpr> out;
-        for (auto& e : v.valid_shape()) out.push_back(PyExpr{e});
-        return out;
-      })
+      .def_prop_ro("valid_shape",
+                   [](const View& v) {
+                     std::vector<PyExpr> out;
+                     for (auto& e : v.valid_shape()) out.push_back(PyExpr{e});
+                     return out;
+                   })
       .def_prop_ro("buffer_name", [](const View& v) { return v.buf->name; })
       .def_prop_ro("buffer_kind", [](const View& v) { return kind_name(v.buf->kind); })
       .def_prop_ro("buffer_id", [](const View& v) { return uintptr_t(v.buf.get()); })
@@ -331,27 +384,41 @@ void bind_builder(nb::module_& m) {
   nb::class_<B>(m, "Builder", "Builds a tensor-level program one statement at a time.")
       .def(nb::init<std::string>(), "name"_a)
       .def("add_param", &B::add_param, "name"_a, "dtype"_a, "shape"_a)
-      .def("add_scalar_param", [](B& b, const std::string& n, DType t) { return PyExpr{b.add_scalar_param(n, t)}; },
-           "name"_a, "dtype"_a)
-      .def("begin_for", [](B& b, const std::string& hint, nb::handle lo, nb::handle hi, nb::handle step, bool par) {
-        return PyExpr{b.begin_for(hint, to_expr(lo), to_expr(hi), to_expr(step), par)};
-      }, "hint"_a, "lo"_a, "hi"_a, "step"_a = 1, "parallel"_a = false)
+      .def(
+          "add_scalar_param",
+          [](B& b, const std::string& n, DType t) { return PyExpr{b.add_scalar_param(n, t)}; }, "name"_a,
+          "dtype"_a)
+      .def(
+          "begin_for",
+          [](B& b, const std::string& hint, nb::handle lo, nb::handle hi, nb::handle step, bool par) {
+            return PyExpr{b.begin_for(hint, to_expr(lo), to_expr(hi), to_expr(step), par)};
+          },
+          "hint"_a, "lo"_a, "hi"_a, "step"_a = 1, "parallel"_a = false)
       .def("end_for", &B::end_for)
-      .def("begin_if", [](B& b, nb::handle c) { b.begin_if(to_expr(c)); }, "cond"_a)
+      .def(
+          "begin_if", [](B& b, nb::handle c) { b.begin_if(to_expr(c)); }, "cond"_a)
       .def("begin_else", &B::begin_else)
       .def("end_if", &B::end_if)
       .def("let", [](B& b, const std::string& hint, nb::handle v) { return PyExpr{b.let(hint, to_expr(v))}; })
       .def("empty", &B::empty, "shape"_a, "dtype"_a)
-      .def("full", [](B& b, std::vector<int64_t> shape, DType t, nb::handle v) {
-        return b.full(std::move(shape), t, to_expr(v, ir::is_float(t) ? ir::compute_dtype(t) : DType::F32));
-      }, "shape"_a, "dtype"_a, "value"_a)
-      .def("arange", [](B& b, nb::handle start, int64_t n, nb::handle step, DType t) {
-        DType ft = ir::is_float(t) ? ir::compute_dtype(t) : DType::F32;
-        return b.arange(to_expr(start, ft), n, to_expr(step, ft), t);
-      }, "start"_a, "n"_a, "step"_a, "dtype"_a)
-      .def("slice", [](B& b, const View& v, nb::handle idx) { return b.slice(v, to_indices(idx)); },
-           "view"_a, "indices"_a,
-           "indices: a sequence of int | Expr | slice (bounds int/Expr/None) | None (new axis) | Index")
+      .def(
+          "full",
+          [](B& b, std::vector<int64_t> shape, DType t, nb::handle v) {
+            return b.full(std::move(shape), t,
+                          to_expr(v, ir::is_float(t) ? ir::compute_dtype(t) : DType::F32));
+          },
+          "shape"_a, "dtype"_a, "value"_a)
+      .def(
+          "arange",
+          [](B& b, nb::handle start, int64_t n, nb::handle step, DType t) {
+            DType ft = ir::is_float(t) ? ir::compute_dtype(t) : DType::F32;
+            return b.arange(to_expr(start, ft), n, to_expr(step, ft), t);
+          },
+          "start"_a, "n"_a, "step"_a, "dtype"_a)
+      .def(
+          "slice", [](B& b, const View& v, nb::handle idx) { return b.slice(v, to_indices(idx)); }, "view"_a,
+          "indices"_a,
+          "indices: a sequence of int | Expr | slice (bounds int/Expr/None) | None (new axis) | Index")
       .def("permute", &B::permute)
       .def("transpose", &B::transpose)
       .def("unsqueeze", &B::unsqueeze)
@@ -359,14 +426,16 @@ void bind_builder(nb::module_& m) {
       .def("reshape", &B::reshape)
       .def("broadcast_to", &B::broadcast_to)
       .def("unary", &B::unary)
-      .def("binary", [](B& b, Opcode op, nb::handle x, nb::handle y) {
-        DType t = float_type({x, y});
-        return b.binary(op, to_operand(x, t), to_operand(y, t));
-      })
-      .def("select", [](B& b, nb::handle c, nb::handle x, nb::handle y) {
-        DType t = float_type({x, y});
-        return b.select(to_operand(c, t), to_operand(x, t), to_operand(y, t));
-      })
+      .def("binary",
+           [](B& b, Opcode op, nb::handle x, nb::handle y) {
+             DType t = float_type({x, y});
+             return b.binary(op, to_operand(x, t), to_operand(y, t));
+           })
+      .def("select",
+           [](B& b, nb::handle c, nb::handle x, nb::handle y) {
+             DType t = float_type({x, y});
+             return b.select(to_operand(c, t), to_operand(x, t), to_operand(y, t));
+           })
       .def("cast", &B::cast)
       .def("copy", &B::copy)
       .def("reduce", &B::reduce, "row_op"_a, "x"_a, "dims"_a, "keepdim"_a)
@@ -375,24 +444,41 @@ void bind_builder(nb::module_& m) {
       .def("matmul_acc", &B::matmul_acc, "dst"_a, "a"_a, "b"_a)
       .def("softmax", &B::softmax)
       .def("log_softmax", &B::log_softmax)
-      .def("layer_norm", [](B& b, const View& x, int nd, std::optional<View> w, std::optional<View> bias, double eps) {
-        return b.layer_norm(x, nd, w ? &*w : nullptr, bias ? &*bias : nullptr, eps);
-      }, "x"_a, "normalized_dims"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "eps"_a = 1e-5)
-      .def("rms_norm", [](B& b, const View& x, int nd, std::optional<View> w, double eps) {
-        return b.rms_norm(x, nd, w ? &*w : nullptr, eps);
-      }, "x"_a, "normalized_dims"_a, "weight"_a = nb::none(), "eps"_a = 1e-6)
+      .def(
+          "layer_norm",
+          [](B& b, const View& x, int nd, std::optional<View> w, std::optional<View> bias, double eps) {
+            return b.layer_norm(x, nd, w ? &*w : nullptr, bias ? &*bias : nullptr, eps);
+          },
+          "x"_a, "normalized_dims"_a, "weight"_a = nb::none(), "bias"_a = nb::none(), "eps"_a = 1e-5)
+      .def(
+          "rms_norm",
+          [](B& b, const View& x, int nd, std::optional<View> w, double eps) {
+            return b.rms_norm(x, nd, w ? &*w : nullptr, eps);
+          },
+          "x"_a, "normalized_dims"_a, "weight"_a = nb::none(), "eps"_a = 1e-6)
       .def("concat", &B::concat)
-      .def("conv2d", [](B& b, const View& x, const View& w, std::optional<View> bias, std::vector<int64_t> stride,
-                        std::vector<int64_t> padding, std::vector<int64_t> dilation, bool same) {
-        return b.conv2d(x, w, bias ? &*bias : nullptr, stride, padding, dilation, same);
-      }, "x"_a, "w"_a, "bias"_a = nb::none(), "stride"_a = std::vector<int64_t>{1, 1},
-         "padding"_a = std::vector<int64_t>{0, 0}, "dilation"_a = std::vector<int64_t>{1, 1}, "same_padding"_a = false)
-      .def("assign", [](B& b, const View& dst, nb::handle src) {
-        b.assign(dst, to_operand(src, ir::compute_dtype(dst.buf->dtype)));
-      }, "dst"_a, "src"_a)
-      .def("update", [](B& b, Opcode op, const View& dst, nb::handle src) {
-        b.update(op, dst, to_operand(src, ir::is_float(dst.buf->dtype) ? ir::compute_dtype(dst.buf->dtype) : DType::F32));
-      }, "op"_a, "dst"_a, "src"_a)
+      .def(
+          "conv2d",
+          [](B& b, const View& x, const View& w, std::optional<View> bias, std::vector<int64_t> stride,
+             std::vector<int64_t> padding, std::vector<int64_t> dilation,
+             bool same) { return b.conv2d(x, w, bias ? &*bias : nullptr, stride, padding, dilation, same); },
+          "x"_a, "w"_a, "bias"_a = nb::none(), "stride"_a = std::vector<int64_t>{1, 1},
+          "padding"_a = std::vector<int64_t>{0, 0}, "dilation"_a = std::vector<int64_t>{1, 1},
+          "same_padding"_a = false)
+      .def(
+          "assign",
+          [](B& b, const View& dst, nb::handle src) {
+            b.assign(dst, to_operand(src, ir::compute_dtype(dst.buf->dtype)));
+          },
+          "dst"_a, "src"_a)
+      .def(
+          "update",
+          [](B& b, Opcode op, const View& dst, nb::handle src) {
+            b.update(op, dst,
+                     to_operand(
+                         src, ir::is_float(dst.buf->dtype) ? ir::compute_dtype(dst.buf->dtype) : DType::F32));
+          },
+          "op"_a, "dst"_a, "src"_a)
       .def("finish", &B::finish, "outputs"_a)
       .def_static("broadcast_shapes", &B::broadcast_shapes);
 }

@@ -47,16 +47,20 @@ ir::ScalarValue to_scalar(nb::handle h, size_t i) {
     v.is_float = true;
     v.f = nb::cast<double>(nb::float_(h));
   } else {
-    throw ir::Error("scalar argument " + std::to_string(i) + ": expected an int or a float, got " + py_type_name(h));
+    throw ir::Error("scalar argument " + std::to_string(i) + ": expected an int or a float, got " +
+                    py_type_name(h));
   }
   return v;
 }
 
 const char* kind_name(ir::BufferKind k) {
   switch (k) {
-    case ir::BufferKind::Param: return "param";
-    case ir::BufferKind::Output: return "output";
-    default: return "temp";
+    case ir::BufferKind::Param:
+      return "param";
+    case ir::BufferKind::Output:
+      return "output";
+    default:
+      return "temp";
   }
 }
 
@@ -90,8 +94,8 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
       }
       AnyArray a;
       if (!nb::try_cast<AnyArray>(h, a, false))
-        throw ir::Error("tensor argument " + std::to_string(i) + ": expected an array (NumPy, PyTorch or DLPack), got " +
-                        py_type_name(h));
+        throw ir::Error("tensor argument " + std::to_string(i) +
+                        ": expected an array (NumPy, PyTorch or DLPack), got " + py_type_name(h));
       args.tensors.push_back(to_tensor_arg(a));
       keep.push_back(std::move(a));
     }
@@ -110,45 +114,53 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
 
 void bind_runtime(nb::module_& m) {
   nb::class_<Kernel>(m, "Kernel", "A tensor-level program lowered for one backend, ready to compile and run.")
-      .def("__init__",
-           [](Kernel* self, const ir::Program& prog, const std::string& backend, bool fusion,
-              std::vector<std::string> fusion_ops, int64_t tile_rows, int64_t tile_cols, int64_t mm_tile_m,
-              int64_t mm_tile_n, int64_t mm_tile_k, bool parallel, bool double_buffer) {
-             passes::PipelineOptions o;
-             o.fusion = fusion;
-             o.fusion_ops = std::move(fusion_ops);
-             o.tile_rows = tile_rows;
-             o.tile_cols = tile_cols;
-             o.mm_tile_m = mm_tile_m;
-             o.mm_tile_n = mm_tile_n;
-             o.mm_tile_k = mm_tile_k;
-             o.parallel = parallel;
-             o.double_buffer = double_buffer;
-             runtime::Backend be = parse_backend(backend);
-             nb::gil_scoped_release release;
-             new (self) Kernel(prog, be, o);
-           },
-           "program"_a, "backend"_a = "cpu", "fusion"_a = false, "fusion_ops"_a = std::vector<std::string>{},
-           "tile_rows"_a = 0, "tile_cols"_a = 0, "mm_tile_m"_a = 0, "mm_tile_n"_a = 0, "mm_tile_k"_a = 0,
-           "parallel"_a = true, "double_buffer"_a = true)
+      .def(
+          "__init__",
+          [](Kernel* self, const ir::Program& prog, const std::string& backend, bool fusion,
+             std::vector<std::string> fusion_ops, int64_t tile_rows, int64_t tile_cols, int64_t mm_tile_m,
+             int64_t mm_tile_n, int64_t mm_tile_k, bool parallel, bool double_buffer) {
+            passes::PipelineOptions o;
+            o.fusion = fusion;
+            o.fusion_ops = std::move(fusion_ops);
+            o.tile_rows = tile_rows;
+            o.tile_cols = tile_cols;
+            o.mm_tile_m = mm_tile_m;
+            o.mm_tile_n = mm_tile_n;
+            o.mm_tile_k = mm_tile_k;
+            o.parallel = parallel;
+            o.double_buffer = double_buffer;
+            runtime::Backend be = parse_backend(backend);
+            nb::gil_scoped_release release;
+            new (self) Kernel(prog, be, o);
+          },
+          "program"_a, "backend"_a = "cpu", "fusion"_a = false, "fusion_ops"_a = std::vector<std::string>{},
+          "tile_rows"_a = 0, "tile_cols"_a = 0, "mm_tile_m"_a = 0, "mm_tile_n"_a = 0, "mm_tile_k"_a = 0,
+          "parallel"_a = true, "double_buffer"_a = true)
       .def("run", &run_kernel, "tensors"_a, "scalars"_a,
            "Run on a list of arrays (one per param: inputs then outputs) and a list of scalars. An entry\n"
            "may also be a tuple (data_pointer, strides) for an array already known to match the param.")
       .def("as_text", &Kernel::as_text, "level"_a, "levels: \"tensor\", \"tile\", \"isa\", \"source\" (cpu)")
-      .def("compile", [](Kernel& k) {
-        nb::gil_scoped_release release;
-        return k.compile();
-      }, "Compile now (cpu backend); returns the seconds spent, 0 when it came from a cache.")
+      .def(
+          "compile",
+          [](Kernel& k) {
+            nb::gil_scoped_release release;
+            return k.compile();
+          },
+          "Compile now (cpu backend); returns the seconds spent, 0 when it came from a cache.")
       .def("compiled_from_cache", &Kernel::compiled_from_cache)
-      .def_prop_ro("backend", [](const Kernel& k) { return k.backend() == runtime::Backend::Cpu ? "cpu" : "interp"; })
+      .def_prop_ro("backend",
+                   [](const Kernel& k) { return k.backend() == runtime::Backend::Cpu ? "cpu" : "interp"; })
       .def_prop_ro("log", [](const Kernel& k) { return k.lowered().log; })
-      .def("params", [](const Kernel& k) {
-        nb::list out;
-        for (auto& b : k.lowered().tensor.params)
-          out.append(nb::make_tuple(b->name, std::string(ir::dtype_name(b->dtype)), nb::tuple(nb::cast(b->shape)),
-                                    kind_name(b->kind)));
-        return out;
-      }, "The program's tensor params in calling order: (name, dtype, shape, 'param'|'output').")
+      .def(
+          "params",
+          [](const Kernel& k) {
+            nb::list out;
+            for (auto& b : k.lowered().tensor.params)
+              out.append(nb::make_tuple(b->name, std::string(ir::dtype_name(b->dtype)),
+                                        nb::tuple(nb::cast(b->shape)), kind_name(b->kind)));
+            return out;
+          },
+          "The program's tensor params in calling order: (name, dtype, shape, 'param'|'output').")
       .def("scalar_params", [](const Kernel& k) {
         nb::list out;
         for (auto& s : k.lowered().tensor.scalars)
@@ -156,55 +168,71 @@ void bind_runtime(nb::module_& m) {
         return out;
       });
 
-  m.def("target", [] {
-    const auto& t = runtime::host_target();
-    nb::dict d;
-    d["arch"] = t.arch;
-    d["cores"] = t.cores;
-    nb::dict caches;
-    caches["l1d"] = t.l1d_bytes;
-    caches["l2"] = t.l2_bytes;
-    caches["l3"] = t.l3_bytes;
-    d["caches"] = caches;
-    d["simd"] = nb::cast(t.simd);
-    d["vector_bytes"] = t.vector_bytes;
-    d["num_threads"] = runtime::num_threads();
-    return d;
-  }, "What the start-up analysis found about the host: arch, cores, caches, SIMD.");
-  m.def("set_num_threads", [](int n) {
-    if (n < 1) throw ir::Error("set_num_threads: need at least 1 thread, got " + std::to_string(n));
-    runtime::set_num_threads(n);
-  }, "n"_a);
+  m.def(
+      "target",
+      [] {
+        const auto& t = runtime::host_target();
+        nb::dict d;
+        d["arch"] = t.arch;
+        d["cores"] = t.cores;
+        nb::dict caches;
+        caches["l1d"] = t.l1d_bytes;
+        caches["l2"] = t.l2_bytes;
+        caches["l3"] = t.l3_bytes;
+        d["caches"] = caches;
+        d["simd"] = nb::cast(t.simd);
+        d["vector_bytes"] = t.vector_bytes;
+        d["num_threads"] = runtime::num_threads();
+        return d;
+      },
+      "What the start-up analysis found about the host: arch, cores, caches, SIMD.");
+  m.def(
+      "set_num_threads",
+      [](int n) {
+        if (n < 1) throw ir::Error("set_num_threads: need at least 1 thread, got " + std::to_string(n));
+        runtime::set_num_threads(n);
+      },
+      "n"_a);
   m.def("num_threads", &runtime::num_threads);
 
   // (dtype name, shape, device) of any array nanobind can import, without copying it.
-  m.def("array_info", [](nb::handle obj) {
-    AnyArray a;
-    if (!nb::try_cast<AnyArray>(obj, a, false)) throw ir::Error("expected an array, got " + py_type_name(obj));
-    nb::list shape;
-    for (size_t i = 0; i < a.ndim(); ++i) shape.append(int64_t(a.shape(i)));
-    std::string dev = a.device_type() == nb::device::cpu::value ? "cpu" : "device" + std::to_string(a.device_type());
-    return nb::make_tuple(std::string(ir::dtype_name(dtype_from_dlpack(a.dtype()))), nb::tuple(shape), dev);
-  }, "array"_a);
+  m.def(
+      "array_info",
+      [](nb::handle obj) {
+        AnyArray a;
+        if (!nb::try_cast<AnyArray>(obj, a, false))
+          throw ir::Error("expected an array, got " + py_type_name(obj));
+        nb::list shape;
+        for (size_t i = 0; i < a.ndim(); ++i) shape.append(int64_t(a.shape(i)));
+        std::string dev =
+            a.device_type() == nb::device::cpu::value ? "cpu" : "device" + std::to_string(a.device_type());
+        return nb::make_tuple(std::string(ir::dtype_name(dtype_from_dlpack(a.dtype()))), nb::tuple(shape),
+                              dev);
+      },
+      "array"_a);
 
   // A DLPack-capable view of an array's memory with another element type of the same size: how
   // pypto.Tensor exports bfloat16 data that it stores in a NumPy uint16 array.
-  m.def("dlpack_view", [](nb::handle obj, const std::string& dtype) {
-    AnyArray a;
-    if (!nb::try_cast<AnyArray>(obj, a, false)) throw ir::Error("dlpack_view: expected an array, got " + py_type_name(obj));
-    auto t = ir::parse_dtype(dtype);
-    if (!t) throw ir::Error("dlpack_view: unknown dtype '" + dtype + "'");
-    nb::dlpack::dtype dt = dlpack_from_dtype(*t);
-    if (dt.bits != a.dtype().bits) throw ir::Error("dlpack_view: element sizes differ");
-    std::vector<size_t> shape(a.ndim());
-    std::vector<int64_t> strides(a.ndim());
-    for (size_t i = 0; i < a.ndim(); ++i) {
-      shape[i] = a.shape(i);
-      strides[i] = a.stride(i);
-    }
-    return nb::ndarray<nb::array_api>(const_cast<void*>(a.data()), a.ndim(), shape.data(), obj, strides.data(), dt,
-                         a.device_type(), a.device_id());
-  }, "array"_a, "dtype"_a);
+  m.def(
+      "dlpack_view",
+      [](nb::handle obj, const std::string& dtype) {
+        AnyArray a;
+        if (!nb::try_cast<AnyArray>(obj, a, false))
+          throw ir::Error("dlpack_view: expected an array, got " + py_type_name(obj));
+        auto t = ir::parse_dtype(dtype);
+        if (!t) throw ir::Error("dlpack_view: unknown dtype '" + dtype + "'");
+        nb::dlpack::dtype dt = dlpack_from_dtype(*t);
+        if (dt.bits != a.dtype().bits) throw ir::Error("dlpack_view: element sizes differ");
+        std::vector<size_t> shape(a.ndim());
+        std::vector<int64_t> strides(a.ndim());
+        for (size_t i = 0; i < a.ndim(); ++i) {
+          shape[i] = a.shape(i);
+          strides[i] = a.stride(i);
+        }
+        return nb::ndarray<nb::array_api>(const_cast<void*>(a.data()), a.ndim(), shape.data(), obj,
+                                          strides.data(), dt, a.device_type(), a.device_id());
+      },
+      "array"_a, "dtype"_a);
 }
 
 }  // namespace pypto::bindings

@@ -153,8 +153,8 @@ std::vector<Stmt> matmul_k_loop(NestBuilder& nb, const View& a, const View& b, c
   tk = std::min(K, tk);
   int64_t tm = n.ext[r - 2], tn = n.ext[r - 1];
   DType dt = acc.buf->dtype;
-  View ta = a.buf->space != Space::Global ? a : nb.tile("a", dt, tm, tk, Space::Mat);
-  View tb = b.buf->space != Space::Global ? b : nb.tile("b", dt, tk, tn, Space::Mat);
+  View ta = a.buf->space != Space::Global ? View::whole(a.buf) : nb.tile("a", dt, tm, tk, Space::Mat);
+  View tb = b.buf->space != Space::Global ? View::whole(b.buf) : nb.tile("b", dt, tk, tn, Space::Mat);
   auto operand = [&](const View& v, bool is_a, Expr k0) {
     auto vs = v.shape();
     int s = int(vs.size());
@@ -164,12 +164,14 @@ std::vector<Stmt> matmul_k_loop(NestBuilder& nb, const View& a, const View& b, c
       if (vs[j] == 1 && ds[kd] != 1) sel.push_back(Sel{int_imm(0), 1, false, false});
       else sel.push_back(Sel{n.off[kd], 1, false, false});
     }
+    // Windows never exceed the operand (a static accumulator may be larger than the product).
+    int64_t rows = vs[s - 2], cols = vs[s - 1];
     if (is_a) {
-      sel.push_back(Sel{n.off[r - 2], tm, true, false});
-      sel.push_back(Sel{k0, tk, true, false});
+      sel.push_back(Sel{n.off[r - 2], std::min(tm, rows), true, false});
+      sel.push_back(Sel{k0, std::min(tk, cols), true, false});
     } else {
-      sel.push_back(Sel{k0, tk, true, false});
-      sel.push_back(Sel{n.off[r - 1], tn, true, false});
+      sel.push_back(Sel{k0, std::min(tk, rows), true, false});
+      sel.push_back(Sel{n.off[r - 1], std::min(tn, cols), true, false});
     }
     return sub(v, sel);
   };
@@ -180,7 +182,7 @@ std::vector<Stmt> matmul_k_loop(NestBuilder& nb, const View& a, const View& b, c
     std::vector<Stmt> s;
     if (!a_local) s.push_back(op_stmt(Op{Opcode::TLOAD, {ta, operand(a, true, k0)}}));
     if (!b_local) s.push_back(op_stmt(Op{Opcode::TLOAD, {tb, operand(b, false, k0)}}));
-    s.push_back(op_stmt(Op{Opcode::TMATMUL_ACC, {acc, a_local ? a : ta, b_local ? b : tb}}));
+    s.push_back(op_stmt(Op{Opcode::TMATMUL_ACC, {acc, ta, tb}}));
     return s;
   };
   if (K <= tk) return step(int_imm(0));

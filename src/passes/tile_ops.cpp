@@ -45,6 +45,15 @@ class Lowerer {
 
   static bool is_local(const View& v) { return v.buf->space != Space::Global; }
 
+  // Row and column offsets of a selection's tile dims within a local tile.
+  static std::pair<Expr, Expr> tile_offsets(const std::vector<Sel>& sel) {
+    std::vector<Expr> kept;
+    for (auto& s : sel)
+      if (s.keep) kept.push_back(s.off);
+    while (kept.size() < 2) kept.insert(kept.begin(), int_imm(0));
+    return {kept[kept.size() - 2], kept.back()};
+  }
+
   // A local tile operand is used as is, so the nest must be a single tile of its exact shape.
   static void require_one_tile(const Nest& n, const View& v, int64_t rows, int64_t cols) {
     if (!n.loops.empty() || v.buf->shape != std::vector<int64_t>{rows, cols})
@@ -96,22 +105,31 @@ class Lowerer {
     std::vector<Operand> args;
     bool broadcast = false;
     bool local_dst = is_local(d);
-    if (local_dst) require_one_tile(n, d, dr, dc);
-    if (op.code == Opcode::TMOV && local_dst && !is_local(std::get<View>(op.args[1]))) {
+    bool insert_dst = local_dst && !(n.loops.empty() && d.buf->shape == std::vector<int64_t>{dr, dc});
+    if (op.code == Opcode::TMOV && local_dst && !insert_dst && !is_local(std::get<View>(op.args[1]))) {
       const View& s = std::get<View>(op.args[1]);
       auto sel = n.src_sel(s, shape, ft);
       if (tile_shape(sel, r - ft) == std::make_pair(dr, dc)) {  // load straight into the tile
-        emit(n, {op_stmt(Op{Opcode::TLOAD, {d, sub(s, sel)}})}, out);
+        emit(n, {op_stmt(Op{Opcode::TLOAD, {View::whole(d.buf), sub(s, sel)}})}, out);
         return;
       }
     }
     for (size_t i = 1; i < op.args.size(); ++i) {
       auto v = std::get_if<View>(&op.args[i]);
       if (v && is_local(*v)) {  // a promoted temporary: compute on it in place
-        auto [tr, tc] = tile_shape(n.src_sel(*v, shape, ft), r - ft);
-        require_one_tile(n, *v, tr, tc);
+        auto sel = n.src_sel(*v, shape, ft);
+        auto [tr, tc] = tile_shape(sel, r - ft);
         broadcast |= (tr != dr || tc != dc);
-        args.push_back(*v);
+        bool whole = n.loops.empty() && v->buf->shape == std::vector<int64_t>{tr, tc};
+        if (whole || (n.loops.empty() && op.code == Opcode::TMOV && !local_dst)) {
+          args.push_back(View::whole(v->buf));  // (a larger tile stores its valid region, clamped by the window)
+          broadcast = false;
+          continue;
+        }
+        View part = tile("x", v->buf->dtype, tr, tc);  // the window's part of the tile
+        auto [r0, c0] = tile_offsets(sel);
+        body.push_back(op_stmt(Op{Opcode::TEXTRACT, {part, View::whole(v->buf), r0, c0}}));
+        args.push_back(part);
         continue;
       }
       if (!v) {
@@ -131,7 +149,7 @@ class Lowerer {
     if (op.code == Opcode::TMOV && !broadcast && !local_dst) {
       result = std::get<View>(args[0]);  // a copy is a load and a store
     } else {
-      result = local_dst ? d : tile("y", result_tile_dtype(op), dr, dc);
+      result = local_dst && !insert_dst ? View::whole(d.buf) : tile("y", result_tile_dtype(op), dr, dc);
       if (op.code == Opcode::TMOV && broadcast) {
         body.push_back(op_stmt(Op{Opcode::TMUL, {result, args[0], int_imm(1)}}));  // broadcasting copy
       } else {
@@ -139,7 +157,12 @@ class Lowerer {
         body.push_back(op_stmt(Op{op.code == Opcode::TMOV ? Opcode::TMOV : op.code, args}));
       }
     }
-    if (!local_dst) body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, dsel), result}}));
+    if (insert_dst) {
+      auto [r0, c0] = tile_offsets(dsel);
+      body.push_back(op_stmt(Op{Opcode::TINSERT, {View::whole(d.buf), result, r0, c0}}));
+    } else if (!local_dst) {
+      body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, dsel), result}}));
+    }
     emit(n, std::move(body), out);
   }
 
@@ -156,25 +179,32 @@ class Lowerer {
     Nest n = nest(d, ext, "e");  // the destination's last dim is 1: never looped
     int ft = std::max(r - 2, 0);
     DType dt = compute_dtype(d.buf->dtype);
-    auto chunk = [&](Expr c0) {
-      auto sel = n.dst_sel(ft);
-      sel[r - 1] = Sel{c0, tc, true, false};
-      return sub(x, sel);
-    };
     auto [rows, one] = tile_shape(n.dst_sel(ft), r - ft);
     (void)one;
     View xt = tile("x", dt, rows, tc);
+    auto chunk = [&](Expr c0) {  // columns c0 .. c0 + tc of the rows of this iteration
+      auto sel = n.dst_sel(ft);
+      sel[r - 1] = Sel{c0, tc, true, false};
+      if (!is_local(x)) return op_stmt(Op{Opcode::TLOAD, {xt, sub(x, sel)}});
+      auto [r0, col] = tile_offsets(sel);
+      return op_stmt(Op{Opcode::TEXTRACT, {xt, View::whole(x.buf), r0, col}});
+    };
     View acc = tile("acc", dt, rows, 1);
-    std::vector<Stmt> body{op_stmt(Op{Opcode::TLOAD, {xt, chunk(int_imm(0))}}), op_stmt(Op{op.code, {acc, xt}})};
+    std::vector<Stmt> body{chunk(int_imm(0)), op_stmt(Op{op.code, {acc, xt}})};
     if (C > tc) {
       View part = tile("part", dt, rows, 1);
       std::string c = nb_.fresh("c");
       Opcode combine = op.code == Opcode::TROWSUM ? Opcode::TADD : op.code == Opcode::TROWMAX ? Opcode::TMAX : Opcode::TMIN;
-      std::vector<Stmt> inner{op_stmt(Op{Opcode::TLOAD, {xt, chunk(var(c))}}), op_stmt(Op{op.code, {part, xt}}),
+      std::vector<Stmt> inner{chunk(var(c)), op_stmt(Op{op.code, {part, xt}}),
                               op_stmt(Op{combine, {acc, acc, part}})};
       body.push_back(for_loop(c, int_imm(tc), x.valid_shape()[r - 1], int_imm(tc), std::move(inner)));
     }
-    body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, n.dst_sel(ft)), acc}}));
+    if (is_local(d)) {
+      auto [r0, c0] = tile_offsets(n.dst_sel(ft));
+      body.push_back(op_stmt(Op{Opcode::TINSERT, {View::whole(d.buf), acc, r0, c0}}));
+    } else {
+      body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, n.dst_sel(ft)), acc}}));
+    }
     emit(n, std::move(body), out);
   }
 
@@ -188,7 +218,7 @@ class Lowerer {
     Nest n = nest(d, ext, "m");
     bool local_dst = is_local(d);
     if (local_dst) require_one_tile(n, d, n.ext[r - 2], n.ext[r - 1]);
-    View acc = local_dst ? d : tile("acc", d.buf->dtype, n.ext[r - 2], n.ext[r - 1], Space::Acc);
+    View acc = local_dst ? View::whole(d.buf) : tile("acc", d.buf->dtype, n.ext[r - 2], n.ext[r - 1], Space::Acc);
     auto dsel = n.dst_sel(r - 2);
     std::vector<Stmt> body;
     if (op.code == Opcode::TMATMUL) body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));

@@ -48,10 +48,11 @@ TEST(CpuIsaTypes, HalfDecodeExhaustive) {
 }
 
 TEST(CpuIsaTypes, HalfEncodeRoundsToNearestEven) {
-  std::vector<float> xs = {0.0f,     -0.0f,      65504.0f,   65519.99f, 65520.0f,  -65520.0f, 1e9f,
-                           1e-8f,    -1e-8f,     5.96e-8f,   2.98e-8f,  2.9802322e-8f, 8.9406967e-8f,
-                           6.1e-5f,  6.10351562e-05f, 1.0009765625f, 1.00048828125f, 1.00146484375f,
-                           INFINITY, -INFINITY, 3.0e-5f};
+  std::vector<float> xs = {0.0f,          -0.0f,          65504.0f,       65519.99f, 65520.0f,
+                           -65520.0f,     1e9f,           1e-8f,          -1e-8f,    5.96e-8f,
+                           2.98e-8f,      2.9802322e-8f,  8.9406967e-8f,  6.1e-5f,   6.10351562e-05f,
+                           1.0009765625f, 1.00048828125f, 1.00146484375f, INFINITY,  -INFINITY,
+                           3.0e-5f};
   for (int i = 0; i < 200000; ++i) {
     float f = float(urand(-1, 1) * std::ldexp(1.0, int(irand(-30, 17))));
     xs.push_back(f);
@@ -142,12 +143,13 @@ struct Global {
 
 TEST(CpuIsaMemory, LoadContiguousRaggedAndClamped) {
   Global g(50, 70);
-  for (auto [r0, c0, vr, vc] : {std::array<int, 4>{0, 0, 16, 32}, {3, 5, 11, 29}, {40, 60, 10, 10}, {0, 0, 50, 70},
-                                {7, 1, 0, 5}}) {
+  for (auto [r0, c0, vr, vc] :
+       {std::array<int, 4>{0, 0, 16, 32}, {3, 5, 11, 29}, {40, 60, 10, 10}, {0, 0, 50, 70}, {7, 1, 0, 5}}) {
     Tile<float, 16, 32> t;
     poison(t);
     TLOAD(t, gview(g.p() + r0 * 70 + c0, 70, 1, vr, vc));
-    expect_tile(t, std::min(vr, 16), std::min(vc, 32), [&](int r, int c) { return g.v[(r0 + r) * 70 + c0 + c]; }, 0);
+    expect_tile(
+        t, std::min(vr, 16), std::min(vc, 32), [&](int r, int c) { return g.v[(r0 + r) * 70 + c0 + c]; }, 0);
   }
 }
 
@@ -195,7 +197,8 @@ TEST(CpuIsaMemory, LoadConvertsDtype) {
 }
 
 TEST(CpuIsaMemory, StoreWritesOnlyTheRegion) {
-  for (auto [vvr, vvc, tvr, tvc] : {std::array<int, 4>{16, 16, 16, 16}, {10, 16, 16, 7}, {16, 5, 3, 16}, {0, 5, 3, 3}}) {
+  for (auto [vvr, vvc, tvr, tvc] :
+       {std::array<int, 4>{16, 16, 16, 16}, {10, 16, 16, 7}, {16, 5, 3, 16}, {0, 5, 3, 3}}) {
     Tile<float, 16, 16> t;
     fill_random(t, tvr, tvc);
     std::vector<float> g(40 * 40, -777.0f);

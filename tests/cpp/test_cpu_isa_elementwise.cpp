@@ -48,20 +48,21 @@ void check_unary(Inst inst, Ref ref, int vr, int vc, double lo, double hi, bool 
   Tile<D, RD, CD> dst;
   poison(dst);
   inst(dst, src);
-  expect_tile(dst, std::min(vr, RD), std::min(vc, CD), [&](int r, int c) { return ref(at(src, r, c)); }, rtol, atol,
-              what);
+  expect_tile(
+      dst, std::min(vr, RD), std::min(vc, CD), [&](int r, int c) { return ref(at(src, r, c)); }, rtol, atol,
+      what);
 }
 
 #define UNARY_CASE(INST, REF, LO, HI, POS, RTOL, ATOL)                                                     \
   do {                                                                                                     \
-    auto inst = [](auto& d, const auto& s) { INST(d, s); };                                               \
+    auto inst = [](auto& d, const auto& s) { INST(d, s); };                                                \
     auto ref = [](double x) { return REF; };                                                               \
-    check_unary<float, 13, 24, float, 13, 24>(inst, ref, 13, 24, LO, HI, POS, RTOL, ATOL, #INST " full"); \
+    check_unary<float, 13, 24, float, 13, 24>(inst, ref, 13, 24, LO, HI, POS, RTOL, ATOL, #INST " full");  \
     check_unary<float, 13, 24, float, 13, 24>(inst, ref, 9, 17, LO, HI, POS, RTOL, ATOL, #INST " ragged"); \
     check_unary<float, 16, 32, float, 13, 24>(inst, ref, 11, 23, LO, HI, POS, RTOL, ATOL, #INST " shape"); \
-    check_unary<float, 1, 40, float, 1, 40>(inst, ref, 1, 37, LO, HI, POS, RTOL, ATOL, #INST " row");     \
-    check_unary<float, 40, 1, float, 40, 1>(inst, ref, 33, 1, LO, HI, POS, RTOL, ATOL, #INST " col");     \
-    check_unary<double, 8, 24, double, 8, 24>(inst, ref, 7, 21, LO, HI, POS, 1e-13, ATOL, #INST " f64");  \
+    check_unary<float, 1, 40, float, 1, 40>(inst, ref, 1, 37, LO, HI, POS, RTOL, ATOL, #INST " row");      \
+    check_unary<float, 40, 1, float, 40, 1>(inst, ref, 33, 1, LO, HI, POS, RTOL, ATOL, #INST " col");      \
+    check_unary<double, 8, 24, double, 8, 24>(inst, ref, 7, 21, LO, HI, POS, 1e-13, ATOL, #INST " f64");   \
   } while (0)
 
 TEST(CpuIsaUnary, FloatOps) {
@@ -166,14 +167,16 @@ TEST(CpuIsaUnary, InPlace) {
   expect_tile(t, 16, 16, [&](int r, int c) { return std::exp(at(orig, r, c) / 2); }, 1e-6);
 }
 
-// ---- binary ------------------------------------------------------------------------------------------------
+// ---- binary
+// ------------------------------------------------------------------------------------------------
 template <class D, int R, int C, class A, class B, class Inst, class Ref>
 void check_binary(Inst inst, Ref ref, const A& a, const B& b, double rtol, const std::string& what) {
   Tile<D, R, C> dst;
   poison(dst);
   inst(dst, a, b);
   double er = std::min({double(R), lim_r(a), lim_r(b)}), ec = std::min({double(C), lim_c(a), lim_c(b)});
-  expect_tile(dst, int(er), int(ec), [&](int r, int c) { return ref(val(a, r, c), val(b, r, c)); }, rtol, 0, what);
+  expect_tile(
+      dst, int(er), int(ec), [&](int r, int c) { return ref(val(a, r, c), val(b, r, c)); }, rtol, 0, what);
 }
 
 // Every operand combination of the contract, on f32 tiles.
@@ -215,15 +218,15 @@ void binary_suite(Inst inst, Ref ref, double rtol, double lo, double hi, bool po
   check_binary<double, 7, 9>(inst, ref, da, db, rtol * 1e-8, n("f64"));
 }
 
-#define BINARY_SUITE(INST, REF, RTOL, LO, HI, POS) \
-  binary_suite([](auto& d, const auto& a, const auto& b) { INST(d, a, b); }, [](double x, double y) { return REF; }, \
-               RTOL, LO, HI, POS, #INST)
+#define BINARY_SUITE(INST, REF, RTOL, LO, HI, POS)                           \
+  binary_suite([](auto& d, const auto& a, const auto& b) { INST(d, a, b); }, \
+               [](double x, double y) { return REF; }, RTOL, LO, HI, POS, #INST)
 
 TEST(CpuIsaBinary, Arithmetic) {
   const double e = 1.2e-7;
   BINARY_SUITE(TADD, x + y, e, 0.25, 2, false);
   BINARY_SUITE(TSUB, x - y, 3 * e, 0.25, 2, true);  // x - y rounds relative to max(|x|,|y|)
-  BINARY_SUITE(TMUL, x* y, e, 0.25, 2, false);
+  BINARY_SUITE(TMUL, x * y, e, 0.25, 2, false);
   BINARY_SUITE(TDIV, x / y, e, 0.25, 2, false);
   BINARY_SUITE(TMAX, std::max(x, y), 0, 0.25, 2, false);
   BINARY_SUITE(TMIN, std::min(x, y), 0, 0.25, 2, false);
@@ -237,8 +240,9 @@ TEST(CpuIsaBinary, PowScalarExponentFastPaths) {
     Tile<float, 9, 20> d;
     poison(d);
     TPOW(d, a, ex);
-    expect_tile(d, 8, 19, [&](int r, int c) { return std::pow(at(a, r, c), ex); }, 4e-7, 0,
-                "exponent " + std::to_string(ex));
+    expect_tile(
+        d, 8, 19, [&](int r, int c) { return std::pow(at(a, r, c), ex); }, 4e-7, 0,
+        "exponent " + std::to_string(ex));
   }
 }
 
@@ -266,7 +270,13 @@ TEST(CpuIsaBinary, IntegerAndLogical) {
   fill_random(b, 5, 9, 0, 50);
   b.data[3] = 0;  // x / 0 -> 0 (no trap)
   TDIV(d, a, b);
-  expect_tile(d, 5, 9, [&](int r, int c) { double y = at(b, r, c); return y == 0 ? 0.0 : std::trunc(at(a, r, c) / y); }, 0);
+  expect_tile(
+      d, 5, 9,
+      [&](int r, int c) {
+        double y = at(b, r, c);
+        return y == 0 ? 0.0 : std::trunc(at(a, r, c) / y);
+      },
+      0);
   TADD(d, a, int64_t(7));
   expect_tile(d, 6, 10, [&](int r, int c) { return at(a, r, c) + 7; }, 0);
   TMUL(d, a, b);
@@ -293,7 +303,8 @@ TEST(CpuIsaBinary, IntegerAndLogical) {
   expect_tile(o, 7, 33, [&](int r, int c) { return double(at(p, r, c) && at(prow, 0, c)); }, 0);
 }
 
-// ---- compare / select / convert ----------------------------------------------------------------------------
+// ---- compare / select / convert
+// ----------------------------------------------------------------------------
 TEST(CpuIsaCompare, AllOpsAndOperandKinds) {
   Tile<float, 9, 20> a, b;
   fill_random(a, 9, 19);
@@ -309,12 +320,18 @@ TEST(CpuIsaCompare, AllOpsAndOperandKinds) {
     check_binary<uint8_t, 9, 20>(inst, ref, a, col, 0, std::string(name) + " col broadcast");
     check_binary<float, 9, 20>(inst, ref, a, b, 0, std::string(name) + " numeric dst");
   };
-  run([](auto& d, const auto& x, const auto& y) { TCMP_LT(d, x, y); }, [](double x, double y) { return double(x < y); }, "LT");
-  run([](auto& d, const auto& x, const auto& y) { TCMP_LE(d, x, y); }, [](double x, double y) { return double(x <= y); }, "LE");
-  run([](auto& d, const auto& x, const auto& y) { TCMP_GT(d, x, y); }, [](double x, double y) { return double(x > y); }, "GT");
-  run([](auto& d, const auto& x, const auto& y) { TCMP_GE(d, x, y); }, [](double x, double y) { return double(x >= y); }, "GE");
-  run([](auto& d, const auto& x, const auto& y) { TCMP_EQ(d, x, y); }, [](double x, double y) { return double(x == y); }, "EQ");
-  run([](auto& d, const auto& x, const auto& y) { TCMP_NE(d, x, y); }, [](double x, double y) { return double(x != y); }, "NE");
+  run([](auto& d, const auto& x, const auto& y) { TCMP_LT(d, x, y); },
+      [](double x, double y) { return double(x < y); }, "LT");
+  run([](auto& d, const auto& x, const auto& y) { TCMP_LE(d, x, y); },
+      [](double x, double y) { return double(x <= y); }, "LE");
+  run([](auto& d, const auto& x, const auto& y) { TCMP_GT(d, x, y); },
+      [](double x, double y) { return double(x > y); }, "GT");
+  run([](auto& d, const auto& x, const auto& y) { TCMP_GE(d, x, y); },
+      [](double x, double y) { return double(x >= y); }, "GE");
+  run([](auto& d, const auto& x, const auto& y) { TCMP_EQ(d, x, y); },
+      [](double x, double y) { return double(x == y); }, "EQ");
+  run([](auto& d, const auto& x, const auto& y) { TCMP_NE(d, x, y); },
+      [](double x, double y) { return double(x != y); }, "NE");
   // Integer tiles against a fractional scalar compare exactly (in double).
   Tile<int32_t, 2, 8> it;
   for (int i = 0; i < 16; ++i) it.data[i] = i - 8;
@@ -334,9 +351,11 @@ TEST(CpuIsaSelect, MaskAndOperandKinds) {
     Tile<float, 11, 17> d;
     poison(d);
     sel(d, m, x, y);
-    double er = std::min({11.0, lim_r(m), lim_r(x), lim_r(y)}), ec = std::min({17.0, lim_c(m), lim_c(x), lim_c(y)});
-    expect_tile(d, int(er), int(ec), [&](int r, int c) { return val(m, r, c) != 0 ? val(x, r, c) : val(y, r, c); }, 0, 0,
-                what);
+    double er = std::min({11.0, lim_r(m), lim_r(x), lim_r(y)}),
+           ec = std::min({17.0, lim_c(m), lim_c(x), lim_c(y)});
+    expect_tile(
+        d, int(er), int(ec), [&](int r, int c) { return val(m, r, c) != 0 ? val(x, r, c) : val(y, r, c); }, 0,
+        0, what);
   };
   check(mask, a, b, "tiles");
   check(mask, a, -3.0f, "tile/scalar");

@@ -44,13 +44,14 @@ TEST(CpuIsaLayout, Extract) {
   struct Case {
     int r0, c0, er, ec;
   };
-  for (Case k : {Case{0, 0, 8, 16}, Case{5, 7, 8, 16}, Case{14, 20, 4, 7}, Case{18, 0, 0, 16}, Case{-1, 0, 0, 0},
-                 Case{17, 26, 1, 1}, Case{30, 40, 0, 0}}) {
+  for (Case k : {Case{0, 0, 8, 16}, Case{5, 7, 8, 16}, Case{14, 20, 4, 7}, Case{18, 0, 0, 16},
+                 Case{-1, 0, 0, 0}, Case{17, 26, 1, 1}, Case{30, 40, 0, 0}}) {
     Tile<float, 8, 16> d;
     poison(d);
     TEXTRACT(d, s, k.r0, k.c0);
-    expect_tile(d, k.er, k.ec, [&](int r, int c) { return at(s, k.r0 + r, k.c0 + c); }, 0,
-                0, "r0=" + std::to_string(k.r0) + " c0=" + std::to_string(k.c0));
+    expect_tile(
+        d, k.er, k.ec, [&](int r, int c) { return at(s, k.r0 + r, k.c0 + c); }, 0, 0,
+        "r0=" + std::to_string(k.r0) + " c0=" + std::to_string(k.c0));
   }
 }
 
@@ -85,11 +86,14 @@ TEST(CpuIsaLayout, FillPad) {
   expect_tile(d, 10, 14, [&](int r, int c) { return (r < 7 && c < 9) ? at(s, r, c) : -1.5; }, 0, 0, "copy");
   Tile<float, 10, 14> orig = s;
   TFILLPAD(s, s, 0);  // in place
-  expect_tile(s, 10, 14, [&](int r, int c) { return (r < 7 && c < 9) ? at(orig, r, c) : 0.0; }, 0, 0, "in place");
+  expect_tile(
+      s, 10, 14, [&](int r, int c) { return (r < 7 && c < 9) ? at(orig, r, c) : 0.0; }, 0, 0, "in place");
   Tile<float, 16, 16> wide;
   poison(wide);
   TFILLPAD(wide, orig, -INFINITY);  // a bigger destination
-  expect_tile(wide, 16, 16, [&](int r, int c) { return (r < 7 && c < 9) ? at(orig, r, c) : -INFINITY; }, 0, 0, "wider");
+  expect_tile(
+      wide, 16, 16, [&](int r, int c) { return (r < 7 && c < 9) ? at(orig, r, c) : -INFINITY; }, 0, 0,
+      "wider");
 }
 
 template <class I>
@@ -104,10 +108,13 @@ void check_gather_scatter() {
   Tile<float, 8, 24> d;
   poison(d);
   TGATHER(d, src, idx);
-  expect_tile(d, 7, 21, [&](int r, int c) {
-    I i = iv[r];
-    return (i >= 0 && i < 9) ? at(src, i, c) : 0.0;  // out of range rows read as zeros
-  }, 0);
+  expect_tile(
+      d, 7, 21,
+      [&](int r, int c) {
+        I i = iv[r];
+        return (i >= 0 && i < 9) ? at(src, i, c) : 0.0;  // out of range rows read as zeros
+      },
+      0);
 
   Tile<float, 10, 24> dst;
   fill_random(dst, 10, 24);

@@ -50,15 +50,23 @@ void check_gemm(int64_t M, int64_t N, int64_t K, bool at, bool bt, bool acc, int
 }
 
 TEST(CpuIsaGemm, ShapesAcrossBlockEdges) {
-  for (auto [m, n, k] : {std::array<int64_t, 3>{1, 1, 1}, {7, 5, 3}, {14, 32, 64}, {6, 16, 17}, {15, 33, 257},
-                         {29, 70, 300}, {64, 64, 64}, {1, 300, 40}, {300, 1, 40}, {170, 40, 20}}) {
+  for (auto [m, n, k] : {std::array<int64_t, 3>{1, 1, 1},
+                         {7, 5, 3},
+                         {14, 32, 64},
+                         {6, 16, 17},
+                         {15, 33, 257},
+                         {29, 70, 300},
+                         {64, 64, 64},
+                         {1, 300, 40},
+                         {300, 1, 40},
+                         {170, 40, 20}}) {
     check_gemm(m, n, k, false, false, false);
   }
 }
 
 TEST(CpuIsaGemm, LargeBlocking) {
   check_gemm(200, 1100, 33, false, false, false);  // > MC rows, > NC columns
-  check_gemm(45, 50, 600, false, false, true);    // several KC blocks, accumulating
+  check_gemm(45, 50, 600, false, false, true);     // several KC blocks, accumulating
 }
 
 TEST(CpuIsaGemm, StridesAndAccumulate) {
@@ -88,7 +96,8 @@ TEST(CpuIsaGemm, GeneralStrides) {
     }
 }
 
-// ---- tile instructions -------------------------------------------------------------------------------------
+// ---- tile instructions
+// -------------------------------------------------------------------------------------
 template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2>
 double ref_dot(const Tile<T, R, C>& a, const Tile<U, R2, C2>& b, int i, int j, int k, double* mag) {
   double s = 0;
@@ -149,8 +158,9 @@ TEST(CpuIsaMatmul, RaggedTiles) {
 // Full blocks run in place on the tiles, ragged strips through gemm_f32: cover the mixes.
 template <int M, int K, int N>
 void check_tile_matmul(int vm, int vk, int vn, bool acc) {
-  SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + " valid " + std::to_string(vm) +
-               "x" + std::to_string(vk) + "x" + std::to_string(vn) + (acc ? " acc" : ""));
+  SCOPED_TRACE(std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N) + " valid " +
+               std::to_string(vm) + "x" + std::to_string(vk) + "x" + std::to_string(vn) +
+               (acc ? " acc" : ""));
   Tile<float, M, K> a;
   Tile<float, K, N> b;
   fill_random(a, vm, vk);
@@ -203,11 +213,14 @@ TEST(CpuIsaMatmul, SeedStyleAccumulationLoop) {
     TLOAD(b, gview(B.data() + k0 * 64, 64, 1, K - k0, 64));
     TMATMUL_ACC(c, a, b);
   }
-  expect_tile(c, 64, 64, [&](int i, int j) {
-    double s = 0;
-    for (int p = 0; p < K; ++p) s += double(A[i * K + p]) * B[p * 64 + j];
-    return s;
-  }, 2e-5, 1e-4);
+  expect_tile(
+      c, 64, 64,
+      [&](int i, int j) {
+        double s = 0;
+        for (int p = 0; p < K; ++p) s += double(A[i * K + p]) * B[p * 64 + j];
+        return s;
+      },
+      2e-5, 1e-4);
 }
 
 TEST(CpuIsaMatmul, DoubleAndIntegerTiles) {
@@ -218,11 +231,14 @@ TEST(CpuIsaMatmul, DoubleAndIntegerTiles) {
   Tile<double, 9, 7> d;
   poison(d);
   TMATMUL(d, a, b);
-  expect_tile(d, 9, 7, [&](int i, int j) {
-    double s = 0;
-    for (int p = 0; p < 11; ++p) s += at(a, i, p) * at(b, p, j);
-    return s;
-  }, 1e-14);
+  expect_tile(
+      d, 9, 7,
+      [&](int i, int j) {
+        double s = 0;
+        for (int p = 0; p < 11; ++p) s += at(a, i, p) * at(b, p, j);
+        return s;
+      },
+      1e-14);
   Tile<int32_t, 5, 6> ia;
   Tile<int32_t, 6, 4> ib;
   fill_random(ia, 5, 6, 0, 20);
@@ -230,11 +246,14 @@ TEST(CpuIsaMatmul, DoubleAndIntegerTiles) {
   Tile<int32_t, 5, 4> id;
   TEXPANDS(id, 1);
   TMATMUL_ACC(id, ia, ib);
-  expect_tile(id, 5, 4, [&](int i, int j) {
-    double s = 1;
-    for (int p = 0; p < 6; ++p) s += at(ia, i, p) * at(ib, p, j);
-    return s;
-  }, 0);
+  expect_tile(
+      id, 5, 4,
+      [&](int i, int j) {
+        double s = 1;
+        for (int p = 0; p < 6; ++p) s += at(ia, i, p) * at(ib, p, j);
+        return s;
+      },
+      0);
 }
 
 }  // namespace

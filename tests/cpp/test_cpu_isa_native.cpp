@@ -147,7 +147,8 @@ TEST(CpuIsaNative, HeadersPassUnderMarchNative) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string src = std::string(dir) + "/check.cpp", exe = std::string(dir) + "/check";
   std::ofstream(src) << kProgram;
-  std::string out = run_capture(cxx + " -std=c++17 -O3 -march=native -I" PYPTO_SOURCE_INCLUDE_DIR " " + src + " -o " + exe, &st);
+  std::string out = run_capture(
+      cxx + " -std=c++17 -O3 -march=native -I" PYPTO_SOURCE_INCLUDE_DIR " " + src + " -o " + exe, &st);
   ASSERT_EQ(st, 0) << "compile failed:\n" << out;
   out = run_capture(exe, &st);
   EXPECT_EQ(st, 0) << out;

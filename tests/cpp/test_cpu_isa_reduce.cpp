@@ -38,7 +38,8 @@ void check_row_reductions(int vr, int vc) {
   TROWSUM(d, s);
   ASSERT_EQ(d.vr, vr);
   ASSERT_EQ(d.vc, 1);
-  for (int r = 0; r < vr; ++r) EXPECT_NEAR(at(d, r, 0), ref_reduce(s, true, r, vc, 0), eps * (abs_sum(s, true, r, vc) + 1e-30)) << r;
+  for (int r = 0; r < vr; ++r)
+    EXPECT_NEAR(at(d, r, 0), ref_reduce(s, true, r, vc, 0), eps * (abs_sum(s, true, r, vc) + 1e-30)) << r;
   poison(d);
   TROWMAX(d, s);
   expect_tile(d, vr, 1, [&](int r, int) { return ref_reduce(s, true, r, vc, 1); }, 0);
@@ -57,7 +58,8 @@ void check_col_reductions(int vr, int vc) {
   TCOLSUM(d, s);
   ASSERT_EQ(d.vr, 1);
   ASSERT_EQ(d.vc, vc);
-  for (int c = 0; c < vc; ++c) EXPECT_NEAR(at(d, 0, c), ref_reduce(s, false, c, vr, 0), eps * (abs_sum(s, false, c, vr) + 1e-30));
+  for (int c = 0; c < vc; ++c)
+    EXPECT_NEAR(at(d, 0, c), ref_reduce(s, false, c, vr, 0), eps * (abs_sum(s, false, c, vr) + 1e-30));
   poison(d);
   TCOLMAX(d, s);
   expect_tile(d, 1, vc, [&](int, int c) { return ref_reduce(s, false, c, vr, 1); }, 0);

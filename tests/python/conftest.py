@@ -4,8 +4,15 @@ import os
 import sys
 
 import pytest
+from hypothesis import settings
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# Random programs, but the same ones on every run: CI must not fail by the luck of the draw.
+# (HYPOTHESIS_PROFILE=explore draws new examples when hunting for bugs.)
+settings.register_profile("ci", derandomize=True)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(params=["interp", "cpu"])

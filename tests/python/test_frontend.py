@@ -410,3 +410,73 @@ def test_torch_scalar_tensor_mix(backend):
     out = f(x, 0.5, 3)
     assert isinstance(out, torch.Tensor)
     assert_close(out.numpy(), x.double().sum(1).numpy() * 0.5)
+
+
+import types  # noqa: E402
+
+weights_mod = types.ModuleType("weights_mod")
+weights_mod.W = rand(3, 3)
+weights_mod.SCALE = 2.0
+
+
+def uses_module(x):
+    return (x @ weights_mod.W) * weights_mod.SCALE
+
+
+def test_module_attribute_arrays_are_reread(backend):
+    x = rand(2, 3)
+    f = jit(uses_module, backend)
+    assert_close(f(x), (x.astype(np.float64) @ weights_mod.W) * 2.0)
+    old = weights_mod.W
+    weights_mod.W = rand(3, 3)
+    try:
+        assert_close(f(x), (x.astype(np.float64) @ weights_mod.W) * 2.0)
+    finally:
+        weights_mod.W = old
+
+
+def test_interpret_env_selects_backend(monkeypatch):
+    monkeypatch.setenv("PYPTO_INTERPRET", "1")
+    f = pypto.jit(uses_module)
+    assert f._backend == "interp"
+    monkeypatch.delenv("PYPTO_INTERPRET")
+    assert pypto.jit(uses_module)._backend == "cpu"
+
+
+def test_jit_method_lower_and_inline(backend):
+    m = Model()
+    x = rand(2, 4)
+    assert "TMATMUL" in m.apply.lower(x).as_text("tensor")
+
+    def outer(x):
+        return m.apply(x) + 1.0
+
+    assert_close(jit(outer, backend)(x), x.astype(np.float64) @ m.w + 1.0)
+
+
+class Stack:
+    def __init__(self, n):
+        self.ws = [rand(4, 4) * 0.5 for _ in range(n)]
+        self.run = pypto.jit(self._run)
+
+    def _run(self, x):
+        for w in self.ws:
+            x = x @ w
+        return x
+
+
+def test_container_length_is_guarded():
+    s = Stack(2)
+    x = rand(3, 4)
+
+    def ref():
+        r = x.astype(np.float64)
+        for w in s.ws:
+            r = r @ w
+        return r
+
+    assert_close(s.run(x), ref())
+    s.ws.append(rand(4, 4))
+    assert_close(s.run(x), ref())
+    s.ws[0] = rand(4, 4)
+    assert_close(s.run(x), ref())

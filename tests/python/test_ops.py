@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import pypto
-from pypto_testutil import assert_close, f64, jit, poisoned, rand
+from pypto_testutil import assert_close, f64, jit, rand
 
 M, N = 33, 70
 

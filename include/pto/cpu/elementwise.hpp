@@ -126,12 +126,10 @@ struct fold_tile<Base, Tile<T, R, C>> {
   using type = promote_t<Base, T>;
 };
 template <class... X>
-inline constexpr bool any_float_scalar_v =
-    ((std::is_floating_point_v<X> && !is_tile_v<X>) || ...);
+inline constexpr bool any_float_scalar_v = ((std::is_floating_point_v<X> && !is_tile_v<X>) || ...);
 
 template <class CT0, class... X>
-using with_scalars_t =
-    std::conditional_t<std::is_integral_v<CT0> && any_float_scalar_v<X...>, double, CT0>;
+using with_scalars_t = std::conditional_t<std::is_integral_v<CT0> && any_float_scalar_v<X...>, double, CT0>;
 
 template <class Base, class... X>
 struct fold_tiles {
@@ -157,12 +155,12 @@ PTO_INLINE T via_float(T x, F f) {
     return static_cast<T>(f(static_cast<double>(x)));
 }
 
-#define PTO_UNARY_MATH(Name, fn)                                          \
-  struct Name {                                                           \
-    template <class T>                                                    \
-    PTO_INLINE T operator()(T x) const {                                  \
+#define PTO_UNARY_MATH(Name, fn)                                                     \
+  struct Name {                                                                      \
+    template <class T>                                                               \
+    PTO_INLINE T operator()(T x) const {                                             \
       return via_float(x, [](auto v) __attribute__((always_inline)) { return fn; }); \
-    }                                                                     \
+    }                                                                                \
   };
 PTO_UNARY_MATH(OpExp, math::exp(v))
 PTO_UNARY_MATH(OpLog, math::log(v))
@@ -272,12 +270,12 @@ struct OpOr {
     return T((a != T(0)) | (b != T(0)));
   }
 };
-#define PTO_CMP_OP(Name, expr)                    \
-  struct Name {                                   \
-    template <class T>                            \
-    PTO_INLINE bool operator()(T a, T b) const {  \
-      return expr;                                \
-    }                                             \
+#define PTO_CMP_OP(Name, expr)                   \
+  struct Name {                                  \
+    template <class T>                           \
+    PTO_INLINE bool operator()(T a, T b) const { \
+      return expr;                               \
+    }                                            \
   };
 PTO_CMP_OP(OpLt, a < b)
 PTO_CMP_OP(OpLe, a <= b)
@@ -392,10 +390,10 @@ inline void TCI(Tile<D, R, C>& dst, S start) {
 }
 
 // ---- unary ---------------------------------------------------------------------------------------
-#define PTO_DEFINE_UNARY(NAME, OP)                                          \
-  template <class D, int R, int C, class S, int R2, int C2>                 \
-  inline void NAME(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {        \
-    detail::unary(dst, src, detail::OP{});                                  \
+#define PTO_DEFINE_UNARY(NAME, OP)                                   \
+  template <class D, int R, int C, class S, int R2, int C2>          \
+  inline void NAME(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) { \
+    detail::unary(dst, src, detail::OP{});                           \
   }
 PTO_DEFINE_UNARY(TMOV, OpMov)
 PTO_DEFINE_UNARY(TCVT, OpMov)
@@ -431,10 +429,10 @@ inline void TRSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
 }
 
 // ---- binary / compare ----------------------------------------------------------------------------
-#define PTO_DEFINE_BINARY(NAME, OP, DRIVER)                        \
-  template <class D, int R, int C, class A, class B>               \
-  inline void NAME(Tile<D, R, C>& dst, const A& a, const B& b) {   \
-    detail::DRIVER(dst, a, b, detail::OP{});                       \
+#define PTO_DEFINE_BINARY(NAME, OP, DRIVER)                      \
+  template <class D, int R, int C, class A, class B>             \
+  inline void NAME(Tile<D, R, C>& dst, const A& a, const B& b) { \
+    detail::DRIVER(dst, a, b, detail::OP{});                     \
   }
 PTO_DEFINE_BINARY(TADD, OpAdd, binary)
 PTO_DEFINE_BINARY(TSUB, OpSub, binary)

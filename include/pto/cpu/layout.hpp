@@ -41,8 +41,7 @@ inline void TEXTRACT(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t r0,
     rows = detail::clamp0(src.vr - r0, RD);
     cols = detail::clamp0(src.vc - c0, CD);
   }
-  if (rows > 0 && cols > 0)
-    detail::copy_2d(dst.data, CD, 1, src.data + r0 * C + c0, C, 1, rows, cols);
+  if (rows > 0 && cols > 0) detail::copy_2d(dst.data, CD, 1, src.data + r0 * C + c0, C, 1, rows, cols);
   dst.vr = int(rows);
   dst.vc = int(cols);
 }
@@ -52,8 +51,7 @@ template <class D, int RD, int CD, class T, int R, int C>
 inline void TINSERT(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t r0, int64_t c0) {
   if (r0 < 0 || c0 < 0) return;
   const int64_t rows = detail::clamp0(RD - r0, src.vr), cols = detail::clamp0(CD - c0, src.vc);
-  if (rows > 0 && cols > 0)
-    detail::copy_2d(dst.data + r0 * CD + c0, CD, 1, src.data, C, 1, rows, cols);
+  if (rows > 0 && cols > 0) detail::copy_2d(dst.data + r0 * CD + c0, CD, 1, src.data, C, 1, rows, cols);
 }
 
 // dst = src on src.valid, value elsewhere; dst.valid = RD x CD. Works in place.

@@ -69,8 +69,8 @@ PTO_INLINE float log(float x) {
   float R = z * (6.66667761e-01f + z * (3.99775702e-01f + z * 2.98710488e-01f));
   float hfsq = 0.5f * f * f;
   float r = fk * 0.693115234375f + (f - (hfsq - (s * (hfsq + R) + fk * 3.19461833e-05f)));
-  r = sel(ix0 == 0x7f800000u, x, r);                        // +inf
-  r = sel(ix0 > 0x7f800000u, __builtin_nanf(""), r);        // NaN, negative numbers
+  r = sel(ix0 == 0x7f800000u, x, r);                       // +inf
+  r = sel(ix0 > 0x7f800000u, __builtin_nanf(""), r);       // NaN, negative numbers
   return sel((ix0 << 1) == 0, -__builtin_huge_valf(), r);  // +-0
 }
 PTO_INLINE double log(double x) { return __builtin_log(x); }
@@ -109,13 +109,12 @@ PTO_INLINE float erf_small(float x) {
   return x * p;
 }
 
-// erfc(a) for 1 <= a (meaningful up to ~10.1, where it underflows):
-// erfc(a) = exp(-a^2) exp(Q(t)) t with t = 1/(a+2), Q degree 7 (abs. error 3e-8 in the
-// exponent). a^2 is split as ah^2 + d with ah^2 exact, so the tail keeps its relative accuracy.
-PTO_INLINE float erfc_big(float a) {
+// erfc(a) for 1 <= a (meaningful up to ~10.1, where it underflows), given a2 = a^2 exactly:
+// erfc(a) = exp(Q(t) - a^2) t with t = 1/(a+2), Q degree 7 (abs. error 3e-8 in the exponent).
+// The exponent is formed in double and split into float hi + lo: exp(hi) (1 + lo). A float a^2
+// would lose the tail's relative accuracy (exp(-a^2) amplifies an error in a^2 by a^2, ~100).
+PTO_INLINE float erfc_core(float a, double a2) {
   a = sel(a < 10.5f, a, 10.5f);  // beyond the fit range erfc is 0 in float anyway (also NaN/inf)
-  float ah = bit_cast<float>(bit_cast<uint32_t>(a) & 0xfffff000u);
-  float d = (a - ah) * (a + ah);
   float t = 1.0f / (a + 2.0f);
   float q = -1.87519999e+01f;
   q = q * t + 4.20687874e+01f;
@@ -125,8 +124,11 @@ PTO_INLINE float erfc_big(float a) {
   q = q * t + 1.59361676e+00f;
   q = q * t + 1.99540224e+00f;
   q = q * t - 5.72270631e-01f;
-  return exp(-ah * ah) * exp(q - d) * t;
+  const double v = double(q) - (a2 < 110.25 ? a2 : 110.25);
+  const float hi = float(v), lo = float(v - double(hi));
+  return exp(hi) * (1.0f + lo) * t;
 }
+PTO_INLINE float erfc_big(float a) { return erfc_core(a, double(a) * double(a)); }
 
 PTO_INLINE float erf(float x) {
   float a = fabs(x);
@@ -136,26 +138,32 @@ PTO_INLINE float erf(float x) {
 }
 PTO_INLINE double erf(double x) { return __builtin_erf(x); }
 
-// 1 + erf(y) without cancellation for negative y (used by GELU).
-PTO_INLINE float one_plus_erf(float y) {
-  float a = fabs(y);
-  float c = erfc_big(a);
-  float big = sel(y < 0.0f, c, 2.0f - c);
-  return sel(a < 1.0f, 1.0f + erf_small(y), big);
-}
-
 // ---- activations -------------------------------------------------------------------------------
-// GELU(x) = x/2 (1 + erf(x/sqrt2)).
+// The GELUs' negative tails are exp(-(square or cubic of x)): that exponent is formed in double
+// (where x^2 is exact) and split into float hi + lo, so the tail keeps a float's relative accuracy
+// instead of amplifying the exponent's rounding by its size (up to ~100).
+//
+// GELU(x) = x/2 (1 + erf(x/sqrt2)); 1 + erf(y) = erfc(-y) for negative y without cancellation.
 PTO_INLINE float gelu(float x) {
-  float r = 0.5f * x * one_plus_erf(x * 0.707106781f);
+  float xc = sel(x < 16.0f, x, 16.0f);  // beyond +-16 the erf factor is exactly 0 or 2 in float
+  xc = sel(xc > -16.0f, xc, -16.0f);
+  const float y = xc * 0.707106781f, a = fabs(y);
+  const float c = erfc_core(a, 0.5 * double(xc) * double(xc));  // y^2, exact
+  const float big = sel(y < 0.0f, c, 2.0f - c);
+  const float r = 0.5f * x * sel(a < 1.0f, 1.0f + erf_small(y), big);
   return sel(x < -15.0f, -0.0f, r);  // limit at -inf (also avoids -inf * 0)
 }
 PTO_INLINE double gelu(double x) { return 0.5 * x * __builtin_erfc(-x * 0.70710678118654752440); }
 
 // GELU, tanh form: x/2 (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
 PTO_INLINE float gelu_tanh(float x) {
-  float u2 = x * (1.59576912f + 0.0713548162f * x * x);
-  float r = x / (1.0f + exp(-u2));
+  float xc = sel(x < 20.0f, x, 20.0f);  // beyond +-20 the sigmoid is exactly 0 or 1 in float
+  xc = sel(xc > -20.0f, xc, -20.0f);
+  const double xd = xc;
+  const double u2 = xd * (1.5957691216057308 + 0.071354816272821120 * xd * xd);
+  const float hi = float(u2), lo = float(u2 - double(hi));
+  // exp(-(hi + lo)) = exp(-hi) (1 - lo) to within lo^2 (|lo| < 1e-5).
+  const float r = x / (1.0f + exp(-hi) * (1.0f - lo));
   return sel(x < -20.0f, -0.0f, r);
 }
 PTO_INLINE double gelu_tanh(double x) {
@@ -173,7 +181,7 @@ PTO_INLINE double silu(double x) { return x / (1.0 + __builtin_exp(-x)); }
 // floor through an int32 round trip (vectorises without -fno-trapping-math, unlike floorf).
 PTO_INLINE float floor(float x) {
   const bool small = (bit_cast<uint32_t>(x) & 0x7fffffffu) < 0x4b000000u;  // |x| < 2^23
-  const float xc = sel(small, x, 0.0f);  // keeps the conversion in range
+  const float xc = sel(small, x, 0.0f);                                    // keeps the conversion in range
   int32_t i = int32_t(xc);
   i -= int32_t(float(i) > xc);  // truncation went up for negative non-integers
   // Larger |x| (and inf/NaN) is integral already; copysign keeps floor(-0.0) == -0.0.

@@ -56,10 +56,14 @@ constexpr int64_t KC = PTO_GEMM_KC;
 constexpr int64_t MC = (PTO_GEMM_MC / MR) * MR;
 constexpr int64_t NC = (PTO_GEMM_NC / NR) * NR;
 
-typedef float vf __attribute__((vector_size(kW * 4)));                      // aligned loads
+typedef float vf __attribute__((vector_size(kW * 4)));                          // aligned loads
 typedef float vfu __attribute__((vector_size(kW * 4), aligned(4), may_alias));  // unaligned C
 
-// Per-thread packing buffers, grown on demand and kept for the next call.
+// Per-thread packing buffers, grown on demand and kept for the next call. Kernels are built with
+// -fvisibility=hidden, which would give every loaded kernel library its own copy per thread; the
+// accessor is exported instead, so the dynamic linker unifies the thread-local object (a
+// GNU-unique symbol) across all kernels of a process. The inline namespace versions its layout.
+inline namespace abi_v1 {
 struct PackBuffers {
   float* a = nullptr;
   float* b = nullptr;
@@ -77,14 +81,18 @@ struct PackBuffers {
     return p;
   }
 };
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((visibility("default")))
+#endif
 inline PackBuffers& pack_buffers() {
   static thread_local PackBuffers buf;
   return buf;
 }
+}  // namespace abi_v1
 
 // Ap[panel][p][i] = A(i0+panel*MR+i, p0+p), rows past mc zero. Writes run contiguously (the
-// MR row reads of each p hit MR streams, which the prefetchers follow); 3x faster than
-// reading rows contiguously and scattering the writes.
+// MR row reads of each p hit MR streams, which the prefetchers follow): 3x faster than reading
+// rows contiguously and scattering the writes.
 inline void pack_a(int64_t mc, int64_t kc, const float* A, int64_t rs, int64_t cs, float* Ap) {
   for (int64_t i0 = 0; i0 < mc; i0 += MR) {
     const int64_t m = detail::imin(MR, mc - i0);
@@ -95,10 +103,9 @@ inline void pack_a(int64_t mc, int64_t kc, const float* A, int64_t rs, int64_t c
 #pragma GCC unroll 32
         for (int i = 0; i < MR; ++i) dst[p * MR + i] = src[i * rs + p * cs];
     } else {
-      for (int64_t p = 0; p < kc; ++p) {
-        for (int64_t i = 0; i < m; ++i) dst[p * MR + i] = src[i * rs + p * cs];
-        for (int64_t i = m; i < MR; ++i) dst[p * MR + i] = 0.0f;
-      }
+      for (int64_t p = 0; p < kc; ++p)
+#pragma GCC unroll 32
+        for (int i = 0; i < MR; ++i) dst[p * MR + i] = i < m ? src[i * rs + p * cs] : 0.0f;
     }
   }
 }
@@ -108,25 +115,15 @@ inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t c
   for (int64_t j0 = 0; j0 < nc; j0 += NR) {
     const int64_t n = detail::imin(NR, nc - j0);
     float* dst = Bp + j0 * kc;
+    const float* src = B + j0 * cs;
     if (cs == 1 && n == NR) {
-      for (int64_t p = 0; p < kc; ++p) {
-        const float* src = B + p * rs + j0;
-        for (int j = 0; j < NR; ++j) dst[p * NR + j] = src[j];
-      }
-    } else if (rs == 1) {
-      // Transposed B: read down each column contiguously.
-      for (int64_t j = 0; j < n; ++j) {
-        const float* src = B + (j0 + j) * cs;
-        for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = src[p];
-      }
-      for (int64_t p = 0; p < kc; ++p)
-        for (int64_t j = n; j < NR; ++j) dst[p * NR + j] = 0.0f;
+      for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * NR, src + p * rs, NR * sizeof(float));
     } else {
-      for (int64_t p = 0; p < kc; ++p) {
-        const float* src = B + p * rs + j0 * cs;
-        for (int64_t j = 0; j < n; ++j) dst[p * NR + j] = src[j * cs];
-        for (int64_t j = n; j < NR; ++j) dst[p * NR + j] = 0.0f;
-      }
+      // Edges and strided B (a transposed B reads down its columns, one cache line per column,
+      // and the next p reuses those lines).
+      for (int64_t p = 0; p < kc; ++p)
+#pragma GCC unroll 64
+        for (int j = 0; j < NR; ++j) dst[p * NR + j] = j < n ? src[p * rs + j * cs] : 0.0f;
     }
   }
 }
@@ -182,7 +179,8 @@ PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const floa
 #pragma GCC unroll 8
       for (int v = 0; v < NV_; ++v) __builtin_memcpy(tmp + i * N_ + v * kW, &r[i][v], sizeof(vf));
     for (int64_t i = 0; i < mr; ++i)
-      for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = acc ? c[i * ldc + j] + tmp[i * N_ + j] : tmp[i * N_ + j];
+      for (int64_t j = 0; j < nr; ++j)
+        c[i * ldc + j] = acc ? c[i * ldc + j] + tmp[i * N_ + j] : tmp[i * N_ + j];
   }
 }
 
@@ -230,8 +228,8 @@ inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
           const int64_t nr = nc - jr < NR ? nc - jr : NR;
           for (int64_t ir = 0; ir < mc; ir += MR) {
             const int64_t mr = mc - ir < MR ? mc - ir : MR;
-            micro_kernel<MR, NV, 1, MR, NR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr, ldc, acc,
-                                            mr, nr);
+            micro_kernel<MR, NV, 1, MR, NR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
+                                            ldc, acc, mr, nr);
           }
         }
 #else
@@ -239,8 +237,8 @@ inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
           const int64_t mr = mc - ir < MR ? mc - ir : MR;
           for (int64_t jr = 0; jr < nc; jr += NR) {
             const int64_t nr = nc - jr < NR ? nc - jr : NR;
-            micro_kernel<MR, NV, 1, MR, NR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr, ldc, acc,
-                                            mr, nr);
+            micro_kernel<MR, NV, 1, MR, NR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
+                                            ldc, acc, mr, nr);
           }
         }
 #endif
@@ -250,53 +248,54 @@ inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
 }
 
 namespace detail {
-// Non-f32 matmuls (f64, integer): a plain i-p-j loop nest (the j loop vectorises).
-template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2>
-inline void matmul_generic(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Tile<U, R2, C2>& b, int64_t m,
-                           int64_t n, int64_t k, bool acc) {
-  using CT = promote_t<D, T, U>;
+// d[i,j] (+)= sum_p a[i,p] b[p,j] over rows [i0, i1) and columns [j0, j1): a plain i-p-j nest whose
+// j loop vectorises. Serves non-f32 tiles and the ragged strips of f32 tiles (cheap to compile,
+// unlike a second packed-gemm instantiation).
+template <class CT, int CD, int C, int C2, class D, class T, class U>
+inline void matmul_loops(D* d, const T* a, const U* b, int64_t i0, int64_t i1, int64_t j0, int64_t j1,
+                         int64_t k, bool acc) {
   CT row[CD];
-  for (int64_t i = 0; i < m; ++i) {
-    D* d = dst.data + i * CD;
-    for (int64_t j = 0; j < n; ++j) row[j] = acc ? convert<CT>(d[j]) : CT(0);
+  for (int64_t i = i0; i < i1; ++i) {
+    D* di = d + i * CD;
+    for (int64_t j = j0; j < j1; ++j) row[j] = acc ? convert<CT>(di[j]) : CT(0);
     for (int64_t p = 0; p < k; ++p) {
-      const CT aip = convert<CT>(a.data[i * C + p]);
-      const U* bp = b.data + p * C2;
-      for (int64_t j = 0; j < n; ++j) row[j] += aip * convert<CT>(bp[j]);
+      const CT aip = convert<CT>(a[i * C + p]);
+      const U* bp = b + p * C2;
+      for (int64_t j = j0; j < j1; ++j) row[j] += aip * convert<CT>(bp[j]);
     }
-    for (int64_t j = 0; j < n; ++j) d[j] = convert<D>(row[j]);
+    for (int64_t j = j0; j < j1; ++j) di[j] = convert<D>(row[j]);
   }
 }
 
 // f32 tiles: full MR' x NR' blocks run the micro-kernel on the tiles in place (both are small and
-// cache-resident, so packing would only cost); the ragged right and bottom strips go through
-// gemm_f32, which packs them with zero padding.
+// cache-resident, so packing would only cost); the ragged right and bottom strips use the loops.
 template <int R, int CD, int C, int C2>
-inline void matmul_tiles_f32(float* d, const float* a, const float* b, int64_t m, int64_t n, int64_t k, bool acc) {
+inline void matmul_tiles_f32(float* d, const float* a, const float* b, int64_t m, int64_t n, int64_t k,
+                             bool acc) {
   using namespace gemm;
-  if (m <= 0 || n <= 0) return;
   constexpr int TMR = tile_mr(R);
-  constexpr int TNV = C2 >= NR ? NV : (C2 >= kW ? C2 / kW : 0);
-  const int64_t m_full = TNV > 0 && k > 0 ? m / TMR * TMR : 0;
+  constexpr int TNV = C2 >= NR ? NV : C2 / kW;
   constexpr int TNR = (TNV > 0 ? TNV : 1) * kW;
-  const int64_t n_full = TNV > 0 && k > 0 ? n / TNR * TNR : 0;
+  const int64_t m_full = TNV > 0 ? m / TMR * TMR : 0;
+  const int64_t n_full = TNV > 0 ? n / TNR * TNR : 0;
   if constexpr (TNV > 0) {
     for (int64_t i = 0; i < m_full; i += TMR)
       for (int64_t j = 0; j < n_full; j += TNR)
         micro_kernel<TMR, TNV, C, 1, C2>(k, a + i * C, b + j, d + i * CD + j, CD, acc, TMR, TNR);
   }
-  if (n_full < n) gemm_f32(m_full, n - n_full, k, a, C, 1, b + n_full, C2, 1, d + n_full, CD, acc);
-  if (m_full < m) gemm_f32(m - m_full, n, k, a + m_full * C, C, 1, b, C2, 1, d + m_full * CD, CD, acc);
+  if (n_full < n) matmul_loops<float, CD, C, C2>(d, a, b, 0, m_full, n_full, n, k, acc);
+  if (m_full < m) matmul_loops<float, CD, C, C2>(d, a, b, m_full, m, 0, n, k, acc);
 }
 
 template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2>
 inline void matmul_tiles(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Tile<U, R2, C2>& b, int64_t m,
                          int64_t n, bool acc) {
   const int64_t k = imax(0, imin(a.vc, b.vr));
+  if (m <= 0 || n <= 0) return;
   if constexpr (std::is_same_v<D, float> && std::is_same_v<T, float> && std::is_same_v<U, float>)
     matmul_tiles_f32<R, CD, C, C2>(dst.data, a.data, b.data, m, n, k, acc);
   else
-    matmul_generic(dst, a, b, m, n, k, acc);
+    matmul_loops<promote_t<D, T, U>, CD, C, C2>(dst.data, a.data, b.data, 0, m, 0, n, k, acc);
 }
 }  // namespace detail
 

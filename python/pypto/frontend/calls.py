@@ -9,7 +9,7 @@ import numbers
 
 from .. import _C
 from .errors import NeedsConcrete, PyptoError
-from .values import TensorValue, is_expr, is_symbolic
+from .values import TensorValue, is_expr
 from .expressions import concrete, first_symbolic, truth
 from . import tensor_ops as T
 
@@ -94,6 +94,7 @@ def b_len(ev, args, kwargs):
         return len(x)
     if is_expr(x):
         raise PyptoError("len() of a run-time scalar")
+    ev.tr.guard_len(x)
     return len(x)
 
 

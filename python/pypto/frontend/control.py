@@ -16,7 +16,7 @@ import ast
 
 from .. import _C
 from .errors import NeedsConcrete, PyptoError, Restart
-from .expressions import LoopLocal, concrete, truth
+from .expressions import LoopLocal, truth
 from .values import TensorValue, is_expr
 from . import tensor_ops as T
 
@@ -114,6 +114,8 @@ class ControlFlow:
 
     def python_loop(self, node, iterable, bind=None):
         path = self.tr.path_of(iterable) if isinstance(iterable, (list, tuple)) else None
+        if path is not None:
+            self.tr.guard_len(iterable)
         self.loop_kinds.append("py")
         try:
             for idx, item in enumerate(iterable):
@@ -359,4 +361,4 @@ def _target_names(t):
     return []
 
 
-__all__ = ["ControlFlow", "Break", "Continue", "UNROLL_LIMIT", "concrete"]
+__all__ = ["ControlFlow", "Break", "Continue", "UNROLL_LIMIT"]

@@ -132,6 +132,11 @@ class ExpressionEvaluator:
         if name in g:
             v = g[name]
             if _is_module(v):
+                # Arrays reached through a module (mod.W) are re-read from it at every call; its
+                # Python constants are taken as fixed (no guards).
+                if id(v) not in tr.paths:
+                    tr.paths[id(v)] = (v, Path(("const", v), (), True))
+                    tr._keep.append(v)
                 return v
             return tr.from_python(v, Path(("global", g, name)))
         b = self.builtins
@@ -160,8 +165,6 @@ class ExpressionEvaluator:
         except AttributeError as e:
             raise PyptoError(str(e)) from None
         p = self.tr.path_of(base)
-        if _is_module(base):
-            return self.tr.from_python(v, None) if not _is_module(v) else v
         return self.tr.from_python(v, p.child(("attr", attr), v) if p is not None else None)
 
     def e_Subscript(self, node):

@@ -83,6 +83,17 @@ def static_int(v, what):
     raise PyptoError(f"{what} must be an integer, got {_describe(v)}")
 
 
+def static_float(v, what):
+    """A compile-time number (eps, ...)."""
+    if is_expr(v):
+        if v.is_const:
+            return float(v.value)
+        raise NeedsConcrete(v, f"{what} must be known at compile time")
+    if isinstance(v, TensorValue):
+        raise PyptoError(f"{what} must be a number, got a tensor")
+    return float(v)
+
+
 def static_shape(shape, what="shape"):
     if isinstance(shape, (int, np.integer, Expr)) and not isinstance(shape, bool):
         shape = (shape,)
@@ -251,7 +262,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     nd = _normalized_dims(v, normalized_shape, "layer_norm")
     w = tensor_of(tr, weight, "weight") if weight is not None else None
     bb = tensor_of(tr, bias, "bias") if bias is not None else None
-    return wrap(tr, tr.b.layer_norm(v, nd, w, bb, float(eps)))
+    return wrap(tr, tr.b.layer_norm(v, nd, w, bb, static_float(eps, 'eps')))
 
 
 def rms_norm(x, normalized_shape, weight=None, eps=1e-6):
@@ -259,7 +270,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=1e-6):
     v = tensor_of(tr, x)
     nd = _normalized_dims(v, normalized_shape, "rms_norm")
     w = tensor_of(tr, weight, "weight") if weight is not None else None
-    return wrap(tr, tr.b.rms_norm(v, nd, w, float(eps)))
+    return wrap(tr, tr.b.rms_norm(v, nd, w, static_float(eps, 'eps')))
 
 
 def concat(xs, dim=0):

@@ -82,6 +82,8 @@ class Path:
             prev = fn
             if kind_ == "attr":
                 fn = (lambda p, k: lambda args: getattr(p(args), k))(prev, k)
+            elif kind_ == "len":
+                fn = (lambda p: lambda args: len(p(args)))(prev)
             else:
                 fn = (lambda p, k: lambda args: p(args)[k])(prev, k)
         return fn
@@ -173,6 +175,17 @@ class Tracer:
             self.paths[id(value)] = (value, path)
             self._keep.append(value)
         return value
+
+    def guard_len(self, container):
+        """The trace depends on the length of a container reached through a path (iterating over
+        it, len()): a different length at a later call means a new trace."""
+        p = self.path_of(container)
+        if p is not None and not p.via_module and not (p.root[0] == "arg" and not p.steps):
+            try:
+                n = len(container)
+            except TypeError:
+                return
+            self.guards.append((p.child(("len", None)), n))
 
     def path_of(self, obj):
         e = self.paths.get(id(obj))

@@ -15,6 +15,8 @@ from .errors import PyptoError
 
 Expr = _C.Expr
 Opcode = _C.Opcode
+# NumPy scalars mixed with run-time scalars (np.float32(2) * i) defer to Expr's own operators.
+Expr.__array_ufunc__ = None
 
 
 def is_expr(x):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ast
 import importlib
 
-from .. import _C
 from .control import ControlFlow, Break, Continue
 from .errors import KernelSourceError, NeedsConcrete, PyptoError, Restart
 from .expressions import BUILTINS, ExpressionEvaluator, LoopLocal, concrete
@@ -274,29 +273,37 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
     def inplace(self, dst, opt, value_node):
         """dst op= value on a tensor: in place (`+=` of a matmul accumulates: TMATMUL_ACC)."""
         if opt is ast.Add:
-            mm = self.matmul_operands(value_node)
+            mm, value = self.matmul_or_value(value_node)
             if mm is not None:
                 T.matmul_acc(dst, *mm)
                 return
+        else:
+            value = self.eval(value_node)
         op = _INPLACE.get(opt)
         if op is None:
             raise PyptoError(f"in-place operator {opt.__name__} is not supported on tensors")
-        T.update(op, dst, self.eval(value_node))
+        T.update(op, dst, value)
 
-    def matmul_operands(self, node):
+    def matmul_or_value(self, node):
+        """((a, b), None) when `node` multiplies two tensors of rank >= 2 (then `+=` accumulates
+        in place), else (None, the evaluated value). Operands are evaluated once either way."""
+        def ok(a, b):
+            return isinstance(a, TensorValue) and isinstance(b, TensorValue) and a.ndim >= 2 and b.ndim >= 2
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
             a, b = self.eval(node.left), self.eval(node.right)
-            if isinstance(a, TensorValue) and isinstance(b, TensorValue) and a.ndim >= 2 and b.ndim >= 2:
-                return a, b
-            return None if not (isinstance(a, TensorValue) and isinstance(b, TensorValue)) else None
-        if isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords:
+            if ok(a, b):
+                return (a, b), None
+            return None, self.binop(ast.MatMult, a, b)
+        if isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords \
+                and not any(isinstance(x, ast.Starred) for x in node.args):
             from .. import ops
             f = self.eval(node.func)
-            if f is ops.matmul:
-                a, b = self.eval(node.args[0]), self.eval(node.args[1])
-                if isinstance(a, TensorValue) and isinstance(b, TensorValue) and a.ndim >= 2 and b.ndim >= 2:
-                    return a, b
-        return None
+            a, b = self.eval(node.args[0]), self.eval(node.args[1])
+            if f is ops.matmul and ok(a, b):
+                return (a, b), None
+            self.cur_node = node
+            return None, self.call(f, [a, b], {})
+        return None, self.eval(node)
 
     # --- inlining of other kernels ---------------------------------------------------------------
     def inline_kernel(self, jf, args, kwargs):
@@ -320,4 +327,4 @@ for _cls in (FunctionWalker, ControlFlow):
         if _name.startswith("s_"):
             _STMT_HANDLERS[getattr(ast, _name[2:])] = getattr(FunctionWalker, _name)
 
-__all__ = ["FunctionWalker", "ReturnSignal", "LoopLocal", "_C"]
+__all__ = ["FunctionWalker", "ReturnSignal", "LoopLocal"]

@@ -1,0 +1,88 @@
+"""Random op chains over random (ragged) shapes, traced from one kernel whose op list is a
+compile-time argument: the interpreter and the CPU backend against NumPy float64."""
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import pypto
+from pypto_testutil import rel_err
+
+OPS = ("add", "mul", "sub", "maximum", "tanh", "relu", "sigmoid", "exp_small", "rowsum", "softmax",
+       "scale", "square")
+
+
+def chain(x, y, ops):
+    z = x
+    for op in ops:
+        if op == "add":
+            z = z + y
+        elif op == "mul":
+            z = z * y
+        elif op == "sub":
+            z = y - z
+        elif op == "maximum":
+            z = pypto.maximum(z, y)
+        elif op == "tanh":
+            z = pypto.tanh(z)
+        elif op == "relu":
+            z = pypto.relu(z)
+        elif op == "sigmoid":
+            z = pypto.sigmoid(z)
+        elif op == "exp_small":
+            z = pypto.exp(pypto.tanh(z))
+        elif op == "rowsum":
+            z = z.sum(-1, keepdim=True) + y
+        elif op == "softmax":
+            z = pypto.softmax(z, dim=-1)
+        elif op == "scale":
+            z = z * 0.5 + 1.0
+        elif op == "square":
+            z = z * z
+    return z
+
+
+def reference(x, y, ops):
+    z = x
+    for op in ops:
+        if op == "add":
+            z = z + y
+        elif op == "mul":
+            z = z * y
+        elif op == "sub":
+            z = y - z
+        elif op == "maximum":
+            z = np.maximum(z, y)
+        elif op == "tanh":
+            z = np.tanh(z)
+        elif op == "relu":
+            z = np.maximum(z, 0)
+        elif op == "sigmoid":
+            z = 1 / (1 + np.exp(-z))
+        elif op == "exp_small":
+            z = np.exp(np.tanh(z))
+        elif op == "rowsum":
+            z = z.sum(-1, keepdims=True) + y
+        elif op == "softmax":
+            e = np.exp(z - z.max(-1, keepdims=True))
+            z = e / e.sum(-1, keepdims=True)
+        elif op == "scale":
+            z = z * 0.5 + 1.0
+        elif op == "square":
+            z = z * z
+    return z
+
+
+_kernels = {b: pypto.jit(chain, backend=b) for b in ("interp", "cpu")}
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=st.integers(1, 40), cols=st.integers(1, 70), ops=st.lists(st.sampled_from(OPS), min_size=1, max_size=4),
+       seed=st.integers(0, 2**16))
+def test_random_chains(rows, cols, ops, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    y = rng.uniform(0.5, 1.5, (rows, cols)).astype(np.float32)
+    ref = reference(x.astype(np.float64), y.astype(np.float64), ops)
+    for backend, k in _kernels.items():
+        out = k(x, y, tuple(ops))
+        assert rel_err(out, ref) < 1e-4, (backend, ops, rows, cols)

@@ -70,6 +70,23 @@ def rms_norm(x, w):
     return pypto.rms_norm(x, x.shape[-1], w, 1e-6)
 
 
+# The same row-wise ops with fusion asked for: their decomposition (max, sub, exp, sum, div...)
+# becomes one pass over each row block instead of one pass over memory per step.
+@pypto.jit(fusion=True)
+def softmax_fused(x):
+    return pypto.softmax(x, -1)
+
+
+@pypto.jit(fusion=True)
+def layer_norm_fused(x, w, b):
+    return pypto.layer_norm(x, x.shape[-1], w, b, 1e-5)
+
+
+@pypto.jit(fusion=True)
+def rms_norm_fused(x, w):
+    return pypto.rms_norm(x, x.shape[-1], w, 1e-6)
+
+
 @pypto.jit
 def conv2d(x, w):
     return pypto.conv2d(x, w, padding=1)

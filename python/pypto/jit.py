@@ -78,9 +78,12 @@ def arg_key(a):
     return _static_key(a)
 
 
-def _options(fusion, tiles, parallel, double_buffer):
-    o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer)}
-    if isinstance(fusion, (list, tuple)):
+def _options(fusion, tiles, parallel, double_buffer, promote=True):
+    o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer), "promote": bool(promote)}
+    if fusion == "off":  # not even elementwise chains fuse
+        o["fusion"] = False
+        o["fusion_off"] = True
+    elif isinstance(fusion, (list, tuple)):
         o["fusion"] = bool(fusion)
         o["fusion_ops"] = [str(f) for f in fusion]
     else:
@@ -106,7 +109,8 @@ class JitFunction:
 
     _pypto_jit = True
 
-    def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True):
+    def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
+                 promote=True):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         self._self = None
@@ -130,7 +134,7 @@ class JitFunction:
         self._k0 = 1 if self._self is not None else 0
         self._n = len(params) - self._k0
         self._backend = backend or default_backend()  # PYPTO_INTERPRET is read when the kernel is made
-        self._options = _options(fusion, tiles, parallel, double_buffer)
+        self._options = _options(fusion, tiles, parallel, double_buffer, promote)
         self._cache = {}
         self._static_args = set()
         self._unroll = set()
@@ -263,7 +267,7 @@ class _BoundKernel:
         return f"<bound pypto.jit kernel {self._kernel._func.__qualname__} of {self._self!r}>"
 
 
-def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True):
+def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True):
     """Compile a Python function into a PyPTO kernel.
 
         @pypto.jit
@@ -274,7 +278,7 @@ def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, doubl
     """
     def wrap(f):
         return JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                           double_buffer=double_buffer)
+                           double_buffer=double_buffer, promote=promote)
     if fn is None:
         return wrap
     return wrap(fn)

@@ -118,7 +118,8 @@ void bind_runtime(nb::module_& m) {
           "__init__",
           [](Kernel* self, const ir::Program& prog, const std::string& backend, bool fusion,
              std::vector<std::string> fusion_ops, int64_t tile_rows, int64_t tile_cols, int64_t mm_tile_m,
-             int64_t mm_tile_n, int64_t mm_tile_k, bool parallel, bool double_buffer) {
+             int64_t mm_tile_n, int64_t mm_tile_k, bool parallel, bool double_buffer, bool fusion_off,
+             bool promote) {
             passes::PipelineOptions o;
             o.fusion = fusion;
             o.fusion_ops = std::move(fusion_ops);
@@ -129,13 +130,15 @@ void bind_runtime(nb::module_& m) {
             o.mm_tile_k = mm_tile_k;
             o.parallel = parallel;
             o.double_buffer = double_buffer;
+            o.fusion_off = fusion_off;
+            o.promote = promote;
             runtime::Backend be = parse_backend(backend);
             nb::gil_scoped_release release;
             new (self) Kernel(prog, be, o);
           },
           "program"_a, "backend"_a = "cpu", "fusion"_a = false, "fusion_ops"_a = std::vector<std::string>{},
           "tile_rows"_a = 0, "tile_cols"_a = 0, "mm_tile_m"_a = 0, "mm_tile_n"_a = 0, "mm_tile_k"_a = 0,
-          "parallel"_a = true, "double_buffer"_a = true)
+          "parallel"_a = true, "double_buffer"_a = true, "fusion_off"_a = false, "promote"_a = true)
       .def("run", &run_kernel, "tensors"_a, "scalars"_a,
            "Run on a list of arrays (one per param: inputs then outputs) and a list of scalars. An entry\n"
            "may also be a tuple (data_pointer, strides) for an array already known to match the param.")

@@ -106,7 +106,7 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
   });
   TileSizes sizes = tile_sizes(options);
   Program fused = run.run("fuse", Level::Tensor, [&] { return fuse(l.tensor, fusion_options(options), sizes); });
-  Program planned = run.run("promote_small_temps", Level::Tensor, [&] { return promote_small_temps(fused, sizes); });
+  Program planned = run.run("promote_small_temps", Level::Tensor, [&] { return options.promote ? promote_small_temps(fused, sizes) : fused; });
   l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(planned, sizes); });
   Program buffered =
       run.run("double_buffer", Level::Tile, [&] { return options.double_buffer ? double_buffer(l.tile) : l.tile; });

@@ -20,6 +20,7 @@ struct PipelineOptions {
   // Tile sizes (0 = chosen from the target description).
   int64_t tile_rows = 0, tile_cols = 0;           // elementwise / reduction tiles
   int64_t mm_tile_m = 0, mm_tile_n = 0, mm_tile_k = 0;
+  bool promote = true;        // small whole-accessed temporaries live in local tiles
   bool parallel = true;       // mark provably independent loops parallel
   bool double_buffer = true;  // prefetch the next tile's operands
 };

@@ -25,14 +25,19 @@ inline void copy_2d(D* d, int64_t dr, int64_t dc, const S* s, int64_t sr, int64_
   if (dc == 1 && sc == 1) {
     for (int64_t r = 0; r < rows; ++r) copy_row(d + r * dr, s + r * sr, cols);
   } else if (sr == 1 && sc != 1) {
-    // Column-major source: blocks of 16 columns keep both sides in cache lines.
+    // Column-major source (a transposed view): 16 x 16 blocks. Each destination row of a block is
+    // written contiguously while its 16 source lines stay in L1 for the whole block; walking the
+    // destination down its columns instead hits one L1 set per power-of-two row stride.
     constexpr int64_t B = 16;
-    for (int64_t c0 = 0; c0 < cols; c0 += B) {
-      const int64_t c1 = imin(cols, c0 + B);
-      for (int64_t r0 = 0; r0 < rows; r0 += B) {
-        const int64_t r1 = imin(rows, r0 + B);
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t r = r0; r < r1; ++r) d[r * dr + c * dc] = convert<D>(s[r + c * sc]);
+    for (int64_t r0 = 0; r0 < rows; r0 += B) {
+      const int64_t r1 = imin(rows, r0 + B);
+      for (int64_t c0 = 0; c0 < cols; c0 += B) {
+        const int64_t c1 = imin(cols, c0 + B);
+        for (int64_t r = r0; r < r1; ++r) {
+          D* PTO_RESTRICT dp = d + r * dr;
+          const S* sp = s + r;
+          for (int64_t c = c0; c < c1; ++c) dp[c * dc] = convert<D>(sp[c * sc]);
+        }
       }
     }
   } else {

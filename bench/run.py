@@ -4,7 +4,7 @@ torch.compile, JAX jit when installed, NumPy where it applies), every result che
 float64 reference before it is timed, medians of interleaved timed rounds, read against the
 machine's own measured limits (FMA peak, copy bandwidth).
 
-    python bench/run.py                 # full run (about 10 minutes on 2 cores)
+    python bench/run.py                 # full run (4-7 minutes on 2 cores)
     python bench/run.py --quick         # same cases, fewer samples: within 3 minutes on 2 cores
     python bench/run.py --smoke         # tiny sizes, correctness only (what CI runs)
     python bench/run.py --json out.json --png out.png --cases matmul,attention

@@ -41,12 +41,8 @@ Kind kind_of(Opcode c) {
 bool allowed(const FusionOptions& o, Opcode c) {
   Kind k = kind_of(c);
   if (k == Kind::Other || o.mode == FusionOptions::Off) return false;
-  if (o.mode == FusionOptions::Full || k == Kind::Elementwise) return true;
-  if (o.mode != FusionOptions::Listed) return false;
-  if (k == Kind::Matmul) return o.kinds.count("matmul") > 0;
-  for (const char* n : {"sum", "max", "min", "mean", "softmax", "log_softmax", "layer_norm", "rms_norm", "reduce"})
-    if (o.kinds.count(n)) return true;
-  return false;
+  if (o.mode == FusionOptions::Full || k == Kind::Elementwise || k == Kind::Reduce) return true;
+  return o.mode == FusionOptions::Listed && o.kinds.count("matmul") > 0;
 }
 
 // Leading dims and rows shared by the instructions of a row group.
@@ -461,6 +457,10 @@ class Fuser {
       bool shared = false;
       for (auto& [b, t] : e.tile_of)
         if (b != v->buf.get() && t.buf == it->second.buf && e.last_use[b] > j) shared = true;
+      // A copy (TMOV) may alias a loaded window's tile: later ops, and later iterations when the
+      // load is hoisted, reread that tile, so it is never overwritten.
+      for (auto& [k, t] : e.cache)
+        if (t.buf == it->second.buf) shared = true;
       if (!shared) y = it->second;
     }
     if (!y.buf) y = nb_.tile("y", rt, rows, cols);

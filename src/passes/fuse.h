@@ -25,10 +25,10 @@ namespace pypto::passes {
 struct FusionOptions {
   enum Mode {
     Off,          // nothing fuses
-    Elementwise,  // elementwise chains only (the default)
-    Listed,       // elementwise chains plus the listed kinds ("matmul", "add", "softmax", ...)
+    Default,      // elementwise chains and row reductions: what one softmax / norm decomposes into
+    Listed,       // the default plus the listed kinds ("matmul", "add", "relu", ...)
     Full          // everything that can
-  } mode = Elementwise;
+  } mode = Default;
   std::set<std::string> kinds;
 };
 

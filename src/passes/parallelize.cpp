@@ -55,7 +55,7 @@ void collect(const std::vector<Stmt>& body, BodyInfo& info, VarBounds& vb) {
         break;
       case StmtKind::OpStmt: {
         auto cat = opcode_info(s->op.code).category;
-        if (cat == OpCategory::Sync) break;
+        if (cat == OpCategory::Sync || s->op.code == Opcode::TPREFETCH) break;  // hints touch nothing
         for (size_t i = 0; i < s->op.args.size(); ++i)
           if (auto v = std::get_if<View>(&s->op.args[i]))
             info.accesses.push_back(Access{*v, i == 0 && s->op.code != Opcode::TPREFETCH});

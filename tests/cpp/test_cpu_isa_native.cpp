@@ -80,6 +80,8 @@ int main() {
   math_case("sigmoid", [](auto& o, const auto& i) { TSIGMOID(o, i); }, [](double v) { return 1 / (1 + std::exp(-v)); }, -80, 30, 1e-6);
   math_case("erf", [](auto& o, const auto& i) { TERF(o, i); }, [](double v) { return std::erf(v); }, -5, 5, 1e-6);
   math_case("silu", [](auto& o, const auto& i) { TSILU(o, i); }, [](double v) { return v / (1 + std::exp(-v)); }, -80, 80, 1e-6);
+  math_case("gelu", [](auto& o, const auto& i) { TGELU(o, i); }, [](double v) { return 0.5 * v * std::erfc(-v / std::sqrt(2.0)); }, -12, 10, 2e-6);
+  math_case("gelu_tanh", [](auto& o, const auto& i) { TGELU_TANH(o, i); }, [](double v) { return v / (1 + std::exp(-1.5957691216057308 * (v + 0.044715 * v * v * v))); }, -9, 10, 2e-6);
   math_case("sqrt", [](auto& o, const auto& i) { TSQRT(o, i); }, [](double v) { return std::sqrt(v); }, 1e-3, 1e3, 6e-8);
   math_case("rsqrt", [](auto& o, const auto& i) { TRSQRT(o, i); }, [](double v) { return 1 / std::sqrt(v); }, 1e-3, 1e3, 1.2e-7);
   math_case("floor-", [](auto& o, const auto& i) { TFLOOR(o, i); }, [](double v) { return std::floor(v); }, -1e5, -1, 0);

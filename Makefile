@@ -70,6 +70,9 @@ endef
 define RUN_PY_TESTS
 echo "== Python tests (pytest)"; \
 $(PYENV) PYPTO_CACHE_DIR=$(TEST_CACHE) $(VPY) -m pytest -q $(XDIST) tests/python || py_rc=$$?; \
+echo "== Seed tests on the reference interpreter (PYPTO_INTERPRET=1)"; \
+$(PYENV) PYPTO_INTERPRET=1 PYPTO_CACHE_DIR=$(TEST_CACHE) $(VPY) -m pytest -q -p no:cacheprovider \
+  tests/python/seed || py_rc=$$?; \
 extra=""; \
 if [ -n "$(SHARED_SEED)" ]; then \
   for f in $(SHARED_SEED)/test_*.py; do \

@@ -202,6 +202,8 @@ def attention_case(ctx, B, H, S, D):
     return Case(
         name="attention", shape=f"B{B} H{H} S{S} D{D}",
         impls=[pypto_impl("optimized_attention", q, k, v),
+               pypto_impl("optimized_attention_unfused", q, k, v, name="pypto[fusion off]"),
+               pypto_impl("optimized_attention_no_prefetch", q, k, v, name="pypto[double_buffer off]"),
                torch_impl("torch", unfused, q, k, v),
                torch_impl("torch.sdpa", sdpa, q, k, v),
                torch_compile_impl(ctx, unfused, q, k, v),

@@ -1,10 +1,13 @@
 // Matrix multiply: gemm_f32 on strided memory and the tile instructions TMATMUL / _ACC / _BIAS.
 //
-// Goto-style blocking: B is packed into KC x NR column panels and A into MR x KC row panels
-// (zero-padded, so edges need no special loop), and an MR x NR register-blocked micro-kernel
-// written with GCC vector extensions accumulates with FMAs. The vector width and the MR x NR
-// shape follow the SIMD level the kernel is compiled for (-march=native):
+// gemm_f32 uses Goto-style blocking: B is packed into KC x NR column panels (an L2-resident block
+// of NC columns) and A into MR x KC row panels (zero-padded, so edges need no special loop); an
+// MR x NR register-blocked micro-kernel written with GCC vector extensions accumulates with FMAs,
+// one A panel (in L1) against every B panel of the block. Tile matmuls run the same micro-kernel
+// on the tiles in place (no packing), with compile-time strides. The vector width and the
+// MR x NR shape follow the SIMD level the kernel is compiled for (-march=native):
 //   AVX-512 (32 registers): 14 x 32    AVX/AVX2 (16): 6 x 16    SSE/NEON/other: 6 x 8
+// The PTO_GEMM_* macros override the blocking (for tuning experiments).
 #pragma once
 #include "pto/cpu/types.hpp"
 
@@ -44,9 +47,6 @@ constexpr int kW = 4;
 #endif
 #ifndef PTO_GEMM_NC
 #define PTO_GEMM_NC 1024
-#endif
-#ifndef PTO_GEMM_CPF
-#define PTO_GEMM_CPF 1
 #endif
 
 constexpr int MR = PTO_GEMM_MR;
@@ -152,18 +152,13 @@ PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const floa
       for (int v = 0; v < NV_; ++v) r[i][v] += bv[v] * ai;
     }
   };
-  int64_t p = 0;
-#if PTO_GEMM_CPF
-  // The C tile is needed only after the k loop: fetch its lines meanwhile, one row per step so
-  // the requests do not pile up in the fill buffers.
-  const int64_t kp = kc < M_ ? kc : M_;
-  for (; p < kp; ++p) {
-    __builtin_prefetch(c + p * ldc, 1);
-    __builtin_prefetch(c + p * ldc + N_ - 1, 1);
-    step(p);
+  // The C tile is needed only after the k loop: start fetching its lines now.
+#pragma GCC unroll 32
+  for (int i = 0; i < M_; ++i) {
+    __builtin_prefetch(c + i * ldc, 1);
+    __builtin_prefetch(c + i * ldc + N_ - 1, 1);
   }
-#endif
-  for (; p < kc; ++p) step(p);
+  for (int64_t p = 0; p < kc; ++p) step(p);
   if (mr == M_ && nr == N_) {
 #pragma GCC unroll 32
     for (int i = 0; i < M_; ++i)
@@ -223,16 +218,7 @@ inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
       for (int64_t ic = 0; ic < M; ic += MC) {
         const int64_t mc = M - ic < MC ? M - ic : MC;
         pack_a(mc, kc, A + ic * lda_r + pc * lda_c, lda_r, lda_c, Ap);
-#ifdef PTO_GEMM_JR_OUTER
-        for (int64_t jr = 0; jr < nc; jr += NR) {
-          const int64_t nr = nc - jr < NR ? nc - jr : NR;
-          for (int64_t ir = 0; ir < mc; ir += MR) {
-            const int64_t mr = mc - ir < MR ? mc - ir : MR;
-            micro_kernel<MR, NV, 1, MR, NR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
-                                            ldc, acc, mr, nr);
-          }
-        }
-#else
+        // A panel (L1) outer, B panels (L2) inner.
         for (int64_t ir = 0; ir < mc; ir += MR) {
           const int64_t mr = mc - ir < MR ? mc - ir : MR;
           for (int64_t jr = 0; jr < nc; jr += NR) {
@@ -241,7 +227,6 @@ inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
                                             ldc, acc, mr, nr);
           }
         }
-#endif
       }
     }
   }

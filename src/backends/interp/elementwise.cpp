@@ -90,10 +90,12 @@ double unary(Opcode code, double x) {
     case Opcode::TERF:
       return std::erf(x);
     case Opcode::TGELU:
-      return x * 0.5 * (1.0 + std::erf(x / std::sqrt(2.0)));
+      // erfc form: 1 + erf(z) cancels to nothing in the negative tail, erfc(-z) does not.
+      return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
     case Opcode::TGELU_TANH: {
+      // 0.5 (1 + tanh(u)) == 1 / (1 + exp(-2u)), without the cancellation for negative u.
       const double k = std::sqrt(2.0 / M_PI);
-      return 0.5 * x * (1.0 + std::tanh(k * (x + 0.044715 * x * x * x)));
+      return x / (1.0 + std::exp(-2.0 * k * (x + 0.044715 * x * x * x)));
     }
     case Opcode::TSILU:
       return x / (1.0 + std::exp(-x));

@@ -1,7 +1,8 @@
 """The PyPTO kernels the suite runs. Importing this module imports pypto; cases.py imports it
 lazily so that a broken or missing pypto turns into per-case errors, not a crashed suite.
-The seed's kernels are copied as the seed document writes them (tests/python/seed)."""
+The seed's kernels come from pypto.seed_kernels."""
 import pypto
+from pypto import seed_kernels
 
 
 @pypto.jit
@@ -9,56 +10,15 @@ def matmul(a, b):
     return pypto.matmul(a, b)
 
 
-# The seed's 64x64 tile matrix multiply (seed §2.1), writing into C.
-@pypto.jit
-def matrix_multiply(A, B, C):
-    M, K = A.shape
-    K, N = B.shape
-
-    TILE_M = TILE_N = TILE_K = 64
-
-    for i in range(0, M, TILE_M):
-        for j in range(0, N, TILE_N):
-            C_tile = pypto.zeros((TILE_M, TILE_N))
-            for k in range(0, K, TILE_K):
-                A_tile = A[i:i+TILE_M, k:k+TILE_K]
-                B_tile = B[k:k+TILE_K, j:j+TILE_N]
-                C_tile += A_tile @ B_tile
-            C[i:i+TILE_M, j:j+TILE_N] = C_tile
-
-
-# Seed §4.2.
-@pypto.jit(fusion=['matmul', 'add', 'relu'])
-def fused_linear(x, w, b):
-    return pypto.relu(pypto.add(pypto.matmul(x, w), b))
-
-
-# Seed §3.1, blocked attention.
-def _optimized_attention(Q, K, V, mask=None):
-    BLOCK_SIZE = 128
-    seq_len = Q.shape[-2]
-    output = pypto.empty_like(Q)
-
-    for i in range(0, seq_len, BLOCK_SIZE):
-        end_i = min(i+BLOCK_SIZE, seq_len)
-        Qi = Q[..., i:end_i, :]
-
-        scores = pypto.matmul(Qi, K.transpose(-2, -1))
-
-        if mask is not None:
-            scores += mask[..., i:end_i, :]
-
-        attn = pypto.softmax(scores / pypto.sqrt(K.shape[-1]))
-        output[..., i:end_i, :] = pypto.matmul(attn, V)
-
-    return output
-
-
-optimized_attention = pypto.jit(_optimized_attention, fusion=True)
-# The same kernel with one optimisation turned off at a time: the before/after figures of
+# The seed's kernels (pypto/seed_kernels.py holds them as the seed writes them), with the options
+# the seed gives them.
+matrix_multiply = pypto.jit(seed_kernels.matrix_multiply)
+fused_linear = pypto.jit(seed_kernels.fused_linear, fusion=['matmul', 'add', 'relu'])
+optimized_attention = pypto.jit(seed_kernels.optimized_attention, fusion=True)
+# The same attention with one optimisation turned off at a time: the before/after figures of
 # fusion and double buffering (results are identical; only speed changes).
-optimized_attention_unfused = pypto.jit(_optimized_attention, fusion="off")
-optimized_attention_no_prefetch = pypto.jit(_optimized_attention, fusion=True, double_buffer=False)
+optimized_attention_unfused = pypto.jit(seed_kernels.optimized_attention, fusion="off")
+optimized_attention_no_prefetch = pypto.jit(seed_kernels.optimized_attention, fusion=True, double_buffer=False)
 
 
 @pypto.jit

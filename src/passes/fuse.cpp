@@ -38,6 +38,14 @@ Kind kind_of(Opcode c) {
   }
 }
 
+// Tiles compute in f32, so a conversion to a 16-bit float would not round inside a group: it
+// stays unfused, and its store rounds the value as the program says.
+bool narrowing(const Op& op) {
+  if (op.code != Opcode::TCVT) return false;
+  DType t = std::get<View>(op.args[0]).buf->dtype;
+  return t == DType::F16 || t == DType::BF16;
+}
+
 bool allowed(const FusionOptions& o, Opcode c) {
   Kind k = kind_of(c);
   if (k == Kind::Other || o.mode == FusionOptions::Off) return false;
@@ -170,7 +178,7 @@ class Fuser {
 
   bool grow(const std::vector<Stmt>& in, size_t i, std::set<const Buffer*> allocs, Group& g) {
     const Op& first = in[i]->op;
-    if (!allowed(o_, first.code)) return false;
+    if (!allowed(o_, first.code) || narrowing(first)) return false;
     auto rs = row_space(dst(first));
     if (!rs) return false;
     if (kind_of(first.code) == Kind::Matmul) {
@@ -196,7 +204,7 @@ class Fuser {
   }
 
   bool fits(const Group& g, const Op& op) const {
-    if (!allowed(o_, op.code)) return false;
+    if (!allowed(o_, op.code) || narrowing(op)) return false;
     Kind k = kind_of(op.code);
     const View& d = dst(op);
     auto ds = d.shape();

@@ -246,3 +246,17 @@ def test_parallel_off_means_no_parallel_loops():
     for name in ("matmul", "attention"):
         assert "parallel for" in lowered(name, parallel=True).as_text("isa"), name
         assert "parallel for" not in lowered(name, parallel=False).as_text("isa"), name
+
+
+def half_round_trip(x):
+    return pypto.cast(pypto.cast(x * 3.0, pypto.float16), pypto.float32) + 1.0
+
+
+@pytest.mark.parametrize("fusion", ["off", False, True])
+def test_fused_conversion_to_f16_still_rounds(fusion):
+    # Tiles compute in f32: a conversion to f16 inside a fused group would not round, so it ends
+    # the group and its store rounds, as the program says.
+    x = np.random.default_rng(5).standard_normal((33, 70)).astype(np.float32)
+    out = pypto.jit(half_round_trip, fusion=fusion)(x)
+    ref = (x * np.float32(3.0)).astype(np.float16).astype(np.float64) + 1.0
+    assert np.array_equal(np.asarray(out, dtype=np.float64), ref)

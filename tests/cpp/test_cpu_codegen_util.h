@@ -14,37 +14,14 @@
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
 #include "ir/ir.h"
+#include "test_ir_builders.h"
 
 namespace cpu_test {
 using namespace pypto::ir;
+using namespace ir_build;
 using pypto::runtime::RunArgs;
 using pypto::runtime::TensorArg;
 
-inline BufferRef buffer(const std::string& name, DType t, std::vector<int64_t> shape, Space s, BufferKind k) {
-  auto b = std::make_shared<Buffer>();
-  b->name = name;
-  b->dtype = t;
-  b->shape = std::move(shape);
-  b->space = s;
-  b->kind = k;
-  return b;
-}
-inline BufferRef param(const std::string& n, std::vector<int64_t> shape, DType t = DType::F32) {
-  return buffer(n, t, std::move(shape), Space::Global, BufferKind::Param);
-}
-inline BufferRef output(const std::string& n, std::vector<int64_t> shape, DType t = DType::F32) {
-  return buffer(n, t, std::move(shape), Space::Global, BufferKind::Output);
-}
-inline BufferRef tile(const std::string& n, int64_t R, int64_t C, DType t = DType::F32,
-                      Space s = Space::Vec) {
-  return buffer(n, t, {R, C}, s, BufferKind::Temp);
-}
-inline BufferRef scratch(const std::string& n, std::vector<int64_t> shape, DType t = DType::F32) {
-  return buffer(n, t, std::move(shape), Space::Global, BufferKind::Temp);
-}
-inline View W(const BufferRef& b) { return View::whole(b); }
-inline Expr I(int64_t v) { return int_imm(v); }
-inline Expr F(double v) { return float_imm(v, DType::F32); }
 inline Expr V(const std::string& n) { return var(n); }
 
 // b[r0 : r0+rows, c0 : c0+cols] clamped to the buffer, as a front end slices it.
@@ -56,7 +33,6 @@ inline View window(const BufferRef& b, Expr r0, Expr c0, int64_t rows, int64_t c
   return v;
 }
 
-inline Stmt op(Opcode c, std::vector<Operand> args) { return op_stmt(Op{c, std::move(args)}); }
 inline Stmt pfor(const std::string& v, Expr lo, Expr hi, Expr step, std::vector<Stmt> body) {
   return for_loop(v, lo, hi, step, std::move(body), LoopKind::Parallel);
 }

@@ -9,34 +9,13 @@
 
 #include "backends/interp/interpreter.h"
 #include "ir/ir.h"
+#include "test_ir_builders.h"
 
 namespace interp_test {
 using namespace pypto::ir;
+using namespace ir_build;
 using pypto::runtime::RunArgs;
 using pypto::runtime::TensorArg;
-
-inline BufferRef buffer(const std::string& name, DType t, std::vector<int64_t> shape, Space s, BufferKind k) {
-  auto b = std::make_shared<Buffer>();
-  b->name = name;
-  b->dtype = t;
-  b->shape = std::move(shape);
-  b->space = s;
-  b->kind = k;
-  return b;
-}
-inline BufferRef param(const std::string& n, std::vector<int64_t> shape, DType t = DType::F32) {
-  return buffer(n, t, std::move(shape), Space::Global, BufferKind::Param);
-}
-inline BufferRef output(const std::string& n, std::vector<int64_t> shape, DType t = DType::F32) {
-  return buffer(n, t, std::move(shape), Space::Global, BufferKind::Output);
-}
-inline BufferRef tile(const std::string& n, int64_t R, int64_t C, DType t = DType::F32,
-                      Space s = Space::Vec) {
-  return buffer(n, t, {R, C}, s, BufferKind::Temp);
-}
-inline View W(const BufferRef& b) { return View::whole(b); }
-inline Expr I(int64_t v) { return int_imm(v); }
-inline Expr F(double v) { return float_imm(v, DType::F32); }
 
 // A rows x cols window of a rank-2 buffer at (r0, c0) with the given valid extents.
 inline View win(const BufferRef& b, Expr r0, Expr c0, int64_t rows, int64_t cols, Expr vr, Expr vc) {
@@ -51,8 +30,6 @@ inline View clamped(const BufferRef& b, Expr r0, Expr c0, int64_t rows, int64_t 
   Expr vr = min(I(rows), I(b->shape[0]) - r0), vc = min(I(cols), I(b->shape[1]) - c0);
   return win(b, r0, c0, rows, cols, vr, vc);
 }
-
-inline Stmt op(Opcode c, std::vector<Operand> args) { return op_stmt(Op{c, std::move(args)}); }
 
 inline Program program(std::vector<BufferRef> params, std::vector<Stmt> body,
                        std::vector<ScalarParam> scalars = {}) {

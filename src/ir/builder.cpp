@@ -499,8 +499,9 @@ View Builder::mean(const View& x, std::vector<int> dims, bool keepdim) {
   }
   View src = is_float(x.buf->dtype) ? x : cast(x, DType::F32);
   View s = reduce(Opcode::TROWSUM, src, dims, keepdim);
-  Expr c = as_int(count) ? float_imm(double(*as_int(count))) : ir::cast(count, DType::F32);
-  return binary(Opcode::TDIV, s, c);
+  // Multiply by 1/count (a constant folded here, or one scalar division per call).
+  Expr inv = as_int(count) ? float_imm(1.0 / double(*as_int(count))) : div(float_imm(1.0), ir::cast(count, DType::F32));
+  return binary(Opcode::TMUL, s, inv);
 }
 
 View Builder::matmul(const View& a0, const View& b0) {

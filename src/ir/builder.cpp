@@ -566,15 +566,14 @@ namespace {
 // dst[...] = src must broadcast src to dst's shape; the valid-region rule also lets a smaller
 // edge value land in a larger static tile (and the reverse), covering the common valid region.
 void check_store(const std::vector<int64_t>& dst, const std::vector<int64_t>& src, const char* what) {
-  if (src.size() > dst.size()) goto bad;
-  for (size_t i = 0; i < src.size(); ++i) {
+  bool ok = src.size() <= dst.size();
+  for (size_t i = 0; ok && i < src.size(); ++i) {
     int64_t s = src[src.size() - 1 - i], d = dst[dst.size() - 1 - i];
-    if (s != d && s != 1 && i >= 2) goto bad;
+    ok = s == d || s == 1 || i < 2;  // the last two dims follow the valid-region rule
   }
-  return;
-bad:
-  throw Error(std::string(what) + ": cannot store a tensor of shape " + shape_str(src) + " into a slice of shape " +
-              shape_str(dst));
+  if (!ok)
+    throw Error(std::string(what) + ": cannot store a tensor of shape " + shape_str(src) + " into a slice of shape " +
+                shape_str(dst));
 }
 }  // namespace
 

@@ -1,5 +1,5 @@
 // The PTO ISA for CPUs: everything a generated kernel includes. Each instruction is a function
-// template named after its opcode (operand 0 = destination), see docs/isa_contract.md.
+// template named after its opcode (operand 0 = destination), see docs/isa.md (the ISA reference).
 #pragma once
 #include "pto/abi.h"
 #include "pto/cpu/elementwise.hpp"

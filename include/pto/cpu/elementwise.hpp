@@ -1,6 +1,6 @@
 // Elementwise instructions: fills, unary, binary (with broadcasting), compares, select, convert.
 //
-// Valid-region rule (docs/isa_contract.md): the destination's valid region is the intersection
+// Valid-region rule (docs/isa.md): the destination's valid region is the intersection
 // of the sources', where a scalar does not limit it and a source tile with a static extent of 1
 // (R == 1 or C == 1) broadcasts along that dimension and does not limit it either (unless its
 // valid extent there is 0, which makes the result empty). A source tile of unary instructions

@@ -1,17 +1,11 @@
 #include "passes/double_buffer.h"
 
-#include <algorithm>
+#include "passes/pass_util.h"
 
 namespace pypto::passes {
 using namespace ir;
 
 namespace {
-
-bool mentions(const View& v, const std::string& var) {
-  std::vector<std::string> vars;
-  for (auto& e : v.offset) collect_vars(e, vars);
-  return std::find(vars.begin(), vars.end(), var) != vars.end();
-}
 
 View shifted(const View& v, const std::string& var, const Expr& next) {
   View out = v;

@@ -7,6 +7,7 @@
 
 #include "ir/printer.h"
 #include "passes/nest.h"
+#include "passes/pass_util.h"
 
 namespace pypto::passes {
 using namespace ir;
@@ -82,18 +83,6 @@ bool same(const RowSpace& a, const RowSpace& b) {
   if (a.rank != b.rank || a.lead != b.lead || a.rows != b.rows || !expr_equal(a.rows_valid, b.rows_valid)) return false;
   for (size_t i = 0; i < a.lead_valid.size(); ++i)
     if (!expr_equal(a.lead_valid[i], b.lead_valid[i])) return false;
-  return true;
-}
-
-// The whole buffer in its own dimension order (its valid extents may be smaller).
-bool canonical(const View& v) {
-  for (int d = 0; d < v.buf->rank(); ++d) {
-    auto o = as_int(v.offset[d]);
-    if (!o || *o != 0 || v.size[d] != v.buf->shape[d] || v.step[d] != 1) return false;
-  }
-  if (v.rank() != v.buf->rank()) return false;
-  for (int d = 0; d < v.rank(); ++d)
-    if (v.dims[d] != d) return false;
   return true;
 }
 
@@ -227,12 +216,12 @@ class Fuser {
       }
       return true;
     };
-    if (g.produced.count(d.buf.get()) ? !canonical(d) : !external_ok(d, true)) return false;
+    if (g.produced.count(d.buf.get()) ? !covers_buffer(d) : !external_ok(d, true)) return false;
     for (size_t i = 1; i < op.args.size(); ++i) {
       auto v = std::get_if<View>(&op.args[i]);
       if (!v) continue;
       bool mine = g.produced.count(v->buf.get()) > 0;
-      if (mine && !canonical(*v)) return false;
+      if (mine && !covers_buffer(*v)) return false;
       if (!mine && !external_ok(*v, false)) return false;
       auto vs = v->shape();
       if (k == Kind::Elementwise && !broadcasts_to(vs, ds)) return false;
@@ -402,11 +391,8 @@ class Fuser {
     Stmt ld = op_stmt(Op{Opcode::TLOAD, {tl, v}});
     // Hoist the load to the outermost loop level it depends on, unless the group writes it.
     int depth = 0;
-    std::vector<std::string> vars;
-    for (auto& x : v.offset) collect_vars(x, vars);
-    for (auto& x : v.valid) collect_vars(x, vars);
     for (size_t l = 0; l < e.loop_vars.size(); ++l)
-      if (std::find(vars.begin(), vars.end(), e.loop_vars[l]) != vars.end()) depth = int(l) + 1;
+      if (mentions(v, e.loop_vars[l], /*valid=*/true)) depth = int(l) + 1;
     if (!e.g->written.count(v.buf.get()) && depth < int(e.loop_vars.size())) nb_.hoist(ld, depth);
     else e.body.push_back(ld);
     e.cache[k] = tl;

@@ -27,4 +27,11 @@ void walk(const std::vector<ir::Stmt>& body, F&& f) {
   }
 }
 
+// The whole buffer in its own dimension order (its valid extents may be smaller): offsets 0,
+// full sizes, unit steps, identity dims.
+bool covers_buffer(const ir::View& v);
+
+// Whether a view's offsets (and, with valid = true, its valid extents) name variable `var`.
+bool mentions(const ir::View& v, const std::string& var, bool valid = false);
+
 }  // namespace pypto::passes

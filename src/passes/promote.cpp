@@ -10,14 +10,6 @@ using namespace ir;
 
 namespace {
 
-bool whole(const View& v) {
-  for (int d = 0; d < v.buf->rank(); ++d) {
-    auto o = as_int(v.offset[d]);
-    if (!o || *o != 0 || v.size[d] != v.buf->shape[d] || v.step[d] != 1) return false;
-  }
-  return v.rank() == v.buf->rank() && v.dims == std::vector<int>{0, 1};
-}
-
 std::vector<Stmt> rewrite(const std::vector<Stmt>& body, const std::map<const Buffer*, BufferRef>& repl) {
   std::vector<Stmt> out;
   for (auto& s : body) {
@@ -75,7 +67,7 @@ Program promote_small_temps(const Program& p, const TileSizes& ts) {
     if (s->kind != StmtKind::OpStmt) return;
     for (auto& a : s->op.args)
       if (auto v = std::get_if<View>(&a))
-        if (candidates.count(v->buf.get()) && (!whole(*v) || !one_tile(s->op) || !is_tensor_level(s->op)))
+        if (candidates.count(v->buf.get()) && (!covers_buffer(*v) || !one_tile(s->op) || !is_tensor_level(s->op)))
           candidates.erase(v->buf.get());  // (already-tiled code, e.g. a fused nest, reads it from memory)
   });
   if (candidates.empty()) return p;

@@ -18,10 +18,10 @@ Program elementwise_program(int64_t M, int64_t N) {
       {pfor("i", I(0), I(M), I(16),
             {for_loop(
                 "j", I(0), I(N), I(32),
-                {alloc(ta), alloc(tb), alloc(tc), op(Opcode::TLOAD, {W(ta), window(A, i, j, 16, 32)}),
-                 op(Opcode::TLOAD, {W(tb), window(B, i, j, 16, 32)}), op(Opcode::TADD, {W(tc), W(ta), W(tb)}),
+                {alloc(ta), alloc(tb), alloc(tc), op(Opcode::TLOAD, {W(ta), clamped(A, i, j, 16, 32)}),
+                 op(Opcode::TLOAD, {W(tb), clamped(B, i, j, 16, 32)}), op(Opcode::TADD, {W(tc), W(ta), W(tb)}),
                  op(Opcode::TMUL, {W(tc), W(tc), W(ta)}), op(Opcode::TSUB, {W(tc), W(tc), F(0.5)}),
-                 op(Opcode::TSTORE, {window(C, i, j, 16, 32), W(tc)})})})});
+                 op(Opcode::TSTORE, {clamped(C, i, j, 16, 32), W(tc)})})})});
 }
 
 TEST(CpuCodegen, ElementwiseRaggedMatchesReferenceAndInterpreter) {
@@ -57,15 +57,15 @@ Program matmul_program(int64_t M, int64_t K, int64_t N) {
   auto ta = tile("ta", 16, 16, DType::F32, Space::Mat), tb = tile("tb", 16, 16, DType::F32, Space::Mat);
   Expr i = V("i"), j = V("j"), k = V("k");
   Stmt kloop = for_loop("k", I(0), I(K), I(16),
-                        {alloc(ta), alloc(tb), op(Opcode::TLOAD, {W(ta), window(A, i, k, 16, 16)}),
-                         op(Opcode::TLOAD, {W(tb), window(B, k, j, 16, 16)}),
+                        {alloc(ta), alloc(tb), op(Opcode::TLOAD, {W(ta), clamped(A, i, k, 16, 16)}),
+                         op(Opcode::TLOAD, {W(tb), clamped(B, k, j, 16, 16)}),
                          if_then(cmp(ExprOp::Eq, k, I(0)), {op(Opcode::TMATMUL, {W(acc), W(ta), W(tb)})},
                                  {op(Opcode::TMATMUL_ACC, {W(acc), W(ta), W(tb)})})});
   return program(
       "matmul", {A, B, C},
       {pfor("i", I(0), I(M), I(16),
             {for_loop("j", I(0), I(N), I(16),
-                      {alloc(acc), kloop, op(Opcode::TSTORE, {window(C, i, j, 16, 16), W(acc)})})})});
+                      {alloc(acc), kloop, op(Opcode::TSTORE, {clamped(C, i, j, 16, 16), W(acc)})})})});
 }
 
 TEST(CpuCodegen, MatmulTilesWithRaggedEdges) {
@@ -95,11 +95,11 @@ TEST(CpuCodegen, RowReduction) {
               {pfor("i", I(0), I(M), I(8),
                     {alloc(acc), alloc(part), alloc(t),
                      for_loop("j", I(0), I(N), I(32),
-                              {op(Opcode::TLOAD, {W(t), window(A, i, j, 8, 32)}),
+                              {op(Opcode::TLOAD, {W(t), clamped(A, i, j, 8, 32)}),
                                if_then(cmp(ExprOp::Eq, j, I(0)), {op(Opcode::TROWSUM, {W(acc), W(t)})},
                                        {op(Opcode::TROWSUM, {W(part), W(t)}),
                                         op(Opcode::TADD, {W(acc), W(acc), W(part)})})}),
-                     op(Opcode::TSTORE, {window(S, i, I(0), 8, 1), W(acc)})})});
+                     op(Opcode::TSTORE, {clamped(S, i, I(0), 8, 1), W(acc)})})});
   HostF Ah = random_f32({M, N}, 5), Sh = nan_f32({M, 1}), Si = nan_f32({M, 1});
   run_cpu(p, {{Ah.arg(), Sh.arg()}, {}});
   pypto::interp::interpret(p, {{Ah.arg(), Si.arg()}, {}});
@@ -121,10 +121,10 @@ TEST(CpuCodegen, ScalarParams) {
       program("scalars", {A, C},
               {for_loop("i", I(0), V("n"), I(16),
                         {for_loop("j", I(0), I(N), I(16),
-                                  {alloc(t), alloc(u), op(Opcode::TLOAD, {W(t), window(A, i, j, 16, 16)}),
+                                  {alloc(t), alloc(u), op(Opcode::TLOAD, {W(t), clamped(A, i, j, 16, 16)}),
                                    op(Opcode::TMUL, {W(u), W(t), var("alpha", DType::F32)}),
                                    op(Opcode::TADD, {W(u), var("beta", DType::F64), W(u)}),
-                                   op(Opcode::TSTORE, {window(C, i, j, 16, 16), W(u)})})})},
+                                   op(Opcode::TSTORE, {clamped(C, i, j, 16, 16), W(u)})})})},
               {{"alpha", DType::F32}, {"beta", DType::F64}, {"n", DType::I64}});
   HostF Ah = random_f32({M, N}, 6), Ch = nan_f32({M, N}), Ci = nan_f32({M, N});
   std::vector<ScalarValue> s = {{true, 0, 1.75}, {true, 0, -0.25}, {false, 17, 0}};
@@ -169,10 +169,10 @@ TEST(CpuCodegen, Float16LoadsAndStores) {
   Program p = program("f16", {A, C, D},
                       {pfor("i", I(0), I(M), I(8),
                             {for_loop("j", I(0), I(N), I(16),
-                                      {alloc(t), op(Opcode::TLOAD, {W(t), window(A, i, j, 8, 16)}),
+                                      {alloc(t), op(Opcode::TLOAD, {W(t), clamped(A, i, j, 8, 16)}),
                                        op(Opcode::TADD, {W(t), W(t), F(1.0)}),
-                                       op(Opcode::TSTORE, {window(C, i, j, 8, 16), W(t)}),
-                                       op(Opcode::TSTORE, {window(D, i, j, 8, 16), W(t)})})})});
+                                       op(Opcode::TSTORE, {clamped(C, i, j, 8, 16), W(t)}),
+                                       op(Opcode::TSTORE, {clamped(D, i, j, 8, 16), W(t)})})})});
   Host<uint16_t> Ah({M, N}, DType::F16, 0), Ch({M, N}, DType::F16, 0x7e00), Ci({M, N}, DType::F16, 0x7e00);
   std::mt19937 g(7);
   for (auto& x : Ah.data) x = to_half(float(int(g() % 127) - 63 + 0.5) / 64.0f);  // never zero
@@ -199,9 +199,9 @@ TEST(CpuCodegen, StridedTransposedParam) {
   Program p = program("strided", {A, C},
                       {pfor("i", I(0), I(M), I(16),
                             {for_loop("j", I(0), I(N), I(16),
-                                      {alloc(t), op(Opcode::TLOAD, {W(t), window(A, i, j, 16, 16)}),
+                                      {alloc(t), op(Opcode::TLOAD, {W(t), clamped(A, i, j, 16, 16)}),
                                        op(Opcode::TMUL, {W(t), W(t), F(2.0)}),
-                                       op(Opcode::TSTORE, {window(C, i, j, 16, 16), W(t)})})})});
+                                       op(Opcode::TSTORE, {clamped(C, i, j, 16, 16), W(t)})})})});
   HostF storage = random_f32({N, M}, 8);  // A[r][c] lives at r + c*M
   TensorArg a{storage.data.data(), DType::F32, {M, N}, {1, M}};
   HostF Ch = nan_f32({M, N}), Ci = nan_f32({M, N});
@@ -224,7 +224,7 @@ TEST(CpuCodegen, ScalarExpressionSemantics) {
   Expr q = div(i - I(7), I(3)), r = mod(i - I(7), I(-3));
   Expr s = select(cmp(ExprOp::Lt, i, I(5)), min(i, I(3)), max(i, I(12)));
   auto at = [&](int64_t c) {
-    View v = window(O, i, I(c), 1, 1);
+    View v = clamped(O, i, I(c), 1, 1);
     return v;
   };
   Program p = program(
@@ -265,14 +265,14 @@ TEST(CpuCodegen, ScratchBufferAndHeapTile) {
                       {alloc(T),
                        pfor("i", I(0), I(M), I(256),
                             {for_loop("j", I(0), I(N), I(128),
-                                      {alloc(big), op(Opcode::TLOAD, {W(big), window(A, i, j, 256, 128)}),
+                                      {alloc(big), op(Opcode::TLOAD, {W(big), clamped(A, i, j, 256, 128)}),
                                        op(Opcode::TMUL, {W(big), W(big), W(big)}),
-                                       op(Opcode::TSTORE, {window(T, i, j, 256, 128), W(big)})})}),
+                                       op(Opcode::TSTORE, {clamped(T, i, j, 256, 128), W(big)})})}),
                        pfor("i2", I(0), I(M), I(32),
                             {for_loop("j2", I(0), I(N), I(32),
-                                      {alloc(t), op(Opcode::TLOAD, {W(t), window(T, i2, j2, 32, 32)}),
+                                      {alloc(t), op(Opcode::TLOAD, {W(t), clamped(T, i2, j2, 32, 32)}),
                                        op(Opcode::TADD, {W(t), W(t), F(1.0)}),
-                                       op(Opcode::TSTORE, {window(C, i2, j2, 32, 32), W(t)})})})});
+                                       op(Opcode::TSTORE, {clamped(C, i2, j2, 32, 32), W(t)})})})});
   std::string src = pypto::cpu::generate_cpp(p);
   EXPECT_NE(src.find("pto_heap_tile<pto::Tile<float, 256, 128>"), std::string::npos);
   EXPECT_NE(src.find("pto::ScratchBuffer<float> sb_T(39000);"), std::string::npos);
@@ -374,7 +374,7 @@ TEST(CpuCodegen, ParallelLoopSharingAnOuterTileRunsSerially) {
   Program p = program("shared_tile", {A, S},
                       {alloc(acc), op(Opcode::TEXPANDS, {W(acc), F(0.0)}),
                        pfor("i", I(0), I(M), I(1),
-                            {alloc(t), op(Opcode::TLOAD, {W(t), window(A, V("i"), I(0), 1, 16)}),
+                            {alloc(t), op(Opcode::TLOAD, {W(t), clamped(A, V("i"), I(0), 1, 16)}),
                              op(Opcode::TADD, {W(acc), W(acc), W(t)})}),
                        op(Opcode::TSTORE, {W(S), W(acc)})});
   std::string src = pypto::cpu::generate_cpp(p);
@@ -413,7 +413,7 @@ TEST(CpuCodegenErrors, RankThreeTileIsRejected) {
 TEST(CpuCodegenErrors, SubViewOfTileIsRejected) {
   auto A = param("A", {8, 8});
   auto t = tile("t", 8, 8);
-  View part = window(t, I(0), I(0), 4, 4);
+  View part = clamped(t, I(0), I(0), 4, 4);
   expect_codegen_error(program("subview", {A}, {alloc(t), op(Opcode::TLOAD, {part, W(A)})}),
                        {"TLOAD", "whole tile"});
 }

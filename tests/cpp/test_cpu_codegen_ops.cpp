@@ -36,7 +36,7 @@ struct OpsProgram {
       src = T(t->shape[0], t->shape[1]);
       emit(Opcode::TCVT, {W(src), W(t)});
     }
-    View v = window(out, I(block * kR), I(0), t->shape[0], t->shape[1]);
+    View v = clamped(out, I(block * kR), I(0), t->shape[0], t->shape[1]);
     body.push_back(op(Opcode::TSTORE, {v, W(src)}));
     ++block;
   }

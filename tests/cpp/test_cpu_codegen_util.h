@@ -24,46 +24,10 @@ using pypto::runtime::TensorArg;
 
 inline Expr V(const std::string& n) { return var(n); }
 
-// b[r0 : r0+rows, c0 : c0+cols] clamped to the buffer, as a front end slices it.
-inline View window(const BufferRef& b, Expr r0, Expr c0, int64_t rows, int64_t cols) {
-  View v = View::whole(b);
-  v.offset = {r0, c0};
-  v.size = {rows, cols};
-  v.valid = {min(I(rows), I(b->shape[0]) - r0), min(I(cols), I(b->shape[1]) - c0)};
-  return v;
-}
-
 inline Stmt pfor(const std::string& v, Expr lo, Expr hi, Expr step, std::vector<Stmt> body) {
   return for_loop(v, lo, hi, step, std::move(body), LoopKind::Parallel);
 }
 
-inline Program program(std::string name, std::vector<BufferRef> params, std::vector<Stmt> body,
-                       std::vector<ScalarParam> scalars = {}) {
-  Program p;
-  p.name = std::move(name);
-  p.params = std::move(params);
-  p.scalars = std::move(scalars);
-  p.body = std::move(body);
-  return p;
-}
-
-// A host tensor of any element type, row-major unless strides are given.
-template <class T>
-struct Host {
-  std::vector<T> data;
-  std::vector<int64_t> shape, strides;
-  DType dtype;
-  Host(std::vector<int64_t> s, DType t, T fill) : shape(std::move(s)), dtype(t) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    data.assign(size_t(n), fill);
-    strides.assign(shape.size(), 1);
-    for (size_t i = shape.size(); i-- > 1;) strides[i - 1] = strides[i] * shape[i];
-  }
-  T& at(int64_t r, int64_t c) { return data[size_t(r * strides[0] + c * strides[1])]; }
-  TensorArg arg() { return TensorArg{data.data(), dtype, shape, strides}; }
-};
-using HostF = Host<float>;
 
 inline HostF random_f32(std::vector<int64_t> s, unsigned seed) {
   HostF h(std::move(s), DType::F32, 0);

@@ -95,7 +95,7 @@ TEST(ElemSemantics, SpecialValuesDouble) { check_special_values<double>(); }
 // GELU has one formula: ½ x erfc(-x/√2) (equal to ½ x (1 + erf(x/√2)), without its cancellation).
 TEST(ElemSemantics, GeluOneFormula) {
   for (double x : {-30.0, -8.0, -3.0, -0.5, 0.7, 4.0, 50.0})
-    EXPECT_NEAR(e::gelu(x) / (0.5 * x * std::erfc(-x / std::sqrt(2.0))), 1.0, 1e-13) << x;
+    EXPECT_NEAR(e::gelu(x) / (0.5 * x * std::erfc(-x / std::sqrt(2.0))), 1.0, 1e-11) << x;  // erfc amplifies by x^2
   EXPECT_EQ(e::gelu(0.0), 0.0);
   // The negative tail keeps its relative accuracy, where 1 + erf(x/√2) would be 0.
   EXPECT_GT(e::gelu(-30.0), -1e-190);

@@ -20,6 +20,20 @@ std::string shape_str(const std::vector<int64_t>& s) {
   o << "]";
   return o.str();
 }
+
+std::string tile_element(const Tile& t, int64_t r, int64_t c) {
+  return "element [" + std::to_string(r) + ", " + std::to_string(c) + "] of tile '" + t.name + "'";
+}
+
+std::string global_element(const GlobalBuf& b, int64_t a) {
+  return "element " + std::to_string(a) + (b.external ? " (in strides)" : " (row-major)") + " of '" +
+         b.name + "'";
+}
+
+// The element's address identifies it across views (and across aliasing caller tensors).
+const void* element_key(const GlobalBuf& b, int64_t a) {
+  return b.external ? static_cast<const void*>(b.data + a * dtype_bytes(b.dtype)) : &b.val[size_t(a)];
+}
 }  // namespace
 
 Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
@@ -88,18 +102,9 @@ void Machine::exec(const Stmt& s) {
     case StmtKind::Seq:
       exec_block(s->body);
       break;
-    case StmtKind::For: {
-      // Parallel loops run serially, in order: their iterations are independent by contract.
-      const int64_t lo = eval_int(s->lo, "loop start"), hi = eval_int(s->hi, "loop end");
-      const int64_t step = s->step ? eval_int(s->step, "loop step") : 1;
-      if (step == 0) throw Error("loop '" + s->var + "' has step 0");
-      for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
-        env_[s->var] = ScalarValue{false, i, 0};
-        exec_block(s->body);
-      }
-      env_.erase(s->var);
+    case StmtKind::For:
+      exec_for(*s);
       break;
-    }
     case StmtKind::If: {
       if (!s->cond) throw Error("if without a condition");
       if (eval(s->cond, env_).as_double() != 0)
@@ -121,6 +126,31 @@ void Machine::exec(const Stmt& s) {
   }
 }
 
+void Machine::exec_for(const StmtNode& s) {
+  const int64_t lo = eval_int(s.lo, "loop start"), hi = eval_int(s.hi, "loop end");
+  const int64_t step = s.step ? eval_int(s.step, "loop step") : 1;
+  if (step == 0) throw Error("loop '" + s.var + "' has step 0");
+  if (s.loop_kind == LoopKind::Parallel) {
+    // Iterations are independent by contract: run them in the order PYPTO_INTERP_PARALLEL asks
+    // and record their accesses, so a dependence between them is an error, not a lucky pass.
+    std::vector<int64_t> values =
+        parallel_iterations(lo, hi, step, parallel_, std::hash<std::string>{}(s.var) ^ races_.depth());
+    races_.enter(s.var, values);
+    for (size_t k = 0; k < values.size(); ++k) {
+      races_.iteration(k);
+      env_[s.var] = ScalarValue{false, values[k], 0};
+      exec_block(s.body);
+    }
+    races_.leave();
+  } else {
+    for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
+      env_[s.var] = ScalarValue{false, i, 0};
+      exec_block(s.body);
+    }
+  }
+  env_.erase(s.var);
+}
+
 void Machine::allocate(const BufferRef& b) {
   if (!b) throw Error("alloc of a null buffer");
   if (globals_.count(b->name) && globals_[b->name]->external)
@@ -139,6 +169,7 @@ void Machine::allocate(const BufferRef& b) {
     g->shape = b->shape;
     g->val.assign(size_t(n), fnum(NAN));
     g->written.assign(size_t(n), 0);
+    g->parallel_depth = races_.depth();
     globals_[b->name] = std::move(g);
     return;
   }
@@ -157,6 +188,7 @@ void Machine::allocate(const BufferRef& b) {
   t->vc = t->C;
   t->val.assign(size_t(t->R * t->C), fnum(NAN));
   t->written.assign(size_t(t->R * t->C), 0);
+  t->parallel_depth = races_.depth();
   tiles_[b->name] = std::move(t);
 }
 
@@ -297,6 +329,10 @@ Num Machine::get(const Op& op, const Tile& t, int64_t r, int64_t c) const {
     fail(op, "read of '" + t.name + "'[" + std::to_string(r) + ", " + std::to_string(c) +
                  "] outside its valid region " + std::to_string(t.vr) + "x" + std::to_string(t.vc));
   const size_t k = size_t(r * t.C + c);
+  if (races_.active()) {
+    const std::string race = races_.access(&t.val[k], t.parallel_depth, false);
+    if (!race.empty()) fail(op, race + ": " + tile_element(t, r, c));
+  }
   if (!t.written[k])
     fail(op, "read of unwritten tile element '" + t.name + "'[" + std::to_string(r) + ", " +
                  std::to_string(c) + "]");
@@ -316,6 +352,10 @@ void Machine::put(const Op& op, Tile& t, int64_t r, int64_t c, const Num& v) con
     fail(op, "out-of-bounds write of '" + t.name + "'[" + std::to_string(r) + ", " + std::to_string(c) +
                  "] (tile " + std::to_string(t.R) + "x" + std::to_string(t.C) + ")");
   const size_t k = size_t(r * t.C + c);
+  if (races_.active()) {
+    const std::string race = races_.access(&t.val[k], t.parallel_depth, true);
+    if (!race.empty()) fail(op, race + ": " + tile_element(t, r, c));
+  }
   t.val[k] = round_to(t.dtype, v);
   t.written[k] = 1;
 }
@@ -351,6 +391,10 @@ int64_t Machine::global_address(const Op& op, const GView& v, int64_t i, int64_t
 Num Machine::gread(const Op& op, const GView& v, int64_t i, int64_t j) const {
   const int64_t a = global_address(op, v, i, j);
   const GlobalBuf& b = *v.buf;
+  if (races_.active()) {
+    const std::string race = races_.access(element_key(b, a), b.parallel_depth, false);
+    if (!race.empty()) fail(op, race + ": " + global_element(b, a));
+  }
   if (b.external) return load_scalar(b.dtype, b.data + a * dtype_bytes(b.dtype));
   if (!b.written[size_t(a)])
     fail(op, "read of unwritten element " + std::to_string(a) + " (row-major) of scratch buffer '" + b.name +
@@ -361,6 +405,10 @@ Num Machine::gread(const Op& op, const GView& v, int64_t i, int64_t j) const {
 void Machine::gwrite(const Op& op, const GView& v, int64_t i, int64_t j, const Num& x) const {
   const int64_t a = global_address(op, v, i, j);
   GlobalBuf& b = *v.buf;
+  if (races_.active()) {
+    const std::string race = races_.access(element_key(b, a), b.parallel_depth, true);
+    if (!race.empty()) fail(op, race + ": " + global_element(b, a));
+  }
   const Num r = round_to(b.dtype, x);
   if (b.external) {
     store_scalar(b.dtype, b.data + a * dtype_bytes(b.dtype), r);

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/interp/parallel.h"
 #include "ir/ir.h"
 #include "runtime/tensor_arg.h"
 
@@ -39,6 +40,7 @@ struct Tile {
   int64_t R = 1, C = 1, vr = 0, vc = 0;
   std::vector<Num> val;
   std::vector<uint8_t> written;
+  size_t parallel_depth = 0;  // parallel loops enclosing its alloc (see RaceChecker)
 };
 
 // A buffer in global memory: either the caller's tensor (external: data + strides, elements in
@@ -53,6 +55,7 @@ struct GlobalBuf {
   std::vector<int64_t> strides;  // external: elements
   std::vector<Num> val;          // owned
   std::vector<uint8_t> written;  // owned
+  size_t parallel_depth = 0;     // parallel loops enclosing its alloc (see RaceChecker)
 };
 
 // A global view resolved at run time: a 2-D window of valid extent rows x cols. Element (i, j)
@@ -101,11 +104,14 @@ class Machine {
   void allocate(const ir::BufferRef& b);
   const ir::View& view_operand(const ir::Op& op, size_t i) const;
   int64_t eval_int(const ir::Expr& e, const char* what) const;
+  void exec_for(const ir::StmtNode& s);
 
   const ir::Program& prog_;
   ir::ScalarEnv env_;
   std::unordered_map<std::string, std::unique_ptr<Tile>> tiles_;
   std::unordered_map<std::string, std::unique_ptr<GlobalBuf>> globals_;
+  ParallelSettings parallel_ = parallel_settings_from_env();
+  mutable RaceChecker races_;
 };
 
 // Computes every result f(r, c) over vr x vc first, then sets dst's valid region to it and writes

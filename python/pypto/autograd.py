@@ -34,8 +34,7 @@ class Derived:
     """The backward kernel of one CompiledKernel (one signature of a @pypto.jit kernel)."""
 
     def __init__(self, entry):
-        trace = entry.trace
-        prog, args, grads, results = _C.autodiff(trace.program, trace.tr.b)
+        prog, args, grads, results = _C.autodiff(entry.program, entry.builder)
         self.program = prog
         self.args = args            # per backward input: (role, forward param index)
         self.grads = grads          # per backward output: the forward param it is the gradient of
@@ -187,7 +186,6 @@ def _torch_function_class():
     if _function is not None:
         return _function
     import torch
-    from torch.autograd.function import once_differentiable
 
     class KernelFunction(torch.autograd.Function):
         """One kernel call as a node of torch's graph; backward runs the derived kernel."""
@@ -208,8 +206,10 @@ def _torch_function_class():
             return tuple(results)
 
         @staticmethod
-        @once_differentiable
         def backward(ctx, *grads):
+            if torch.is_grad_enabled():
+                raise RuntimeError(f"kernel '{ctx.call.entry.name}': double backward (create_graph=True) is not "
+                                   "supported: the derived backward is not itself differentiated")
             return (None,) + ctx.call.backward(ctx.saved_tensors, grads)
 
     _function = KernelFunction

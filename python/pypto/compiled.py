@@ -19,7 +19,10 @@ class CompiledKernel:
         tr = trace.tr
         self.name = name
         self.backend = backend
-        self.trace = trace      # the tensor-level program and its builder (autodiff reads both)
+        # the tensor-level program and its builder (autodiff reads both; the builder knows the
+        # kernel line of each statement). Not the whole trace: it holds reference cycles.
+        self.program = trace.program
+        self.builder = tr.b
         self.options = options
         self.grad = None        # pypto.autograd: the derived backward, made on first use
         try:

@@ -238,7 +238,7 @@ class _TorchCall:
                              for k, a in enumerate(full) if k >= kernel._k0]
 
     def run(self, inputs):
-        outs, _ = self.entry.run_raw(self.full, self.imp)
+        outs, _ = self.entry.run_flat(self.full, self.imp)
         self.full = self.imp = None
         return outs
 
@@ -317,7 +317,7 @@ class Metadata:
 
 
 def _call_pto(kernel, entry, imp, full):
-    outs, inputs = entry.run_raw(full, imp)
+    outs, inputs = entry.run_flat(full, imp)
     meta = Metadata(kernel, entry, full, imp, outs)
     for o in outs:
         if isinstance(o, Tensor):
@@ -367,7 +367,7 @@ def vjp(kernel, *args):
     if not args:
         return lambda *a: vjp(kernel, *a)
     k, entry, imp, full = _kernel_entry(kernel, args)
-    outs, inputs = entry.run_raw(full, imp)
+    outs, inputs = entry.run_flat(full, imp)
     result = outs[0] if entry.single_out else rebuild(entry.template, outs, inputs)
 
     def pullback(*cotangents):

@@ -137,7 +137,7 @@ class CompiledKernel:
         return objs
 
     def run(self, args, implicit=()):
-        outs, objs = self.run_raw(args, implicit)
+        outs, objs = self.run_flat(args, implicit)
         if self.single_out:
             return outs[0]
         return rebuild(self.template, outs, objs)
@@ -146,8 +146,8 @@ class CompiledKernel:
         """The arrays bound to the program's input params, in param order."""
         return [args[k] if kind == "a" else implicit[k] for kind, k in self.plan]
 
-    def run_raw(self, args, implicit=()):
-        """Run; returns (the outputs in param order, the input arrays in param order)."""
+    def run_flat(self, args, implicit=()):
+        """Run; (the fresh outputs in order, the input arrays in param order)."""
         if self.arg_only is not None:
             objs = [args[i] for i in self.arg_only]
         else:

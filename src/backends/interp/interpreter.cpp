@@ -8,6 +8,7 @@
 
 #include "backends/interp/machine.h"
 #include "ir/printer.h"
+#include "runtime/interrupt.h"
 
 namespace pypto::interp {
 using namespace ir;
@@ -93,6 +94,7 @@ void Machine::exec(const Stmt& s) {
       const int64_t step = s->step ? eval_int(s->step, "loop step") : 1;
       if (step == 0) throw Error("loop '" + s->var + "' has step 0");
       for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
+        if (runtime::stop_requested()) throw runtime::Interrupted();  // Ctrl-C, between iterations
         env_[s->var] = ScalarValue{false, i, 0};
         exec_block(s->body);
       }

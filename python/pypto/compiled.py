@@ -131,6 +131,13 @@ class CompiledKernel:
         return objs
 
     def run(self, args, implicit=()):
+        outs, objs = self.run_flat(args, implicit)
+        if self.single_out:
+            return outs[0]
+        return rebuild(self.template, outs, objs)
+
+    def run_flat(self, args, implicit=()):
+        """Run; (the fresh outputs in order, the input arrays in param order)."""
         if self.arg_only is not None:
             objs = [args[i] for i in self.arg_only]
         else:
@@ -145,9 +152,7 @@ class CompiledKernel:
             self.kernel.run(run_list, [args[i] for i in self.scalar_idx])
         except PyptoError as e:
             raise PyptoError(f"kernel '{self.name}' failed at run time: {e}") from None
-        if self.single_out:
-            return outs[0]
-        return rebuild(self.template, outs, objs)
+        return outs, objs
 
 
 class Lowered:

@@ -457,6 +457,25 @@ void bind_builder(nb::module_& m) {
           },
           "x"_a, "normalized_dims"_a, "weight"_a = nb::none(), "eps"_a = 1e-6)
       .def("concat", &B::concat)
+      .def("tril", &B::tril, "x"_a, "k"_a)
+      .def("triu", &B::triu, "x"_a, "k"_a)
+      .def("variance", &B::variance, "x"_a, "dims"_a, "correction"_a, "keepdim"_a)
+      .def("logsumexp", &B::logsumexp, "x"_a, "dims"_a, "keepdim"_a)
+      .def("any", &B::any, "x"_a, "dims"_a, "keepdim"_a)
+      .def("all", &B::all, "x"_a, "dims"_a, "keepdim"_a)
+      .def("argmax", &B::argmax, "x"_a, "dim"_a, "keepdim"_a)
+      .def("argmin", &B::argmin, "x"_a, "dim"_a, "keepdim"_a)
+      .def("stack", &B::stack, "xs"_a, "dim"_a)
+      .def("roll", &B::roll, "x"_a, "shift"_a, "dim"_a)
+      .def("repeat_interleave", &B::repeat_interleave, "x"_a, "repeats"_a, "dim"_a)
+      .def("one_hot", &B::one_hot, "idx"_a, "num_classes"_a)
+      .def(
+          "pad",
+          [](B& b, const View& x, std::vector<int64_t> pads, nb::handle v) {
+            DType t = x.buf->dtype;
+            return b.pad(x, pads, to_expr(v, ir::is_float(t) ? ir::compute_dtype(t) : DType::F32));
+          },
+          "x"_a, "pads"_a, "value"_a)
       .def(
           "conv2d",
           [](B& b, const View& x, const View& w, std::optional<View> bias, std::vector<int64_t> stride,

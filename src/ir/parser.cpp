@@ -46,6 +46,7 @@
 // every variable as i64. Expressions are rebuilt exactly as written (no simplification), so text
 // the printer wrote reads back to the identical tree. Errors: ir::Error("line L, col C: ...").
 #include "ir/parser.h"
+#include "ir/number_text.h"
 
 #include <cerrno>
 #include <cmath>
@@ -505,9 +506,16 @@ class Parser {
     } else if (body == "nan") {
       v = std::numeric_limits<double>::quiet_NaN();
     } else {
-      errno = 0;
-      v = std::strtod(body.c_str(), nullptr);
-      if (errno == ERANGE && std::abs(v) > 1) fail("float literal out of range", &at);
+      // Locale-independent (ir/number_text.h); underflow reads as 0, overflow is an error.
+      const std::optional<double> p = parse_double(body);
+      if (p) {
+        v = *p;
+      } else {
+        const bool tiny = body.find_first_of("eE") != std::string::npos &&
+                          body.find('-', body.find_first_of("eE")) != std::string::npos;
+        if (!tiny) fail("bad or out-of-range float literal: " + body, &at);
+        v = 0;
+      }
     }
     if (negative) v = -v;
     return f32 ? float_imm(v, DType::F32) : detail::make_float_raw(v, DType::F64);

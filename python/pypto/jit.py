@@ -19,6 +19,7 @@ import weakref
 
 import numpy as np
 
+from . import autograd as _autograd
 from . import interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
@@ -182,6 +183,7 @@ class JitFunction:
         self._unroll = set()
         self._src = None
         self._lock = threading.RLock()
+        self._vjp = None  # a hand-written backward (@kernel.defvjp)
         torch = sys.modules.get("torch")
         if torch is not None and _torch_ops is None:
             _bind_torch(torch)
@@ -256,6 +258,8 @@ class JitFunction:
             args = self._bind(args, kwargs)
         elif self._k0:
             args = (self._self,) + args
+        if _autograd.wants_grad(args):
+            return _autograd.call(self, args)
         entries = self._cache.get(self._key(args))
         if entries is not None:
             e = entries[0]
@@ -272,6 +276,21 @@ class JitFunction:
         args = self._full_args(args, kwargs)
         e, _ = self._entry(args)
         return Lowered(e)
+
+    def lower_backward(self, *args, **kwargs):
+        """The derived backward kernel for these example arguments; `.as_text(level)` shows it."""
+        return self.lower(*args, **kwargs).backward()
+
+    def defvjp(self, backward):
+        """Register a hand-written backward, used instead of the derived one (torch autograd,
+        pypto.grad/vjp, pto_autograd): `backward(*args, out, grad_out)` returns one gradient (or
+        None) per argument; `out`/`grad_out` are tuples when the kernel returns several tensors.
+
+            @my_kernel.defvjp
+            def my_kernel_backward(x, w, out, grad): return grad @ w.T, x.T @ grad
+        """
+        self._vjp = backward
+        return backward
 
     # --- misc ----------------------------------------------------------------------------------
     def clear_cache(self):

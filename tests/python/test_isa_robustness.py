@@ -35,18 +35,20 @@ def test_nesting_within_the_limit_round_trips():
 
 def test_printer_time_is_linear_in_depth():
     def timed(depth):
-        text = "func @f() {" + "".join(f"seq {{ let %v{k} = {k} " for k in range(depth))
-        text += "}" * (depth + 1)
+        text = "func @f() {" + "".join(f"seq {{ let %v{k} = {k} " for k in range(depth)) + "}" * (depth + 1)
         p = pypto.isa.parse(text)
-        t0 = time.perf_counter()
-        for _ in range(50):
-            out = pypto.isa.print(p)
-        return time.perf_counter() - t0, len(out)
+        best = float("inf")
+        for _ in range(7):  # the best of several runs: the machine may be busy
+            t0 = time.perf_counter()
+            for _ in range(10):
+                out = pypto.isa.print(p)
+            best = min(best, time.perf_counter() - t0)
+        return best, len(out)
 
-    (t1, n1), (t2, n2) = timed(90), timed(180)
+    (t1, n1), (t2, n2) = timed(95), timed(190)
     # Output grows ~4x (indentation is quadratic in depth); time must follow the output (a printer
     # that copies each level's text into the next took ~10x per doubling).
-    assert t2 / max(t1, 1e-6) < 1.5 * (n2 / n1), (t1, t2, n1, n2)
+    assert t2 / max(t1, 1e-6) < 1.6 * (n2 / n1), (t1, t2, n1, n2)
 
 
 def test_alloc_whose_element_count_overflows():

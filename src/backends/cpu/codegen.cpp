@@ -117,6 +117,11 @@ struct pto_heap_tile {
 
 )";
 
+// Every loop iteration first polls the runtime's stop flag (Ctrl-C): one relaxed load per tile
+// step. Returning (from the kernel, or from one parallel iteration) leaves tiles to their
+// destructors; the runtime reports the run as interrupted.
+constexpr const char* kStopCheck = "if (pto::stop_requested(args)) return;\n";
+
 class Gen {
  public:
   explicit Gen(const Program& p) : p_(p) {}
@@ -645,6 +650,7 @@ class Gen {
              << "), [&](int64_t it_) {\n";
       ++indent_;
       line() << "const int64_t " << v << " = lo_" << sfx << " + it_ * sp_" << sfx << ";\n";
+      line() << kStopCheck;
       ++parallel_depth_;
       block(s.body);
       --parallel_depth_;
@@ -655,6 +661,9 @@ class Gen {
     } else if (st.c && *st.c > 0) {
       line() << "for (int64_t " << v << " = " << lo.s << ", hi_" << sfx << " = " << hi.s << "; " << v
              << " < hi_" << sfx << "; " << v << " += " << st.s << ") {\n";
+      ++indent_;
+      line() << kStopCheck;
+      --indent_;
       scoped(s.body);
       line() << "}\n";
     } else {
@@ -664,6 +673,7 @@ class Gen {
              << "); it_" << sfx << " < n_" << sfx << "; ++it_" << sfx << ") {\n";
       ++indent_;
       line() << "const int64_t " << v << " = lo_" << sfx << " + it_" << sfx << " * sp_" << sfx << ";\n";
+      line() << kStopCheck;
       block(s.body);
       --indent_;
       line() << "}\n";

@@ -166,6 +166,8 @@ class JitFunction:
                  promote=True):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
+        if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
+            fn = fn.forward  # an nn.Module: its forward, the module's tensors as implicit inputs
         self._self = None
         func = fn
         if inspect.ismethod(fn):

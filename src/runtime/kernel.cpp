@@ -1,5 +1,6 @@
 // Kernel: lowers a tensor-level program once, then checks arguments and runs it on a backend.
 #include "runtime/kernel.h"
+#include "ir/number_text.h"
 
 #include <cmath>
 
@@ -44,7 +45,7 @@ void check_args(const ir::Program& p, const RunArgs& args) {
     const ir::ScalarValue& v = args.scalars[j];
     if (!ir::is_float(s.dtype) && v.is_float && v.f != std::floor(v.f))
       throw Error("scalar argument '" + s.name + "': expected an integer (" +
-                  std::string(ir::dtype_name(s.dtype)) + "), got " + std::to_string(v.f));
+                  std::string(ir::dtype_name(s.dtype)) + "), got " + ir::format_g(v.f));
   }
 }
 

@@ -4,6 +4,7 @@
 // (heap for big ones); global scratch is a pto::ScratchBuffer. All IR names are renamed into a
 // prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
 #include "backends/cpu/codegen.h"
+#include "ir/number_text.h"
 #include "pto/elem.hpp"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <locale>
 #include <sstream>
 
 #include "ir/printer.h"
@@ -71,12 +73,17 @@ std::string int_literal(int64_t v) {
   return "int64_t(" + std::to_string(v) + "LL)";
 }
 
+// A string stream that writes numbers the same under every global C++ locale.
+std::ostringstream classic_stream() {
+  std::ostringstream s;
+  s.imbue(std::locale::classic());
+  return s;
+}
+
 std::string float_literal(double v) {
   if (std::isnan(v)) return "__builtin_nan(\"\")";
   if (std::isinf(v)) return v > 0 ? "__builtin_inf()" : "(-__builtin_inf())";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string s = buf;
+  std::string s = format_g(v, 17);  // locale-independent: never "2,5"
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return v < 0 ? "(" + s + ")" : s;
 }
@@ -675,7 +682,7 @@ class Gen {
   }
 
   const Program& p_;
-  std::ostringstream out_;
+  std::ostringstream out_ = classic_stream();
   int indent_ = 1;
   int parallel_depth_ = 0;
   int64_t stack_bytes_ = 0;  // bytes of stack tiles in scope at the current point

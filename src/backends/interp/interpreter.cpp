@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <locale>
 #include <sstream>
 
 #include "backends/interp/machine.h"
@@ -16,6 +17,7 @@ using namespace ir;
 namespace {
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream o;
+  o.imbue(std::locale::classic());
   o << "[";
   for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
   o << "]";

@@ -327,9 +327,6 @@ def test_cache_dir_or_symlink_of_another_user_is_refused(tmp_path):
 def test_no_home_uses_a_private_temporary_cache(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env_home = tmp_path / "home"
-    env_home.mkdir()
-    env_home.chmod(0o500)  # ~/.cache cannot be created (unless we are root)
     code = KERNEL + """
     import os, stat
     made = [d for d in os.listdir(os.environ["TMPDIR"]) if d.startswith("pypto-cache-")]
@@ -346,8 +343,6 @@ def test_no_home_uses_a_private_temporary_cache(tmp_path):
     assert "ok True" in r.stdout, r.stdout
     assert "temp dirs ['pypto-cache-" in r.stdout and "mode 0o700" in r.stdout, r.stdout
     assert not list(tmp.iterdir()), "the temporary cache outlived its process"
-    assert not Path(f"/tmp/pypto-cache-{os.getuid()}").exists() or \
-        Path(f"/tmp/pypto-cache-{os.getuid()}").stat().st_mtime < script.stat().st_mtime
 
 
 def test_cache_files_are_private_under_umask_0(tmp_path):

@@ -259,9 +259,10 @@ void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<co
   }
 }
 
-namespace {
-BufferRef new_adjoint_buffer(Builder& b, const Buffer& like) {
+BufferRef Differentiator::new_adjoint(const Buffer& like) {
+  Builder& b = b_;
   auto nb = std::make_shared<Buffer>();
+  adjoint_buffers_.insert(nb.get());
   nb->name = b.fresh_name("d_" + like.name);
   nb->dtype = like.dtype;
   nb->shape = like.shape;
@@ -271,12 +272,11 @@ BufferRef new_adjoint_buffer(Builder& b, const Buffer& like) {
   b.assign(View::whole(nb), float_imm(0.0, like.dtype == DType::F64 ? DType::F64 : DType::F32));
   return nb;
 }
-}  // namespace
 
 void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
   for (const Stmt& s : body)
     if (s->kind == StmtKind::Alloc && is_float(s->buffer->dtype))
-      adj_[s->buffer.get()] = new_adjoint_buffer(b_, *s->buffer);
+      adj_[s->buffer.get()] = new_adjoint(*s->buffer);
   for (auto it = body.rbegin(); it != body.rend(); ++it) {
     const Stmt& s = *it;
     switch (s->kind) {
@@ -371,6 +371,118 @@ void eliminate_dead_code(Program& p) {
   prune(p.body);
 }
 
+bool mentions_buffer(const Stmt& s, const Buffer* b) {
+  bool found = false;
+  walk({s}, [&](const Stmt& t) {
+    if (t->kind == StmtKind::Alloc && t->buffer.get() == b) found = true;
+    if (t->kind != StmtKind::OpStmt) return;
+    for (auto& a : t->op.args)
+      if (auto v = view_of(a)) found |= v->buf.get() == b;
+  });
+  return found;
+}
+
+// The whole buffer, every element valid.
+bool whole_and_valid(const View& v) {
+  if (!v.is_whole()) return false;
+  for (size_t d = 0; d < v.valid.size(); ++d) {
+    auto c = as_int(v.valid[d]);
+    if (!c || *c != v.buf->shape[d]) return false;
+  }
+  return true;
+}
+
+// An adjoint is zero-filled and then accumulated into. When its first contribution covers all of
+// it, `fill 0; a += c` becomes `a = c`, and when c is a temporary computed just for this, its
+// instruction writes into a directly. Applied per block, in place.
+void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                               std::map<const Buffer*, int>& reads) {
+  for (auto& s : body) {
+    write_first_contributions(s->body, adjoints, reads);
+    write_first_contributions(s->orelse, adjoints, reads);
+  }
+  for (size_t i = 0; i < body.size(); ++i) {
+    const Stmt& fill = body[i];
+    if (fill->kind != StmtKind::OpStmt || fill->op.code != Opcode::TEXPANDS) continue;
+    const View& a = std::get<View>(fill->op.args[0]);
+    if (!adjoints.count(a.buf.get()) || !whole_and_valid(a)) continue;
+    size_t j = i + 1;
+    while (j < body.size() && !mentions_buffer(body[j], a.buf.get())) ++j;
+    if (j == body.size()) continue;
+    const Stmt& acc = body[j];
+    if (acc->kind != StmtKind::OpStmt || acc->op.code != Opcode::TADD) continue;
+    const View* d = view_of(acc->op.args[0]);
+    const View* s1 = view_of(acc->op.args[1]);
+    const View* c = view_of(acc->op.args[2]);
+    if (!d || !s1 || !c || d->buf != a.buf || s1->buf != a.buf || !whole_and_valid(*d) || !whole_and_valid(*s1) ||
+        c->buf == a.buf || c->buf->dtype != a.buf->dtype || c->shape() != a.shape())
+      continue;
+    // The producer of c, when c is a temporary only this accumulation reads.
+    size_t k = j;
+    if (c->is_whole() && c->buf->kind == BufferKind::Temp && reads[c->buf.get()] == 1) {
+      for (size_t m = j; m-- > i + 1;) {
+        if (!mentions_buffer(body[m], c->buf.get())) continue;
+        const Stmt& p = body[m];
+        const View* pd = p->kind == StmtKind::OpStmt && !p->op.args.empty() ? view_of(p->op.args[0]) : nullptr;
+        bool sole_writer = pd && pd->buf == c->buf && whole_and_valid(*pd);
+        for (size_t q = 1; sole_writer && q < p->op.args.size(); ++q)
+          if (auto v = view_of(p->op.args[q])) sole_writer = v->buf != c->buf && v->buf != a.buf;
+        if (sole_writer) k = m;
+        break;
+      }
+    }
+    if (k != j) {
+      body[k]->op.args[0] = View::whole(a.buf);
+      body.erase(body.begin() + long(j));
+    } else {
+      body[j] = op_stmt(Op{Opcode::TMOV, {View::whole(a.buf), *c}});
+    }
+    body.erase(body.begin() + long(i));
+    --i;
+  }
+}
+
+// `a = c` of two whole temporaries, each written once, c earlier in the same block: every use of
+// a reads c instead (the sweep passes an adjoint through additions this way).
+void forward_copies(Program& p) {
+  std::map<const Buffer*, int> writes;
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind == StmtKind::OpStmt && !s->op.args.empty())
+      if (auto d = view_of(s->op.args[0])) ++writes[d->buf.get()];
+  });
+  std::map<const Buffer*, BufferRef> repl;
+  std::function<void(std::vector<Stmt>&)> scan = [&](std::vector<Stmt>& body) {
+    std::set<const Buffer*> written_here;
+    for (size_t j = 0; j < body.size(); ++j) {
+      Stmt& s = body[j];
+      scan(s->body);
+      scan(s->orelse);
+      if (s->kind != StmtKind::OpStmt || s->op.args.empty()) continue;
+      const View* d = view_of(s->op.args[0]);
+      const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
+      if (s->op.code == Opcode::TMOV && d && c && whole_and_valid(*d) && whole_and_valid(*c) &&
+          d->buf->kind == BufferKind::Temp && c->buf->kind == BufferKind::Temp && d->buf->dtype == c->buf->dtype &&
+          d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 && writes[c->buf.get()] == 1 &&
+          written_here.count(c->buf.get()) && !repl.count(c->buf.get())) {
+        repl[d->buf.get()] = c->buf;
+        body.erase(body.begin() + long(j--));
+        continue;
+      }
+      if (d) written_here.insert(d->buf.get());
+    }
+  };
+  scan(p.body);
+  if (repl.empty()) return;
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind != StmtKind::OpStmt) return;
+    for (auto& a : s->op.args)
+      if (auto v = std::get_if<View>(&a)) {
+        auto it = repl.find(v->buf.get());
+        if (it != repl.end()) v->buf = it->second;
+      }
+  });
+}
+
 void used_buffers(const std::vector<Stmt>& body, std::set<const Buffer*>& used) {
   walk(body, [&](const Stmt& s) {
     if (s->kind != StmtKind::OpStmt) return;
@@ -414,7 +526,7 @@ Backward Differentiator::run() {
   for (size_t i = 0; i < fwd_.params.size(); ++i) {
     const Buffer& p = *fwd_.params[i];
     if (p.kind != BufferKind::Param || !is_float(p.dtype)) continue;
-    if (!adj_.count(&p)) adj_[&p] = new_adjoint_buffer(b_, p);
+    if (!adj_.count(&p)) adj_[&p] = new_adjoint(p);
     grads.push_back(View::whole(adj_.at(&p)));
     out.grads.push_back(int(i));
   }
@@ -423,6 +535,17 @@ Backward Differentiator::run() {
   sweep(fwd_.body, env);
   out.program = b_.finish(grads);
   eliminate_dead_code(out.program);
+  {
+    std::map<const Buffer*, int> reads;
+    walk(out.program.body, [&](const Stmt& s) {
+      if (s->kind != StmtKind::OpStmt) return;
+      for (size_t i = 1; i < s->op.args.size(); ++i)
+        if (auto v = view_of(s->op.args[i])) ++reads[v->buf.get()];
+    });
+    write_first_contributions(out.program.body, adjoint_buffers_, reads);
+    forward_copies(out.program);
+    eliminate_dead_code(out.program);
+  }
   // A replayed value must still be what it was at its forward statement.
   walk(out.program.body, [&](const Stmt& s) {
     auto it = replayed_.find(s.get());

@@ -43,6 +43,7 @@ class Differentiator {
   void replay(const std::vector<ir::Stmt>& body, Env& env, std::set<const ir::Buffer*>& local);
   void sweep(const std::vector<ir::Stmt>& body, Env& env);
   void rule(const ir::StmtNode* s, const Env& env);  // autodiff_rules.cpp
+  ir::BufferRef new_adjoint(const ir::Buffer& like);  // a zero-filled adjoint buffer
 
   // Helpers for the rules.
   ir::View mapped(const ir::View& v, const Env& env) const;
@@ -63,6 +64,7 @@ class Differentiator {
   std::map<const ir::Buffer*, ir::BufferRef> adj_;       // forward buffer -> its adjoint now
   std::map<const ir::StmtNode*, const ir::StmtNode*> replayed_;  // backward op -> forward op
   std::map<const ir::Buffer*, const ir::Buffer*> origin_;        // backward buffer -> forward
+  std::set<const ir::Buffer*> adjoint_buffers_;
 };
 
 }  // namespace pypto::passes::ad

@@ -48,8 +48,8 @@ std::vector<const View*> sources(const Op& op) {
   return out;
 }
 
-Differentiator::Differentiator(const Program& forward, const Locate& locate)
-    : fwd_(forward), locate_(locate), b_(forward.name + "_backward") {
+Differentiator::Differentiator(const Program& forward, const Locate& locate, const std::vector<bool>& wanted)
+    : fwd_(forward), locate_(locate), wanted_(wanted), b_(forward.name + "_backward") {
   std::vector<const StmtNode*> loops;
   analyse(forward.body, loops);
 }
@@ -526,7 +526,10 @@ Backward Differentiator::run() {
   for (size_t i = 0; i < fwd_.params.size(); ++i) {
     const Buffer& p = *fwd_.params[i];
     if (p.kind != BufferKind::Param || !is_float(p.dtype)) continue;
+    bool want = wanted_.empty() || (i < wanted_.size() && wanted_[i]);
+    if (!want && !adj_.count(&p)) continue;  // (a written argument's adjoint carries its cotangent)
     if (!adj_.count(&p)) adj_[&p] = new_adjoint(p);
+    if (!want) continue;
     grads.push_back(View::whole(adj_.at(&p)));
     out.grads.push_back(int(i));
   }
@@ -578,8 +581,8 @@ Backward Differentiator::run() {
 
 }  // namespace ad
 
-Backward autodiff(const ir::Program& forward, const Locate& locate) {
-  return ad::Differentiator(forward, locate).run();
+Backward autodiff(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted) {
+  return ad::Differentiator(forward, locate, wanted).run();
 }
 
 }  // namespace pypto::passes

@@ -19,7 +19,7 @@ struct Env {
 
 class Differentiator {
  public:
-  Differentiator(const ir::Program& forward, const Locate& locate);
+  Differentiator(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted);
   Backward run();
 
  private:
@@ -58,6 +58,7 @@ class Differentiator {
 
   const ir::Program& fwd_;
   Locate locate_;
+  std::vector<bool> wanted_;
   ir::Builder b_;
   std::map<const ir::StmtNode*, StmtInfo> stmts_;
   std::map<const ir::Buffer*, BufInfo> bufs_;

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <functional>
 
-#include "ir/printer.h"
 #include "ir/builder_impl.h"
+#include "ir/printer.h"
 #include "passes/autodiff_impl.h"
 #include "passes/pass_util.h"
 
@@ -25,11 +25,8 @@ bool same_view(const View& a, const View& b) {
   return true;
 }
 
-const View* view_of(const Operand& o) { return std::get_if<View>(&o); }
-
 }  // namespace
 
-// `dst += x`, `dst -= x` and `dst += a @ b`: the old value of dst passes through unchanged.
 bool in_place_linear(const Op& op) {
   if (op.code == Opcode::TMATMUL_ACC) return true;
   if (op.code != Opcode::TADD && op.code != Opcode::TSUB) return false;
@@ -60,7 +57,9 @@ void Differentiator::analyse(const std::vector<Stmt>& body, std::vector<const St
     info.pos = int(stmts_.size());
     info.loops = loops;
     switch (s->kind) {
-      case StmtKind::Alloc: bufs_[s->buffer.get()].loops_at_alloc = loops; break;
+      case StmtKind::Alloc:
+        bufs_[s->buffer.get()].loops_at_alloc = loops;
+        break;
       case StmtKind::OpStmt: {
         if (auto d = view_of(s->op.args.empty() ? Operand(Expr()) : s->op.args[0]))
           bufs_[d->buf.get()].writes.push_back(s.get());
@@ -76,7 +75,8 @@ void Differentiator::analyse(const std::vector<Stmt>& body, std::vector<const St
         analyse(s->body, loops);
         analyse(s->orelse, loops);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -165,9 +165,10 @@ View Differentiator::adjoint(const View& v, const Env& env) const {
 Operand Differentiator::value(const Operand& o, const StmtNode* s, const Env& env, bool is_result) const {
   if (auto v = view_of(o))
     if (stale(v->buf.get(), s, !is_result))
-      refuse(s, "its derivative needs the value of %" + v->buf->name +
-                    " at this point, but the kernel overwrites it later (a value carried across loop iterations "
-                    "or updated in place non-linearly, or an argument read and then written)");
+      refuse(s,
+             "its derivative needs the value of %" + v->buf->name +
+                 " at this point, but the kernel overwrites it later (a value carried across loop iterations "
+                 "or updated in place non-linearly, or an argument read and then written)");
   return mapped(o, env);
 }
 
@@ -280,10 +281,13 @@ void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
   for (auto it = body.rbegin(); it != body.rend(); ++it) {
     const Stmt& s = *it;
     switch (s->kind) {
-      case StmtKind::OpStmt: rule(s.get(), env); break;
+      case StmtKind::OpStmt:
+        rule(s.get(), env);
+        break;
       case StmtKind::For: {
         Env inner = env;
-        Expr lo = substitute(s->lo, env.vars), hi = substitute(s->hi, env.vars), step = substitute(s->step, env.vars);
+        Expr lo = substitute(s->lo, env.vars), hi = substitute(s->hi, env.vars),
+             step = substitute(s->step, env.vars);
         if (needs_reversal(s.get())) {
           Expr trips = div(hi - lo + step - int_imm(1), step);
           Expr u = b_.begin_for(s->var + "_rev", int_imm(0), trips, int_imm(1));
@@ -315,8 +319,11 @@ void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
         b_.end_if();
         break;
       }
-      case StmtKind::Seq: sweep(s->body, env); break;
-      default: break;
+      case StmtKind::Seq:
+        sweep(s->body, env);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -336,8 +343,7 @@ void eliminate_dead_code(Program& p) {
       auto d = view_of(s->op.args[0]);
       if (d && !live.count(d->buf.get())) return;
       for (size_t i = 1; i < s->op.args.size(); ++i)
-        if (auto v = view_of(s->op.args[i]))
-          changed |= live.insert(v->buf.get()).second;
+        if (auto v = view_of(s->op.args[i])) changed |= live.insert(v->buf.get()).second;
     });
   }
   std::function<bool(std::vector<Stmt>&)> prune = [&](std::vector<Stmt>& body) {
@@ -354,13 +360,16 @@ void eliminate_dead_code(Program& p) {
         case StmtKind::Alloc:
           if (!live.count(s->buffer.get())) continue;
           break;
-        case StmtKind::For: case StmtKind::If: case StmtKind::Seq: {
+        case StmtKind::For:
+        case StmtKind::If:
+        case StmtKind::Seq: {
           bool a = prune(s->body), b = prune(s->orelse);
           if (!a && !b) continue;
           has_op = true;
           break;
         }
-        default: break;
+        default:
+          break;
       }
       kept.push_back(s);
     }
@@ -414,8 +423,8 @@ void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buf
     const View* d = view_of(acc->op.args[0]);
     const View* s1 = view_of(acc->op.args[1]);
     const View* c = view_of(acc->op.args[2]);
-    if (!d || !s1 || !c || d->buf != a.buf || s1->buf != a.buf || !whole_and_valid(*d) || !whole_and_valid(*s1) ||
-        c->buf == a.buf || c->buf->dtype != a.buf->dtype || c->shape() != a.shape())
+    if (!d || !s1 || !c || d->buf != a.buf || s1->buf != a.buf || !whole_and_valid(*d) ||
+        !whole_and_valid(*s1) || c->buf == a.buf || c->buf->dtype != a.buf->dtype || c->shape() != a.shape())
       continue;
     // The producer of c, when c is a temporary only this accumulation reads.
     size_t k = j;
@@ -423,7 +432,8 @@ void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buf
       for (size_t m = j; m-- > i + 1;) {
         if (!mentions_buffer(body[m], c->buf.get())) continue;
         const Stmt& p = body[m];
-        const View* pd = p->kind == StmtKind::OpStmt && !p->op.args.empty() ? view_of(p->op.args[0]) : nullptr;
+        const View* pd =
+            p->kind == StmtKind::OpStmt && !p->op.args.empty() ? view_of(p->op.args[0]) : nullptr;
         bool sole_writer = pd && pd->buf == c->buf && whole_and_valid(*pd);
         for (size_t q = 1; sole_writer && q < p->op.args.size(); ++q)
           if (auto v = view_of(p->op.args[q])) sole_writer = v->buf != c->buf && v->buf != a.buf;
@@ -461,9 +471,9 @@ void forward_copies(Program& p) {
       const View* d = view_of(s->op.args[0]);
       const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
       if (s->op.code == Opcode::TMOV && d && c && whole_and_valid(*d) && whole_and_valid(*c) &&
-          d->buf->kind == BufferKind::Temp && c->buf->kind == BufferKind::Temp && d->buf->dtype == c->buf->dtype &&
-          d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 && writes[c->buf.get()] == 1 &&
-          written_here.count(c->buf.get()) && !repl.count(c->buf.get())) {
+          d->buf->kind == BufferKind::Temp && c->buf->kind == BufferKind::Temp &&
+          d->buf->dtype == c->buf->dtype && d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 &&
+          writes[c->buf.get()] == 1 && written_here.count(c->buf.get()) && !repl.count(c->buf.get())) {
         repl[d->buf.get()] = c->buf;
         body.erase(body.begin() + long(j--));
         continue;
@@ -556,9 +566,10 @@ Backward Differentiator::run() {
     for (const View* v : sources(it->second->op)) {
       const Buffer* fb = v->buf.get();
       if (stale(fb, it->second, true))
-        refuse(it->second, "recomputing it needs the value of %" + fb->name +
-                               " at this point, but the kernel overwrites it later (a value carried across loop "
-                               "iterations or updated in place)");
+        refuse(it->second,
+               "recomputing it needs the value of %" + fb->name +
+                   " at this point, but the kernel overwrites it later (a value carried across loop "
+                   "iterations or updated in place)");
     }
   });
   // Keep only the parameters the backward reads: the caller saves no more than that.

@@ -48,6 +48,7 @@ using Locate = std::function<std::string(const ir::StmtNode*)>;
 
 // `wanted[i]`: whether the gradient of forward param i is asked for (empty: all of them); the
 // backward computes (and reads what it needs for) only those.
-Backward autodiff(const ir::Program& forward, const Locate& locate = {}, const std::vector<bool>& wanted = {});
+Backward autodiff(const ir::Program& forward, const Locate& locate = {},
+                  const std::vector<bool>& wanted = {});
 
 }  // namespace pypto::passes

@@ -82,7 +82,7 @@ func @mm(%A: f32[10, 7], %B: f32[7, 9], %C: f32[10, 9]) {
 )");
   passes::Backward bw = passes::autodiff(fwd);
   EXPECT_EQ(bw.results, (std::vector<int>{2}));  // C is written: a result
-  auto d = run(bw.program, 3);  // A, B, d_C, then the gradients of A, B and C's old value
+  auto d = run(bw.program, 3);                   // A, B, d_C, then the gradients of A, B and C's old value
   ASSERT_EQ(d.size(), 6u);
   const auto &A = d[0], &B = d[1], &dC = d[2], &dA = d[3], &dB = d[4], &dC_old = d[5];
   for (int i = 0; i < 10; ++i)

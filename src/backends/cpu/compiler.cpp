@@ -298,7 +298,7 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
 }
 
 // Forwards the kernel's parallel loops to the runtime's pool.
-void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) { runtime::parallel_for(n, body, ctx); }
+void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) { runtime::parallel_for_costed(n, body, ctx); }
 
 // The headers next to the code that is running: an installed package ships them beside its module
 // (<package>/include); in a source tree the module sits in python/pypto and a tool or test binary

@@ -238,6 +238,23 @@ def test_mlp_training_follows_torch():
     assert np.max(np.abs(ours - ref) / ref) < 1e-4
 
 
+def test_implicit_inputs_get_gradients():
+    class Linear:
+        def __init__(self):
+            self.w = torch.randn(4, 3, dtype=torch.float64, requires_grad=True)
+
+        @pypto.jit(backend="interp")
+        def __call__(self, x):
+            return pypto.tanh(pypto.matmul(x, self.w))
+
+    layer = Linear()
+    x = torch.randn(5, 4, dtype=torch.float64)  # only the implicit weight requires grad
+    layer(x).sum().backward()
+    w2 = layer.w.detach().clone().requires_grad_()
+    torch.tanh(x @ w2).sum().backward()
+    assert rel(layer.w.grad, w2.grad) < 1e-12
+
+
 # --- the torch rules ------------------------------------------------------------------------------
 
 def test_no_grad_records_nothing():

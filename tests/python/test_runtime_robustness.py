@@ -171,6 +171,43 @@ def test_fork_while_another_thread_compiles(tmp_path):
     assert "child status 0" in r.stdout, r.stdout + r.stderr
 
 
+def test_fork_after_parallel_loops_on_torch_threads(tmp_path):
+    # Once torch is imported parallel loops run on its OpenMP threads; libgomp hangs in a forked
+    # child whose parent used them, so the child must fall back to PyPTO's own pool.
+    r = run_child(tmp_path, """
+        import os, time
+        import numpy as np
+        import torch
+        import pypto
+
+        @pypto.jit
+        def g(x, out):
+            for i in pypto.prange(0, x.shape[0], 8):
+                out[i:i+8, :] = pypto.exp(x[i:i+8, :])
+
+        x = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+        out = np.full_like(x, np.nan)
+        g(x, out)
+        pid = os.fork()
+        if pid == 0:
+            out2 = np.full_like(x, np.nan)
+            g(x, out2)
+            os._exit(0 if np.allclose(out2, np.exp(x), rtol=1e-5) else 1)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+            print("child hung")
+            raise SystemExit(1)
+        print("child status", os.waitstatus_to_exitcode(status))
+    """)
+    assert r.returncode == 0 and "child status 0" in r.stdout, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("backend", ["cpu", "interp"])
 def test_sigint_interrupts_a_long_kernel(tmp_path, backend):
     r = run_child(tmp_path, f"""

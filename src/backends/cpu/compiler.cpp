@@ -328,6 +328,18 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
 // Forwards the kernel's parallel loops to the runtime's pool.
 void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) { runtime::parallel_for(n, body, ctx); }
 
+// The first run-time error a kernel reports (from any worker thread); raised once it returns.
+struct KernelErrors {
+  std::mutex mu;
+  std::string first;
+};
+
+void collect_error(void* ctx, const char* message) {
+  auto* e = static_cast<KernelErrors*>(ctx);
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->first.empty()) e->first = message ? message : "kernel error";
+}
+
 }  // namespace
 
 void set_include_dir(const std::string& dir) {
@@ -464,7 +476,11 @@ void run(const CompiledKernel& k, const runtime::RunArgs& args) {
   a.iscalars = iscal;
   a.fscalars = fscal;
   a.parallel_for = &forward_parallel_for;
+  KernelErrors errors;
+  a.report_error = &collect_error;
+  a.error_ctx = &errors;
   k.fn(&a);
+  if (!errors.first.empty()) throw ir::Error(errors.first);
 }
 
 }  // namespace pypto::cpu

@@ -25,6 +25,7 @@ from .ops_composite import (all, any, argmax, argmin, chunk, embedding, flip, ga
                             logsumexp, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
                             std, tril, triu, var)
 from .compiled import Lowered
+from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)

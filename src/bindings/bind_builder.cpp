@@ -6,6 +6,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 
 #include "ir/builder.h"
 #include "ir/printer.h"
+#include "passes/autodiff.h"
 
 namespace pypto::bindings {
 namespace nb = nanobind;
@@ -518,7 +520,28 @@ void bind_builder(nb::module_& m) {
           },
           "op"_a, "dst"_a, "src"_a)
       .def("finish", &B::finish, "outputs"_a)
+      .def("set_location", &B::set_location, "where"_a,
+           "Source location of the statements built from now on (named by autodiff's errors).")
       .def_static("broadcast_shapes", &B::broadcast_shapes);
+
+  m.def(
+      "autodiff",
+      [](const ir::Program& forward, const B* builder) {
+        passes::Locate locate;
+        if (builder) locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
+        passes::Backward bw = passes::autodiff(forward, locate);
+        std::vector<std::pair<std::string, int>> args;
+        for (auto& a : bw.args)
+          args.emplace_back(a.role == passes::Backward::Role::Input   ? "input"
+                            : a.role == passes::Backward::Role::Saved ? "saved"
+                                                                      : "cotangent",
+                            a.param);
+        return std::make_tuple(bw.program, args, bw.grads, bw.results);
+      },
+      "forward"_a, "builder"_a = nb::none(),
+      "The tensor-level program of `forward`'s vector-Jacobian product (passes/autodiff.h): "
+      "(program, [(role, forward param index)] per backward param, forward param index per gradient output, "
+      "forward param indices of the results).");
 }
 
 }  // namespace pypto::bindings

@@ -163,6 +163,14 @@ std::vector<int64_t> Builder::broadcast_shapes(const std::vector<int64_t>& a, co
   return out;
 }
 
+std::string Builder::fresh_name(const std::string& hint) { return impl_->fresh(hint); }
+void Builder::emit(Stmt s) { impl_->emit(std::move(s)); }
+void Builder::set_location(std::string where) { impl_->where = std::move(where); }
+std::string Builder::location(const StmtNode* s) const {
+  auto it = impl_->locations.find(s);
+  return it == impl_->locations.end() ? std::string() : it->second;
+}
+
 // --- signature -----------------------------------------------------------------------------
 
 View Builder::add_param(const std::string& name, DType dtype, std::vector<int64_t> shape) {

@@ -111,6 +111,14 @@ class Builder {
   // top level becomes an Output param; anything else is copied into a fresh Output.
   Program finish(const std::vector<View>& outputs);
 
+  // --- for program transformations (passes/autodiff) -----------------------------------------
+  std::string fresh_name(const std::string& hint);  // a name not yet used in this program
+  void emit(Stmt s);                                  // append an already-built statement
+  // Source location of the statements built from now on (the front end sets the kernel's line);
+  // `location(s)` finds it again for a statement of the finished program ("" when unknown).
+  void set_location(std::string where);
+  std::string location(const StmtNode* s) const;
+
   // Shape helpers the front end uses for error messages and folding.
   static std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 

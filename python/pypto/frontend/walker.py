@@ -77,6 +77,8 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
         h = _STMT_HANDLERS.get(type(node))
         self.cur_node = node
         self.tr.cur_stmt = (self.src, node)  # where ops with run-time checks record their line
+        # autodiff names the kernel line of a statement it cannot differentiate
+        self.tr.b.set_location(f"{self.src.filename}:{self.src.lineno(node)}: {self.src.line_text(node).strip()}")
         try:
             if h is None:
                 what = _UNSUPPORTED_STMT.get(type(node), type(node).__name__)

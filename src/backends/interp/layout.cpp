@@ -91,8 +91,12 @@ void exec_layout(Machine& m, const Op& op) {
       const bool add = op.code == Opcode::TSCATTER_ADD;
       for (int64_t r = 0; r < src.vr; ++r)
         for (int64_t c = 0; c < src.vc; ++c) {
-          const double v = out[size_t(r * src.vc + c)];
-          m.put(op, dst, rows[size_t(r)], c, add ? m.get(op, dst, rows[size_t(r)], c) + v : v);
+          const Num& v = out[size_t(r * src.vc + c)];
+          if (!add) {
+            m.put(op, dst, rows[size_t(r)], c, v);
+            continue;
+          }
+          m.put(op, dst, rows[size_t(r)], c, add_num(m.get(op, dst, rows[size_t(r)], c), v));
         }
       break;
     }

@@ -16,8 +16,7 @@ int64_t index_count(const Tile& idx) { return idx.R == 1 ? idx.vc : idx.vr; }
 // The r-th index, checked against a dimension of `rows` rows (the error every backend reports).
 int64_t row_index(Machine& m, const Op& op, const Tile& idx, int64_t r, int64_t rows) {
   if (idx.dtype != DType::I32 && idx.dtype != DType::I64) m.fail(op, "index tile '" + idx.name + "' must be i32 or i64");
-  const double v = idx.R == 1 ? m.get(op, idx, 0, r) : m.get(op, idx, r, 0);
-  const int64_t i = int64_t(v);
+  const int64_t i = (idx.R == 1 ? m.get(op, idx, 0, r) : m.get(op, idx, r, 0)).i;
   if (i < 0 || i >= rows)
     m.fail(op, std::string(opcode_name(op.code)) + ": index " + std::to_string(i) +
                    " is out of range for a dimension of size " + std::to_string(rows));
@@ -90,8 +89,8 @@ void exec_memory(Machine& m, const Op& op) {
       for (int64_t r = 0; r < n; ++r) {
         const int64_t i = row_index(m, op, idx, r, g.rows);
         for (int64_t j = 0; j < vc; ++j) {
-          double v = m.get(op, src, r, j);
-          if (op.code == Opcode::MSCATTER_ADD) v += m.gread(op, g, i, j);
+          Num v = m.get(op, src, r, j);
+          if (op.code == Opcode::MSCATTER_ADD) v = add_num(m.gread(op, g, i, j), v);
           m.gwrite(op, g, i, j, v);
         }
       }

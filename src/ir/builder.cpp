@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <locale>
 #include <sstream>
 
 #include "ir/builder_impl.h"
@@ -11,6 +12,7 @@ namespace pypto::ir {
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream os;
+  os.imbue(std::locale::classic());
   os << "(";
   for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
   if (s.size() == 1) os << ",";

@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <locale>
 #include <sstream>
 
 #include "backends/interp/machine.h"
 #include "ir/printer.h"
+#include "runtime/interrupt.h"
 
 namespace pypto::interp {
 using namespace ir;
@@ -15,6 +17,7 @@ using namespace ir;
 namespace {
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream o;
+  o.imbue(std::locale::classic());
   o << "[";
   for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
   o << "]";
@@ -137,6 +140,7 @@ void Machine::exec_for(const StmtNode& s) {
         parallel_iterations(lo, hi, step, parallel_, std::hash<std::string>{}(s.var) ^ races_.depth());
     races_.enter(s.var, values);
     for (size_t k = 0; k < values.size(); ++k) {
+      if (runtime::stop_requested()) throw runtime::Interrupted();  // Ctrl-C, between iterations
       races_.iteration(k);
       env_[s.var] = ScalarValue{false, values[k], 0};
       exec_block(s.body);
@@ -144,6 +148,7 @@ void Machine::exec_for(const StmtNode& s) {
     races_.leave();
   } else {
     for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
+      if (runtime::stop_requested()) throw runtime::Interrupted();
       env_[s.var] = ScalarValue{false, i, 0};
       exec_block(s.body);
     }

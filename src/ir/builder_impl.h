@@ -17,6 +17,7 @@ struct Builder::Impl {
     std::string var;
     Expr lo, hi, step, cond;
     bool parallel = false;
+    std::string where;  // source location of the loop or if header
   };
 
   Program prog;

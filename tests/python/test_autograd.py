@@ -66,6 +66,16 @@ def composites(x, w, b):
 
 
 @pypto.jit(backend="interp")
+def shapes_and_clamps(x, v, alpha):
+    r = pypto.reshape(x, 3, 4)                          # a copy through strided loops (x: 12)
+    u = pypto.unsqueeze(pypto.permute(r, 1, 0), 0)      # [1, 4, 3]
+    s = pypto.squeeze(u, 0) + pypto.broadcast_to(v[0:3], (4, 3))
+    mv = pypto.matmul(r, v[0:4])                        # matrix @ vector
+    c = pypto.clamp(s, -0.5, 0.5) + pypto.neg(s) * alpha + pypto.floor(s) + (1.0 - s)
+    return pypto.sum(c * pypto.amin(s, dim=0)) + pypto.sum(mv) + pypto.mean(x)
+
+
+@pypto.jit(backend="interp")
 def conv(x, w, b):
     return pypto.conv2d(x, w, b, padding=1)
 
@@ -79,6 +89,7 @@ GRADCHECK_CASES = {
     "views_and_casts": ([(4, 5)], False),
     "composites": ([(3, 6), (6,), (6,)], False),
     "conv": ([(1, 2, 5, 5), (3, 2, 3, 3), (3,)], False),
+    "shapes_and_clamps": ([(12,), (5,)], False),
 }
 
 
@@ -87,6 +98,8 @@ def test_gradcheck_float64(name):
     kernel = globals()[name]
     shapes, positive = GRADCHECK_CASES[name]
     args = leaves(*shapes, positive=positive)
+    if name == "shapes_and_clamps":
+        args.append(0.75)  # a run-time scalar: passed through, not differentiated
     assert kernel(*args).grad_fn is not None
     assert torch.autograd.gradcheck(kernel, args, eps=1e-6, atol=1e-7, rtol=1e-5)
 
@@ -103,6 +116,37 @@ def test_float32_matches_torch():
     assert rel(out, ref) < 1e-5
     for got, want in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
         assert rel(got, want) < 1e-5
+
+
+def test_mixed_dtypes_match_torch():
+    @pypto.jit(backend="interp")
+    def mixed(a, b):
+        return pypto.exp(a) * b + pypto.matmul(a, pypto.transpose(b, 0, 1))
+
+    a, = leaves((3, 3), dtype=torch.float32)
+    b, = leaves((3, 3), seed=1)
+    out = mixed(a, b)
+    assert out.dtype == torch.float64
+    out.sum().backward()
+    a2, b2 = a.detach().double().requires_grad_(), b.detach().clone().requires_grad_()
+    (torch.exp(a2) * b2 + a2 @ b2.T).sum().backward()
+    assert a.grad.dtype == torch.float32
+    assert rel(a.grad, a2.grad) < 1e-6 and rel(b.grad, b2.grad) < 1e-6
+
+
+def test_argument_updated_in_place():
+    @pypto.jit(backend="interp")
+    def add_into(x, y):
+        x[0:2, :] += y * 3.0
+
+    leaf, y = leaves((4, 3), (2, 3))
+    x = leaf * 1.0  # not a leaf: torch lets a kernel update it in place
+    version = x._version
+    add_into(x, y)
+    assert x._version > version and x.grad_fn is not None
+    g = torch.randn(4, 3, dtype=torch.float64)
+    x.backward(g)
+    assert rel(leaf.grad, g) < 1e-15 and rel(y.grad, g[0:2] * 3.0) < 1e-15
 
 
 def test_cast_matches_torch():

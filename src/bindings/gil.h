@@ -8,8 +8,8 @@
 // until the process exits instead of unwinding through nanobind.
 #pragma once
 #include <Python.h>
-#include <nanobind/nanobind.h>
 #include <cxxabi.h>
+#include <nanobind/nanobind.h>
 #include <unistd.h>
 
 #include <optional>

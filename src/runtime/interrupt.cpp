@@ -34,7 +34,8 @@ void release_scope_in_child() {
   if (sigaction(SIGINT, nullptr, &current) == 0 && is_ours(current)) sigaction(SIGINT, &g_previous, nullptr);
   g_scope_taken.store(false);
 }
-[[maybe_unused]] const bool g_atfork_registered = (pthread_atfork(nullptr, nullptr, &release_scope_in_child), true);
+[[maybe_unused]] const bool g_atfork_registered =
+    (pthread_atfork(nullptr, nullptr, &release_scope_in_child), true);
 
 }  // namespace
 
@@ -44,7 +45,8 @@ SigintScope::SigintScope() {
   if (g_scope_taken.exchange(true)) return;
   struct sigaction current;
   if (sigaction(SIGINT, nullptr, &current) != 0 || is_ours(current) ||
-      (!(current.sa_flags & SA_SIGINFO) && (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN))) {
+      (!(current.sa_flags & SA_SIGINFO) &&
+       (current.sa_handler == SIG_DFL || current.sa_handler == SIG_IGN))) {
     g_scope_taken.store(false);
     return;
   }

@@ -107,8 +107,8 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
   }
   fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
   using clock = std::chrono::steady_clock;
-  const auto deadline =
-      clock::now() + std::chrono::duration_cast<clock::duration>(std::chrono::duration<double>(timeout_seconds));
+  const auto deadline = clock::now() + std::chrono::duration_cast<clock::duration>(
+                                           std::chrono::duration<double>(timeout_seconds));
   bool interrupted = false, hung_up = false;
   for (;;) {
     pollfd p{hung_up ? -1 : fds[0], POLLIN, 0};  // after a hang-up poll() only waits

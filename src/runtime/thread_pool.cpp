@@ -16,14 +16,14 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <cxxabi.h>
 #include <algorithm>
 #include <atomic>
-#include <cxxabi.h>
-#include <exception>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -75,8 +75,9 @@ void check_thread_count(int64_t n, const std::string& what) {
   if (n < 1) throw ir::Error(what + ": need at least 1 thread, got " + std::to_string(n));
   if (n > thread_limit())
     throw ir::Error(what + ": " + std::to_string(n) + " threads is more than the limit of " +
-                    std::to_string(thread_limit()) + " (" + std::to_string(kThreadsPerCore) + " per available core, " +
-                    std::to_string(available_cores()) + " cores, at least " + std::to_string(kMinThreadLimit) + ")");
+                    std::to_string(thread_limit()) + " (" + std::to_string(kThreadsPerCore) +
+                    " per available core, " + std::to_string(available_cores()) + " cores, at least " +
+                    std::to_string(kMinThreadLimit) + ")");
 }
 
 // $PYPTO_NUM_THREADS, else all available cores. A malformed or out-of-range value is an error

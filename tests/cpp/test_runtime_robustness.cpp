@@ -1,8 +1,8 @@
 // The runtime surviving its own failures: exceptions in parallel loops, the thread cap, the
 // compiler driver's time limit, refused compiler flags, the kernel cache's trust rules and its
 // cross-process build lock.
-#include <gtest/gtest.h>
 #include <dlfcn.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -30,7 +30,9 @@ namespace fs = std::filesystem;
 using pypto::ir::Error;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // ---- exceptions in parallel loops ---------------------------------------------------------------
 
@@ -80,8 +82,7 @@ TEST(RuntimeRobustness, EveryChunkThrowingGivesOneException) {
   rt::set_num_threads(3);
   int caught = 0;
   try {
-    rt::parallel_for(
-        3, [](void*, int64_t, int64_t) { throw Error("chunk failed"); }, nullptr);
+    rt::parallel_for(3, [](void*, int64_t, int64_t) { throw Error("chunk failed"); }, nullptr);
   } catch (const Error& e) {
     caught++;
     EXPECT_STREQ(e.what(), "chunk failed");
@@ -159,7 +160,8 @@ TEST(RuntimeRobustness, CompilerThatHangsFailsWithTheCommand) {
   const fs::path dir = fs::temp_directory_path() / ("pypto-hang-" + std::to_string(getpid()));
   fs::create_directories(dir);
   const fs::path cxx = dir / "hanging-cxx";
-  std::ofstream(cxx) << "#!/bin/sh\ncase \"$*\" in *--version*) echo hanging-cxx 1.0; exit 0;; esac\nsleep 1000\n";
+  std::ofstream(cxx)
+      << "#!/bin/sh\ncase \"$*\" in *--version*) echo hanging-cxx 1.0; exit 0;; esac\nsleep 1000\n";
   fs::permissions(cxx, fs::perms::owner_all);
   cpu_test::ScopedEnv c("PYPTO_CXX", cxx.string());
   cpu_test::ScopedEnv t("PYPTO_COMPILE_TIMEOUT", "1");
@@ -218,7 +220,8 @@ TEST(RuntimeRobustness, CacheDirectoryMustBePrivate) {
   const fs::path open_dir = t.path / "open";
   ASSERT_EQ(mkdir(open_dir.c_str(), 0700), 0);
   ASSERT_EQ(chmod(open_dir.c_str(), 0777), 0);
-  EXPECT_NE(pypto::cpu::private_dir_problem(open_dir.string()).find("other users can write"), std::string::npos);
+  EXPECT_NE(pypto::cpu::private_dir_problem(open_dir.string()).find("other users can write"),
+            std::string::npos);
 
   // A private directory below one that others may write (and is not sticky) can be swapped.
   const fs::path inner = open_dir / "cache";
@@ -301,7 +304,8 @@ TEST(RuntimeRobustness, CacheFilesArePrivateWhateverTheUmask) {
   EXPECT_EQ(mode_of(t.path / "a"), 0700u);
   EXPECT_EQ(mode_of(dir), 0700u);
   EXPECT_EQ(mode_of(so), 0700u);
-  for (const char* ext : {".cpp", ".sum", ".lock"}) EXPECT_EQ(mode_of(fs::path(so).replace_extension(ext)), 0600u) << ext;
+  for (const char* ext : {".cpp", ".sum", ".lock"})
+    EXPECT_EQ(mode_of(fs::path(so).replace_extension(ext)), 0600u) << ext;
 }
 
 TEST(RuntimeRobustness, EntryOthersCouldWriteIsNotLoaded) {
@@ -339,7 +343,9 @@ TEST(RuntimeRobustness, EntryLockExcludesOtherProcesses) {
   char c;
   ASSERT_EQ(read(ready[0], &c, 1), 1);
   const auto t0 = Clock::now();
-  { pypto::cpu::EntryLock lock(t.path.string(), "k", 10); }
+  {
+    pypto::cpu::EntryLock lock(t.path.string(), "k", 10);
+  }
   EXPECT_GT(seconds_since(t0), 0.3);
   int status = 0;
   waitpid(pid, &status, 0);

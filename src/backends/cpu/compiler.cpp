@@ -279,8 +279,8 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
   }
   if (r.status != 0) {
     std::remove(tmp.c_str());
-    throw Error("C++ compilation of a generated kernel failed (exit status " + std::to_string(r.status) + "):\n" +
-                truncate_output(r.output) + "command: " + join(argv) + "\nsource kept at " + src);
+    throw Error("C++ compilation of a generated kernel failed (exit status " + std::to_string(r.status) +
+                "):\n" + truncate_output(r.output) + "command: " + join(argv) + "\nsource kept at " + src);
   }
   std::string data;
   if (!read_file(tmp, data)) throw Error("compiler produced no object at " + tmp);
@@ -298,7 +298,9 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
 }
 
 // Forwards the kernel's parallel loops to the runtime's pool.
-void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) { runtime::parallel_for_costed(n, body, ctx); }
+void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) {
+  runtime::parallel_for_costed(n, body, ctx);
+}
 
 // The headers next to the code that is running: an installed package ships them beside its module
 // (<package>/include); in a source tree the module sits in python/pypto and a tool or test binary
@@ -309,8 +311,8 @@ std::string headers_beside_this_library() {
   std::error_code ec;
   fs::path here = fs::canonical(fs::path(info.dli_fname), ec).parent_path();
   if (ec) return "";
-  for (const fs::path& cand : {here / "include", here.parent_path() / "include",
-                               here.parent_path().parent_path() / "include"})
+  for (const fs::path& cand :
+       {here / "include", here.parent_path() / "include", here.parent_path().parent_path() / "include"})
     if (fs::exists(cand / "pto" / "abi.h", ec)) return cand.string();
   return "";
 }
@@ -330,31 +332,47 @@ void collect_error(void* ctx, const char* message) {
 }  // namespace
 
 std::string refused_flag_reason(const std::string& flag) {
-  static const char* const kFloatSemantics[] = {
-      "-ffast-math", "-Ofast", "-funsafe-math-optimizations", "-ffinite-math-only", "-fno-honor-nans",
-      "-fno-honor-infinities", "-fassociative-math", "-freciprocal-math", "-fno-signed-zeros",
-      "-fcx-limited-range", "-fsingle-precision-constant", "-ffp-contract=fast", "-mdaz-ftz",
-      "-fno-trapping-math"};
+  static const char* const kFloatSemantics[] = {"-ffast-math",
+                                                "-Ofast",
+                                                "-funsafe-math-optimizations",
+                                                "-ffinite-math-only",
+                                                "-fno-honor-nans",
+                                                "-fno-honor-infinities",
+                                                "-fassociative-math",
+                                                "-freciprocal-math",
+                                                "-fno-signed-zeros",
+                                                "-fcx-limited-range",
+                                                "-fsingle-precision-constant",
+                                                "-ffp-contract=fast",
+                                                "-mdaz-ftz",
+                                                "-fno-trapping-math"};
   for (const char* f : kFloatSemantics)
     if (flag == f)
       return "it changes floating-point semantics (NaN, inf, rounding), so kernels would no longer match "
              "the interpreter and docs/isa.md";
-  static const char* const kAbiPrefixes[] = {"-m32", "-mx32", "-mabi=", "-fpack-struct", "-fshort-enums",
-                                             "-fshort-wchar", "-mno-sse", "-mgeneral-regs-only", "-o",
-                                             "-nostdlib", "-static"};
+  static const char* const kAbiPrefixes[] = {"-m32",
+                                             "-mx32",
+                                             "-mabi=",
+                                             "-fpack-struct",
+                                             "-fshort-enums",
+                                             "-fshort-wchar",
+                                             "-mno-sse",
+                                             "-mgeneral-regs-only",
+                                             "-o",
+                                             "-nostdlib",
+                                             "-static"};
   for (const char* f : kAbiPrefixes)
-    if (flag.rfind(f, 0) == 0)
-      return "it changes the kernel's ABI or output, which the runtime relies on";
+    if (flag.rfind(f, 0) == 0) return "it changes the kernel's ABI or output, which the runtime relies on";
   if (flag.rfind("-fsanitize=", 0) == 0) {
     // A sanitized kernel needs the sanitizer's runtime already in the process (loaded first).
     const std::string list = flag.substr(11);
     std::istringstream parts(list);
     std::string s;
     while (std::getline(parts, s, ',')) {
-      const char* probe = s == "address"                ? "__asan_init"
-                          : s == "thread"               ? "__tsan_init"
-                          : s == "memory"               ? "__msan_init"
-                          : s == "leak"                 ? "__lsan_do_leak_check"
+      const char* probe = s == "address"  ? "__asan_init"
+                          : s == "thread" ? "__tsan_init"
+                          : s == "memory" ? "__msan_init"
+                          : s == "leak"   ? "__lsan_do_leak_check"
                           : (s == "undefined" || s == "float-divide-by-zero" || s == "integer" ||
                              s == "signed-integer-overflow" || s == "bounds" || s == "alignment" ||
                              s == "null" || s == "shift" || s == "vla-bound" || s == "return")

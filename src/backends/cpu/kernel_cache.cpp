@@ -106,7 +106,8 @@ std::string private_dir_problem(const std::string& dir) {
     struct stat st;
     if (lstat(cur.c_str(), &st) != 0) return "cannot stat '" + cur.string() + "': " + std::strerror(errno);
     if (S_ISLNK(st.st_mode) && st.st_uid != me && st.st_uid != 0)
-      return "'" + cur.string() + "' is a symlink owned by another user (uid " + std::to_string(st.st_uid) + ")";
+      return "'" + cur.string() + "' is a symlink owned by another user (uid " + std::to_string(st.st_uid) +
+             ")";
   }
   char* resolved = realpath(abs.c_str(), nullptr);
   if (!resolved) return "cannot resolve '" + abs.string() + "': " + std::strerror(errno);
@@ -125,7 +126,8 @@ std::string private_dir_problem(const std::string& dir) {
   if (stat(real.c_str(), &st) != 0) return "cannot stat '" + real.string() + "': " + std::strerror(errno);
   if (!S_ISDIR(st.st_mode)) return "'" + real.string() + "' is not a directory";
   if (st.st_uid != me)
-    return "it belongs to another user (uid " + std::to_string(st.st_uid) + "; you are uid " + std::to_string(me) + ")";
+    return "it belongs to another user (uid " + std::to_string(st.st_uid) + "; you are uid " +
+           std::to_string(me) + ")";
   if (others_can_write(st.st_mode)) return "other users can write to it (mode " + mode_text(st.st_mode) + ")";
   return "";
 }
@@ -133,9 +135,11 @@ std::string private_dir_problem(const std::string& dir) {
 std::string kernel_cache_dir() {
   if (const char* env = std::getenv("PYPTO_CACHE_DIR"); env && *env) {
     const std::string dir = env;
-    if (std::string why = make_private_dirs(fs::absolute(dir)); !why.empty()) refuse(dir, "PYPTO_CACHE_DIR", why);
+    if (std::string why = make_private_dirs(fs::absolute(dir)); !why.empty())
+      refuse(dir, "PYPTO_CACHE_DIR", why);
     if (std::string why = private_dir_problem(dir); !why.empty()) refuse(dir, "PYPTO_CACHE_DIR", why);
-    if (access(dir.c_str(), W_OK | X_OK) != 0) refuse(dir, "PYPTO_CACHE_DIR", std::string("not writable: ") + std::strerror(errno));
+    if (access(dir.c_str(), W_OK | X_OK) != 0)
+      refuse(dir, "PYPTO_CACHE_DIR", std::string("not writable: ") + std::strerror(errno));
     return dir;
   }
   const char* home = std::getenv("HOME");
@@ -144,7 +148,8 @@ std::string kernel_cache_dir() {
     // A home we cannot write (read-only, missing) is not an attack: fall back to a temporary
     // directory. A cache directory that exists but is not private is refused.
     if (make_private_dirs(dir).empty() && access(dir.c_str(), W_OK | X_OK) == 0) {
-      if (std::string why = private_dir_problem(dir); !why.empty()) refuse(dir, "the default, ~/.cache/pypto", why);
+      if (std::string why = private_dir_problem(dir); !why.empty())
+        refuse(dir, "the default, ~/.cache/pypto", why);
       return dir;
     }
   }
@@ -203,8 +208,9 @@ EntryLock::EntryLock(const std::string& dir, const std::string& key, double wait
     if (!why && wait_seconds > 0 && clock::now() > deadline) why = "another process held it too long";
     if (why) {
       close(fd_);
-      throw Error("cannot take the kernel cache lock " + path + " (" + why +
-                  "); another process may be compiling the same kernel (PYPTO_COMPILE_TIMEOUT bounds the wait)");
+      throw Error(
+          "cannot take the kernel cache lock " + path + " (" + why +
+          "); another process may be compiling the same kernel (PYPTO_COMPILE_TIMEOUT bounds the wait)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

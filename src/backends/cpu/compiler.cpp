@@ -55,14 +55,17 @@ const std::vector<std::string> kFlags = {"-O3",     "-march=native",   "-std=c++
 // fork_prepare), so a child process never inherits it locked.
 std::mutex g_mu;
 std::condition_variable g_built;  // an entry finished building (or failed)
-std::string g_include_dir;
-std::map<std::string, std::string> g_compiler_ids;   // compiler command -> `--version` output
-std::map<std::string, std::string> g_header_hashes;  // include dir -> hash of its pto/ tree
+// The maps are never destroyed: a daemon thread may still compile while the process exits.
+std::string& g_include_dir = *new std::string();
+std::map<std::string, std::string>& g_compiler_ids =
+    *new std::map<std::string, std::string>();  // cxx -> --version
+std::map<std::string, std::string>& g_header_hashes =
+    *new std::map<std::string, std::string>();  // dir -> hash
 struct Entry {
   bool building = false;  // a thread of this process is compiling the key
   std::shared_ptr<CompiledKernel> kernel;
 };
-std::map<std::string, Entry>* g_memory = new std::map<std::string, Entry>();  // leaked: see exit
+std::map<std::string, Entry>* g_memory = new std::map<std::string, Entry>();
 
 void fork_prepare() { g_mu.lock(); }
 void fork_parent() { g_mu.unlock(); }

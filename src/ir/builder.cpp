@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <locale>
 #include <sstream>
 
 #include "ir/builder_impl.h"
@@ -11,6 +12,7 @@ namespace pypto::ir {
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream os;
+  os.imbue(std::locale::classic());
   os << "(";
   for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
   if (s.size() == 1) os << ",";
@@ -161,6 +163,14 @@ std::vector<int64_t> Builder::broadcast_shapes(const std::vector<int64_t>& a, co
     out[i] = x == 1 ? y : x;
   }
   return out;
+}
+
+std::string Builder::fresh_name(const std::string& hint) { return impl_->fresh(hint); }
+void Builder::emit(Stmt s) { impl_->emit(std::move(s)); }
+void Builder::set_location(std::string where) { impl_->where = std::move(where); }
+std::string Builder::location(const StmtNode* s) const {
+  auto it = impl_->locations.find(s);
+  return it == impl_->locations.end() ? std::string() : it->second;
 }
 
 // --- signature -----------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // Kernel: lowers a tensor-level program once, then checks arguments and runs it on a backend.
 #include "runtime/kernel.h"
+#include "ir/number_text.h"
 
 #include <cmath>
 
@@ -44,7 +45,7 @@ void check_args(const ir::Program& p, const RunArgs& args) {
     const ir::ScalarValue& v = args.scalars[j];
     if (!ir::is_float(s.dtype) && v.is_float && v.f != std::floor(v.f))
       throw Error("scalar argument '" + s.name + "': expected an integer (" +
-                  std::string(ir::dtype_name(s.dtype)) + "), got " + std::to_string(v.f));
+                  std::string(ir::dtype_name(s.dtype)) + "), got " + ir::format_g(v.f));
   }
 }
 
@@ -77,10 +78,20 @@ std::string Kernel::as_text(const std::string& level) const {
 
 double Kernel::compile() {
   if (backend_ != Backend::Cpu) return 0;
+  // mu_ guards only the members, never the code generation or the compiler run: a fork() while
+  // another thread compiles must leave the child a usable kernel. compile_cpp itself makes
+  // concurrent callers of one source wait for a single build.
+  std::string source;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (native_) return 0;
+    source = source_;
+  }
+  if (source.empty()) source = cpu::generate_cpp(lowered_.isa);
+  cpu::CompileResult r = cpu::compile_cpp(source);
   std::lock_guard<std::mutex> l(mu_);
+  source_ = std::move(source);
   if (native_) return 0;
-  if (source_.empty()) source_ = cpu::generate_cpp(lowered_.isa);
-  cpu::CompileResult r = cpu::compile_cpp(source_);
   native_ = r.kernel;
   from_cache_ = r.from_memory || r.from_disk;
   return from_cache_ ? 0 : r.compile_seconds;

@@ -6,6 +6,11 @@
 // A mailbox is only rewritten after its worker finished the previous chunk, so no job data is ever
 // read while it changes. Workers spin for a short while after each task (back-to-back parallel
 // loops are the common case) and then sleep on a condition variable.
+//
+// A loop body may throw (std::bad_alloc from a big tile, Interrupted, ...). Every chunk catches
+// what its body throws; the caller waits until all chunks have finished, whatever happened, and
+// only then rethrows the first exception: the loop's context lives in the caller's frame, so
+// nothing may unwind it while a worker still runs.
 #include "runtime/thread_pool.h"
 
 #include <pthread.h>
@@ -13,6 +18,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cxxabi.h>
+#include <exception>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -21,6 +29,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "ir/types.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -39,16 +49,13 @@ constexpr size_t kWorkerStackBytes = size_t(16) << 20;
 // How long an idle worker (and a waiting caller) spins before blocking.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
 constexpr int kPauseSpins = 256;  // pause instructions (~5-40 ns each) before yielding
+constexpr int kThreadsPerCore = 8;
+constexpr int kMinThreadLimit = 64;
 
 // True while this thread runs inside a parallel_for (as caller or worker): nested calls run inline.
 thread_local bool t_in_parallel = false;
 
-int default_threads() {
-  if (const char* env = std::getenv("PYPTO_NUM_THREADS")) {
-    char* end = nullptr;
-    long v = std::strtol(env, &end, 10);
-    if (end != env && v > 0) return int(std::min<long>(v, 1024));
-  }
+int available_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0) {
@@ -57,6 +64,32 @@ int default_threads() {
   }
   unsigned hc = std::thread::hardware_concurrency();
   return hc ? int(hc) : 1;
+}
+
+// More threads than this only cost memory (16 MiB of stack each) and scheduling.
+int thread_limit() { return std::max(kMinThreadLimit, kThreadsPerCore * available_cores()); }
+
+void check_thread_count(int64_t n, const std::string& what) {
+  if (n < 1) throw ir::Error(what + ": need at least 1 thread, got " + std::to_string(n));
+  if (n > thread_limit())
+    throw ir::Error(what + ": " + std::to_string(n) + " threads is more than the limit of " +
+                    std::to_string(thread_limit()) + " (" + std::to_string(kThreadsPerCore) + " per available core, " +
+                    std::to_string(available_cores()) + " cores, at least " + std::to_string(kMinThreadLimit) + ")");
+}
+
+// $PYPTO_NUM_THREADS, else all available cores. A malformed or out-of-range value is an error
+// rather than silently replaced.
+int default_threads() {
+  if (const char* env = std::getenv("PYPTO_NUM_THREADS"); env && *env) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(env, &end, 10);
+    if (end == env || *end != '\0' || errno == ERANGE)
+      throw ir::Error("PYPTO_NUM_THREADS='" + std::string(env) + "' is not a whole number of threads");
+    check_thread_count(v, "PYPTO_NUM_THREADS=" + std::string(env));
+    return int(v);
+  }
+  return available_cores();
 }
 
 struct alignas(64) Worker {
@@ -102,9 +135,29 @@ class Pool {
       }
     }
     t_in_parallel = true;
-    body(ctx, 0, chunk_begin(1));
+    try {
+      body(ctx, 0, chunk_begin(1));
+    } catch (abi::__forced_unwind&) {
+      wait_done();  // thread cancellation: let it proceed once the workers are off our frame
+      t_in_parallel = false;
+      throw;
+    } catch (...) {
+      record(std::current_exception());
+    }
     t_in_parallel = false;
     wait_done();
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> l(error_mu_);
+      std::swap(e, error_);
+    }
+    if (e) std::rethrow_exception(e);
+  }
+
+  // The first exception of this loop wins; the rest are dropped.
+  void record(std::exception_ptr e) {
+    std::lock_guard<std::mutex> l(error_mu_);
+    if (!error_) error_ = std::move(e);
   }
 
   void resize(int threads) {
@@ -187,7 +240,11 @@ class Pool {
       uint64_t s = wait_for_task(w, seen);
       seen = s;
       if (w.stop.load(std::memory_order_acquire)) return nullptr;
-      w.body(w.ctx, w.begin, w.end);
+      try {
+        w.body(w.ctx, w.begin, w.end);
+      } catch (...) {
+        w.pool->record(std::current_exception());
+      }
       w.pool->task_done();
     }
   }
@@ -215,6 +272,8 @@ class Pool {
   std::atomic<bool> caller_waiting_{false};
   std::mutex done_mu_;
   std::condition_variable done_cv_;
+  std::mutex error_mu_;
+  std::exception_ptr error_;  // first exception thrown by a chunk of the current loop
 };
 
 // The pool is created on first use and never destroyed: worker threads may still be blocked in
@@ -260,12 +319,17 @@ void parallel_for(int64_t n, LoopBody body, void* ctx) {
 
 int num_threads() { return pool().threads(); }
 
-void set_num_threads(int n) {
+int max_threads() { return thread_limit(); }
+
+void set_num_threads(int64_t n) {
   if (t_in_parallel) return;  // resizing from inside a loop body would wait for itself
-  if (n <= 0) n = default_threads();
+  if (n <= 0)
+    n = default_threads();
+  else
+    check_thread_count(n, "set_num_threads(" + std::to_string(n) + ")");
   {
     std::lock_guard<std::mutex> lock(g_pool_mu);
-    g_requested = n;
+    g_requested = int(n);
     if (!g_pool) return;
   }
   if (g_pool->threads() != n) g_pool->resize(n);

@@ -45,7 +45,7 @@ TEST(CpuCodegen, GeneratedSourceShape) {
   EXPECT_NE(src.find("pto::parallel_for(args->parallel_for"), std::string::npos);
   EXPECT_NE(src.find("pto::Tile<float, 16, 32> t_ta;"), std::string::npos);
   EXPECT_NE(src.find("pto::TADD(t_tc, t_ta, t_tb);"), std::string::npos);
-  EXPECT_NE(src.find("pto::TSUB(t_tc, t_tc, static_cast<float>(0.5));"), std::string::npos);
+  EXPECT_NE(src.find("pto::TSUB(t_tc, t_tc, pto::elem::cast<float>(0.5));"), std::string::npos);
   EXPECT_NE(src.find("pto::gview("), std::string::npos);
   EXPECT_EQ(src.find("std::"), std::string::npos) << "generated code should not need the standard library";
 }

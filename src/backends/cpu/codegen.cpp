@@ -4,12 +4,15 @@
 // (heap for big ones); global scratch is a pto::ScratchBuffer. All IR names are renamed into a
 // prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
 #include "backends/cpu/codegen.h"
+#include "ir/number_text.h"
+#include "pto/elem.hpp"
 
 #include <cmath>
 #include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
+#include <locale>
 #include <sstream>
 
 #include "ir/printer.h"
@@ -70,12 +73,17 @@ std::string int_literal(int64_t v) {
   return "int64_t(" + std::to_string(v) + "LL)";
 }
 
+// A string stream that writes numbers the same under every global C++ locale.
+std::ostringstream classic_stream() {
+  std::ostringstream s;
+  s.imbue(std::locale::classic());
+  return s;
+}
+
 std::string float_literal(double v) {
   if (std::isnan(v)) return "__builtin_nan(\"\")";
   if (std::isinf(v)) return v > 0 ? "__builtin_inf()" : "(-__builtin_inf())";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string s = buf;
+  std::string s = format_g(v, 17);  // locale-independent: never "2,5"
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return v < 0 ? "(" + s + ")" : s;
 }
@@ -87,29 +95,8 @@ const char* kPrelude = R"(#include <pto/pto.hpp>
 // Only compiler builtins below: standard headers such as <cmath> or <memory> would add tens of
 // milliseconds to every kernel's compile time.
 namespace {
-// Python semantics for integer index math: floor division, remainder with the divisor's sign.
-// Division by zero yields 0 rather than a trap: a kernel must never kill its host process.
-static inline int64_t pto_floordiv(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-static inline int64_t pto_floormod(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  int64_t r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
-}
-static inline double pto_fmod_floor(double a, double b) {
-  double r = __builtin_fmod(a, b);
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
-}
-static inline int64_t pto_mini(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t pto_maxi(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline double pto_minf(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
-static inline double pto_maxf(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+// Scalar-expression semantics (floor division, x // 0 == 0, NaN-propagating min/max, saturating
+// float -> int casts) come from pto/elem.hpp, as in the IR's folding and evaluation.
 static inline int64_t pto_nonneg(int64_t a) { return a < 0 ? 0 : a; }
 // Number of iterations of `for (v = lo; step > 0 ? v < hi : v > hi; v += step)`.
 static inline int64_t pto_trip(int64_t lo, int64_t hi, int64_t step) {
@@ -129,6 +116,11 @@ struct pto_heap_tile {
 }  // namespace
 
 )";
+
+// Every loop iteration first polls the runtime's stop flag (Ctrl-C): one relaxed load per tile
+// step. Returning (from the kernel, or from one parallel iteration) leaves tiles to their
+// destructors; the runtime reports the run as interrupted.
+constexpr const char* kStopCheck = "if (pto::stop_requested(args)) return;\n";
 
 class Gen {
  public:
@@ -293,7 +285,7 @@ class Gen {
   static bool fl(const Expr& e) { return is_float(e->dtype); }
 
   std::string as_f(const Expr& e) { return fl(e) ? expr(e) : "double(" + expr(e) + ")"; }
-  std::string as_i(const Expr& e) { return fl(e) ? "int64_t(" + expr(e) + ")" : expr(e); }
+  std::string as_i(const Expr& e) { return fl(e) ? "pto::elem::cast<int64_t>(" + expr(e) + ")" : expr(e); }
 
   std::string expr(const Expr& e) {
     if (!e) throw Error("cpu codegen: missing expression");
@@ -307,14 +299,14 @@ class Gen {
       case ExprOp::Int:
         return f ? float_literal(double(e->ival)) : int_literal(e->ival);
       case ExprOp::Float:
-        return f ? float_literal(e->fval) : int_literal(int64_t(e->fval));
+        return f ? float_literal(e->fval) : int_literal(pto::elem::cast<int64_t>(e->fval));
       case ExprOp::Var: {
         auto it = vars_.find(e->name);
         if (it == vars_.end())
           throw Error("cpu codegen: variable '" + e->name + "' is used outside its scope");
         std::string v = var_name(e->name);
         if (f && !is_float(it->second)) return "double(" + v + ")";
-        if (!f && is_float(it->second)) return "int64_t(" + v + ")";
+        if (!f && is_float(it->second)) return "pto::elem::cast<int64_t>(" + v + ")";
         return v;
       }
       case ExprOp::Add:
@@ -325,14 +317,14 @@ class Gen {
       }
       case ExprOp::Div:
         return f ? "(" + as_f(arg(0)) + " / " + as_f(arg(1)) + ")"
-                 : "pto_floordiv(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
+                 : "pto::elem::floordiv<int64_t>(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
       case ExprOp::Mod:
-        return f ? "pto_fmod_floor(" + as_f(arg(0)) + ", " + as_f(arg(1)) + ")"
-                 : "pto_floormod(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
+        return f ? "pto::elem::floormod<double>(" + as_f(arg(0)) + ", " + as_f(arg(1)) + ")"
+                 : "pto::elem::floormod<int64_t>(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
       case ExprOp::Min:
       case ExprOp::Max: {
-        const char* fn =
-            e->op == ExprOp::Min ? (f ? "pto_minf(" : "pto_mini(") : (f ? "pto_maxf(" : "pto_maxi(");
+        const std::string fn = std::string(e->op == ExprOp::Min ? "pto::elem::min<" : "pto::elem::max<") +
+                               (f ? "double>(" : "int64_t>(");
         return f ? fn + as_f(arg(0)) + ", " + as_f(arg(1)) + ")"
                  : fn + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
       }
@@ -361,11 +353,11 @@ class Gen {
       case ExprOp::Cast:
         return cast_expr(e->dtype, arg(0));
       case ExprOp::Sqrt:
-        return "__builtin_sqrt(" + as_f(arg(0)) + ")";
+        return "pto::elem::sqrt<double>(" + as_f(arg(0)) + ")";
       case ExprOp::Exp:
-        return "__builtin_exp(" + as_f(arg(0)) + ")";
+        return "pto::elem::exp<double>(" + as_f(arg(0)) + ")";
       case ExprOp::Log:
-        return "__builtin_log(" + as_f(arg(0)) + ")";
+        return "pto::elem::log<double>(" + as_f(arg(0)) + ")";
     }
     throw Error("cpu codegen: unknown expression `" + to_string(e) + "`");
   }
@@ -404,7 +396,7 @@ class Gen {
       case DType::BF16:
         return "double(float(" + as_f(x) + "))";  // storage types compute in f32
       case DType::I32:
-        return "int64_t(int32_t(" + as_i(x) + "))";
+        return "int64_t(pto::elem::cast<int32_t>(" + expr(x) + "))";
       case DType::I64:
         return as_i(x);
       case DType::Bool:
@@ -490,8 +482,9 @@ class Gen {
     const Expr& e = std::get<Expr>(op.args[i]);
     if (!e) fail_op(op, "operand " + std::to_string(i) + " is an empty expression");
     if (t == DType::Bool) return "static_cast<uint8_t>(" + expr(e) + " != 0)";
+    // By the conversion rules of pto/elem.hpp (float -> int saturates, NaN -> 0), as in the interpreter.
     DType c = compute_dtype(t);
-    return "static_cast<" + std::string(ctype(c)) + ">(" + (is_float(c) ? as_f(e) : as_i(e)) + ")";
+    return "pto::elem::cast<" + std::string(ctype(c)) + ">(" + (is_float(c) ? as_f(e) : expr(e)) + ")";
   }
 
   bool is_local_view(const Op& op, size_t i) {
@@ -657,6 +650,7 @@ class Gen {
              << "), [&](int64_t it_) {\n";
       ++indent_;
       line() << "const int64_t " << v << " = lo_" << sfx << " + it_ * sp_" << sfx << ";\n";
+      line() << kStopCheck;
       ++parallel_depth_;
       block(s.body);
       --parallel_depth_;
@@ -667,6 +661,9 @@ class Gen {
     } else if (st.c && *st.c > 0) {
       line() << "for (int64_t " << v << " = " << lo.s << ", hi_" << sfx << " = " << hi.s << "; " << v
              << " < hi_" << sfx << "; " << v << " += " << st.s << ") {\n";
+      ++indent_;
+      line() << kStopCheck;
+      --indent_;
       scoped(s.body);
       line() << "}\n";
     } else {
@@ -676,6 +673,7 @@ class Gen {
              << "); it_" << sfx << " < n_" << sfx << "; ++it_" << sfx << ") {\n";
       ++indent_;
       line() << "const int64_t " << v << " = lo_" << sfx << " + it_" << sfx << " * sp_" << sfx << ";\n";
+      line() << kStopCheck;
       block(s.body);
       --indent_;
       line() << "}\n";
@@ -684,7 +682,7 @@ class Gen {
   }
 
   const Program& p_;
-  std::ostringstream out_;
+  std::ostringstream out_ = classic_stream();
   int indent_ = 1;
   int parallel_depth_ = 0;
   int64_t stack_bytes_ = 0;  // bytes of stack tiles in scope at the current point

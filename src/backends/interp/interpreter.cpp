@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <locale>
 #include <sstream>
 
 #include "backends/interp/machine.h"
 #include "ir/printer.h"
+#include "runtime/interrupt.h"
 
 namespace pypto::interp {
 using namespace ir;
@@ -15,6 +17,7 @@ using namespace ir;
 namespace {
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream o;
+  o.imbue(std::locale::classic());
   o << "[";
   for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
   o << "]";
@@ -69,7 +72,7 @@ Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
     const ScalarParam& sp = p.scalars[k];
     ScalarValue v = args.scalars[k];
     if (is_float(sp.dtype)) {
-      v = ScalarValue{true, 0, round_to(sp.dtype, v.as_double())};
+      v = round_to(sp.dtype, fnum(v.as_double()));
     } else {
       if (v.is_float)
         throw Error("scalar argument '" + sp.name + "' must be an integer (" +
@@ -90,7 +93,8 @@ int64_t Machine::eval_int(const Expr& e, const char* what) const {
   if (!e) throw Error(std::string("missing expression for ") + what);
   ScalarValue v = eval(e, env_);
   if (v.is_float) {
-    if (v.f != std::floor(v.f)) throw Error(std::string(what) + " `" + to_string(e) + "` is not an integer");
+    if (!(v.f == std::floor(v.f) && std::fabs(v.f) < 9.2e18))
+      throw Error(std::string(what) + " `" + to_string(e) + "` is not an integer");
     return int64_t(v.f);
   }
   return v.i;
@@ -136,6 +140,7 @@ void Machine::exec_for(const StmtNode& s) {
         parallel_iterations(lo, hi, step, parallel_, std::hash<std::string>{}(s.var) ^ races_.depth());
     races_.enter(s.var, values);
     for (size_t k = 0; k < values.size(); ++k) {
+      if (runtime::stop_requested()) throw runtime::Interrupted();  // Ctrl-C, between iterations
       races_.iteration(k);
       env_[s.var] = ScalarValue{false, values[k], 0};
       exec_block(s.body);
@@ -143,6 +148,7 @@ void Machine::exec_for(const StmtNode& s) {
     races_.leave();
   } else {
     for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
+      if (runtime::stop_requested()) throw runtime::Interrupted();
       env_[s.var] = ScalarValue{false, i, 0};
       exec_block(s.body);
     }
@@ -154,14 +160,19 @@ void Machine::allocate(const BufferRef& b) {
   if (!b) throw Error("alloc of a null buffer");
   if (globals_.count(b->name) && globals_[b->name]->external)
     throw Error("alloc of '" + b->name + "' shadows a parameter");
-  const int64_t n = b->numel();
+  // The interpreter holds every element (24 bytes with its written bit): refuse what cannot fit
+  // rather than overflow the count or die in the allocator.
+  int64_t n = 1;
+  for (int64_t d : b->shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t(1) << 32))
+      throw Error("alloc of '" + b->name + "' " + shape_str(b->shape) + " is too large for the interpreter");
   if (b->space == Space::Global) {
     // Scratch in global memory: fresh (unwritten) at every execution of its Alloc.
     auto g = std::make_unique<GlobalBuf>();
     g->name = b->name;
     g->dtype = b->dtype;
     g->shape = b->shape;
-    g->val.assign(size_t(n), NAN);
+    g->val.assign(size_t(n), fnum(NAN));
     g->written.assign(size_t(n), 0);
     g->parallel_depth = races_.depth();
     globals_[b->name] = std::move(g);
@@ -180,7 +191,7 @@ void Machine::allocate(const BufferRef& b) {
   }
   t->vr = t->R;
   t->vc = t->C;
-  t->val.assign(size_t(t->R * t->C), NAN);
+  t->val.assign(size_t(t->R * t->C), fnum(NAN));
   t->written.assign(size_t(t->R * t->C), 0);
   t->parallel_depth = races_.depth();
   tiles_[b->name] = std::move(t);
@@ -257,17 +268,19 @@ bool Machine::is_scalar(const Op& op, size_t i) const {
   return i < op.args.size() && std::holds_alternative<Expr>(op.args[i]);
 }
 
-double Machine::scalar(const Op& op, size_t i) const {
+Num Machine::scalar(const Op& op, size_t i) const {
   if (!is_scalar(op, i)) fail(op, "operand " + std::to_string(i) + " must be a scalar");
   const Expr& e = std::get<Expr>(op.args[i]);
   if (!e) fail(op, "operand " + std::to_string(i) + " is an empty expression");
-  return eval(e, env_).as_double();
+  return eval(e, env_);
 }
 
 int64_t Machine::int_scalar(const Op& op, size_t i) const {
-  const double v = scalar(op, i);
-  if (v != std::floor(v)) fail(op, "operand " + std::to_string(i) + " must be an integer");
-  return int64_t(v);
+  const Num v = scalar(op, i);
+  if (!v.is_float) return v.i;
+  if (!(v.f == std::floor(v.f) && std::fabs(v.f) < 9.2e18))
+    fail(op, "operand " + std::to_string(i) + " must be an integer");
+  return int64_t(v.f);
 }
 
 GView Machine::global_view(const Op& op, size_t i) {
@@ -316,7 +329,7 @@ GView Machine::global_view(const Op& op, size_t i) {
 
 // ---- element access -----------------------------------------------------------------------------
 
-double Machine::get(const Op& op, const Tile& t, int64_t r, int64_t c) const {
+Num Machine::get(const Op& op, const Tile& t, int64_t r, int64_t c) const {
   if (r < 0 || c < 0 || r >= t.vr || c >= t.vc)
     fail(op, "read of '" + t.name + "'[" + std::to_string(r) + ", " + std::to_string(c) +
                  "] outside its valid region " + std::to_string(t.vr) + "x" + std::to_string(t.vc));
@@ -339,7 +352,7 @@ void Machine::set_valid(const Op& op, Tile& t, int64_t vr, int64_t vc) const {
   t.vc = vc;
 }
 
-void Machine::put(const Op& op, Tile& t, int64_t r, int64_t c, double v) const {
+void Machine::put(const Op& op, Tile& t, int64_t r, int64_t c, const Num& v) const {
   if (r < 0 || c < 0 || r >= t.R || c >= t.C)
     fail(op, "out-of-bounds write of '" + t.name + "'[" + std::to_string(r) + ", " + std::to_string(c) +
                  "] (tile " + std::to_string(t.R) + "x" + std::to_string(t.C) + ")");
@@ -380,7 +393,7 @@ int64_t Machine::global_address(const Op& op, const GView& v, int64_t i, int64_t
   return addr;
 }
 
-double Machine::gread(const Op& op, const GView& v, int64_t i, int64_t j) const {
+Num Machine::gread(const Op& op, const GView& v, int64_t i, int64_t j) const {
   const int64_t a = global_address(op, v, i, j);
   const GlobalBuf& b = *v.buf;
   if (races_.active()) {
@@ -394,14 +407,14 @@ double Machine::gread(const Op& op, const GView& v, int64_t i, int64_t j) const 
   return b.val[size_t(a)];
 }
 
-void Machine::gwrite(const Op& op, const GView& v, int64_t i, int64_t j, double x) const {
+void Machine::gwrite(const Op& op, const GView& v, int64_t i, int64_t j, const Num& x) const {
   const int64_t a = global_address(op, v, i, j);
   GlobalBuf& b = *v.buf;
   if (races_.active()) {
     const std::string race = races_.access(element_key(b, a), b.parallel_depth, true);
     if (!race.empty()) fail(op, race + ": " + global_element(b, a));
   }
-  const double r = round_to(b.dtype, x);
+  const Num r = round_to(b.dtype, x);
   if (b.external) {
     store_scalar(b.dtype, b.data + a * dtype_bytes(b.dtype), r);
   } else {

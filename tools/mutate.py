@@ -8,17 +8,19 @@ the selected tests pass unmutated. Then for each mutant it applies the replaceme
 only the tests that cover the mutated file (the [[cover]] table, or the mutant's own gtest/pytest
 keys) under a per-mutant timeout, and restores the file.
 
-Outcomes: killed (a test failed or timed out), survived (every selected test passed), stale (the
-snippet no longer occurs exactly once: the code moved on; not counted), build-error (the mutant
-does not compile: not a plausible slip; not counted). The score is killed / (killed + survived).
+Outcomes: killed (a test failed), survived (every selected test passed), stale (the snippet no
+longer occurs exactly once: the code moved on), build-error (the mutant does not compile: not a
+plausible slip), timeout (build or tests ran past --timeout) and not run (--budget-minutes
+spent). Only killed and survived count: the score is killed / (killed + survived).
 
-    tools/mutate.py [--only ID,...] [--timeout S] [--list] [--dir DIR] [--report FILE]
+    tools/mutate.py [--only ID,...] [--timeout S] [--budget-minutes M] [--list] [--dir DIR] [--report FILE]
 """
 import argparse
 import fnmatch
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -41,6 +43,15 @@ def load(path):
             if key not in m:
                 sys.exit(f"mutate: mutant {m.get('id', '?')} has no '{key}'")
     return mutants, covers
+
+
+def needs_build(m, covers):
+    """False for files read only at run time (the kernel headers, which the CPU backend compiles
+    into each kernel): the copy is not rebuilt, and only Python tests can see such a mutant."""
+    for c in covers:
+        if any(fnmatch.fnmatch(m["file"], pat) for pat in c["files"]) and c.get("build") is False:
+            return False
+    return m.get("build", True)
 
 
 def selection(m, covers):
@@ -106,14 +117,19 @@ class Copy:
 
     def sh(self, cmd, timeout=None):
         """Runs cmd in the copy; returns (ok, timed_out, tail of the output)."""
+        # Its own process group, so a timeout ends the compilers and forked test children too.
+        p = subprocess.Popen(cmd, cwd=self.tree, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True, start_new_session=True)
         try:
-            r = subprocess.run(cmd, cwd=self.tree, env=self.env, capture_output=True, text=True,
-                               timeout=timeout, start_new_session=True)
-        except subprocess.TimeoutExpired as e:
-            out = (e.stdout or b"")
-            out = out.decode(errors="replace") if isinstance(out, bytes) else out
-            return False, True, out[-2000:]
-        return r.returncode == 0, False, (r.stdout + r.stderr)[-2000:]
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            out, _ = p.communicate()
+            return False, True, (out or "")[-2000:]
+        except BaseException:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
+        return p.returncode == 0, False, (out or "")[-2000:]
 
     def configure(self):
         if os.path.exists(os.path.join(self.build, "build.ninja")):
@@ -161,6 +177,8 @@ def main():
     ap.add_argument("--dir", default=os.path.join(ROOT, "build", "mutate"), help="private copy + ccache")
     ap.add_argument("--venv", default=os.environ.get("VENV", os.path.join(ROOT, ".venv")))
     ap.add_argument("--report", help="also write the results as JSON here")
+    ap.add_argument("--budget-minutes", type=float, default=0,
+                    help="start no new mutant after this long (0: no limit); the rest are 'not run'")
     args = ap.parse_args()
 
     mutants, covers = load(MUTANTS)
@@ -201,12 +219,22 @@ def main():
         if not ok:
             sys.exit(f"mutate: the tests of {ids} fail on the unmutated tree: {why}")
 
+    # Mutants that rebuild one source file are cheap; kernel-header mutants recompile every kernel
+    # their tests run: run the cheap ones first, so a time budget leaves out the costly ones.
+    mutants.sort(key=lambda m: m["file"].startswith("include/"))
+    started = time.monotonic()
     results = []
     for k, m in enumerate(mutants, 1):
+        if args.budget_minutes and time.monotonic() - started > 60 * args.budget_minutes:
+            results.append({"id": m["id"], "file": m["file"], "status": "not run", "why": "time budget spent",
+                            "seconds": 0})
+            continue
         path = os.path.join(tree, m["file"])
         t0 = time.monotonic()
         with open(path, encoding="utf-8") as f:
             original = f.read()
+        stat = os.stat(path)
+        build = needs_build(m, covers)
         n = original.count(m["find"])
         if n != 1:
             status, why = "stale", f"snippet found {n} times in {m['file']}"
@@ -215,19 +243,23 @@ def main():
                 f.write(original.replace(m["find"], m["replace"]))
             try:
                 deadline = t0 + args.timeout
-                ok, to, out = copy.compile(max(1.0, deadline - time.monotonic()))
+                ok, to, out = copy.compile(max(1.0, deadline - time.monotonic())) if build else (True, False, "")
                 if to:
-                    status, why = "killed", "timeout (build)"
+                    status, why = "timeout", "the build ran past the per-mutant timeout"
                 elif not ok:
                     err = [ln for ln in out.splitlines() if "error" in ln]
                     status, why = "build-error", (err[0] if err else out.strip().splitlines()[-1])[:200]
                 else:
                     g, p = selection(m, covers)
                     passed, why = copy.run_tests(g, p, deadline)
-                    status = "survived" if passed else "killed"
+                    # A timeout is its own outcome: on a loaded machine it says nothing about the
+                    # tests (a mutant that hangs a kernel fails its test through crash_isolation).
+                    status = "survived" if passed else ("timeout" if why.startswith("timeout") else "killed")
             finally:
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(original)
+                if not build:  # nothing was built from the mutant: keep the build tree up to date
+                    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         dt = time.monotonic() - t0
         results.append({"id": m["id"], "file": m["file"], "status": status, "why": why, "seconds": round(dt, 1)})
         print(f"[{k}/{len(mutants)}] {status:11} {dt:6.1f}s {m['id']}: {why[:160]}", flush=True)
@@ -237,14 +269,15 @@ def main():
     survived = [r for r in results if r["status"] == "survived"]
     stale = [r for r in results if r["status"] == "stale"]
     broken = [r for r in results if r["status"] == "build-error"]
+    slow = [r for r in results if r["status"] in ("timeout", "not run")]
     counted = len(killed) + len(survived)
     score = 100.0 * len(killed) / counted if counted else 0.0
     print(f"\nmutate: {len(killed)} killed, {len(survived)} survived, {len(stale)} stale, "
-          f"{len(broken)} build errors; score {score:.1f}% of {counted}")
+          f"{len(broken)} build errors, {len(slow)} timed out or not run; score {score:.1f}% of {counted}")
     for r in survived:
         m = next(x for x in mutants if x["id"] == r["id"])
         print(f"  SURVIVED {r['id']} ({r['file']}): {m['why']}")
-    for r in stale + broken:
+    for r in stale + broken + slow:
         print(f"  {r['status'].upper()} {r['id']}: {r['why']}")
     if args.report:
         with open(args.report, "w") as f:

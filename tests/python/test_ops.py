@@ -35,6 +35,12 @@ def _t(x):
     return torch.from_numpy(np.asarray(x, dtype=np.float64))
 
 
+def at_minus_inf_limit(f):
+    """docs/isa.md: gelu, gelu_tanh and silu are -0 at -inf (their limit), where NumPy/torch
+    compute -inf * 0 = NaN."""
+    return lambda x: np.where(x == -np.inf, -0.0, f(x))
+
+
 UNARY = [
     ("exp", pypto.exp, np.exp, None),
     ("log", pypto.log, np.log, 0.1),
@@ -45,9 +51,9 @@ UNARY = [
     ("tanh", pypto.tanh, np.tanh, None),
     ("sigmoid", pypto.sigmoid, lambda x: 1 / (1 + np.exp(-x)), None),
     ("relu", pypto.relu, lambda x: np.maximum(x, 0), None),
-    ("silu", pypto.silu, lambda x: x / (1 + np.exp(-x)), None),
+    ("silu", pypto.silu, at_minus_inf_limit(lambda x: x / (1 + np.exp(-x))), None),
     ("erf", pypto.erf, lambda x: torch.erf(_t(x)).numpy(), None),
-    ("gelu", pypto.gelu, lambda x: torch.nn.functional.gelu(_t(x)).numpy(), None),
+    ("gelu", pypto.gelu, at_minus_inf_limit(lambda x: torch.nn.functional.gelu(_t(x)).numpy()), None),
 ]
 
 

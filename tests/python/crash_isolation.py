@@ -14,6 +14,7 @@ import pickle
 import select
 import signal
 import time
+import traceback
 
 import pytest
 from _pytest.reports import TestReport
@@ -53,6 +54,10 @@ def _run_in_child(item, nextitem):
             with os.fdopen(wfd, "wb") as f:
                 f.write(payload)
         except BaseException:  # noqa: BLE001 - anything escaping here must not reach the parent's loop
+            try:
+                os.write(2, ("crash_isolation: the forked test failed to report:\n" + traceback.format_exc()).encode())
+            except Exception:  # noqa: BLE001
+                pass
             code = 3
         os._exit(code)
     os.close(wfd)

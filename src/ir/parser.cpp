@@ -239,7 +239,8 @@ void check_utf8(std::string_view text) {
 
 class Parser {
  public:
-  Parser(std::string_view text, bool program_mode) : toks_((check_utf8(text), Lexer(text).run())), program_mode_(program_mode) {
+  Parser(std::string_view text, bool program_mode)
+      : toks_((check_utf8(text), Lexer(text).run())), program_mode_(program_mode) {
     scopes_.emplace_back();
   }
 

@@ -22,22 +22,32 @@ KERNELS = max(LONG // 100, 6) if LONG else 6
 CORPUS = corpus()
 
 
+KERNEL_RUNS = []  # (dtype, options) of every front-end kernel run, for the report
+
+
 @pytest.fixture(scope="module")
 def worker():
     w = Worker(timeout=120.0 if LONG else 60.0)
     yield w
     w.close()
+    if KERNEL_RUNS:
+        dtypes = sorted({d for d, _ in KERNEL_RUNS})
+        report_line(f"[fuzz] kernels: {len(KERNEL_RUNS)} random front-end kernels over {', '.join(dtypes)} "
+                    f"(both backends against NumPy), {w.restarts} worker restarts")
 
 
-def report(name, tally):
-    line = f"[fuzz] {name}: {sum(tally.counts.values())} inputs; {tally.summary()}"
+def report_line(line, findings=()):
     print("\n" + line)
     out = os.environ.get("PYPTO_FUZZ_REPORT")
     if out:
         with open(out, "a", encoding="utf-8") as f:
             f.write(line + "\n")
-            for res, req in tally.findings[:50]:
+            for res, req in list(findings)[:50]:
                 f.write(f"  {res['outcome']}: {res['detail']}\n    input: {req!r}\n"[:2000])
+
+
+def report(name, tally):
+    report_line(f"[fuzz] {name}: {sum(tally.counts.values())} inputs; {tally.summary()}", tally.findings)
 
 
 def test_isa_mutations(worker):
@@ -76,4 +86,5 @@ def test_frontend_kernels(worker, dtype, rows, cols, data, seed, options):
                              min_size=1, max_size=4))
     req = {"kernel": {"dtype": dtype, "ops": ops, "rows": rows, "cols": cols, "options": options}, "seed": seed}
     res = worker.run(req)
+    KERNEL_RUNS.append((dtype, tuple(sorted(options.items()))))
     assert res["outcome"] == "ok", (res, req)

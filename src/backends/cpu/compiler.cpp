@@ -298,7 +298,7 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
 }
 
 // Forwards the kernel's parallel loops to the runtime's pool.
-void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) { runtime::parallel_for(n, body, ctx); }
+void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) { runtime::parallel_for_costed(n, body, ctx); }
 
 // The headers next to the code that is running: an installed package ships them beside its module
 // (<package>/include); in a source tree the module sits in python/pypto and a tool or test binary
@@ -313,6 +313,18 @@ std::string headers_beside_this_library() {
                                here.parent_path().parent_path() / "include"})
     if (fs::exists(cand / "pto" / "abi.h", ec)) return cand.string();
   return "";
+}
+
+// The first run-time error a kernel reports (from any worker thread); raised once it returns.
+struct KernelErrors {
+  std::mutex mu;
+  std::string first;
+};
+
+void collect_error(void* ctx, const char* message) {
+  auto* e = static_cast<KernelErrors*>(ctx);
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->first.empty()) e->first = message ? message : "kernel error";
 }
 
 }  // namespace
@@ -487,8 +499,12 @@ void run(const CompiledKernel& k, const runtime::RunArgs& args) {
   a.parallel_for = &forward_parallel_for;
   static_assert(sizeof(std::atomic<int32_t>) == sizeof(int32_t), "the ABI reads the flag as an int32_t");
   a.stop = reinterpret_cast<const int32_t*>(&runtime::stop_flag());
+  KernelErrors errors;
+  a.report_error = &collect_error;
+  a.error_ctx = &errors;
   k.fn(&a);
   if (runtime::stop_requested()) throw runtime::Interrupted();
+  if (!errors.first.empty()) throw ir::Error(errors.first);
 }
 
 }  // namespace pypto::cpu

@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 
 from . import autograd as _autograd
-from . import interop
+from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
 from .frontend.source import SourceInfo
@@ -70,6 +70,8 @@ def _bind_torch(torch):
     if _torch_ops is None:
         from . import torch_ops
         _torch_ops = torch_ops
+        if os.environ.get("PYPTO_SHARE_THREADS", "1") != "0":
+            _C.share_threads_with_openmp()  # parallel loops on torch's OpenMP threads
     _torch_tensor = torch.Tensor
     _torch_compiling = torch.compiler.is_compiling
 
@@ -288,6 +290,8 @@ class JitFunction:
             if e.simple:
                 return e.run(args, ())
         e, imp = self._entry(args)
+        if imp and _autograd.wants_grad(imp):  # an implicit input (a module's weight) requires grad
+            return _autograd.call(self, args)
         return e.run(args, imp)
 
     def lower(self, *args, **kwargs):

@@ -471,6 +471,25 @@ void bind_builder(nb::module_& m) {
       .def("roll", &B::roll, "x"_a, "shift"_a, "dim"_a)
       .def("repeat_interleave", &B::repeat_interleave, "x"_a, "repeats"_a, "dim"_a)
       .def("one_hot", &B::one_hot, "idx"_a, "num_classes"_a)
+      .def("gather_rows", &B::gather_rows, "src"_a, "idx"_a)
+      .def("scatter_rows", &B::scatter_rows, "dst"_a, "src"_a, "idx"_a, "accumulate"_a)
+      .def("take", &B::take, "x"_a, "dim"_a, "idx"_a, "wrap_negative"_a)
+      .def(
+          "put",
+          [](B& b, const View& x, int dim, const View& idx, nb::handle v, bool acc, bool wrap) {
+            b.put(x, dim, idx, to_operand(v, ir::is_float(x.buf->dtype) ? ir::compute_dtype(x.buf->dtype) : DType::F32),
+                  acc, wrap);
+          },
+          "x"_a, "dim"_a, "idx"_a, "value"_a, "accumulate"_a, "wrap_negative"_a)
+      .def("gather_elements", &B::gather_elements, "x"_a, "dim"_a, "idx"_a)
+      .def(
+          "scatter_elements",
+          [](B& b, const View& x, int dim, const View& idx, nb::handle v, bool acc) {
+            return b.scatter_elements(
+                x, dim, idx, to_operand(v, ir::is_float(x.buf->dtype) ? ir::compute_dtype(x.buf->dtype) : DType::F32), acc);
+          },
+          "x"_a, "dim"_a, "idx"_a, "src"_a, "accumulate"_a)
+      .def("flip", &B::flip, "x"_a, "dims"_a)
       .def(
           "pad",
           [](B& b, const View& x, std::vector<int64_t> pads, nb::handle v) {
@@ -507,10 +526,10 @@ void bind_builder(nb::module_& m) {
 
   m.def(
       "autodiff",
-      [](const ir::Program& forward, const B* builder) {
+      [](const ir::Program& forward, const B* builder, const std::vector<bool>& wanted) {
         passes::Locate locate;
         if (builder) locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
-        passes::Backward bw = passes::autodiff(forward, locate);
+        passes::Backward bw = passes::autodiff(forward, locate, wanted);
         std::vector<std::pair<std::string, int>> args;
         for (auto& a : bw.args)
           args.emplace_back(a.role == passes::Backward::Role::Input   ? "input"
@@ -519,8 +538,9 @@ void bind_builder(nb::module_& m) {
                             a.param);
         return std::make_tuple(bw.program, args, bw.grads, bw.results);
       },
-      "forward"_a, "builder"_a = nb::none(),
-      "The tensor-level program of `forward`'s vector-Jacobian product (passes/autodiff.h): "
+      "forward"_a, "builder"_a = nb::none(), "wanted"_a = std::vector<bool>(),
+      "The tensor-level program of `forward`'s vector-Jacobian product (passes/autodiff.h), for the "
+      "gradients of the params `wanted` marks (all when empty): "
       "(program, [(role, forward param index)] per backward param, forward param index per gradient output, "
       "forward param indices of the results).");
 }

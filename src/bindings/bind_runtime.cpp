@@ -14,6 +14,8 @@
 #include "ir/ir.h"
 #include "runtime/kernel.h"
 #include "runtime/target.h"
+#include "runtime/loop_cost.h"
+#include "runtime/openmp_bridge.h"
 #include "runtime/thread_pool.h"
 
 namespace pypto::bindings {
@@ -194,6 +196,10 @@ void bind_runtime(nb::module_& m) {
       "n"_a, "Size the thread pool; at most max_threads() (a few per core).");
   m.def("max_threads", &runtime::max_threads);
   m.def("num_threads", &runtime::num_threads);
+  m.def("share_threads_with_openmp", &runtime::openmp::attach,
+        "Run parallel loops on an OpenMP runtime already loaded (torch's); its path, or '' when none is.");
+  m.def("stop_sharing_threads", &runtime::openmp::detach, "Back to PyPTO's own thread pool.");
+  m.def("reset_loop_costs", &runtime::reset_loop_costs, "Forget the cost model's loop measurements.");
 
   // (dtype name, shape, device) of any array nanobind can import, without copying it.
   m.def(

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <functional>
 
-#include "ir/printer.h"
 #include "ir/builder_impl.h"
+#include "ir/printer.h"
 #include "passes/autodiff_impl.h"
 #include "passes/pass_util.h"
 
@@ -25,11 +25,8 @@ bool same_view(const View& a, const View& b) {
   return true;
 }
 
-const View* view_of(const Operand& o) { return std::get_if<View>(&o); }
-
 }  // namespace
 
-// `dst += x`, `dst -= x` and `dst += a @ b`: the old value of dst passes through unchanged.
 bool in_place_linear(const Op& op) {
   if (op.code == Opcode::TMATMUL_ACC) return true;
   if (op.code != Opcode::TADD && op.code != Opcode::TSUB) return false;
@@ -48,8 +45,8 @@ std::vector<const View*> sources(const Op& op) {
   return out;
 }
 
-Differentiator::Differentiator(const Program& forward, const Locate& locate)
-    : fwd_(forward), locate_(locate), b_(forward.name + "_backward") {
+Differentiator::Differentiator(const Program& forward, const Locate& locate, const std::vector<bool>& wanted)
+    : fwd_(forward), locate_(locate), wanted_(wanted), b_(forward.name + "_backward") {
   std::vector<const StmtNode*> loops;
   analyse(forward.body, loops);
 }
@@ -60,7 +57,9 @@ void Differentiator::analyse(const std::vector<Stmt>& body, std::vector<const St
     info.pos = int(stmts_.size());
     info.loops = loops;
     switch (s->kind) {
-      case StmtKind::Alloc: bufs_[s->buffer.get()].loops_at_alloc = loops; break;
+      case StmtKind::Alloc:
+        bufs_[s->buffer.get()].loops_at_alloc = loops;
+        break;
       case StmtKind::OpStmt: {
         if (auto d = view_of(s->op.args.empty() ? Operand(Expr()) : s->op.args[0]))
           bufs_[d->buf.get()].writes.push_back(s.get());
@@ -76,7 +75,8 @@ void Differentiator::analyse(const std::vector<Stmt>& body, std::vector<const St
         analyse(s->body, loops);
         analyse(s->orelse, loops);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -88,12 +88,22 @@ bool Differentiator::stale(const Buffer* b, const StmtNode* s, bool before_write
   auto it = bufs_.find(b);
   if (it == bufs_.end()) return false;
   const auto& si = stmts_.at(s);
+  const auto& own = it->second.loops_at_alloc;
   for (const StmtNode* w : it->second.writes) {
     const auto& wi = stmts_.at(w);
+    // A loop around both that carries b on a tape: each iteration's sweep starts from the value b
+    // had when the iteration began, so only an earlier write in the same iteration is a problem.
+    const StmtNode* taped = nullptr;
+    for (const StmtNode* loop : wi.loops)
+      if (std::find(si.loops.begin(), si.loops.end(), loop) != si.loops.end() && carried(loop).count(b))
+        taped = loop;
+    if (taped) {
+      if (wi.pos < si.pos || (before_write && w == s)) return true;
+      continue;
+    }
     if (wi.pos > si.pos || (before_write && w == s)) return true;
     for (const StmtNode* loop : wi.loops) {
       bool around_s = std::find(si.loops.begin(), si.loops.end(), loop) != si.loops.end();
-      const auto& own = it->second.loops_at_alloc;
       bool owns_b = std::find(own.begin(), own.end(), loop) != own.end();
       if (around_s && !owns_b) return true;
     }
@@ -111,11 +121,12 @@ bool Differentiator::overwritten(const Buffer* b) const {
   return false;
 }
 
-// Iterations must be swept last to first when one reads what an earlier one wrote into a buffer
-// that outlives the iteration; otherwise any order is right and the forward order is kept.
-bool Differentiator::needs_reversal(const StmtNode* loop) const {
-  std::set<const Buffer*> written, read;
-  std::vector<const StmtNode*> loops;
+// Buffers a loop carries from one iteration to the next: allocated outside it, written in it and
+// read in it (an in-place linear accumulator's own read excluded: it needs no value).
+const std::set<const Buffer*>& Differentiator::carried(const StmtNode* loop) const {
+  auto found = carried_.find(loop);
+  if (found != carried_.end()) return found->second;
+  std::set<const Buffer*> written, read, out;
   walk(loop->body, [&](const Stmt& s) {
     if (s->kind != StmtKind::OpStmt || s->op.args.empty()) return;
     if (auto d = view_of(s->op.args[0])) written.insert(d->buf.get());
@@ -123,11 +134,46 @@ bool Differentiator::needs_reversal(const StmtNode* loop) const {
   });
   for (const Buffer* b : written) {
     if (!read.count(b)) continue;
-    auto it = bufs_.find(b);
-    const auto& own = it->second.loops_at_alloc;
-    if (std::find(own.begin(), own.end(), loop) == own.end()) return true;
+    const auto& own = bufs_.at(b).loops_at_alloc;
+    if (std::find(own.begin(), own.end(), loop) == own.end()) out.insert(b);
   }
-  return false;
+  return carried_[loop] = out;
+}
+
+// Iterations must be swept last to first when one reads what an earlier one wrote.
+bool Differentiator::needs_reversal(const StmtNode* loop) const { return !carried(loop).empty(); }
+
+namespace {
+// Iteration number of a loop's variable: (v - lo) / step.
+Expr iteration(const Expr& v, const Expr& lo, const Expr& step) { return div(v - lo, step); }
+}  // namespace
+
+// The tape of a loop-carried buffer: one slot per iteration, holding its value as the iteration
+// begins; the sweep of that iteration replays the body from it. Needs a static trip count.
+BufferRef Differentiator::new_tape(const StmtNode* loop, const Buffer& b, const Env& env) {
+  Expr trips = div(substitute(loop->hi, env.vars) - substitute(loop->lo, env.vars) +
+                       substitute(loop->step, env.vars) - int_imm(1),
+                   substitute(loop->step, env.vars));
+  auto n = as_int(trips);
+  if (!n)
+    refuse(loop, "the loop carries %" + b.name + " from one iteration to the next, and its trip count (" +
+                     to_string(trips) + ") is not known at compile time, so its values cannot be kept");
+  auto tape = std::make_shared<Buffer>();
+  tape->name = b_.fresh_name("tape_" + b.name);
+  tape->dtype = b.dtype;
+  tape->shape = b.shape;
+  tape->shape.insert(tape->shape.begin(), std::max<int64_t>(*n, 1));
+  tape->space = Space::Global;
+  tape->kind = BufferKind::Temp;
+  b_.emit(alloc(tape));
+  return tape;
+}
+
+View Differentiator::tape_slot(const BufferRef& tape, const Expr& it) {
+  std::vector<Index> idx(1);
+  idx[0].kind = Index::Int;
+  idx[0].start = it;
+  return b_.slice(View::whole(tape), idx);
 }
 
 void Differentiator::refuse(const StmtNode* s, const std::string& why) const {
@@ -165,9 +211,10 @@ View Differentiator::adjoint(const View& v, const Env& env) const {
 Operand Differentiator::value(const Operand& o, const StmtNode* s, const Env& env, bool is_result) const {
   if (auto v = view_of(o))
     if (stale(v->buf.get(), s, !is_result))
-      refuse(s, "its derivative needs the value of %" + v->buf->name +
-                    " at this point, but the kernel overwrites it later (a value carried across loop iterations "
-                    "or updated in place non-linearly, or an argument read and then written)");
+      refuse(s,
+             "its derivative needs the value of %" + v->buf->name +
+                 " at this point, but the kernel overwrites it later (a value carried across loop iterations "
+                 "or updated in place non-linearly, or an argument read and then written)");
   return mapped(o, env);
 }
 
@@ -232,9 +279,16 @@ void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<co
       }
       case StmtKind::For: {
         Env inner = env;
-        Expr v = b_.begin_for(s->var, substitute(s->lo, env.vars), substitute(s->hi, env.vars),
-                              substitute(s->step, env.vars), s->loop_kind == LoopKind::Parallel);
+        std::vector<std::pair<const Buffer*, BufferRef>> tapes;
+        for (const Buffer* c : carried(s.get()))
+          tapes.push_back({c, tapes_[s.get()][c] = new_tape(s.get(), *c, env)});
+        Expr lo = substitute(s->lo, env.vars), step = substitute(s->step, env.vars);
+        Expr v =
+            b_.begin_for(s->var, lo, substitute(s->hi, env.vars), step, s->loop_kind == LoopKind::Parallel);
         inner.vars[s->var] = v;
+        for (auto& [c, tape] : tapes) {
+          b_.assign(tape_slot(tape, iteration(v, lo, step)), View::whole(env.bufs.at(c)));
+        }
         replay(s->body, inner, local);
         b_.end_for();
         break;
@@ -259,9 +313,10 @@ void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<co
   }
 }
 
-namespace {
-BufferRef new_adjoint_buffer(Builder& b, const Buffer& like) {
+BufferRef Differentiator::new_adjoint(const Buffer& like) {
+  Builder& b = b_;
   auto nb = std::make_shared<Buffer>();
+  adjoint_buffers_.insert(nb.get());
   nb->name = b.fresh_name("d_" + like.name);
   nb->dtype = like.dtype;
   nb->shape = like.shape;
@@ -271,25 +326,38 @@ BufferRef new_adjoint_buffer(Builder& b, const Buffer& like) {
   b.assign(View::whole(nb), float_imm(0.0, like.dtype == DType::F64 ? DType::F64 : DType::F32));
   return nb;
 }
-}  // namespace
 
 void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
   for (const Stmt& s : body)
     if (s->kind == StmtKind::Alloc && is_float(s->buffer->dtype))
-      adj_[s->buffer.get()] = new_adjoint_buffer(b_, *s->buffer);
+      adj_[s->buffer.get()] = new_adjoint(*s->buffer);
   for (auto it = body.rbegin(); it != body.rend(); ++it) {
     const Stmt& s = *it;
     switch (s->kind) {
-      case StmtKind::OpStmt: rule(s.get(), env); break;
+      case StmtKind::OpStmt:
+        rule(s.get(), env);
+        break;
       case StmtKind::For: {
         Env inner = env;
-        Expr lo = substitute(s->lo, env.vars), hi = substitute(s->hi, env.vars), step = substitute(s->step, env.vars);
+        Expr lo = substitute(s->lo, env.vars), hi = substitute(s->hi, env.vars),
+             step = substitute(s->step, env.vars);
         if (needs_reversal(s.get())) {
           Expr trips = div(hi - lo + step - int_imm(1), step);
           Expr u = b_.begin_for(s->var + "_rev", int_imm(0), trips, int_imm(1));
           inner.vars[s->var] = lo + (trips - int_imm(1) - u) * step;
         } else {
           inner.vars[s->var] = b_.begin_for(s->var, lo, hi, step);
+        }
+        // The loop-carried values as this iteration began, from their tapes.
+        for (const Buffer* c : carried(s.get())) {
+          auto nb = std::make_shared<Buffer>(*c);
+          nb->name = b_.fresh_name(c->name);
+          nb->kind = BufferKind::Temp;
+          b_.emit(alloc(nb));
+          b_.assign(View::whole(nb),
+                    tape_slot(tapes_.at(s.get()).at(c), iteration(inner.vars[s->var], lo, step)));
+          inner.bufs[c] = nb;
+          origin_[nb.get()] = c;
         }
         std::set<const Buffer*> local;
         replay(s->body, inner, local);
@@ -315,8 +383,11 @@ void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
         b_.end_if();
         break;
       }
-      case StmtKind::Seq: sweep(s->body, env); break;
-      default: break;
+      case StmtKind::Seq:
+        sweep(s->body, env);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -336,8 +407,7 @@ void eliminate_dead_code(Program& p) {
       auto d = view_of(s->op.args[0]);
       if (d && !live.count(d->buf.get())) return;
       for (size_t i = 1; i < s->op.args.size(); ++i)
-        if (auto v = view_of(s->op.args[i]))
-          changed |= live.insert(v->buf.get()).second;
+        if (auto v = view_of(s->op.args[i])) changed |= live.insert(v->buf.get()).second;
     });
   }
   std::function<bool(std::vector<Stmt>&)> prune = [&](std::vector<Stmt>& body) {
@@ -354,13 +424,16 @@ void eliminate_dead_code(Program& p) {
         case StmtKind::Alloc:
           if (!live.count(s->buffer.get())) continue;
           break;
-        case StmtKind::For: case StmtKind::If: case StmtKind::Seq: {
+        case StmtKind::For:
+        case StmtKind::If:
+        case StmtKind::Seq: {
           bool a = prune(s->body), b = prune(s->orelse);
           if (!a && !b) continue;
           has_op = true;
           break;
         }
-        default: break;
+        default:
+          break;
       }
       kept.push_back(s);
     }
@@ -369,6 +442,119 @@ void eliminate_dead_code(Program& p) {
   };
   // Statements are shared with nothing else (the builder made them), so pruning in place is safe.
   prune(p.body);
+}
+
+bool mentions_buffer(const Stmt& s, const Buffer* b) {
+  bool found = false;
+  walk({s}, [&](const Stmt& t) {
+    if (t->kind == StmtKind::Alloc && t->buffer.get() == b) found = true;
+    if (t->kind != StmtKind::OpStmt) return;
+    for (auto& a : t->op.args)
+      if (auto v = view_of(a)) found |= v->buf.get() == b;
+  });
+  return found;
+}
+
+// The whole buffer, every element valid.
+bool whole_and_valid(const View& v) {
+  if (!v.is_whole()) return false;
+  for (size_t d = 0; d < v.valid.size(); ++d) {
+    auto c = as_int(v.valid[d]);
+    if (!c || *c != v.buf->shape[d]) return false;
+  }
+  return true;
+}
+
+// An adjoint is zero-filled and then accumulated into. When its first contribution covers all of
+// it, `fill 0; a += c` becomes `a = c`, and when c is a temporary computed just for this, its
+// instruction writes into a directly. Applied per block, in place.
+void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                               std::map<const Buffer*, int>& reads) {
+  for (auto& s : body) {
+    write_first_contributions(s->body, adjoints, reads);
+    write_first_contributions(s->orelse, adjoints, reads);
+  }
+  for (size_t i = 0; i < body.size(); ++i) {
+    const Stmt& fill = body[i];
+    if (fill->kind != StmtKind::OpStmt || fill->op.code != Opcode::TEXPANDS) continue;
+    const View& a = std::get<View>(fill->op.args[0]);
+    if (!adjoints.count(a.buf.get()) || !whole_and_valid(a)) continue;
+    size_t j = i + 1;
+    while (j < body.size() && !mentions_buffer(body[j], a.buf.get())) ++j;
+    if (j == body.size()) continue;
+    const Stmt& acc = body[j];
+    if (acc->kind != StmtKind::OpStmt || acc->op.code != Opcode::TADD) continue;
+    const View* d = view_of(acc->op.args[0]);
+    const View* s1 = view_of(acc->op.args[1]);
+    const View* c = view_of(acc->op.args[2]);
+    if (!d || !s1 || !c || d->buf != a.buf || s1->buf != a.buf || !whole_and_valid(*d) ||
+        !whole_and_valid(*s1) || c->buf == a.buf || c->buf->dtype != a.buf->dtype || c->shape() != a.shape())
+      continue;
+    // The producer of c, when c is a temporary only this accumulation reads.
+    size_t k = j;
+    if (c->is_whole() && c->buf->kind == BufferKind::Temp && reads[c->buf.get()] == 1) {
+      for (size_t m = j; m-- > i + 1;) {
+        if (!mentions_buffer(body[m], c->buf.get())) continue;
+        const Stmt& p = body[m];
+        const View* pd =
+            p->kind == StmtKind::OpStmt && !p->op.args.empty() ? view_of(p->op.args[0]) : nullptr;
+        bool sole_writer = pd && pd->buf == c->buf && whole_and_valid(*pd);
+        for (size_t q = 1; sole_writer && q < p->op.args.size(); ++q)
+          if (auto v = view_of(p->op.args[q])) sole_writer = v->buf != c->buf && v->buf != a.buf;
+        if (sole_writer) k = m;
+        break;
+      }
+    }
+    if (k != j) {
+      body[k]->op.args[0] = View::whole(a.buf);
+      body.erase(body.begin() + long(j));
+    } else {
+      body[j] = op_stmt(Op{Opcode::TMOV, {View::whole(a.buf), *c}});
+    }
+    body.erase(body.begin() + long(i));
+    --i;
+  }
+}
+
+// `a = c` of two whole temporaries, each written once, c earlier in the same block: every use of
+// a reads c instead (the sweep passes an adjoint through additions this way).
+void forward_copies(Program& p) {
+  std::map<const Buffer*, int> writes;
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind == StmtKind::OpStmt && !s->op.args.empty())
+      if (auto d = view_of(s->op.args[0])) ++writes[d->buf.get()];
+  });
+  std::map<const Buffer*, BufferRef> repl;
+  std::function<void(std::vector<Stmt>&)> scan = [&](std::vector<Stmt>& body) {
+    std::set<const Buffer*> written_here;
+    for (size_t j = 0; j < body.size(); ++j) {
+      Stmt& s = body[j];
+      scan(s->body);
+      scan(s->orelse);
+      if (s->kind != StmtKind::OpStmt || s->op.args.empty()) continue;
+      const View* d = view_of(s->op.args[0]);
+      const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
+      if (s->op.code == Opcode::TMOV && d && c && whole_and_valid(*d) && whole_and_valid(*c) &&
+          d->buf->kind == BufferKind::Temp && c->buf->kind == BufferKind::Temp &&
+          d->buf->dtype == c->buf->dtype && d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 &&
+          writes[c->buf.get()] == 1 && written_here.count(c->buf.get()) && !repl.count(c->buf.get())) {
+        repl[d->buf.get()] = c->buf;
+        body.erase(body.begin() + long(j--));
+        continue;
+      }
+      if (d) written_here.insert(d->buf.get());
+    }
+  };
+  scan(p.body);
+  if (repl.empty()) return;
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind != StmtKind::OpStmt) return;
+    for (auto& a : s->op.args)
+      if (auto v = std::get_if<View>(&a)) {
+        auto it = repl.find(v->buf.get());
+        if (it != repl.end()) v->buf = it->second;
+      }
+  });
 }
 
 void used_buffers(const std::vector<Stmt>& body, std::set<const Buffer*>& used) {
@@ -414,15 +600,40 @@ Backward Differentiator::run() {
   for (size_t i = 0; i < fwd_.params.size(); ++i) {
     const Buffer& p = *fwd_.params[i];
     if (p.kind != BufferKind::Param || !is_float(p.dtype)) continue;
-    if (!adj_.count(&p)) adj_[&p] = new_adjoint_buffer(b_, p);
+    bool want = wanted_.empty() || (i < wanted_.size() && wanted_[i]);
+    if (!want && !adj_.count(&p)) continue;  // (a written argument's adjoint carries its cotangent)
+    if (!adj_.count(&p)) adj_[&p] = new_adjoint(p);
+    if (!want) continue;
     grads.push_back(View::whole(adj_.at(&p)));
     out.grads.push_back(int(i));
   }
   std::set<const Buffer*> local;
+  // An output the kernel also reads (a value carried through it) is recomputed in a temporary:
+  // its saved value is only the last one.
+  for (auto& p : fwd_.params)
+    if (p->kind == BufferKind::Output && !bufs_[p.get()].reads.empty()) {
+      auto nb = std::make_shared<Buffer>(*p);
+      nb->name = b_.fresh_name(p->name + "_value");
+      nb->kind = BufferKind::Temp;
+      b_.emit(alloc(nb));
+      env.bufs[p.get()] = nb;
+      local.insert(p.get());
+    }
   replay(fwd_.body, env, local);
   sweep(fwd_.body, env);
   out.program = b_.finish(grads);
   eliminate_dead_code(out.program);
+  {
+    std::map<const Buffer*, int> reads;
+    walk(out.program.body, [&](const Stmt& s) {
+      if (s->kind != StmtKind::OpStmt) return;
+      for (size_t i = 1; i < s->op.args.size(); ++i)
+        if (auto v = view_of(s->op.args[i])) ++reads[v->buf.get()];
+    });
+    write_first_contributions(out.program.body, adjoint_buffers_, reads);
+    forward_copies(out.program);
+    eliminate_dead_code(out.program);
+  }
   // A replayed value must still be what it was at its forward statement.
   walk(out.program.body, [&](const Stmt& s) {
     auto it = replayed_.find(s.get());
@@ -430,9 +641,10 @@ Backward Differentiator::run() {
     for (const View* v : sources(it->second->op)) {
       const Buffer* fb = v->buf.get();
       if (stale(fb, it->second, true))
-        refuse(it->second, "recomputing it needs the value of %" + fb->name +
-                               " at this point, but the kernel overwrites it later (a value carried across loop "
-                               "iterations or updated in place)");
+        refuse(it->second,
+               "recomputing it needs the value of %" + fb->name +
+                   " at this point, but the kernel overwrites it later (a value carried across loop "
+                   "iterations or updated in place)");
     }
   });
   // Keep only the parameters the backward reads: the caller saves no more than that.
@@ -455,8 +667,8 @@ Backward Differentiator::run() {
 
 }  // namespace ad
 
-Backward autodiff(const ir::Program& forward, const Locate& locate) {
-  return ad::Differentiator(forward, locate).run();
+Backward autodiff(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted) {
+  return ad::Differentiator(forward, locate, wanted).run();
 }
 
 }  // namespace pypto::passes

@@ -31,6 +31,8 @@
 #include <vector>
 
 #include "ir/types.h"
+#include "runtime/loop_cost.h"
+#include "runtime/openmp_bridge.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -280,7 +282,7 @@ class Pool {
 // it when static destructors run at exit.
 std::mutex g_pool_mu;
 Pool* g_pool = nullptr;
-int g_requested = 0;  // 0 = default
+std::atomic<int> g_requested{0};  // 0 = default
 bool g_atfork_registered = false;
 
 // After fork() only the forking thread exists in the child: forget the parent's pool there.
@@ -296,25 +298,62 @@ Pool& pool() {
       pthread_atfork(nullptr, nullptr, &forget_pool_in_child);
       g_atfork_registered = true;
     }
-    g_pool = new Pool(g_requested > 0 ? g_requested : default_threads());
+    g_pool = new Pool(g_requested > 0 ? g_requested.load() : default_threads());
   }
   return *g_pool;
 }
 
+// Iterations [offset, offset + n) of a loop, renumbered from 0 (what the cost model left).
+struct Shifted {
+  LoopBody body;
+  void* ctx;
+  int64_t offset;
+  static void run(void* c, int64_t begin, int64_t end) {
+    auto* s = static_cast<Shifted*>(c);
+    s->body(s->ctx, begin + s->offset, end + s->offset);
+  }
+};
+
+// Threads a loop may use on a shared OpenMP runtime: what set_num_threads / $PYPTO_NUM_THREADS ask.
+int wanted_threads() {
+  int r = g_requested.load(std::memory_order_relaxed);
+  if (r > 0) return r;
+  static const int dflt = default_threads();
+  return dflt;
+}
+
 }  // namespace
+
+// Threads a loop runs on: the shared OpenMP runtime's or PyPTO's pool's.
+static int loop_threads(bool omp) { return omp ? wanted_threads() : pool().threads(); }
 
 void parallel_for(int64_t n, LoopBody body, void* ctx) {
   if (n <= 0) return;
-  if (n == 1 || t_in_parallel) {
+  const bool omp = openmp::attached();
+  if (n == 1 || t_in_parallel || (omp && openmp::in_region())) {
     body(ctx, 0, n);
     return;
   }
-  Pool& p = pool();
-  if (p.threads() == 1) {
+  const int threads = loop_threads(omp);
+  if (threads == 1) {
     body(ctx, 0, n);
+  } else if (omp) {
+    openmp::parallel_for(n, body, ctx, threads);
+  } else {
+    pool().run(n, body, ctx);
+  }
+}
+
+void parallel_for_costed(int64_t n, LoopBody body, void* ctx) {
+  const bool omp = openmp::attached();
+  if (n <= 1 || t_in_parallel || (omp && openmp::in_region()) || loop_threads(omp) == 1) {
+    parallel_for(n, body, ctx);
     return;
   }
-  p.run(n, body, ctx);
+  const int64_t done = run_serial_part(n, body, ctx);  // the cost model (loop_cost.h)
+  if (done == n) return;
+  Shifted rest{body, ctx, done};
+  parallel_for(n - done, &Shifted::run, &rest);
 }
 
 int num_threads() { return pool().threads(); }

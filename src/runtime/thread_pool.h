@@ -8,6 +8,9 @@
 namespace pypto::runtime {
 using LoopBody = void (*)(void* ctx, int64_t begin, int64_t end);
 void parallel_for(int64_t n, LoopBody body, void* ctx);
+// The parallel loops of compiled kernels: as parallel_for, but a loop too small to pay for waking
+// threads runs on the caller (loop_cost.h decides).
+void parallel_for_costed(int64_t n, LoopBody body, void* ctx);
 int num_threads();
 // n <= 0: back to the default. Throws ir::Error above max_threads() (a few per core).
 void set_num_threads(int64_t n);

@@ -99,5 +99,9 @@ def pytest_runtest_protocol(item, nextitem):
     item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
     for rep in _run_in_child(item, nextitem):
         item.ihook.pytest_runtest_logreport(report=rep)
+    # The child set up and tore down this item's fixtures in its own memory; the parent still holds
+    # what earlier in-process items set up (a module's fixtures, say): tear down what the next item
+    # does not need, as the in-process protocol would.
+    item.session._setupstate.teardown_exact(nextitem)
     item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
     return True

@@ -6,7 +6,6 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 import torch  # noqa: F401 - a hard dependency (Makefile PY_PKGS): a missing torch must fail, not skip
 

@@ -480,6 +480,8 @@ void bind_builder(nb::module_& m) {
           },
           "op"_a, "dst"_a, "src"_a)
       .def("finish", &B::finish, "outputs"_a)
+      .def("set_location", &B::set_location, "where"_a, "source_line"_a,
+           "The kernel source position (\"file:line\", line text) named by run-time index checks.")
       .def_static("broadcast_shapes", &B::broadcast_shapes);
 }
 

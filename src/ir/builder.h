@@ -80,6 +80,10 @@ class Builder {
   // top level becomes an Output param; anything else is copied into a fresh Output.
   Program finish(const std::vector<View>& outputs);
 
+  // The kernel source position of the statements built from now on ("file:line" and that line's
+  // text): named by run-time index checks.
+  void set_location(std::string where, std::string source_line);
+
   // Shape helpers the front end uses for error messages and folding.
   static std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);
 

@@ -19,6 +19,12 @@ class CompiledKernel:
         tr = trace.tr
         self.name = name
         self.backend = backend
+        # the tensor-level program and its builder (autodiff reads both; the builder knows the
+        # kernel line of each statement). Not the whole trace: it holds reference cycles.
+        self.program = trace.program
+        self.builder = tr.b
+        self.options = options
+        self.grad = None        # pypto.autograd: the derived backward, made on first use
         try:
             self.kernel = _C.Kernel(trace.program, backend, **options)
         except PyptoError as e:
@@ -137,6 +143,17 @@ class CompiledKernel:
         return objs
 
     def run(self, args, implicit=()):
+        outs, objs = self.run_flat(args, implicit)
+        if self.single_out:
+            return outs[0]
+        return rebuild(self.template, outs, objs)
+
+    def inputs(self, args, implicit=()):
+        """The arrays bound to the program's input params, in param order."""
+        return [args[k] if kind == "a" else implicit[k] for kind, k in self.plan]
+
+    def run_flat(self, args, implicit=()):
+        """Run; (the fresh outputs in order, the input arrays in param order)."""
         if self.arg_only is not None:
             objs = [args[i] for i in self.arg_only]
         else:
@@ -157,9 +174,7 @@ class CompiledKernel:
         finally:
             if self.written_torch:
                 interop.bump_versions([objs[j] for j in self.written_torch])
-        if self.single_out:
-            return outs[0]
-        return rebuild(self.template, outs, objs)
+        return outs, objs
 
 
 class Lowered:
@@ -178,6 +193,11 @@ class Lowered:
     def compile(self):
         return self._entry.compile()
 
+    def backward(self):
+        """The derived backward (its vector-Jacobian product), as a Lowered kernel."""
+        from .autograd import derived
+        return _LoweredBackward(derived(self._entry))
+
     @property
     def compiled_from_cache(self):
         return self.kernel.compiled_from_cache()
@@ -195,3 +215,21 @@ class Lowered:
 
     def __repr__(self):
         return f"<pypto.Lowered {self._entry.name} backend={self._entry.backend}>"
+
+
+class _LoweredBackward:
+    """fn.lower(...).backward(): the derived backward kernel, inspectable like Lowered."""
+
+    def __init__(self, derived):
+        self._derived = derived
+        self.kernel = derived.kernel
+
+    def as_text(self, level="tensor"):
+        return Lowered.as_text(self, level)
+
+    @property
+    def params(self):
+        return self.kernel.params()
+
+    def __str__(self):
+        return self.as_text("tensor")

@@ -8,15 +8,18 @@ Implicit inputs (arrays reached through closures, globals, attributes) and the P
 read through them are re-read at every call and checked against the trace."""
 from __future__ import annotations
 
+import atexit
 import functools
 import inspect
 import numbers
 import os
 import sys
 import threading
+import weakref
 
 import numpy as np
 
+from . import autograd as _autograd
 from . import interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
@@ -54,9 +57,49 @@ def _static_key(a):
 _torch_tensor = None  # torch.Tensor once torch is imported (it is optional)
 
 
+def _torch_compiling():
+    """True while torch.compile / torch.export traces the caller (dynamo folds is_compiling)."""
+    torch = sys.modules.get("torch")
+    return torch is not None and torch.compiler.is_compiling()
+
+
+def _bind_torch(torch):
+    """torch is imported: its compile check replaces the sys.modules look-up above, and the
+    custom-op glue is loaded (outside any compiled region, as dynamo wants)."""
+    global _torch_tensor, _torch_compiling, _torch_ops
+    if _torch_ops is None:
+        from . import torch_ops
+        _torch_ops = torch_ops
+    _torch_tensor = torch.Tensor
+    _torch_compiling = torch.compiler.is_compiling
+
+
+_torch_ops = None
+_live_kernels = weakref.WeakSet()
+
+
+@atexit.register
+def _release_compiled():
+    """Drop the compiled kernels before the interpreter tears the bindings down: references kept
+    alive past that point (torch.compile's caches hold kernels) would be reported as leaks."""
+    for k in list(_live_kernels):
+        k._cache.clear()
+    from . import eager
+    eager._cache.clear()
+
+
+def _call_traced(kernel, args, kwargs):
+    if _torch_ops is None:
+        raise PyptoError(f"kernel '{kernel.__name__}' was made before torch was imported and is first "
+                         "called while torch compiles: call it once outside torch.compile, or import "
+                         "torch before making the kernel")
+    return _torch_ops.call_traced(kernel, args, kwargs)
+
+
+
+
 def arg_key(a):
     """Key of one top-level argument (fast paths first: this runs on every call)."""
-    global _torch_tensor
     t = type(a)
     if t is _torch_tensor:
         return ("torch", a.dtype, a.shape, a.is_cpu)
@@ -68,7 +111,7 @@ def arg_key(a):
         return (t, a._dtype, a._data.shape)
     torch = sys.modules.get("torch")
     if torch is not None:
-        _torch_tensor = torch.Tensor
+        _bind_torch(torch)
         if isinstance(a, torch.Tensor):
             return ("torch", a.dtype, a.shape, a.is_cpu)
     if t is bool or a is None:
@@ -140,6 +183,11 @@ class JitFunction:
         self._unroll = set()
         self._src = None
         self._lock = threading.RLock()
+        self._vjp = None  # a hand-written backward (@kernel.defvjp)
+        torch = sys.modules.get("torch")
+        if torch is not None and _torch_ops is None:
+            _bind_torch(torch)
+        _live_kernels.add(self)
 
     def _source(self):
         if self._src is None:
@@ -204,10 +252,14 @@ class JitFunction:
         return entry
 
     def __call__(self, *args, **kwargs):
+        if _torch_compiling():  # a torch.library custom op in the graph (torch_ops.py)
+            return _call_traced(self, args, kwargs)
         if kwargs or len(args) != self._n:
             args = self._bind(args, kwargs)
         elif self._k0:
             args = (self._self,) + args
+        if _autograd.wants_grad(args):
+            return _autograd.call(self, args)
         entries = self._cache.get(self._key(args))
         if entries is not None:
             e = entries[0]
@@ -225,6 +277,21 @@ class JitFunction:
         e, _ = self._entry(args)
         return Lowered(e)
 
+    def lower_backward(self, *args, **kwargs):
+        """The derived backward kernel for these example arguments; `.as_text(level)` shows it."""
+        return self.lower(*args, **kwargs).backward()
+
+    def defvjp(self, backward):
+        """Register a hand-written backward, used instead of the derived one (torch autograd,
+        pypto.grad/vjp, pto_autograd): `backward(*args, out, grad_out)` returns one gradient (or
+        None) per argument; `out`/`grad_out` are tuples when the kernel returns several tensors.
+
+            @my_kernel.defvjp
+            def my_kernel_backward(x, w, out, grad): return grad @ w.T, x.T @ grad
+        """
+        self._vjp = backward
+        return backward
+
     # --- misc ----------------------------------------------------------------------------------
     def clear_cache(self):
         self._cache.clear()
@@ -232,6 +299,13 @@ class JitFunction:
     @property
     def cache_size(self):
         return sum(len(v) for v in self._cache.values())
+
+    # Identity equality, stated so torch's pytree can pass a kernel as a constant.
+    def __eq__(self, other):
+        return self is other
+
+    def __hash__(self):
+        return id(self)
 
     def __get__(self, obj, objtype=None):
         if obj is None:
@@ -282,3 +356,7 @@ def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, doubl
     if fn is None:
         return wrap
     return wrap(fn)
+
+
+if "torch" in sys.modules:
+    _bind_torch(sys.modules["torch"])

@@ -30,7 +30,9 @@ class Tensor:
     Tensor(data, dtype=None) copies `data` (a NumPy array, a torch tensor, a nested list, a scalar
     or anything with __dlpack__); pypto.from_numpy / pypto.from_torch share memory instead."""
 
-    __slots__ = ("_data", "_dtype", "_dl", "__weakref__")
+    # metadata: set on a kernel's outputs when it was called with tensors from
+    # pypto.to_pto_tensor (the seed's §5.1 bridge; pypto.pto_autograd reads it).
+    __slots__ = ("_data", "_dtype", "_dl", "_autograd", "metadata", "__weakref__")
 
     def __init__(self, data, dtype=None):
         from .interop import as_numpy_storage
@@ -38,6 +40,8 @@ class Tensor:
         self._data = arr
         self._dtype = dt
         self._dl = None
+        self._autograd = False
+        self.metadata = None
 
     # --- construction without copies -------------------------------------------------------
     @classmethod
@@ -46,6 +50,8 @@ class Tensor:
         t._data = storage
         t._dtype = dtype
         t._dl = None
+        t._autograd = False
+        t.metadata = None
         return t
 
     @classmethod

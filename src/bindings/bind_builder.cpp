@@ -6,6 +6,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 
 #include "ir/builder.h"
 #include "ir/printer.h"
+#include "passes/autodiff.h"
 
 namespace pypto::bindings {
 namespace nb = nanobind;
@@ -457,6 +459,25 @@ void bind_builder(nb::module_& m) {
           },
           "x"_a, "normalized_dims"_a, "weight"_a = nb::none(), "eps"_a = 1e-6)
       .def("concat", &B::concat)
+      .def("tril", &B::tril, "x"_a, "k"_a)
+      .def("triu", &B::triu, "x"_a, "k"_a)
+      .def("variance", &B::variance, "x"_a, "dims"_a, "correction"_a, "keepdim"_a)
+      .def("logsumexp", &B::logsumexp, "x"_a, "dims"_a, "keepdim"_a)
+      .def("any", &B::any, "x"_a, "dims"_a, "keepdim"_a)
+      .def("all", &B::all, "x"_a, "dims"_a, "keepdim"_a)
+      .def("argmax", &B::argmax, "x"_a, "dim"_a, "keepdim"_a)
+      .def("argmin", &B::argmin, "x"_a, "dim"_a, "keepdim"_a)
+      .def("stack", &B::stack, "xs"_a, "dim"_a)
+      .def("roll", &B::roll, "x"_a, "shift"_a, "dim"_a)
+      .def("repeat_interleave", &B::repeat_interleave, "x"_a, "repeats"_a, "dim"_a)
+      .def("one_hot", &B::one_hot, "idx"_a, "num_classes"_a)
+      .def(
+          "pad",
+          [](B& b, const View& x, std::vector<int64_t> pads, nb::handle v) {
+            DType t = x.buf->dtype;
+            return b.pad(x, pads, to_expr(v, ir::is_float(t) ? ir::compute_dtype(t) : DType::F32));
+          },
+          "x"_a, "pads"_a, "value"_a)
       .def(
           "conv2d",
           [](B& b, const View& x, const View& w, std::optional<View> bias, std::vector<int64_t> stride,
@@ -480,9 +501,28 @@ void bind_builder(nb::module_& m) {
           },
           "op"_a, "dst"_a, "src"_a)
       .def("finish", &B::finish, "outputs"_a)
-      .def("set_location", &B::set_location, "where"_a, "source_line"_a,
-           "The kernel source position (\"file:line\", line text) named by run-time index checks.")
+      .def("set_location", &B::set_location, "where"_a,
+           "Source location of the statements built from now on (named by autodiff's errors).")
       .def_static("broadcast_shapes", &B::broadcast_shapes);
+
+  m.def(
+      "autodiff",
+      [](const ir::Program& forward, const B* builder) {
+        passes::Locate locate;
+        if (builder) locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
+        passes::Backward bw = passes::autodiff(forward, locate);
+        std::vector<std::pair<std::string, int>> args;
+        for (auto& a : bw.args)
+          args.emplace_back(a.role == passes::Backward::Role::Input   ? "input"
+                            : a.role == passes::Backward::Role::Saved ? "saved"
+                                                                      : "cotangent",
+                            a.param);
+        return std::make_tuple(bw.program, args, bw.grads, bw.results);
+      },
+      "forward"_a, "builder"_a = nb::none(),
+      "The tensor-level program of `forward`'s vector-Jacobian product (passes/autodiff.h): "
+      "(program, [(role, forward param index)] per backward param, forward param index per gradient output, "
+      "forward param indices of the results).");
 }
 
 }  // namespace pypto::bindings

@@ -164,6 +164,14 @@ std::vector<int64_t> Builder::broadcast_shapes(const std::vector<int64_t>& a, co
   return out;
 }
 
+std::string Builder::fresh_name(const std::string& hint) { return impl_->fresh(hint); }
+void Builder::emit(Stmt s) { impl_->emit(std::move(s)); }
+void Builder::set_location(std::string where) { impl_->where = std::move(where); }
+std::string Builder::location(const StmtNode* s) const {
+  auto it = impl_->locations.find(s);
+  return it == impl_->locations.end() ? std::string() : it->second;
+}
+
 // --- signature -----------------------------------------------------------------------------
 
 View Builder::add_param(const std::string& name, DType dtype, std::vector<int64_t> shape) {
@@ -302,13 +310,7 @@ void Builder::Impl::require_in_range(const Expr& k, const Expr& len, int dim) {
     else if (f.kind == Frame::Else) c.scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, logic_not(f.cond)});
   }
   c.where = where;
-  c.source_line = source_line;
   prog.index_checks.push_back(std::move(c));
-}
-
-void Builder::set_location(std::string where, std::string source_line) {
-  impl_->where = std::move(where);
-  impl_->source_line = std::move(source_line);
 }
 
 View Builder::slice(const View& v, const std::vector<Index>& idx) {

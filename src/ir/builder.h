@@ -68,6 +68,22 @@ class Builder {
   View layer_norm(const View& x, int normalized_dims, const View* weight, const View* bias, double eps);
   View rms_norm(const View& x, int normalized_dims, const View* weight, double eps);
   View concat(const std::vector<View>& xs, int dim);
+  // Composites of builder_ops.cpp (masks, statistics, selection by value, layout).
+  View tril(const View& x, int64_t k);                 // keep x[.., i, j] where j - i <= k, else 0
+  View triu(const View& x, int64_t k);                 // keep x[.., i, j] where j - i >= k, else 0
+  View variance(const View& x, std::vector<int> dims, double correction, bool keepdim);  // empty dims = all
+  View logsumexp(const View& x, std::vector<int> dims, bool keepdim);
+  View any(const View& x, std::vector<int> dims, bool keepdim);  // bool result
+  View all(const View& x, std::vector<int> dims, bool keepdim);
+  View argmax(const View& x, int dim, bool keepdim);  // i64; first maximum; a NaN counts as the maximum
+  View argmin(const View& x, int dim, bool keepdim);
+  View stack(const std::vector<View>& xs, int dim);
+  View roll(const View& x, int64_t shift, int dim);
+  View repeat_interleave(const View& x, int64_t repeats, int dim);
+  View one_hot(const View& idx, int64_t num_classes);  // i64, a new last dimension
+  // Constant padding; pads: (before, after) per dimension from the last one backwards, as
+  // torch.nn.functional.pad; negative amounts crop.
+  View pad(const View& x, const std::vector<int64_t>& pads, Expr value);
   // NCHW or CHW input, OIHW weight. padding: {ph, pw}; same_padding computes it for stride 1.
   View conv2d(const View& x, const View& w, const View* bias, std::vector<int64_t> stride,
               std::vector<int64_t> padding, std::vector<int64_t> dilation, bool same_padding);
@@ -80,9 +96,13 @@ class Builder {
   // top level becomes an Output param; anything else is copied into a fresh Output.
   Program finish(const std::vector<View>& outputs);
 
-  // The kernel source position of the statements built from now on ("file:line" and that line's
-  // text): named by run-time index checks.
-  void set_location(std::string where, std::string source_line);
+  // --- for program transformations (passes/autodiff) -----------------------------------------
+  std::string fresh_name(const std::string& hint);  // a name not yet used in this program
+  void emit(Stmt s);                                  // append an already-built statement
+  // Source location of the statements built from now on (the front end sets the kernel's line);
+  // `location(s)` finds it again for a statement of the finished program ("" when unknown).
+  void set_location(std::string where);
+  std::string location(const StmtNode* s) const;
 
   // Shape helpers the front end uses for error messages and folding.
   static std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);

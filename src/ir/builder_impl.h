@@ -1,5 +1,6 @@
 // Private state of ir::Builder, shared by builder.cpp (core) and builder_nn.cpp (composites).
 #pragma once
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -22,14 +23,18 @@ struct Builder::Impl {
   std::vector<Frame> frames;
   std::set<std::string> names;
   VarBounds var_bounds;  // induction variables in scope
-  std::string where, source_line;  // set_location
+  std::string where;     // source location of the statements being built
+  std::map<const StmtNode*, std::string> locations;
 
   // Python's index rule at run time: `k` must satisfy 0 <= k < len; records a host-side check
   // unless the bounds prove it.
   void require_in_range(const Expr& k, const Expr& len, int dim);
 
   std::string fresh(const std::string& hint);
-  void emit(Stmt s) { frames.back().stmts.push_back(std::move(s)); }
+  void emit(Stmt s) {
+    if (!where.empty()) locations[s.get()] = where;
+    frames.back().stmts.push_back(std::move(s));
+  }
   void emit_op(Opcode code, std::vector<Operand> args) { emit(op_stmt(Op{code, std::move(args)})); }
   // A new Temp in global scratch, declared in the current block, viewed whole with `valid` extents.
   View new_temp(const std::vector<int64_t>& shape, DType dtype, const std::vector<Expr>& valid,

@@ -206,7 +206,9 @@ View Builder::conv2d(const View& x, const View& w, const View* bias, std::vector
   }
   auto os = lead;
   os.insert(os.end(), {O, Ho, Wo});
-  View out = full(os, DType::F32, float_imm(0.0));
+  // f64 operands give an f64 result; f32, f16 and bf16 accumulate in f32.
+  DType acc_t = (x.buf->dtype == DType::F64 || w.buf->dtype == DType::F64) ? DType::F64 : DType::F32;
+  View out = full(os, acc_t, float_imm(0.0, acc_t));
   // out[.., o, y, x] += sum_c w[o, c, dy, dx] * padded[.., c, y*s + dy*d, x*s + dx*d]: for each tap,
   // a matmul batched over the output rows: [.., Ho, O, C] @ [.., Ho, C, Wo] -> [.., Ho, O, Wo].
   std::vector<int> to_rows(r);  // (.., C, Ho, Wo) -> (.., Ho, C, Wo)

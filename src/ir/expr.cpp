@@ -21,6 +21,7 @@
 
 #include "ir/expr_impl.h"
 #include "ir/structural.h"
+#include "pto/elem.hpp"
 
 namespace pypto::ir {
 namespace detail {
@@ -77,19 +78,9 @@ Expr make_float_raw(double v, DType t) {
   return n;
 }
 
-int64_t floordiv(int64_t a, int64_t b) {
-  if (b == -1) return int64_t(0 - uint64_t(a));  // wraps for INT64_MIN instead of trapping
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-
-int64_t floormod(int64_t a, int64_t b) {
-  if (b == -1) return 0;
-  int64_t r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
-}
+// The scalar language's // and % are pto/elem.hpp's (x // 0 == 0), as in compiled code.
+int64_t floordiv(int64_t a, int64_t b) { return pto::elem::floordiv(a, b); }
+int64_t floormod(int64_t a, int64_t b) { return pto::elem::floormod(a, b); }
 
 int compare(const Expr& a, const Expr& b) {
   if (a.get() == b.get()) return 0;
@@ -295,12 +286,9 @@ Expr fold_float(ExprOp op, DType t, double a, double b) {
     case ExprOp::Sub: r = a - b; break;
     case ExprOp::Mul: r = a * b; break;
     case ExprOp::Div: r = a / b; break;
-    case ExprOp::Mod:
-      r = std::fmod(a, b);
-      if (r != 0 && ((r < 0) != (b < 0))) r += b;
-      break;
-    case ExprOp::Min: r = std::isnan(a) || std::isnan(b) ? NAN : std::min(a, b); break;
-    case ExprOp::Max: r = std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); break;
+    case ExprOp::Mod: r = pto::elem::floormod(a, b); break;
+    case ExprOp::Min: r = pto::elem::min(a, b); break;
+    case ExprOp::Max: r = pto::elem::max(a, b); break;
     default: break;
   }
   return float_imm(r, t);
@@ -395,7 +383,8 @@ Expr div_mod(ExprOp op, const Expr& a, const Expr& b) {
     if (is_div && is_one(b) && a->dtype == t) return a;
     return make_raw(op, t, {a, b});
   }
-  if (!is_int_const(b) || b->ival == 0) return make_raw(op, t, {a, b});  // x / 0 stays: an error at run time
+  if (!is_int_const(b)) return make_raw(op, t, {a, b});
+  if (b->ival == 0) return int_imm(0);  // x // 0 == x % 0 == 0 (pto/elem.hpp), at run time too
   int64_t k = b->ival;
   if (is_int_const(a)) return int_imm(is_div ? detail::floordiv(a->ival, k) : detail::floormod(a->ival, k));
   if (k == 1) return is_div ? a : int_imm(0);
@@ -551,16 +540,10 @@ Expr cast(const Expr& a, DType t) {
   if (is_const(a)) {
     if (t == DType::Bool) return detail::make_int(*as_float(a) != 0 ? 1 : 0, DType::Bool);
     if (is_float(t)) return float_imm(*as_float(a), t);
-    int64_t v;
-    if (a->op == ExprOp::Int) {
-      v = a->ival;
-    } else {
-      double f = std::trunc(a->fval);
-      // Out-of-range float->int conversion is undefined in C++; leave it to run time.
-      if (!(f >= -9.2233720368547758e18 && f < 9.2233720368547758e18)) return make_raw(ExprOp::Cast, t, {a});
-      v = int64_t(f);
-    }
-    if (t == DType::I32) v = int64_t(int32_t(uint32_t(uint64_t(v))));
+    // float -> int saturates (NaN -> 0), int -> i32 wraps: pto::elem::cast, as at run time.
+    const bool f = a->op != ExprOp::Int;
+    const int64_t v = t == DType::I32 ? (f ? pto::elem::cast<int32_t>(a->fval) : pto::elem::cast<int32_t>(a->ival))
+                                      : (f ? pto::elem::cast<int64_t>(a->fval) : a->ival);
     return detail::make_int(v, t);
   }
   return make_raw(ExprOp::Cast, t, {a});
@@ -571,7 +554,7 @@ Expr unary_math(ExprOp op, const Expr& a) {
   if (op != ExprOp::Sqrt && op != ExprOp::Exp && op != ExprOp::Log) throw Error("unary_math: not sqrt/exp/log");
   DType t = detail::result_dtype(op, DType::F32, {a});
   if (auto v = as_float(a)) {
-    double r = op == ExprOp::Sqrt ? std::sqrt(*v) : op == ExprOp::Exp ? std::exp(*v) : std::log(*v);
+    double r = op == ExprOp::Sqrt ? pto::elem::sqrt(*v) : op == ExprOp::Exp ? pto::elem::exp(*v) : pto::elem::log(*v);
     return float_imm(r, t);
   }
   return make_raw(op, t, {a});

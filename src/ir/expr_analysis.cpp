@@ -19,6 +19,7 @@
 
 #include "ir/expr.h"
 #include "ir/expr_impl.h"
+#include "pto/elem.hpp"
 
 namespace pypto::ir {
 namespace detail {
@@ -211,12 +212,9 @@ ScalarValue fval(double v, DType t) {
   if (t != DType::F64) v = double(float(v));
   return ScalarValue{true, 0, v};
 }
-int64_t as_i(const ScalarValue& v) {
-  if (!v.is_float) return v.i;
-  double f = std::trunc(v.f);
-  if (!(f >= -9.2233720368547758e18 && f < 9.2233720368547758e18)) throw Error("eval: float value " + std::to_string(v.f) + " does not fit an integer");
-  return int64_t(f);
-}
+// Scalar-expression semantics are pto/elem.hpp's, shared with folding (expr.cpp) and compiled
+// code (backends/cpu/codegen.cpp): float -> int saturates (NaN -> 0), x // 0 == x % 0 == 0.
+int64_t as_i(const ScalarValue& v) { return v.is_float ? pto::elem::cast<int64_t>(v.f) : v.i; }
 }  // namespace
 
 ScalarValue eval(const Expr& e, const ScalarEnv& env) {
@@ -243,12 +241,9 @@ ScalarValue eval(const Expr& e, const ScalarEnv& env) {
           case ExprOp::Sub: r = x - y; break;
           case ExprOp::Mul: r = x * y; break;
           case ExprOp::Div: r = x / y; break;  // IEEE: x / 0 is inf or nan
-          case ExprOp::Mod:
-            r = std::fmod(x, y);
-            if (r != 0 && ((r < 0) != (y < 0))) r += y;
-            break;
-          case ExprOp::Min: r = std::isnan(x) || std::isnan(y) ? NAN : std::min(x, y); break;
-          default: r = std::isnan(x) || std::isnan(y) ? NAN : std::max(x, y); break;
+          case ExprOp::Mod: r = pto::elem::floormod(x, y); break;
+          case ExprOp::Min: r = pto::elem::min(x, y); break;
+          default: r = pto::elem::max(x, y); break;
         }
         return fval(r, e->dtype);
       }
@@ -257,10 +252,8 @@ ScalarValue eval(const Expr& e, const ScalarEnv& env) {
         case ExprOp::Add: return ival(int64_t(uint64_t(x) + uint64_t(y)));
         case ExprOp::Sub: return ival(int64_t(uint64_t(x) - uint64_t(y)));
         case ExprOp::Mul: return ival(int64_t(uint64_t(x) * uint64_t(y)));
-        case ExprOp::Div:
-        case ExprOp::Mod:
-          if (y == 0) throw Error("eval: integer division by zero in " + to_string(e));
-          return ival(e->op == ExprOp::Div ? detail::floordiv(x, y) : detail::floormod(x, y));
+        case ExprOp::Div: return ival(pto::elem::floordiv(x, y));
+        case ExprOp::Mod: return ival(pto::elem::floormod(x, y));
         case ExprOp::Min: return ival(std::min(x, y));
         default: return ival(std::max(x, y));
       }
@@ -294,13 +287,13 @@ ScalarValue eval(const Expr& e, const ScalarEnv& env) {
       ScalarValue a = arg(0);
       if (e->dtype == DType::Bool) return ival(a.as_double() != 0);
       if (fl) return fval(a.as_double(), e->dtype);
-      int64_t v = as_i(a);
-      if (e->dtype == DType::I32) v = int64_t(int32_t(uint32_t(uint64_t(v))));
-      return ival(v);
+      if (e->dtype == DType::I32)
+        return ival(a.is_float ? pto::elem::cast<int32_t>(a.f) : pto::elem::cast<int32_t>(a.i));
+      return ival(as_i(a));
     }
     case ExprOp::Sqrt: case ExprOp::Exp: case ExprOp::Log: {
       double x = arg(0).as_double();
-      double r = e->op == ExprOp::Sqrt ? std::sqrt(x) : e->op == ExprOp::Exp ? std::exp(x) : std::log(x);
+      double r = e->op == ExprOp::Sqrt ? pto::elem::sqrt(x) : e->op == ExprOp::Exp ? pto::elem::exp(x) : pto::elem::log(x);
       return fval(r, fl ? e->dtype : DType::F64);
     }
   }

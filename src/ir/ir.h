@@ -129,7 +129,7 @@ struct IndexCheck {
   Expr index, length;
   int dim = 0;
   std::vector<CheckScope> scopes;  // outermost first
-  std::string where, source_line;  // "file:line" of the kernel and that line's text
+  std::string where;  // the kernel's "file:line: source text" (Builder::set_location)
 };
 
 struct Program {

@@ -98,6 +98,9 @@ std::vector<bool> written_params(const ir::Program& p) {
       walk(s->body);
       walk(s->orelse);
       if (s->kind != ir::StmtKind::OpStmt || s->op.args.empty()) continue;
+      // Operand 0 is the destination, except for a prefetch (a hint) and sync instructions.
+      if (s->op.code == ir::Opcode::TPREFETCH || ir::opcode_info(s->op.code).category == ir::OpCategory::Sync)
+        continue;
       const ir::View* dst = std::get_if<ir::View>(&s->op.args[0]);
       if (!dst || !dst->buf) continue;
       for (size_t i = 0; i < p.params.size(); ++i)

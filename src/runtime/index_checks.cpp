@@ -12,12 +12,11 @@ using ir::Error;
 // whose index interval arithmetic cannot bound is refused, not walked).
 constexpr int64_t kWalkBudget = int64_t(1) << 22;
 
-[[noreturn]] void fail(const ir::IndexCheck& c, int64_t k, int64_t len, const char* extra = "") {
-  std::string msg = c.where.empty() ? "" : c.where + ": ";
-  msg += "index " + std::to_string(k) + " is out of range for dimension " + std::to_string(c.dim) +
-         " of size " + std::to_string(len) + extra;
-  if (!c.source_line.empty()) msg += "\n    " + c.source_line;
-  throw Error(msg);
+std::string at(const ir::IndexCheck& c) { return c.where.empty() ? std::string() : " (at " + c.where + ")"; }
+
+[[noreturn]] void fail(const ir::IndexCheck& c, int64_t k, int64_t len) {
+  throw Error("index " + std::to_string(k) + " is out of range for dimension " + std::to_string(c.dim) +
+              " of size " + std::to_string(len) + at(c));
 }
 
 int64_t as_int(const ir::ScalarValue& v) { return v.is_float ? int64_t(v.f) : v.i; }

@@ -283,9 +283,9 @@ TEST(CpuIsaBinary, IntegerAndLogical) {
   expect_tile(d, 5, 9, [&](int r, int c) { return at(a, r, c) * at(b, r, c); }, 0);
   TMAX(d, a, b);
   expect_tile(d, 5, 9, [&](int r, int c) { return std::max(at(a, r, c), at(b, r, c)); }, 0);
-  // A float scalar with integer tiles computes in double, then converts (truncates).
-  TMUL(d, a, 0.5);
-  expect_tile(d, 6, 10, [&](int r, int c) { return std::trunc(at(a, r, c) * 0.5); }, 0);
+  // A float scalar is first converted to the integer tiles' type (docs/isa.md §2): 2.5 -> 2.
+  TMUL(d, a, 2.5);
+  expect_tile(d, 6, 10, [&](int r, int c) { return at(a, r, c) * 2; }, 0);
   Tile<int64_t, 6, 10> l;
   TSUB(l, a, b);
   expect_tile(l, 5, 9, [&](int r, int c) { return at(a, r, c) - at(b, r, c); }, 0);

@@ -8,10 +8,14 @@
 #include "backends/interp/machine.h"
 
 namespace {
-using pypto::interp::load_scalar;
-using pypto::interp::round_to;
-using pypto::interp::store_scalar;
+using pypto::interp::fnum;
+using pypto::interp::inum;
 using pypto::ir::DType;
+
+// The interpreter's conversions on doubles (its values are exact: ints as int64, floats as double).
+double round_to(DType t, double v) { return pypto::interp::round_to(t, fnum(v)).as_double(); }
+double load_scalar(DType t, const void* p) { return pypto::interp::load_scalar(t, p).as_double(); }
+void store_scalar(DType t, void* p, double v) { pypto::interp::store_scalar(t, p, fnum(v)); }
 
 // Every f16 / bf16 bit pattern decodes to a value that rounds to itself and encodes back to the
 // same bits (NaNs: to some NaN).
@@ -60,7 +64,10 @@ TEST(InterpNumerics, HalfRoundingIsNearestEven) {
 TEST(InterpNumerics, IntegerAndBoolConversions) {
   EXPECT_EQ(round_to(DType::I32, -2.9), -2.0);
   EXPECT_EQ(round_to(DType::I32, 2.9), 2.0);
-  EXPECT_EQ(round_to(DType::I32, 2147483648.0), -2147483648.0);  // wraps like two's complement
+  EXPECT_EQ(round_to(DType::I32, 2147483648.0), 2147483647.0);  // float -> int saturates
+  EXPECT_EQ(round_to(DType::I32, -1e300), -2147483648.0);
+  EXPECT_EQ(round_to(DType::I32, NAN), 0.0);
+  EXPECT_EQ(round_to(DType::I64, -INFINITY), double(INT64_MIN));
   EXPECT_EQ(round_to(DType::I64, NAN), 0.0);
   EXPECT_EQ(round_to(DType::I64, 1e30), 9223372036854775807.0);  // saturates
   EXPECT_EQ(round_to(DType::Bool, -0.5), 1.0);
@@ -72,6 +79,22 @@ TEST(InterpNumerics, IntegerAndBoolConversions) {
   uint8_t b = 7;
   store_scalar(DType::Bool, &b, 1.0);
   EXPECT_EQ(b, 1);
+}
+
+// Integers are exact (int64 above 2^53 included) and narrow by wrapping.
+TEST(InterpNumerics, IntegersAreExact) {
+  using pypto::interp::round_to;
+  const int64_t big = (int64_t(1) << 62) + 1;  // not a double
+  EXPECT_EQ(round_to(DType::I64, inum(big)).i, big);
+  EXPECT_EQ(round_to(DType::I32, inum((int64_t(1) << 32) + 5)).i, 5);
+  EXPECT_EQ(round_to(DType::I32, inum(int64_t(1) << 31)).i, INT32_MIN);
+  int64_t out = 0;
+  pypto::interp::store_scalar(DType::I64, &out, inum(big));
+  EXPECT_EQ(out, big);
+  EXPECT_EQ(pypto::interp::load_scalar(DType::I64, &out).i, big);
+  // int64 -> f32 rounds once, directly (not through double).
+  const int64_t v = (int64_t(1) << 60) + (int64_t(1) << 36) + 1;
+  EXPECT_EQ(round_to(DType::F32, inum(v)).f, double(float(v)));
 }
 
 }  // namespace

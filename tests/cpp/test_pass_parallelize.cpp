@@ -12,8 +12,12 @@ Program par(const Program& p) { return passes::parallelize(p); }
 
 void expect_parallelize(const char* before, const char* after) {
   Program got = expect_pass(before, par, after, Level::Tile);
-  // Marking loops never changes what a program computes, and the pass is idempotent.
+  // Marking loops never changes what a program computes, and the pass is idempotent. The C++
+  // tests run parallel loops shuffled with race checks (test_interp_parallel.cpp), so a loop
+  // wrongly marked parallel computes something else or fails with a race here.
   EXPECT_TRUE(same_program(par(got), got));
+  Program in = parse_program(before);
+  EXPECT_TRUE(equivalent(in, got, std::vector<int64_t>(in.scalars.size(), 2)));
 }
 
 }  // namespace
@@ -244,15 +248,64 @@ func @cols(%A: f32[16, 16], %C: f32[24, 16] out, %n: i64) {
 })");
 }
 
-// A loop the user declared parallel (pypto.prange) stays parallel, whatever the analysis says.
+// A loop the user declared parallel (pypto.prange) stays parallel, whatever the analysis says:
+// rows i*i are disjoint, which the affine analysis cannot prove.
 TEST(PassParallelize, UserParallelLoopsStayParallel) {
   const char* p = R"(
-func @prange(%A: f32[4, 16], %C: f32[4, 16] out) {
+func @prange(%A: f32[4, 16], %C: f32[10, 16] out) {
   parallel for %i = 0 to 4 {
-    alloc %x: f32[4, 16] vec
-    TLOAD %x, %A
-    TSTORE %C, %x
+    alloc %x: f32[1, 16] vec
+    TLOAD %x, %A[%i:1, 0:16]
+    TSTORE %C[(%i * %i):1, 0:16], %x
   }
 })";
   expect_parallelize(p, p);
+}
+
+// The disjointness boundary: windows of step + 1 rows overlap their neighbour by one row and stay
+// serial; windows of exactly step rows tile the buffer and go parallel. Both also run shuffled.
+TEST(PassParallelize, WindowOneWiderThanTheStepStaysSerial) {
+  const char* p = R"(
+func @w(%A: f32[68, 8], %C: f32[68, 8] out) {
+  for %i = 0 to 64 step 4 {
+    alloc %x: f32[5, 8] vec
+    TLOAD %x, %A[%i:5, 0:8]
+    TSTORE %C[%i:5, 0:8], %x
+  }
+  for %j = 0 to 8 step 2 {
+    alloc %y: f32[68, 3] vec
+    TLOAD %y, %A[0:68, %j:3 valid min(3, (8 - %j))]
+    TSTORE %C[0:68, %j:3 valid min(3, (8 - %j))], %y
+  }
+})";
+  expect_parallelize(p, p);
+}
+
+TEST(PassParallelize, WindowOfExactlyTheStepIsParallel) {
+  expect_parallelize(R"(
+func @w(%A: f32[68, 8], %C: f32[68, 8] out) {
+  for %i = 0 to 68 step 4 {
+    alloc %x: f32[4, 8] vec
+    TLOAD %x, %A[%i:4, 0:8]
+    TSTORE %C[%i:4, 0:8], %x
+  }
+  for %j = 0 to 8 step 3 {
+    alloc %y: f32[68, 3] vec
+    TLOAD %y, %A[0:68, %j:3 valid min(3, (8 - %j))]
+    TSTORE %C[0:68, %j:3 valid min(3, (8 - %j))], %y
+  }
+})",
+                     R"(
+func @w(%A: f32[68, 8], %C: f32[68, 8] out) {
+  parallel for %i = 0 to 68 step 4 {
+    alloc %x: f32[4, 8] vec
+    TLOAD %x, %A[%i:4, 0:8]
+    TSTORE %C[%i:4, 0:8], %x
+  }
+  parallel for %j = 0 to 8 step 3 {
+    alloc %y: f32[68, 3] vec
+    TLOAD %y, %A[0:68, %j:3 valid min(3, (8 - %j))]
+    TSTORE %C[0:68, %j:3 valid min(3, (8 - %j))], %y
+  }
+})");
 }

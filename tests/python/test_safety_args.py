@@ -74,8 +74,10 @@ def test_reading_one_array_twice_is_fine(backend):
 
 def test_torch_leaf_requiring_grad_refused(backend):
     w = torch.randn(4, 4, requires_grad=True)
+    before = w.detach().clone()
     with pytest.raises(pypto.PyptoError, match="leaf tensor that requires grad"):
         jit(add_into, backend)(w, torch.randn(4, 4))
+    assert torch.equal(w.detach(), before)      # refused before anything was written
     with torch.no_grad():                       # as torch allows w.add_(1) under no_grad
         jit(add_into, backend)(w, torch.ones(4, 4))
     assert torch.equal(w.detach(), torch.full((4, 4), 2.0))
@@ -102,3 +104,21 @@ def test_torch_neg_view_read_as_negated(backend):
     assert_close(twice(n).numpy(), -2.0 * a.double().numpy())
     with pytest.raises(pypto.PyptoError, match="negated"):
         jit(add_into, backend)(n, torch.randn(3, 5))
+
+
+def test_read_only_inputs_are_fine(backend):
+    # Inputs the kernel only reads (and prefetches, in a tile loop) may be read-only.
+    @pypto.jit(backend=backend)
+    def rowsum(x):
+        return pypto.sum(x, -1)
+    x = rand(300, 70)
+    x.flags.writeable = False
+    assert_close(rowsum(x), x.astype(np.float64).sum(-1))
+    a = rand(2, 3, 4)
+    a.flags.writeable = False
+    b = rand(2, 4, 5)
+    assert_close(pypto.jit(lambda_free_matmul, backend=backend)(a, b), a.astype(np.float64) @ b)
+
+
+def lambda_free_matmul(a, b):
+    return pypto.matmul(a, b)

@@ -8,14 +8,14 @@
 //
 // Compute type: binary/unary arithmetic happens in the promotion of the destination's and the
 // source tiles' element types (int32 < int64 < float < double; bool counts as int32); scalar
-// operands are converted to it ("weak" scalars), except that a floating scalar with integer
-// tiles computes in double. Compares use the source tiles' promotion (not the destination's).
+// operands are converted to it ("weak" scalars, docs/isa.md §2). Compares use the source tiles'
+// promotion (not the destination's).
 //
-// NaN rules: TMAX/TMIN propagate NaN (a NaN in either operand gives NaN); compares follow IEEE
-// (only NE is true); TRELU(NaN) is NaN.
+// Element semantics (integer wrap, x / 0, NaN/inf rules): pto/elem.hpp, one function per opcode.
 #pragma once
-#include "pto/cpu/math.hpp"
 #include "pto/cpu/types.hpp"
+#include "pto/elem.hpp"
+#include "pto/math.hpp"
 
 namespace pto {
 namespace detail {
@@ -84,6 +84,37 @@ struct Src<Tile<T, R, C>, RD, CD, Bcast, void> {
   }
 };
 
+// A TSEL mask: a tile whose elements are read as 0/1 (x != 0 in the mask's own type).
+template <class M, int R, int C>
+struct Mask {
+  const Tile<M, R, C>& t;
+};
+template <class M>
+struct RowMask {
+  const M* p;
+  template <class CT>
+  PTO_INLINE CT get(int64_t i) const {
+    return CT(convert<uint8_t>(p[i]));
+  }
+};
+template <class M, int R, int C, int RD, int CD, bool Bcast>
+struct Src<Mask<M, R, C>, RD, CD, Bcast, void> : Src<Tile<M, R, C>, RD, CD, Bcast, void> {
+  using Base = Src<Tile<M, R, C>, RD, CD, Bcast, void>;
+  PTO_INLINE Src(const Mask<M, R, C>& m) : Base{m.t} {}
+  template <class CT>
+  PTO_INLINE auto row(int64_t r) const {
+    const M* p = this->t.data + (Base::bc_r ? 0 : r * C);
+    if constexpr (Base::bc_c)
+      return RowVal<CT>{CT(convert<uint8_t>(p[0]))};
+    else
+      return RowMask<M>{p};
+  }
+  template <class CT>
+  PTO_INLINE RowMask<M> flat() const {
+    return {this->t.data};
+  }
+};
+
 template <class X, int RD, int CD, bool Bcast>
 PTO_INLINE Src<X, RD, CD, Bcast> make_src(const X& x) {
   return Src<X, RD, CD, Bcast>{x};
@@ -125,12 +156,6 @@ template <class Base, class T, int R, int C>
 struct fold_tile<Base, Tile<T, R, C>> {
   using type = promote_t<Base, T>;
 };
-template <class... X>
-inline constexpr bool any_float_scalar_v = ((std::is_floating_point_v<X> && !is_tile_v<X>) || ...);
-
-template <class CT0, class... X>
-using with_scalars_t = std::conditional_t<std::is_integral_v<CT0> && any_float_scalar_v<X...>, double, CT0>;
-
 template <class Base, class... X>
 struct fold_tiles {
   using type = Base;
@@ -140,41 +165,55 @@ struct fold_tiles<Base, X, Xs...> {
   using type = typename fold_tiles<typename fold_tile<Base, X>::type, Xs...>::type;
 };
 
-// Arithmetic: destination and source tiles; compare: source tiles only.
+// Arithmetic: destination and source tiles; compare: source tiles only. Scalar operands are
+// converted to this type (docs/isa.md §2: `TADD d, a_i32, 1.5` adds 1).
 template <class D, class... X>
-using arith_ct = with_scalars_t<typename fold_tiles<arith_t<D>, X...>::type, X...>;
+using arith_ct = typename fold_tiles<arith_t<D>, X...>::type;
 template <class... X>
-using cmp_ct = with_scalars_t<typename fold_tiles<int32_t, X...>::type, X...>;
+using cmp_ct = typename fold_tiles<int32_t, X...>::type;
 
 // ---- element operations --------------------------------------------------------------------------
-template <class T, class F>
-PTO_INLINE T via_float(T x, F f) {
-  if constexpr (std::is_floating_point_v<T>)
-    return f(x);
-  else
-    return static_cast<T>(f(static_cast<double>(x)));
-}
-
-#define PTO_UNARY_MATH(Name, fn)                                                     \
-  struct Name {                                                                      \
-    template <class T>                                                               \
-    PTO_INLINE T operator()(T x) const {                                             \
-      return via_float(x, [](auto v) __attribute__((always_inline)) { return fn; }); \
-    }                                                                                \
+// Each functor forwards to the instruction's element function in pto/elem.hpp, the one definition
+// of its semantics (integer wrap, division by zero, NaN and inf rules included).
+#define PTO_ELEM_OP(Name, fn)                              \
+  struct Name {                                            \
+    template <class... T>                                  \
+    PTO_INLINE auto operator()(T... x) const {             \
+      return elem::fn(x...);                               \
+    }                                                      \
   };
-PTO_UNARY_MATH(OpExp, math::exp(v))
-PTO_UNARY_MATH(OpLog, math::log(v))
-PTO_UNARY_MATH(OpSqrt, math::sqrt(v))
-PTO_UNARY_MATH(OpRsqrt, decltype(v)(1) / math::sqrt(v))
-PTO_UNARY_MATH(OpRecip, decltype(v)(1) / v)
-PTO_UNARY_MATH(OpTanh, math::tanh(v))
-PTO_UNARY_MATH(OpSigmoid, math::sigmoid(v))
-PTO_UNARY_MATH(OpErf, math::erf(v))
-PTO_UNARY_MATH(OpGelu, math::gelu(v))
-PTO_UNARY_MATH(OpGeluTanh, math::gelu_tanh(v))
-PTO_UNARY_MATH(OpSilu, math::silu(v))
-PTO_UNARY_MATH(OpFloor, math::floor(v))
-#undef PTO_UNARY_MATH
+PTO_ELEM_OP(OpExp, exp)
+PTO_ELEM_OP(OpLog, log)
+PTO_ELEM_OP(OpSqrt, sqrt)
+PTO_ELEM_OP(OpRsqrt, rsqrt)
+PTO_ELEM_OP(OpRecip, recip)
+PTO_ELEM_OP(OpTanh, tanh)
+PTO_ELEM_OP(OpSigmoid, sigmoid)
+PTO_ELEM_OP(OpErf, erf)
+PTO_ELEM_OP(OpGelu, gelu)
+PTO_ELEM_OP(OpGeluTanh, gelu_tanh)
+PTO_ELEM_OP(OpSilu, silu)
+PTO_ELEM_OP(OpFloor, floor)
+PTO_ELEM_OP(OpNeg, neg)
+PTO_ELEM_OP(OpAbs, abs)
+PTO_ELEM_OP(OpRelu, relu)
+PTO_ELEM_OP(OpNot, lnot)
+PTO_ELEM_OP(OpAdd, add)
+PTO_ELEM_OP(OpSub, sub)
+PTO_ELEM_OP(OpMul, mul)
+PTO_ELEM_OP(OpDiv, div)
+PTO_ELEM_OP(OpMax, max)
+PTO_ELEM_OP(OpMin, min)
+PTO_ELEM_OP(OpPow, pow)
+PTO_ELEM_OP(OpAnd, land)
+PTO_ELEM_OP(OpOr, lor)
+PTO_ELEM_OP(OpLt, lt)
+PTO_ELEM_OP(OpLe, le)
+PTO_ELEM_OP(OpGt, gt)
+PTO_ELEM_OP(OpGe, ge)
+PTO_ELEM_OP(OpEq, eq)
+PTO_ELEM_OP(OpNe, ne)
+#undef PTO_ELEM_OP
 
 struct OpMov {
   template <class T>
@@ -182,113 +221,10 @@ struct OpMov {
     return x;
   }
 };
-struct OpNeg {
-  template <class T>
-  PTO_INLINE T operator()(T x) const {
-    return -x;
-  }
-};
-struct OpAbs {
-  template <class T>
-  PTO_INLINE T operator()(T x) const {
-    if constexpr (std::is_floating_point_v<T>)
-      return math::fabs(x);
-    else
-      return x < 0 ? -x : x;
-  }
-};
-struct OpRelu {
-  template <class T>
-  PTO_INLINE T operator()(T x) const {
-    return x < T(0) ? T(0) : x;  // NaN passes through
-  }
-};
-struct OpNot {
-  template <class T>
-  PTO_INLINE T operator()(T x) const {
-    return x == T(0) ? T(1) : T(0);
-  }
-};
-
-struct OpAdd {
-  template <class T>
-  PTO_INLINE T operator()(T a, T b) const {
-    return a + b;
-  }
-};
-struct OpSub {
-  template <class T>
-  PTO_INLINE T operator()(T a, T b) const {
-    return a - b;
-  }
-};
-struct OpMul {
-  template <class T>
-  PTO_INLINE T operator()(T a, T b) const {
-    return a * b;
-  }
-};
-struct OpDiv {
-  template <class T>
-  PTO_INLINE T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>)
-      return a / b;
-    else
-      return b == T(0) ? T(0) : a / b;  // integer division truncates; x/0 gives 0 (no trap)
-  }
-};
-struct OpMax {
-  template <class T>
-  PTO_INLINE T operator()(T a, T b) const {
-    return (a > b || a != a) ? a : b;  // NaN in a: a; NaN in b: the compare fails -> b
-  }
-};
-struct OpMin {
-  template <class T>
-  PTO_INLINE T operator()(T a, T b) const {
-    return (a < b || a != a) ? a : b;
-  }
-};
-struct OpPow {
-  template <class T>
-  PTO_INLINE T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>)
-      return math::pow(a, b);
-    else
-      return static_cast<T>(math::pow(double(a), double(b)));
-  }
-};
-struct OpAnd {
-  template <class T>
-  PTO_INLINE T operator()(T a, T b) const {
-    return T((a != T(0)) & (b != T(0)));
-  }
-};
-struct OpOr {
-  template <class T>
-  PTO_INLINE T operator()(T a, T b) const {
-    return T((a != T(0)) | (b != T(0)));
-  }
-};
-#define PTO_CMP_OP(Name, expr)                   \
-  struct Name {                                  \
-    template <class T>                           \
-    PTO_INLINE bool operator()(T a, T b) const { \
-      return expr;                               \
-    }                                            \
-  };
-PTO_CMP_OP(OpLt, a < b)
-PTO_CMP_OP(OpLe, a <= b)
-PTO_CMP_OP(OpGt, a > b)
-PTO_CMP_OP(OpGe, a >= b)
-PTO_CMP_OP(OpEq, a == b)
-PTO_CMP_OP(OpNe, a != b)
-#undef PTO_CMP_OP
-
 struct OpSel {
   template <class T>
   PTO_INLINE T operator()(T m, T a, T b) const {
-    return m != T(0) ? a : b;
+    return elem::sel(m, a, b);
   }
 };
 
@@ -303,6 +239,19 @@ struct OpCube {
   template <class T>
   PTO_INLINE T operator()(T a) const {
     return a * a * a;
+  }
+};
+// pow(x, +-0.5) as a root: pow(-inf, 0.5) == +inf and pow(-0, 0.5) == +0, where sqrt gives NaN, -0.
+struct OpPowHalf {
+  template <class T>
+  PTO_INLINE T operator()(T a) const {
+    return a == -T(__builtin_inf()) ? T(__builtin_inf()) : elem::sqrt(a) + T(0);
+  }
+};
+struct OpPowMinusHalf {
+  template <class T>
+  PTO_INLINE T operator()(T a) const {
+    return a == -T(__builtin_inf()) ? T(0) : T(1) / (elem::sqrt(a) + T(0));
   }
 };
 
@@ -351,7 +300,7 @@ PTO_INLINE void sqrt_span(float* d, const float* s, int64_t n, bool recip) {
   }
 #undef PTO_VSQRT
 #endif
-  for (int64_t i = done; i < n; ++i) d[i] = recip ? 1.0f / __builtin_sqrtf(s[i]) : __builtin_sqrtf(s[i]);
+  for (int64_t i = done; i < n; ++i) d[i] = recip ? elem::rsqrt(s[i]) : elem::sqrt(s[i]);
 }
 
 template <int R, int C, int R2, int C2>
@@ -382,7 +331,7 @@ template <class D, int R, int C, class S>
 inline void TCI(Tile<D, R, C>& dst, S start) {
   using CT = arith_t<D>;
   const CT s0 = convert<CT>(start);
-  for (int64_t c = 0; c < C; ++c) dst.data[c] = convert<D>(CT(s0 + CT(c)));
+  for (int64_t c = 0; c < C; ++c) dst.data[c] = convert<D>(elem::add(s0, CT(c)));
   for (int64_t r = 1; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) dst.data[r * C + c] = dst.data[c];
   dst.vr = R;
@@ -459,17 +408,18 @@ inline void TPOW(Tile<D, R, C>& dst, const A& a, const B& b) {
     if (e == CT(2)) return detail::unary_ct<CT>(dst, a, detail::OpSquare{});
     if (e == CT(3)) return detail::unary_ct<CT>(dst, a, detail::OpCube{});
     if (e == CT(-1)) return detail::unary_ct<CT>(dst, a, detail::OpRecip{});
-    if (e == CT(0.5)) return detail::unary_ct<CT>(dst, a, detail::OpSqrt{});
-    if (e == CT(-0.5)) return detail::unary_ct<CT>(dst, a, detail::OpRsqrt{});
+    if (e == CT(0.5)) return detail::unary_ct<CT>(dst, a, detail::OpPowHalf{});
+    if (e == CT(-0.5)) return detail::unary_ct<CT>(dst, a, detail::OpPowMinusHalf{});
   }
   detail::binary(dst, a, b, detail::OpPow{});
 }
 
-// dst = mask != 0 ? a : b
+// dst = mask != 0 ? a : b. The mask is tested in its own type (elem::sel): it is loaded into the
+// compute type as 0/1, so a NaN or fractional float mask counts as true, as in the interpreter.
 template <class D, int R, int C, class M, int RM, int CM, class A, class B>
 inline void TSEL(Tile<D, R, C>& dst, const Tile<M, RM, CM>& mask, const A& a, const B& b) {
-  using CT = detail::arith_ct<D, A, B, Tile<M, RM, CM>>;
-  detail::ew_run<CT>(dst, detail::OpSel{}, detail::make_src<Tile<M, RM, CM>, R, C, true>(mask),
+  using CT = detail::arith_ct<D, A, B>;
+  detail::ew_run<CT>(dst, detail::OpSel{}, detail::make_src<detail::Mask<M, RM, CM>, R, C, true>({mask}),
                      detail::make_src<A, R, C, true>(a), detail::make_src<B, R, C, true>(b));
 }
 

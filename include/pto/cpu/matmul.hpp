@@ -246,7 +246,10 @@ inline void matmul_loops(D* d, const T* a, const U* b, int64_t i0, int64_t i1, i
     for (int64_t p = 0; p < k; ++p) {
       const CT aip = convert<CT>(a[i * C + p]);
       const U* bp = b + p * C2;
-      for (int64_t j = j0; j < j1; ++j) row[j] += aip * convert<CT>(bp[j]);
+      if constexpr (std::is_integral_v<CT>)  // integers wrap (pto/elem.hpp)
+        for (int64_t j = j0; j < j1; ++j) row[j] = elem::add(row[j], elem::mul(aip, convert<CT>(bp[j])));
+      else
+        for (int64_t j = j0; j < j1; ++j) row[j] += aip * convert<CT>(bp[j]);
     }
     for (int64_t j = j0; j < j1; ++j) di[j] = convert<D>(row[j]);
   }
@@ -309,7 +312,7 @@ inline void TMATMUL_BIAS(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Til
   using CT = arith_t<D>;
   for (int64_t i = 0; i < dst.vr; ++i) {
     D* d = dst.data + i * CD;
-    for (int64_t j = 0; j < n; ++j) d[j] = convert<D>(convert<CT>(d[j]) + convert<CT>(bias.data[j]));
+    for (int64_t j = 0; j < n; ++j) d[j] = convert<D>(elem::add(convert<CT>(d[j]), convert<CT>(bias.data[j])));
   }
 }
 

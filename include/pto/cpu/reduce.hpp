@@ -14,7 +14,7 @@ namespace detail {
 template <class CT>
 struct SumR {
   static constexpr CT init() { return CT(0); }
-  PTO_INLINE CT operator()(CT a, CT b) const { return a + b; }
+  PTO_INLINE CT operator()(CT a, CT b) const { return elem::add(a, b); }  // integers wrap
 };
 template <class CT>
 struct MaxR {

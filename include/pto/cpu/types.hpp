@@ -11,25 +11,10 @@
 #include <new>
 #include <type_traits>
 
-#if defined(__GNUC__) || defined(__clang__)
-#define PTO_INLINE inline __attribute__((always_inline))
-#define PTO_NOINLINE __attribute__((noinline))
-#define PTO_RESTRICT __restrict__
-#else
-#define PTO_INLINE inline
-#define PTO_NOINLINE
-#define PTO_RESTRICT
-#endif
+#include "pto/base.hpp"
+#include "pto/elem.hpp"
 
 namespace pto {
-
-template <class To, class From>
-PTO_INLINE To bit_cast(const From& f) {
-  static_assert(sizeof(To) == sizeof(From), "bit_cast: size mismatch");
-  To t;
-  __builtin_memcpy(&t, &f, sizeof t);
-  return t;
-}
 
 // ---- 16-bit storage floats ---------------------------------------------------------------------
 // Arithmetic never happens in these types: TLOAD/TSTORE/TCVT convert to and from float.
@@ -86,7 +71,7 @@ PTO_INLINE T from_float(float f) {
   else if constexpr (std::is_same_v<T, bf16_t>)
     return bf16_from_float(f);
   else
-    return static_cast<T>(f);
+    return elem::cast<T>(f);
 }
 
 // ---- element type traits -----------------------------------------------------------------------
@@ -142,7 +127,8 @@ struct promote<T, U, Ts...> {
 template <class... Ts>
 using promote_t = typename promote<Ts...>::type;
 
-// Converts one element. float -> integer truncates toward zero; anything -> bool is (x != 0).
+// Converts one element by the rules of pto/elem.hpp (elem::cast): float -> integer truncates
+// toward zero and saturates, NaN -> 0; integers wrap; anything -> bool is (x != 0).
 template <class D, class S>
 PTO_INLINE D convert(S s) {
   using DD = std::remove_cv_t<D>;
@@ -152,10 +138,8 @@ PTO_INLINE D convert(S s) {
     return convert<DD>(to_float(s));
   } else if constexpr (is_f16_v<DD>) {
     return from_float<DD>(static_cast<float>(s));
-  } else if constexpr (is_bool_v<DD>) {
-    return static_cast<DD>(s != S(0));
   } else {
-    return static_cast<DD>(s);
+    return elem::cast<DD>(s);
   }
 }
 

@@ -235,7 +235,9 @@ def matmul(a, b):
 
 def matmul_acc(dst, a, b):
     tr = _find_tracer(dst, a, b)
-    tr.b.matmul_acc(tensor_of(tr, dst), tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand"))
+    d = tensor_of(tr, dst)
+    tr.note_write(d)
+    tr.b.matmul_acc(d, tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand"))
 
 
 def softmax(x, dim=-1):
@@ -415,12 +417,16 @@ def index(x, key):
 
 def assign(dst, value):
     tr = _find_tracer(dst)
-    tr.b.assign(tensor_of(tr, dst), operand(tr, value))
+    d = tensor_of(tr, dst)
+    tr.note_write(d)
+    tr.b.assign(d, operand(tr, value))
 
 
 def update(op, dst, value):
     tr = _find_tracer(dst)
-    tr.b.update(op, tensor_of(tr, dst), operand(tr, value))
+    d = tensor_of(tr, dst)
+    tr.note_write(d)
+    tr.b.update(op, d, operand(tr, value))
 
 
 # --- creation ------------------------------------------------------------------------------------

@@ -108,6 +108,7 @@ class Tracer:
         self.owned = set()              # ids of Python containers the kernel created
         self._keep = []                 # keeps objects in `paths`/`owned` alive (ids stay unique)
         self.param_index = {}           # buffer_id of a param view -> its position in `inputs`
+        self.written = set()            # positions in `inputs` of the params the kernel stores into
 
     # --- context -------------------------------------------------------------------------------
     def __enter__(self):
@@ -198,6 +199,13 @@ class Tracer:
 
     def is_owned(self, container):
         return id(container) in self.owned
+
+    def note_write(self, view):
+        """A store into `view`: remember which input it writes (torch custom ops declare them)."""
+        if view.buffer_kind == "param":
+            k = self.param_index.get(view.buffer_id)
+            if k is not None:
+                self.written.add(k)
 
     # --- finish ----------------------------------------------------------------------------------
     def finish(self, outputs):

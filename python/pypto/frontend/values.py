@@ -190,6 +190,20 @@ class TensorValue:
     def matmul(self, o): return T.matmul(self, o)
     def masked_fill(self, mask, value): return T.where(mask, value, self)
 
+    def tril(self, diagonal=0): return C.tril(self, diagonal)
+    def triu(self, diagonal=0): return C.triu(self, diagonal)
+    def var(self, dim=None, unbiased=None, keepdim=False, **kw): return C.var(self, dim, unbiased, keepdim, **kw)
+    def std(self, dim=None, unbiased=None, keepdim=False, **kw): return C.std(self, dim, unbiased, keepdim, **kw)
+    def logsumexp(self, dim=None, keepdim=False): return C.logsumexp(self, dim, keepdim)
+    def any(self, dim=None, keepdim=False): return C.any(self, dim, keepdim)
+    def all(self, dim=None, keepdim=False): return C.all(self, dim, keepdim)
+    def argmax(self, dim=None, keepdim=False): return C.argmax(self, dim, keepdim)
+    def argmin(self, dim=None, keepdim=False): return C.argmin(self, dim, keepdim)
+    def roll(self, shifts, dims=None): return C.roll(self, shifts, dims)
+    def repeat_interleave(self, repeats, dim=None): return C.repeat_interleave(self, repeats, dim)
+    def split(self, split_size, dim=0): return C.split(self, split_size, dim)
+    def chunk(self, chunks, dim=0): return C.chunk(self, chunks, dim)
+
     def transpose(self, d0=-2, d1=-1): return T.transpose(self, d0, d1)
     def permute(self, *dims): return T.permute(self, _varargs(dims))
     def reshape(self, *shape): return T.reshape(self, _varargs(shape))
@@ -233,3 +247,4 @@ def _keep(keepdim, kw):
 
 
 from . import tensor_ops as T  # noqa: E402  (the op implementations need TensorValue defined)
+from . import composite_ops as C  # noqa: E402

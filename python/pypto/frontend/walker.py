@@ -76,8 +76,8 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
     def visit(self, node):
         h = _STMT_HANDLERS.get(type(node))
         self.cur_node = node
-        # Run-time index checks made while building this statement name its line.
-        self.tr.b.set_location(f"{self.src.filename}:{self.src.lineno(node)}", self.src.line_text(node).strip())
+        # autodiff's errors and run-time index checks name the kernel line of a statement
+        self.tr.b.set_location(f"{self.src.filename}:{self.src.lineno(node)}: {self.src.line_text(node).strip()}")
         try:
             if h is None:
                 what = _UNSUPPORTED_STMT.get(type(node), type(node).__name__)

@@ -4,6 +4,7 @@
 // (heap for big ones); global scratch is a pto::ScratchBuffer. All IR names are renamed into a
 // prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
 #include "backends/cpu/codegen.h"
+#include "pto/elem.hpp"
 
 #include <cmath>
 #include <cstdio>
@@ -87,29 +88,8 @@ const char* kPrelude = R"(#include <pto/pto.hpp>
 // Only compiler builtins below: standard headers such as <cmath> or <memory> would add tens of
 // milliseconds to every kernel's compile time.
 namespace {
-// Python semantics for integer index math: floor division, remainder with the divisor's sign.
-// Division by zero yields 0 rather than a trap: a kernel must never kill its host process.
-static inline int64_t pto_floordiv(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-static inline int64_t pto_floormod(int64_t a, int64_t b) {
-  if (b == 0) return 0;
-  int64_t r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
-}
-static inline double pto_fmod_floor(double a, double b) {
-  double r = __builtin_fmod(a, b);
-  if (r != 0 && ((r < 0) != (b < 0))) r += b;
-  return r;
-}
-static inline int64_t pto_mini(int64_t a, int64_t b) { return a < b ? a : b; }
-static inline int64_t pto_maxi(int64_t a, int64_t b) { return a > b ? a : b; }
-static inline double pto_minf(double a, double b) { return (a != a || b != b) ? a + b : (a < b ? a : b); }
-static inline double pto_maxf(double a, double b) { return (a != a || b != b) ? a + b : (a > b ? a : b); }
+// Scalar-expression semantics (floor division, x // 0 == 0, NaN-propagating min/max, saturating
+// float -> int casts) come from pto/elem.hpp, as in the IR's folding and evaluation.
 static inline int64_t pto_nonneg(int64_t a) { return a < 0 ? 0 : a; }
 // Number of iterations of `for (v = lo; step > 0 ? v < hi : v > hi; v += step)`.
 // In unsigned arithmetic: bounds near INT64_MAX/MIN must not overflow (a `v += step` that wraps
@@ -298,7 +278,7 @@ class Gen {
   static bool fl(const Expr& e) { return is_float(e->dtype); }
 
   std::string as_f(const Expr& e) { return fl(e) ? expr(e) : "double(" + expr(e) + ")"; }
-  std::string as_i(const Expr& e) { return fl(e) ? "int64_t(" + expr(e) + ")" : expr(e); }
+  std::string as_i(const Expr& e) { return fl(e) ? "pto::elem::cast<int64_t>(" + expr(e) + ")" : expr(e); }
 
   std::string expr(const Expr& e) {
     if (!e) throw Error("cpu codegen: missing expression");
@@ -312,14 +292,14 @@ class Gen {
       case ExprOp::Int:
         return f ? float_literal(double(e->ival)) : int_literal(e->ival);
       case ExprOp::Float:
-        return f ? float_literal(e->fval) : int_literal(int64_t(e->fval));
+        return f ? float_literal(e->fval) : int_literal(pto::elem::cast<int64_t>(e->fval));
       case ExprOp::Var: {
         auto it = vars_.find(e->name);
         if (it == vars_.end())
           throw Error("cpu codegen: variable '" + e->name + "' is used outside its scope");
         std::string v = var_name(e->name);
         if (f && !is_float(it->second)) return "double(" + v + ")";
-        if (!f && is_float(it->second)) return "int64_t(" + v + ")";
+        if (!f && is_float(it->second)) return "pto::elem::cast<int64_t>(" + v + ")";
         return v;
       }
       case ExprOp::Add:
@@ -330,14 +310,14 @@ class Gen {
       }
       case ExprOp::Div:
         return f ? "(" + as_f(arg(0)) + " / " + as_f(arg(1)) + ")"
-                 : "pto_floordiv(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
+                 : "pto::elem::floordiv<int64_t>(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
       case ExprOp::Mod:
-        return f ? "pto_fmod_floor(" + as_f(arg(0)) + ", " + as_f(arg(1)) + ")"
-                 : "pto_floormod(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
+        return f ? "pto::elem::floormod<double>(" + as_f(arg(0)) + ", " + as_f(arg(1)) + ")"
+                 : "pto::elem::floormod<int64_t>(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
       case ExprOp::Min:
       case ExprOp::Max: {
-        const char* fn =
-            e->op == ExprOp::Min ? (f ? "pto_minf(" : "pto_mini(") : (f ? "pto_maxf(" : "pto_maxi(");
+        const std::string fn = std::string(e->op == ExprOp::Min ? "pto::elem::min<" : "pto::elem::max<") +
+                               (f ? "double>(" : "int64_t>(");
         return f ? fn + as_f(arg(0)) + ", " + as_f(arg(1)) + ")"
                  : fn + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
       }
@@ -366,11 +346,11 @@ class Gen {
       case ExprOp::Cast:
         return cast_expr(e->dtype, arg(0));
       case ExprOp::Sqrt:
-        return "__builtin_sqrt(" + as_f(arg(0)) + ")";
+        return "pto::elem::sqrt<double>(" + as_f(arg(0)) + ")";
       case ExprOp::Exp:
-        return "__builtin_exp(" + as_f(arg(0)) + ")";
+        return "pto::elem::exp<double>(" + as_f(arg(0)) + ")";
       case ExprOp::Log:
-        return "__builtin_log(" + as_f(arg(0)) + ")";
+        return "pto::elem::log<double>(" + as_f(arg(0)) + ")";
     }
     throw Error("cpu codegen: unknown expression `" + to_string(e) + "`");
   }
@@ -409,7 +389,7 @@ class Gen {
       case DType::BF16:
         return "double(float(" + as_f(x) + "))";  // storage types compute in f32
       case DType::I32:
-        return "int64_t(int32_t(" + as_i(x) + "))";
+        return "int64_t(pto::elem::cast<int32_t>(" + expr(x) + "))";
       case DType::I64:
         return as_i(x);
       case DType::Bool:
@@ -495,8 +475,9 @@ class Gen {
     const Expr& e = std::get<Expr>(op.args[i]);
     if (!e) fail_op(op, "operand " + std::to_string(i) + " is an empty expression");
     if (t == DType::Bool) return "static_cast<uint8_t>(" + expr(e) + " != 0)";
+    // By the conversion rules of pto/elem.hpp (float -> int saturates, NaN -> 0), as in the interpreter.
     DType c = compute_dtype(t);
-    return "static_cast<" + std::string(ctype(c)) + ">(" + (is_float(c) ? as_f(e) : as_i(e)) + ")";
+    return "pto::elem::cast<" + std::string(ctype(c)) + ">(" + (is_float(c) ? as_f(e) : expr(e)) + ")";
   }
 
   bool is_local_view(const Op& op, size_t i) {

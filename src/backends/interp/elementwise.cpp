@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 #include "backends/interp/machine.h"
+#include "pto/elem.hpp"
 
 namespace pypto::interp {
 using namespace ir;
@@ -17,7 +19,7 @@ constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
 // along that dimension and does not limit it) or a scalar expression.
 struct Src {
   const Tile* t = nullptr;
-  double s = 0;
+  Num s;
   bool brow = false, bcol = false;
 };
 
@@ -33,7 +35,7 @@ Src source(Machine& m, const Op& op, size_t i) {
   return s;
 }
 
-inline double at(const Machine& m, const Op& op, const Src& s, int64_t r, int64_t c) {
+inline Num at(const Machine& m, const Op& op, const Src& s, int64_t r, int64_t c) {
   if (!s.t) return s.s;
   return m.get(op, *s.t, s.brow ? 0 : r, s.bcol ? 0 : c);
 }
@@ -50,108 +52,120 @@ void intersect(const std::vector<Src>& srcs, const Tile& dst, int64_t& vr, int64
   if (vc == kNoLimit) vc = dst.C;
 }
 
-// A scalar operand takes the type the instruction computes in, as a native implementation whose
-// scalar parameter has the tile's element type would: the first tile source's dtype, else dst's.
-void round_scalars(std::vector<Src>& srcs, DType fallback) {
-  DType t = fallback;
-  for (const Src& s : srcs)
-    if (s.t) {
-      t = s.t->dtype;
-      break;
-    }
-  for (Src& s : srcs)
-    if (!s.t) s.s = round_to(t, s.s);
+// The compute type's C++ type: i32 and i64 exactly, floats in double (the reference precision).
+template <class T>
+T as(const Num& v) {
+  if constexpr (std::is_integral_v<T>)
+    return T(v.i);
+  else
+    return v.as_double();
+}
+template <class T>
+Num num(T x) {
+  if constexpr (std::is_integral_v<T>)
+    return inum(int64_t(x));
+  else
+    return fnum(double(x));
 }
 
-double unary(Opcode code, double x) {
+// Calls f with the C++ compute type of dtype ct (int32_t, int64_t or double).
+template <class F>
+Num with_type(DType ct, F&& f) {
+  switch (ct) {
+    case DType::I32:
+      return f(int32_t());
+    case DType::I64:
+      return f(int64_t());
+    default:
+      return f(double());
+  }
+}
+
+// Element semantics: the functions of pto/elem.hpp, the one definition the CPU kernels share.
+template <class T>
+Num unary(Opcode code, T x) {
+  namespace e = pto::elem;
   switch (code) {
     case Opcode::TMOV:
-      return x;
+    case Opcode::TCVT:  // the conversion itself is the rounding to dst's dtype
+      return num(x);
     case Opcode::TNEG:
-      return -x;
+      return num(e::neg(x));
     case Opcode::TABS:
-      return std::fabs(x);
+      return num(e::abs(x));
     case Opcode::TEXP:
-      return std::exp(x);
+      return num(e::exp(x));
     case Opcode::TLOG:
-      return std::log(x);
+      return num(e::log(x));
     case Opcode::TSQRT:
-      return std::sqrt(x);
+      return num(e::sqrt(x));
     case Opcode::TRSQRT:
-      return 1.0 / std::sqrt(x);
+      return num(e::rsqrt(x));
     case Opcode::TRECIP:
-      return 1.0 / x;
+      return num(e::recip(x));
     case Opcode::TRELU:
-      return x > 0 ? x : (std::isnan(x) ? x : 0.0);
+      return num(e::relu(x));
     case Opcode::TTANH:
-      return std::tanh(x);
+      return num(e::tanh(x));
     case Opcode::TSIGMOID:
-      return 1.0 / (1.0 + std::exp(-x));
+      return num(e::sigmoid(x));
     case Opcode::TERF:
-      return std::erf(x);
+      return num(e::erf(x));
     case Opcode::TGELU:
-      // erfc form: 1 + erf(z) cancels to nothing in the negative tail, erfc(-z) does not.
-      return 0.5 * x * std::erfc(-x / std::sqrt(2.0));
-    case Opcode::TGELU_TANH: {
-      // 0.5 (1 + tanh(u)) == 1 / (1 + exp(-2u)), without the cancellation for negative u.
-      const double k = std::sqrt(2.0 / M_PI);
-      return x / (1.0 + std::exp(-2.0 * k * (x + 0.044715 * x * x * x)));
-    }
+      return num(e::gelu(x));
+    case Opcode::TGELU_TANH:
+      return num(e::gelu_tanh(x));
     case Opcode::TSILU:
-      return x / (1.0 + std::exp(-x));
+      return num(e::silu(x));
     case Opcode::TFLOOR:
-      return std::floor(x);
+      return num(e::floor(x));
     case Opcode::TNOT:
-      return x == 0 ? 1.0 : 0.0;
-    case Opcode::TCVT:
-      return x;  // the conversion itself is the rounding to dst's dtype
+      return num(e::lnot(x));
     default:
-      return NAN;
+      return fnum(NAN);
   }
 }
 
-bool is_int(DType t) { return t == DType::I32 || t == DType::I64; }
-
-double binary(const Machine& m, const Op& op, bool int_math, double a, double b) {
-  switch (op.code) {
+template <class T>
+Num binary(Opcode code, T a, T b) {
+  namespace e = pto::elem;
+  switch (code) {
     case Opcode::TADD:
-      return a + b;
+      return num(e::add(a, b));
     case Opcode::TSUB:
-      return a - b;
+      return num(e::sub(a, b));
     case Opcode::TMUL:
-      return a * b;
+      return num(e::mul(a, b));
     case Opcode::TDIV:
-      if (int_math) {  // integer division truncates toward zero, as in C++
-        if (b == 0) m.fail(op, "integer division by zero");
-        return std::trunc(a / b);
-      }
-      return a / b;
+      return num(e::div(a, b));
     case Opcode::TMAX:
-      return (a > b || std::isnan(a)) ? a : b;
+      return num(e::max(a, b));
     case Opcode::TMIN:
-      return (a < b || std::isnan(a)) ? a : b;
+      return num(e::min(a, b));
     case Opcode::TPOW:
-      return std::pow(a, b);
+      return num(e::pow(a, b));
     case Opcode::TAND:
-      return (a != 0 && b != 0) ? 1.0 : 0.0;
+      return num(e::land(a, b));
     case Opcode::TOR:
-      return (a != 0 || b != 0) ? 1.0 : 0.0;
+      return num(e::lor(a, b));
     case Opcode::TCMP_LT:
-      return a < b ? 1.0 : 0.0;
+      return inum(e::lt(a, b));
     case Opcode::TCMP_LE:
-      return a <= b ? 1.0 : 0.0;
+      return inum(e::le(a, b));
     case Opcode::TCMP_GT:
-      return a > b ? 1.0 : 0.0;
+      return inum(e::gt(a, b));
     case Opcode::TCMP_GE:
-      return a >= b ? 1.0 : 0.0;
+      return inum(e::ge(a, b));
     case Opcode::TCMP_EQ:
-      return a == b ? 1.0 : 0.0;
+      return inum(e::eq(a, b));
     case Opcode::TCMP_NE:
-      return a != b ? 1.0 : 0.0;
+      return inum(e::ne(a, b));
     default:
-      return NAN;
+      return fnum(NAN);
   }
 }
+
+bool truthy(const Num& v) { return v.is_float ? v.f != 0 : v.i != 0; }  // NaN counts as true
 
 }  // namespace
 
@@ -160,41 +174,64 @@ void exec_elementwise(Machine& m, const Op& op) {
   Tile& dst = m.tile(op, 0);
   switch (cat) {
     case OpCategory::Fill: {
-      const double s = round_to(compute_dtype(dst.dtype), m.scalar(op, 1));
+      // The scalar is rounded to dst's compute dtype; TCI adds the column in that type.
+      const DType ct = compute_dtype(dst.dtype);
+      const Num s = round_to(ct, m.scalar(op, 1));
       const bool iota = op.code == Opcode::TCI;
-      commit(m, op, dst, dst.R, dst.C, [&](int64_t, int64_t c) { return iota ? s + double(c) : s; });
+      commit(m, op, dst, dst.R, dst.C, [&](int64_t, int64_t c) {
+        if (!iota) return s;
+        return with_type(ct, [&](auto t) {
+          using T = decltype(t);
+          return num(pto::elem::add(as<T>(s), T(c)));
+        });
+      });
       break;
     }
     case OpCategory::Unary:
     case OpCategory::Convert: {
       const Tile& src = m.tile(op, 1);
       const int64_t vr = src.vr, vc = src.vc;
-      commit(m, op, dst, vr, vc, [&](int64_t r, int64_t c) { return unary(op.code, m.get(op, src, r, c)); });
+      if (op.code == Opcode::TCVT) {  // converted by put(), straight from src's value
+        commit(m, op, dst, vr, vc, [&](int64_t r, int64_t c) { return m.get(op, src, r, c); });
+        break;
+      }
+      const DType ct = promote_compute({dst.dtype, src.dtype});
+      commit(m, op, dst, vr, vc, [&](int64_t r, int64_t c) {
+        const Num x = round_to(ct, m.get(op, src, r, c));
+        return with_type(ct, [&](auto t) { return unary(op.code, as<decltype(t)>(x)); });
+      });
       break;
     }
     case OpCategory::Binary:
     case OpCategory::Compare: {
       std::vector<Src> s = {source(m, op, 1), source(m, op, 2)};
       if (!s[0].t && !s[1].t) m.fail(op, "needs at least one tile source");
-      round_scalars(s, dst.dtype);
-      bool int_math = is_int(dst.dtype);
+      // Arithmetic computes in the promotion of dst and the tile sources, compares in that of the
+      // tile sources (as the CPU kernels do); scalars are rounded to it (docs/isa.md §2).
+      DType ct = cat == OpCategory::Compare ? DType::I32 : compute_dtype(dst.dtype);
       for (const Src& x : s)
-        if (x.t && !is_int(x.t->dtype) && x.t->dtype != DType::Bool) int_math = false;
+        if (x.t) ct = promote_compute({ct, x.t->dtype});
       int64_t vr, vc;
       intersect(s, dst, vr, vc);
       commit(m, op, dst, vr, vc, [&](int64_t r, int64_t c) {
-        return binary(m, op, int_math, at(m, op, s[0], r, c), at(m, op, s[1], r, c));
+        const Num a = round_to(ct, at(m, op, s[0], r, c)), b = round_to(ct, at(m, op, s[1], r, c));
+        return with_type(ct, [&](auto t) {
+          using T = decltype(t);
+          return binary(op.code, as<T>(a), as<T>(b));
+        });
       });
       break;
     }
     case OpCategory::Select: {
       std::vector<Src> s = {source(m, op, 1), source(m, op, 2), source(m, op, 3)};
+      DType ct = compute_dtype(dst.dtype);
       for (size_t i = 1; i < 3; ++i)
-        if (!s[i].t) s[i].s = round_to(compute_dtype(dst.dtype), s[i].s);
+        if (s[i].t) ct = promote_compute({ct, s[i].t->dtype});
       int64_t vr, vc;
       intersect(s, dst, vr, vc);
       commit(m, op, dst, vr, vc, [&](int64_t r, int64_t c) {
-        return at(m, op, s[0], r, c) != 0 ? at(m, op, s[1], r, c) : at(m, op, s[2], r, c);
+        // The mask is tested in its own type (pto::elem::sel); the values meet in ct.
+        return round_to(ct, at(m, op, s[truthy(at(m, op, s[0], r, c)) ? 1 : 2], r, c));
       });
       break;
     }

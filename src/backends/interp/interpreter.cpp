@@ -21,6 +21,20 @@ std::string shape_str(const std::vector<int64_t>& s) {
   o << "]";
   return o.str();
 }
+
+std::string tile_element(const Tile& t, int64_t r, int64_t c) {
+  return "element [" + std::to_string(r) + ", " + std::to_string(c) + "] of tile '" + t.name + "'";
+}
+
+std::string global_element(const GlobalBuf& b, int64_t a) {
+  return "element " + std::to_string(a) + (b.external ? " (in strides)" : " (row-major)") + " of '" +
+         b.name + "'";
+}
+
+// The element's address identifies it across views (and across aliasing caller tensors).
+const void* element_key(const GlobalBuf& b, int64_t a) {
+  return b.external ? static_cast<const void*>(b.data + a * dtype_bytes(b.dtype)) : &b.val[size_t(a)];
+}
 }  // namespace
 
 Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
@@ -40,7 +54,7 @@ Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
   for (size_t k = 0; k < p.scalars.size(); ++k) {
     const ScalarParam& sp = p.scalars[k];
     ScalarValue v = args.scalars[k];
-    if (is_float(sp.dtype)) v = ScalarValue{true, 0, round_to(sp.dtype, v.as_double())};
+    if (is_float(sp.dtype)) v = round_to(sp.dtype, fnum(v.as_double()));
     else v = ScalarValue{false, v.is_float ? int64_t(v.f) : v.i, 0};  // check_args: an integral value
     env_[sp.name] = v;
   }
@@ -56,7 +70,8 @@ int64_t Machine::eval_int(const Expr& e, const char* what) const {
   if (!e) throw Error(std::string("missing expression for ") + what);
   ScalarValue v = eval(e, env_);
   if (v.is_float) {
-    if (v.f != std::floor(v.f)) throw Error(std::string(what) + " `" + to_string(e) + "` is not an integer");
+    if (!(v.f == std::floor(v.f) && std::fabs(v.f) < 9.2e18))
+      throw Error(std::string(what) + " `" + to_string(e) + "` is not an integer");
     return int64_t(v.f);
   }
   return v.i;
@@ -67,22 +82,9 @@ void Machine::exec(const Stmt& s) {
     case StmtKind::Seq:
       exec_block(s->body);
       break;
-    case StmtKind::For: {
-      // Parallel loops run serially, in order: their iterations are independent by contract.
-      const int64_t lo = eval_int(s->lo, "loop start"), hi = eval_int(s->hi, "loop end");
-      const int64_t step = s->step ? eval_int(s->step, "loop step") : 1;
-      if (step == 0) throw Error("loop '" + s->var + "' has step 0");
-      // The trip count in 128 bits: `i += step` near INT64_MAX must not wrap.
-      const __int128 span = step > 0 ? __int128(hi) - lo : __int128(lo) - hi;
-      const __int128 mag = step > 0 ? __int128(step) : -__int128(step);
-      const __int128 trips = span > 0 ? (span + mag - 1) / mag : 0;
-      for (__int128 t = 0; t < trips; ++t) {
-        env_[s->var] = ScalarValue{false, int64_t(lo + t * step), 0};
-        exec_block(s->body);
-      }
-      env_.erase(s->var);
+    case StmtKind::For:
+      exec_for(*s);
       break;
-    }
     case StmtKind::If: {
       if (!s->cond) throw Error("if without a condition");
       if (eval(s->cond, env_).as_double() != 0)
@@ -104,19 +106,54 @@ void Machine::exec(const Stmt& s) {
   }
 }
 
+void Machine::exec_for(const StmtNode& s) {
+  const int64_t lo = eval_int(s.lo, "loop start"), hi = eval_int(s.hi, "loop end");
+  const int64_t step = s.step ? eval_int(s.step, "loop step") : 1;
+  if (step == 0) throw Error("loop '" + s.var + "' has step 0");
+  if (s.loop_kind == LoopKind::Parallel) {
+    // Iterations are independent by contract: run them in the order PYPTO_INTERP_PARALLEL asks
+    // and record their accesses, so a dependence between them is an error, not a lucky pass.
+    std::vector<int64_t> values =
+        parallel_iterations(lo, hi, step, parallel_, std::hash<std::string>{}(s.var) ^ races_.depth());
+    races_.enter(s.var, values);
+    for (size_t k = 0; k < values.size(); ++k) {
+      races_.iteration(k);
+      env_[s.var] = ScalarValue{false, values[k], 0};
+      exec_block(s.body);
+    }
+    races_.leave();
+  } else {
+    // The trip count in 128 bits: `i += step` near INT64_MAX must not wrap.
+    const __int128 span = step > 0 ? __int128(hi) - lo : __int128(lo) - hi;
+    const __int128 mag = step > 0 ? __int128(step) : -__int128(step);
+    const __int128 trips = span > 0 ? (span + mag - 1) / mag : 0;
+    for (__int128 t = 0; t < trips; ++t) {
+      env_[s.var] = ScalarValue{false, int64_t(lo + t * step), 0};
+      exec_block(s.body);
+    }
+  }
+  env_.erase(s.var);
+}
+
 void Machine::allocate(const BufferRef& b) {
   if (!b) throw Error("alloc of a null buffer");
   if (globals_.count(b->name) && globals_[b->name]->external)
     throw Error("alloc of '" + b->name + "' shadows a parameter");
-  const int64_t n = b->numel();
+  // The interpreter holds every element (24 bytes with its written bit): refuse what cannot fit
+  // rather than overflow the count or die in the allocator.
+  int64_t n = 1;
+  for (int64_t d : b->shape)
+    if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t(1) << 32))
+      throw Error("alloc of '" + b->name + "' " + shape_str(b->shape) + " is too large for the interpreter");
   if (b->space == Space::Global) {
     // Scratch in global memory: fresh (unwritten) at every execution of its Alloc.
     auto g = std::make_unique<GlobalBuf>();
     g->name = b->name;
     g->dtype = b->dtype;
     g->shape = b->shape;
-    g->val.assign(size_t(n), NAN);
+    g->val.assign(size_t(n), fnum(NAN));
     g->written.assign(size_t(n), 0);
+    g->parallel_depth = races_.depth();
     globals_[b->name] = std::move(g);
     return;
   }
@@ -133,8 +170,9 @@ void Machine::allocate(const BufferRef& b) {
   }
   t->vr = t->R;
   t->vc = t->C;
-  t->val.assign(size_t(t->R * t->C), NAN);
+  t->val.assign(size_t(t->R * t->C), fnum(NAN));
   t->written.assign(size_t(t->R * t->C), 0);
+  t->parallel_depth = races_.depth();
   tiles_[b->name] = std::move(t);
 }
 
@@ -209,17 +247,19 @@ bool Machine::is_scalar(const Op& op, size_t i) const {
   return i < op.args.size() && std::holds_alternative<Expr>(op.args[i]);
 }
 
-double Machine::scalar(const Op& op, size_t i) const {
+Num Machine::scalar(const Op& op, size_t i) const {
   if (!is_scalar(op, i)) fail(op, "operand " + std::to_string(i) + " must be a scalar");
   const Expr& e = std::get<Expr>(op.args[i]);
   if (!e) fail(op, "operand " + std::to_string(i) + " is an empty expression");
-  return eval(e, env_).as_double();
+  return eval(e, env_);
 }
 
 int64_t Machine::int_scalar(const Op& op, size_t i) const {
-  const double v = scalar(op, i);
-  if (v != std::floor(v)) fail(op, "operand " + std::to_string(i) + " must be an integer");
-  return int64_t(v);
+  const Num v = scalar(op, i);
+  if (!v.is_float) return v.i;
+  if (!(v.f == std::floor(v.f) && std::fabs(v.f) < 9.2e18))
+    fail(op, "operand " + std::to_string(i) + " must be an integer");
+  return int64_t(v.f);
 }
 
 GView Machine::global_view(const Op& op, size_t i) {
@@ -268,11 +308,15 @@ GView Machine::global_view(const Op& op, size_t i) {
 
 // ---- element access -----------------------------------------------------------------------------
 
-double Machine::get(const Op& op, const Tile& t, int64_t r, int64_t c) const {
+Num Machine::get(const Op& op, const Tile& t, int64_t r, int64_t c) const {
   if (r < 0 || c < 0 || r >= t.vr || c >= t.vc)
     fail(op, "read of '" + t.name + "'[" + std::to_string(r) + ", " + std::to_string(c) +
                  "] outside its valid region " + std::to_string(t.vr) + "x" + std::to_string(t.vc));
   const size_t k = size_t(r * t.C + c);
+  if (races_.active()) {
+    const std::string race = races_.access(&t.val[k], t.parallel_depth, false);
+    if (!race.empty()) fail(op, race + ": " + tile_element(t, r, c));
+  }
   if (!t.written[k])
     fail(op, "read of unwritten tile element '" + t.name + "'[" + std::to_string(r) + ", " +
                  std::to_string(c) + "]");
@@ -287,11 +331,15 @@ void Machine::set_valid(const Op& op, Tile& t, int64_t vr, int64_t vc) const {
   t.vc = vc;
 }
 
-void Machine::put(const Op& op, Tile& t, int64_t r, int64_t c, double v) const {
+void Machine::put(const Op& op, Tile& t, int64_t r, int64_t c, const Num& v) const {
   if (r < 0 || c < 0 || r >= t.R || c >= t.C)
     fail(op, "out-of-bounds write of '" + t.name + "'[" + std::to_string(r) + ", " + std::to_string(c) +
                  "] (tile " + std::to_string(t.R) + "x" + std::to_string(t.C) + ")");
   const size_t k = size_t(r * t.C + c);
+  if (races_.active()) {
+    const std::string race = races_.access(&t.val[k], t.parallel_depth, true);
+    if (!race.empty()) fail(op, race + ": " + tile_element(t, r, c));
+  }
   t.val[k] = round_to(t.dtype, v);
   t.written[k] = 1;
 }
@@ -324,9 +372,13 @@ int64_t Machine::global_address(const Op& op, const GView& v, int64_t i, int64_t
   return addr;
 }
 
-double Machine::gread(const Op& op, const GView& v, int64_t i, int64_t j) const {
+Num Machine::gread(const Op& op, const GView& v, int64_t i, int64_t j) const {
   const int64_t a = global_address(op, v, i, j);
   const GlobalBuf& b = *v.buf;
+  if (races_.active()) {
+    const std::string race = races_.access(element_key(b, a), b.parallel_depth, false);
+    if (!race.empty()) fail(op, race + ": " + global_element(b, a));
+  }
   if (b.external) return load_scalar(b.dtype, b.data + a * dtype_bytes(b.dtype));
   if (!b.written[size_t(a)])
     fail(op, "read of unwritten element " + std::to_string(a) + " (row-major) of scratch buffer '" + b.name +
@@ -334,10 +386,14 @@ double Machine::gread(const Op& op, const GView& v, int64_t i, int64_t j) const 
   return b.val[size_t(a)];
 }
 
-void Machine::gwrite(const Op& op, const GView& v, int64_t i, int64_t j, double x) const {
+void Machine::gwrite(const Op& op, const GView& v, int64_t i, int64_t j, const Num& x) const {
   const int64_t a = global_address(op, v, i, j);
   GlobalBuf& b = *v.buf;
-  const double r = round_to(b.dtype, x);
+  if (races_.active()) {
+    const std::string race = races_.access(element_key(b, a), b.parallel_depth, true);
+    if (!race.empty()) fail(op, race + ": " + global_element(b, a));
+  }
+  const Num r = round_to(b.dtype, x);
   if (b.external) {
     store_scalar(b.dtype, b.data + a * dtype_bytes(b.dtype), r);
   } else {

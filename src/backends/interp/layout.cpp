@@ -13,7 +13,7 @@ std::string dims(int64_t r, int64_t c) { return std::to_string(r) + "x" + std::t
 int64_t index_at(Machine& m, const Op& op, const Tile& idx, int64_t r) {
   if (idx.dtype != DType::I32 && idx.dtype != DType::I64)
     m.fail(op, "index tile '" + idx.name + "' must be i32 or i64");
-  return int64_t(m.get(op, idx, r, 0));
+  return m.get(op, idx, r, 0).i;
 }
 }  // namespace
 
@@ -49,7 +49,7 @@ void exec_layout(Machine& m, const Op& op) {
       if (r0 < 0 || c0 < 0) m.fail(op, "negative TINSERT origin");
       const int64_t nr = std::max<int64_t>(0, std::min(src.vr, dst.R - r0));
       const int64_t nc = std::max<int64_t>(0, std::min(src.vc, dst.C - c0));
-      std::vector<double> out(size_t(nr * nc));
+      std::vector<Num> out(size_t(nr * nc));
       for (int64_t r = 0; r < nr; ++r)
         for (int64_t c = 0; c < nc; ++c) out[size_t(r * nc + c)] = m.get(op, src, r, c);
       for (int64_t r = 0; r < nr; ++r)  // dst's valid region is left as it is
@@ -57,7 +57,7 @@ void exec_layout(Machine& m, const Op& op) {
       break;
     }
     case Opcode::TFILLPAD: {
-      const double value = m.scalar(op, 2);
+      const Num value = round_to(compute_dtype(dst.dtype), m.scalar(op, 2));
       const int64_t vr = src.vr, vc = src.vc;
       commit(m, op, dst, dst.R, dst.C,
              [&](int64_t r, int64_t c) { return (r < vr && c < vc) ? m.get(op, src, r, c) : value; });
@@ -77,7 +77,7 @@ void exec_layout(Machine& m, const Op& op) {
     case Opcode::TSCATTER: {
       const Tile& idx = m.tile(op, 2);
       std::vector<int64_t> rows(size_t(src.vr));
-      std::vector<double> out(size_t(src.vr * src.vc));
+      std::vector<Num> out(size_t(src.vr * src.vc));
       for (int64_t r = 0; r < src.vr; ++r) {
         const int64_t i = index_at(m, op, idx, r);
         if (i < 0 || i >= dst.R)

@@ -3,6 +3,7 @@
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -10,17 +11,26 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/interp/parallel.h"
 #include "ir/ir.h"
 #include "runtime/tensor_arg.h"
 
 namespace pypto::interp {
 
 // --- numerics (numerics.cpp) --------------------------------------------------------------------
-// Rounds a value computed in double to what an element of type t can hold: f32/f16/bf16 round to
-// nearest even, ints truncate toward zero (and wrap to their width), bool is != 0.
-double round_to(ir::DType t, double v);
-double load_scalar(ir::DType t, const void* p);     // decode one element in caller memory
-void store_scalar(ir::DType t, void* p, double v);  // v already rounded to t
+// One element value, exact for every dtype: integers (i32, i64, bool) as int64, floats as double.
+using Num = ir::ScalarValue;
+inline Num inum(int64_t v) { return Num{false, v, 0}; }
+inline Num fnum(double v) { return Num{true, 0, v}; }
+// Converts v to what an element of type t holds, by the rules of pto/elem.hpp (elem::cast):
+// floats round to nearest even, float -> int truncates and saturates (NaN -> 0), ints wrap to
+// their width, bool is != 0.
+Num round_to(ir::DType t, const Num& v);
+Num load_scalar(ir::DType t, const void* p);          // decode one element in caller memory
+void store_scalar(ir::DType t, void* p, const Num& v);  // v already rounded to t
+// The dtype arithmetic happens in for operands of these dtypes (pto::promote_t): bool counts as
+// i32, f16/bf16 as f32; i32 < i64 < f32 < f64. The interpreter computes f32 in double.
+ir::DType promote_compute(std::initializer_list<ir::DType> ts);
 
 // --- storage -----------------------------------------------------------------------------------
 // A local tile (Vec/Mat/Acc): static R x C, runtime valid region, a written bit per element.
@@ -28,12 +38,13 @@ struct Tile {
   std::string name;
   ir::DType dtype;
   int64_t R = 1, C = 1, vr = 0, vc = 0;
-  std::vector<double> val;
+  std::vector<Num> val;
   std::vector<uint8_t> written;
+  size_t parallel_depth = 0;  // parallel loops enclosing its alloc (see RaceChecker)
 };
 
 // A buffer in global memory: either the caller's tensor (external: data + strides, elements in
-// their native type) or program scratch (owned: row-major doubles with written bits, so reading
+// their native type) or program scratch (owned: row-major values with written bits, so reading
 // scratch that nothing wrote is caught just like for tiles).
 struct GlobalBuf {
   std::string name;
@@ -42,8 +53,9 @@ struct GlobalBuf {
   bool external = false;
   char* data = nullptr;
   std::vector<int64_t> strides;  // external: elements
-  std::vector<double> val;       // owned
+  std::vector<Num> val;          // owned
   std::vector<uint8_t> written;  // owned
+  size_t parallel_depth = 0;     // parallel loops enclosing its alloc (see RaceChecker)
 };
 
 // A global view resolved at run time: a 2-D window of valid extent rows x cols. Element (i, j)
@@ -66,19 +78,19 @@ class Machine {
   // Operand i of op as a whole local tile (errors name the instruction).
   Tile& tile(const ir::Op& op, size_t i);
   bool is_scalar(const ir::Op& op, size_t i) const;
-  double scalar(const ir::Op& op, size_t i) const;
+  Num scalar(const ir::Op& op, size_t i) const;
   int64_t int_scalar(const ir::Op& op, size_t i) const;
   GView global_view(const ir::Op& op, size_t i);
 
   // Tile element access. get() checks the element is inside the valid region and was written.
-  double get(const ir::Op& op, const Tile& t, int64_t r, int64_t c) const;
+  Num get(const ir::Op& op, const Tile& t, int64_t r, int64_t c) const;
   // Sets the valid region of dst (error if it does not fit the tile's static shape).
   void set_valid(const ir::Op& op, Tile& t, int64_t vr, int64_t vc) const;
   // Writes one element (rounded to the tile's dtype); r, c must be inside R x C.
-  void put(const ir::Op& op, Tile& t, int64_t r, int64_t c, double v) const;
+  void put(const ir::Op& op, Tile& t, int64_t r, int64_t c, const Num& v) const;
 
-  double gread(const ir::Op& op, const GView& v, int64_t i, int64_t j) const;
-  void gwrite(const ir::Op& op, const GView& v, int64_t i, int64_t j, double x) const;
+  Num gread(const ir::Op& op, const GView& v, int64_t i, int64_t j) const;
+  void gwrite(const ir::Op& op, const GView& v, int64_t i, int64_t j, const Num& x) const;
   // Bounds-checked element offset of (i, j): in elements via strides (external) or row-major.
   int64_t global_address(const ir::Op& op, const GView& v, int64_t i, int64_t j) const;
 
@@ -92,18 +104,21 @@ class Machine {
   void allocate(const ir::BufferRef& b);
   const ir::View& view_operand(const ir::Op& op, size_t i) const;
   int64_t eval_int(const ir::Expr& e, const char* what) const;
+  void exec_for(const ir::StmtNode& s);
 
   const ir::Program& prog_;
   ir::ScalarEnv env_;
   std::unordered_map<std::string, std::unique_ptr<Tile>> tiles_;
   std::unordered_map<std::string, std::unique_ptr<GlobalBuf>> globals_;
+  ParallelSettings parallel_ = parallel_settings_from_env();
+  mutable RaceChecker races_;
 };
 
 // Computes every result f(r, c) over vr x vc first, then sets dst's valid region to it and writes
 // the results: dst may alias a source.
 template <class F>
 void commit(Machine& m, const ir::Op& op, Tile& dst, int64_t vr, int64_t vc, F&& f) {
-  std::vector<double> out(size_t(std::max<int64_t>(vr, 0) * std::max<int64_t>(vc, 0)));
+  std::vector<Num> out(size_t(std::max<int64_t>(vr, 0) * std::max<int64_t>(vc, 0)));
   for (int64_t r = 0; r < vr; ++r)
     for (int64_t c = 0; c < vc; ++c) out[size_t(r * vc + c)] = f(r, c);
   m.set_valid(op, dst, vr, vc);  // checks the region fits the tile

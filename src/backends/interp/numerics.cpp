@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backends/interp/machine.h"
+#include "pto/elem.hpp"
 
 namespace pypto::interp {
 namespace {
@@ -23,14 +24,6 @@ double round_binary(double x, int bits, int min_exp, int max_exp) {
 
 double round_f16(double x) { return round_binary(x, 11, -24, 16); }
 double round_bf16(double x) { return round_binary(x, 8, -133, 128); }
-
-int64_t to_int64(double v) {
-  if (std::isnan(v)) return 0;
-  const double t = std::trunc(v);
-  if (t >= 9223372036854775807.0) return std::numeric_limits<int64_t>::max();
-  if (t <= -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
-  return int64_t(t);
-}
 
 uint16_t f16_bits(double r) {  // r is already representable in f16
   const uint16_t sign = std::signbit(r) ? 0x8000 : 0;
@@ -61,42 +54,63 @@ double f16_value(uint16_t h) {
 
 }  // namespace
 
-double round_to(ir::DType t, double v) {
+Num round_to(ir::DType t, const Num& v) {
+  using pto::elem::cast;
+  const double d = v.as_double();
   switch (t) {
-    case ir::DType::F32:
-      return double(float(v));
+    case ir::DType::F32:  // directly from int64 (one rounding), like the CPU backend
+      return fnum(v.is_float ? double(float(v.f)) : double(float(v.i)));
     case ir::DType::F64:
-      return v;
+      return fnum(d);
     case ir::DType::F16:
-      return round_f16(v);
+      return fnum(round_f16(d));
     case ir::DType::BF16:
-      return round_bf16(v);
+      return fnum(round_bf16(d));
     case ir::DType::I64:
-      return double(to_int64(v));
+      return inum(v.is_float ? cast<int64_t>(v.f) : v.i);
     case ir::DType::I32:
-      return double(int32_t(uint32_t(uint64_t(to_int64(v)))));  // wraps
+      return inum(v.is_float ? cast<int32_t>(v.f) : cast<int32_t>(v.i));
     case ir::DType::Bool:
-      return v != 0 ? 1.0 : 0.0;  // NaN counts as true, as in C++
+      return inum(v.is_float ? cast<bool>(v.f) : cast<bool>(v.i));  // NaN counts as true
   }
   return v;
 }
 
-double load_scalar(ir::DType t, const void* p) {
+ir::DType promote_compute(std::initializer_list<ir::DType> ts) {
+  auto rank = [](ir::DType t) {
+    switch (ir::compute_dtype(t)) {
+      case ir::DType::F64:
+        return 4;
+      case ir::DType::F32:
+        return 3;
+      case ir::DType::I64:
+        return 2;
+      default:
+        return 1;
+    }
+  };
+  ir::DType best = ir::DType::I32;
+  for (ir::DType t : ts)
+    if (rank(t) > rank(best)) best = ir::compute_dtype(t);
+  return best;
+}
+
+Num load_scalar(ir::DType t, const void* p) {
   switch (t) {
     case ir::DType::F32: {
       float f;
       std::memcpy(&f, p, 4);
-      return f;
+      return fnum(f);
     }
     case ir::DType::F64: {
       double d;
       std::memcpy(&d, p, 8);
-      return d;
+      return fnum(d);
     }
     case ir::DType::F16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
-      return f16_value(h);
+      return fnum(f16_value(h));
     }
     case ir::DType::BF16: {
       uint16_t h;
@@ -104,25 +118,26 @@ double load_scalar(ir::DType t, const void* p) {
       const uint32_t u = uint32_t(h) << 16;
       float f;
       std::memcpy(&f, &u, 4);
-      return f;
+      return fnum(f);
     }
     case ir::DType::I32: {
       int32_t i;
       std::memcpy(&i, p, 4);
-      return double(i);
+      return inum(i);
     }
     case ir::DType::I64: {
       int64_t i;
       std::memcpy(&i, p, 8);
-      return double(i);
+      return inum(i);
     }
     case ir::DType::Bool:
-      return *static_cast<const uint8_t*>(p) ? 1.0 : 0.0;
+      return inum(*static_cast<const uint8_t*>(p) ? 1 : 0);
   }
-  return 0;
+  return inum(0);
 }
 
-void store_scalar(ir::DType t, void* p, double v) {
+void store_scalar(ir::DType t, void* p, const Num& n) {
+  const double v = n.as_double();
   switch (t) {
     case ir::DType::F32: {
       float f = float(v);
@@ -146,17 +161,17 @@ void store_scalar(ir::DType t, void* p, double v) {
       return;
     }
     case ir::DType::I32: {
-      int32_t i = int32_t(to_int64(v));
+      int32_t i = int32_t(round_to(t, n).i);
       std::memcpy(p, &i, 4);
       return;
     }
     case ir::DType::I64: {
-      int64_t i = to_int64(v);
+      int64_t i = round_to(t, n).i;
       std::memcpy(p, &i, 8);
       return;
     }
     case ir::DType::Bool:
-      *static_cast<uint8_t*>(p) = v != 0 ? 1 : 0;
+      *static_cast<uint8_t*>(p) = uint8_t(round_to(t, n).i);
       return;
   }
 }

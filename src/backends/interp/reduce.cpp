@@ -2,8 +2,11 @@
 // (TROWEXPAND TCOLEXPAND).
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <type_traits>
 
 #include "backends/interp/machine.h"
+#include "pto/elem.hpp"
 
 namespace pypto::interp {
 using namespace ir;
@@ -24,32 +27,49 @@ Red kind(Opcode c) {
   }
 }
 
-// Reductions accumulate in double (exact enough to stand for any summation order) and round once.
-double reduce(Red k, int64_t n, const std::function<double(int64_t)>& x) {
-  double acc = k == Red::Sum ? 0.0 : (k == Red::Max ? -INFINITY : INFINITY);
+// Reductions accumulate in the source's compute type, floats in double (exact enough to stand for
+// any summation order), integers exactly with wrap-around (pto::elem::add), and round once.
+// Empty: 0 for a sum; -inf / +inf for max / min (integers: the type's lowest / highest value).
+template <class T>
+Num reduce_t(Red k, int64_t n, const std::function<Num(int64_t)>& x) {
+  namespace e = pto::elem;
+  using L = std::numeric_limits<T>;
+  T acc = k == Red::Sum ? T(0) : (k == Red::Max ? (L::has_infinity ? -L::infinity() : L::lowest())
+                                                 : (L::has_infinity ? L::infinity() : L::max()));
   for (int64_t i = 0; i < n; ++i) {
-    const double v = x(i);
-    if (k == Red::Sum)
-      acc += v;
-    else if (std::isnan(v) || std::isnan(acc))
-      acc = NAN;
-    else
-      acc = k == Red::Max ? std::max(acc, v) : std::min(acc, v);
+    const Num v = x(i);
+    const T t = std::is_integral_v<T> ? T(v.i) : T(v.as_double());
+    acc = k == Red::Sum ? e::add(acc, t) : (k == Red::Max ? e::max(acc, t) : e::min(acc, t));
   }
-  return acc;
+  if constexpr (std::is_integral_v<T>)
+    return inum(int64_t(acc));
+  else
+    return fnum(double(acc));
+}
+
+Num reduce(DType ct, Red k, int64_t n, const std::function<Num(int64_t)>& x) {
+  switch (ct) {
+    case DType::I32:
+      return reduce_t<int32_t>(k, n, x);
+    case DType::I64:
+      return reduce_t<int64_t>(k, n, x);
+    default:
+      return reduce_t<double>(k, n, x);
+  }
 }
 }  // namespace
 
 void exec_reduce_expand(Machine& m, const Op& op) {
   Tile& dst = m.tile(op, 0);
   const Tile& src = m.tile(op, 1);
+  const DType ct = promote_compute({src.dtype});
   switch (op.code) {
     case Opcode::TROWSUM:
     case Opcode::TROWMAX:
     case Opcode::TROWMIN: {
       const Red k = kind(op.code);
       commit(m, op, dst, src.vr, 1, [&](int64_t r, int64_t) {
-        return reduce(k, src.vc, [&](int64_t c) { return m.get(op, src, r, c); });
+        return reduce(ct, k, src.vc, [&](int64_t c) { return m.get(op, src, r, c); });
       });
       break;
     }
@@ -58,7 +78,7 @@ void exec_reduce_expand(Machine& m, const Op& op) {
     case Opcode::TCOLMIN: {
       const Red k = kind(op.code);
       commit(m, op, dst, 1, src.vc, [&](int64_t, int64_t c) {
-        return reduce(k, src.vr, [&](int64_t r) { return m.get(op, src, r, c); });
+        return reduce(ct, k, src.vr, [&](int64_t r) { return m.get(op, src, r, c); });
       });
       break;
     }

@@ -1,11 +1,12 @@
-// Element functions of the transcendental instructions.
+// The transcendental cores of the element functions in pto/elem.hpp (call those, not these: the
+// element functions add the integer and edge-case rules of docs/isa.md).
 //
 // float versions are branch-free polynomial approximations (coefficients fitted for this project
 // by minimax on the stated intervals) so that loops calling them auto-vectorise at the host's SIMD
 // width; relative error is a few ulp (<= 1e-6) over the normal range. double versions call the C
 // library through builtins (exact to libm's accuracy, scalar).
 #pragma once
-#include "pto/cpu/types.hpp"
+#include "pto/base.hpp"
 
 namespace pto {
 namespace math {
@@ -153,7 +154,10 @@ PTO_INLINE float gelu(float x) {
   const float r = 0.5f * x * sel(a < 1.0f, 1.0f + erf_small(y), big);
   return sel(x < -15.0f, -0.0f, r);  // limit at -inf (also avoids -inf * 0)
 }
-PTO_INLINE double gelu(double x) { return 0.5 * x * __builtin_erfc(-x * 0.70710678118654752440); }
+// Below -40 erfc(-x/sqrt2) underflows to 0: the limit -0.0 (also for -inf, where x * 0 is NaN).
+PTO_INLINE double gelu(double x) {
+  return x < -40.0 ? -0.0 : 0.5 * x * __builtin_erfc(-x * 0.70710678118654752440);
+}
 
 // GELU, tanh form: x/2 (1 + tanh(u)) == x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3).
 PTO_INLINE float gelu_tanh(float x) {
@@ -168,14 +172,14 @@ PTO_INLINE float gelu_tanh(float x) {
 }
 PTO_INLINE double gelu_tanh(double x) {
   double u2 = 1.59576912160573071176 * (x + 0.044715 * x * x * x);
-  return x / (1.0 + __builtin_exp(-u2));
+  return x < -40.0 ? -0.0 : x / (1.0 + __builtin_exp(-u2));  // limit at -inf, as for float
 }
 
 PTO_INLINE float silu(float x) {
   float r = x / (1.0f + exp(-x));
   return sel(x < -200.0f, -0.0f, r);  // limit at -inf
 }
-PTO_INLINE double silu(double x) { return x / (1.0 + __builtin_exp(-x)); }
+PTO_INLINE double silu(double x) { return x < -800.0 ? -0.0 : x / (1.0 + __builtin_exp(-x)); }
 
 // ---- rounding / roots --------------------------------------------------------------------------
 // floor through an int32 round trip (vectorises without -fno-trapping-math, unlike floorf).

@@ -1,0 +1,273 @@
+// The element semantics of the PTO ISA: one function per instruction, templated on the type the
+// instruction computes in (int32_t, int64_t, float, double). This header is the one definition of
+// what an instruction does to one element; every backend calls it: the reference interpreter
+// (src/backends/interp/, computing floats in double), the CPU kernels (include/pto/cpu/*.hpp,
+// computing f32 in float; their SIMD fast paths are tested to agree with these functions), and
+// later the CUDA backend. The rules are those of docs/isa.md §2 and §7; change both together.
+//
+// How to add an element function (for a new instruction):
+//   1. Write it below, `template <class T> PTO_INLINE T name(T x)`, for every compute type:
+//      integers with the wrap/zero-division rules below (`if constexpr (is_int_v<T>)`), floats with
+//      IEEE semantics and a defined value at +-inf and NaN. Transcendental cores for float/double go
+//      into pto/math.hpp; call them from here.
+//   2. Call it from the interpreter (src/backends/interp/elementwise.cpp: `unary`/`binary`) and from
+//      the CPU header (a functor in include/pto/cpu/elementwise.hpp that forwards to it).
+//   3. Document the edge cases in docs/isa.md and add them to tests/cpp/test_elem_semantics.cpp.
+//
+// Rules (docs/isa.md §2):
+// - Integers are two's complement and wrap on overflow (add, sub, mul, neg, abs, pow, sums).
+// - Integer division truncates toward zero; x / 0 == 0 and INT_MIN / -1 == INT_MIN (no trap).
+// - float -> integer truncates toward zero and saturates at the integer's range; NaN -> 0.
+//   integer -> narrower integer wraps; anything -> bool is x != 0 (NaN is true).
+// - Float functions of an integer tile compute in double and convert back by the rule above.
+// - max/min propagate NaN; compares follow IEEE (NaN compares unequal to everything).
+//
+// Plain C++17, compiler builtins only (no <cmath>, no host-only calls): it must compile into a
+// run-time-compiled kernel quickly and under a device compiler.
+#pragma once
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "pto/base.hpp"
+#include "pto/math.hpp"
+
+namespace pto {
+namespace elem {
+
+template <class T>
+inline constexpr bool is_int_v = std::is_integral_v<T>;
+template <class T>
+inline constexpr bool is_float_v = std::is_floating_point_v<T>;
+
+// ---- conversion ---------------------------------------------------------------------------------
+// D, S: bool/uint8_t, int32_t, int64_t, float, double. (f16/bf16 storage is pto/cpu/types.hpp's.)
+template <class D, class S>
+PTO_INLINE D cast(S x) {
+  if constexpr (std::is_same_v<D, S>) {
+    return x;
+  } else if constexpr (std::is_same_v<D, bool> || std::is_same_v<D, uint8_t>) {
+    return D(x != S(0));
+  } else if constexpr (is_int_v<D> && is_float_v<S>) {
+    // Saturating, NaN -> 0. Every select is computed unconditionally (the conversion sees only
+    // in-range values), so loops over it vectorise.
+    using L = std::numeric_limits<D>;
+    constexpr S lo = S(L::min());         // -2^31 / -2^63: exact in float and double
+    constexpr S hi = -S(L::min());        // 2^31 / 2^63: the first value out of range
+    const S c = x == x ? x : S(0);        // NaN -> 0
+    const S in = c < lo ? lo : (c < hi ? c : lo);
+    D r = D(in);
+    r = c >= hi ? L::max() : r;
+    return r;
+  } else if constexpr (is_int_v<D> && is_int_v<S>) {
+    return D(std::make_unsigned_t<D>(x));  // wraps modulo 2^bits (GCC/Clang/NVCC define it)
+  } else {
+    return D(x);  // to float: round to nearest even; overflow gives +-inf
+  }
+}
+
+// ---- integer arithmetic without undefined behaviour --------------------------------------------
+template <class T>
+PTO_INLINE T wrap_add(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return T(U(a) + U(b));
+}
+template <class T>
+PTO_INLINE T wrap_sub(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return T(U(a) - U(b));
+}
+template <class T>
+PTO_INLINE T wrap_mul(T a, T b) {
+  using U = std::make_unsigned_t<T>;
+  return T(U(a) * U(b));
+}
+
+// ---- unary --------------------------------------------------------------------------------------
+template <class T>
+PTO_INLINE T neg(T x) {
+  if constexpr (is_int_v<T>)
+    return wrap_sub(T(0), x);
+  else
+    return -x;
+}
+template <class T>
+PTO_INLINE T abs(T x) {
+  if constexpr (is_int_v<T>)
+    return x < T(0) ? neg(x) : x;  // abs(INT_MIN) == INT_MIN
+  else
+    return math::fabs(x);
+}
+
+// A float function f applied to an integer: computed in double, converted back (saturating).
+template <class T, class F>
+PTO_INLINE T via_double(T x, F f) {
+  if constexpr (is_float_v<T>)
+    return f(x);
+  else
+    return cast<T>(f(double(x)));
+}
+#define PTO_ELEM_FLOAT_FN(name, body)                                                  \
+  template <class T>                                                                   \
+  PTO_INLINE T name(T x) {                                                             \
+    return via_double(x, [](auto v) __attribute__((always_inline)) { return body; }); \
+  }
+PTO_ELEM_FLOAT_FN(exp, math::exp(v))    // exp(-inf) = 0, exp(+inf) = +inf
+PTO_ELEM_FLOAT_FN(log, math::log(v))    // log(0) = -inf, log(x < 0) = NaN, log(+inf) = +inf
+PTO_ELEM_FLOAT_FN(sqrt, math::sqrt(v))  // sqrt(x < 0) = NaN
+PTO_ELEM_FLOAT_FN(rsqrt, decltype(v)(1) / math::sqrt(v))  // rsqrt(0) = +inf
+PTO_ELEM_FLOAT_FN(recip, decltype(v)(1) / v)              // recip(0) = +inf; of an int: 0 -> max
+PTO_ELEM_FLOAT_FN(tanh, math::tanh(v))                    // tanh(+-inf) = +-1
+PTO_ELEM_FLOAT_FN(sigmoid, math::sigmoid(v))              // sigmoid(-inf) = 0, (+inf) = 1
+PTO_ELEM_FLOAT_FN(erf, math::erf(v))                      // erf(+-inf) = +-1
+PTO_ELEM_FLOAT_FN(gelu, math::gelu(v))                    // x/2 (1 + erf(x/sqrt2)); (-inf) = -0
+PTO_ELEM_FLOAT_FN(gelu_tanh, math::gelu_tanh(v))          // tanh form; (-inf) = -0
+PTO_ELEM_FLOAT_FN(silu, math::silu(v))                    // x sigmoid(x); (-inf) = -0
+#undef PTO_ELEM_FLOAT_FN
+
+template <class T>
+PTO_INLINE T floor(T x) {
+  if constexpr (is_int_v<T>)
+    return x;
+  else
+    return math::floor(x);
+}
+template <class T>
+PTO_INLINE T relu(T x) {
+  return x < T(0) ? T(0) : x;  // NaN stays NaN, -0.0 stays -0.0
+}
+template <class T>
+PTO_INLINE T lnot(T x) {
+  return x == T(0) ? T(1) : T(0);  // NaN is true, so !NaN == 0
+}
+
+// ---- binary -------------------------------------------------------------------------------------
+template <class T>
+PTO_INLINE T add(T a, T b) {
+  if constexpr (is_int_v<T>)
+    return wrap_add(a, b);
+  else
+    return a + b;
+}
+template <class T>
+PTO_INLINE T sub(T a, T b) {
+  if constexpr (is_int_v<T>)
+    return wrap_sub(a, b);
+  else
+    return a - b;
+}
+template <class T>
+PTO_INLINE T mul(T a, T b) {
+  if constexpr (is_int_v<T>)
+    return wrap_mul(a, b);
+  else
+    return a * b;
+}
+// Integers: truncating division, x / 0 == 0, INT_MIN / -1 == INT_MIN.
+template <class T>
+PTO_INLINE T div(T a, T b) {
+  if constexpr (is_int_v<T>) {
+    if (b == T(0)) return T(0);
+    if (b == T(-1)) return neg(a);
+    return T(a / b);
+  } else {
+    return a / b;
+  }
+}
+// Remainder of div (sign of the dividend); x % 0 == 0.
+template <class T>
+PTO_INLINE T rem(T a, T b) {
+  if constexpr (is_int_v<T>) {
+    if (b == T(0) || b == T(-1)) return T(0);
+    return T(a % b);
+  } else {
+    return __builtin_fmod(a, b);
+  }
+}
+// Python's // and % (floor division; the remainder has the divisor's sign), as the scalar
+// expression language uses them. Integers: x // 0 == 0, x % 0 == 0.
+template <class T>
+PTO_INLINE T floordiv(T a, T b) {
+  if constexpr (is_int_v<T>) {
+    const T q = div(a, b), r = rem(a, b);
+    return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? wrap_sub(q, T(1)) : q;
+  } else {
+    return math::floor(a / b);
+  }
+}
+template <class T>
+PTO_INLINE T floormod(T a, T b) {
+  const T r = rem(a, b);
+  if constexpr (is_int_v<T>)
+    return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? wrap_add(r, b) : r;
+  else
+    return (r != T(0) && ((r < T(0)) != (b < T(0)))) ? r + b : r;
+}
+template <class T>
+PTO_INLINE T max(T a, T b) {
+  return (a > b || a != a) ? a : b;  // NaN in a: a; NaN in b: the compare fails -> b
+}
+template <class T>
+PTO_INLINE T min(T a, T b) {
+  return (a < b || a != a) ? a : b;
+}
+// Integers: exact by squaring, wrapping; a negative exponent gives the truncated 1 / a^-b
+// (1 for a == 1, +-1 for a == -1, 0 otherwise; 0 ** negative == 0, as integer division by 0).
+template <class T>
+PTO_INLINE T pow(T a, T b) {
+  if constexpr (is_int_v<T>) {
+    if (b < T(0)) return a == T(1) ? T(1) : (a == T(-1) ? ((b & T(1)) ? T(-1) : T(1)) : T(0));
+    T r = T(1);
+    for (; b != T(0); b = T(b >> 1)) {
+      if (b & T(1)) r = wrap_mul(r, a);
+      a = wrap_mul(a, a);
+    }
+    return r;
+  } else {
+    return math::pow(a, b);
+  }
+}
+template <class T>
+PTO_INLINE T land(T a, T b) {
+  return T((a != T(0)) & (b != T(0)));
+}
+template <class T>
+PTO_INLINE T lor(T a, T b) {
+  return T((a != T(0)) | (b != T(0)));
+}
+
+// ---- compare (IEEE: with a NaN only ne is true) --------------------------------------------------
+template <class T>
+PTO_INLINE bool lt(T a, T b) {
+  return a < b;
+}
+template <class T>
+PTO_INLINE bool le(T a, T b) {
+  return a <= b;
+}
+template <class T>
+PTO_INLINE bool gt(T a, T b) {
+  return a > b;
+}
+template <class T>
+PTO_INLINE bool ge(T a, T b) {
+  return a >= b;
+}
+template <class T>
+PTO_INLINE bool eq(T a, T b) {
+  return a == b;
+}
+template <class T>
+PTO_INLINE bool ne(T a, T b) {
+  return a != b;
+}
+
+// ---- select -------------------------------------------------------------------------------------
+// The mask is tested in its own type (NaN counts as true), the values are in the result's type.
+template <class M, class T>
+PTO_INLINE T sel(M mask, T a, T b) {
+  return mask != M(0) ? a : b;
+}
+
+}  // namespace elem
+}  // namespace pto

@@ -1,0 +1,397 @@
+"""Kernels that take part in automatic differentiation (glue only).
+
+The backward of a kernel is derived in C++ from its tensor-level program
+(src/passes/autodiff.cpp, `_C.autodiff`) and compiled through the same pipeline as any kernel;
+this module moves arrays between it and its callers:
+
+* torch: a kernel called with tensors that require grad (grad mode on) runs as a
+  torch.autograd.Function, so its outputs carry a grad_fn; `pypto.torch_function(kernel)` gives
+  that callable explicitly.
+* the seed's §5.1 names: `to_pto_tensor`, `to_torch_tensor`, an output's `.metadata`,
+  `pto_autograd(metadata, grad_output)`.
+* NumPy: `pypto.grad(kernel, argnums)`, `pypto.vjp(kernel, *args)`.
+* `@kernel.defvjp`: a hand-written backward replaces the derived one.
+* `vjp_call(kernel, args, outputs, grad_outputs)`: the derived (or hand-written) backward of one
+  call, for other integrations (torch.library.register_autograd).
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from . import _C
+from . import dtypes as _dt
+from . import interop
+from .frontend.errors import PyptoError
+from .frontend.trace import rebuild
+from .tensor import Tensor
+
+
+# --- the derived backward of one compiled kernel ---------------------------------------------
+
+class Derived:
+    """The backward kernel of one CompiledKernel (one signature of a @pypto.jit kernel)."""
+
+    def __init__(self, entry):
+        prog, args, grads, results = _C.autodiff(entry.program, entry.builder)
+        self.program = prog
+        self.args = args            # per backward input: (role, forward param index)
+        self.grads = grads          # per backward output: the forward param it is the gradient of
+        self.results = results      # forward params that are results: outputs, then written inputs
+        self.n_inputs = len(entry.plan)
+        self.written = [r for r in results if r < self.n_inputs]
+        self.name = entry.name  # (no reference to the entry: it holds this object)
+        self.kernel = _C.Kernel(prog, entry.backend, **entry.options)
+        if entry.backend == "cpu":
+            self.kernel.compile()
+        params = self.kernel.params()
+        self.in_params = [p for p in params if p[3] != "output"]
+        self.out_params = [p for p in params if p[3] == "output"]
+        fparams = entry.kernel.params()
+        self.param_dtypes = [_dt.to_dtype(p[1]) for p in fparams]
+        self.param_shapes = [tuple(p[2]) for p in fparams]
+
+    def __call__(self, values, cotangents, scalars, kind):
+        """values: forward param index -> array (inputs; results as after the call); cotangents:
+        forward param index -> array or None (zeros). Returns {forward input param: gradient}."""
+        run, keep = [], []
+        for role, idx in self.args:
+            a = cotangents.get(idx) if role == "cotangent" else values[idx]
+            arg, held = _prepared(a, self.param_dtypes[idx], self.param_shapes[idx])
+            run.append(arg)
+            keep.append(held)
+        grads = []
+        for p in self.out_params:
+            obj, arg = interop.make_allocator(kind, p[2], _dt.to_dtype(p[1]))()
+            grads.append(obj)
+            run.append(arg)
+        try:
+            self.kernel.run(run, list(scalars))
+        except PyptoError as e:
+            raise PyptoError(f"backward of kernel '{self.name}' failed at run time: {e}") from None
+        return dict(zip(self.grads, grads))
+
+
+def _prepared(a, dtype, shape):
+    """(what Kernel.run takes, the array to keep alive) for a param of this dtype and shape;
+    None means zeros."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(a, torch.Tensor):
+        a = a.detach()
+        tdt = getattr(torch, dtype.name)
+        if a.dtype != tdt or tuple(a.shape) != shape or not a.is_contiguous():
+            a = a.to(tdt).expand(shape).contiguous()
+        return (a.data_ptr(), a.stride()), a
+    if a is None:
+        a = np.zeros(shape, dtype.np)
+        return a, a
+    if isinstance(a, Tensor):
+        if a._dtype == dtype and tuple(a.shape) == shape:
+            return a, a
+        a = a.numpy()
+    a = np.asarray(a)
+    if a.dtype != dtype.np or a.shape != shape or not a.flags.c_contiguous:
+        a = np.ascontiguousarray(np.broadcast_to(a, shape), dtype.np)
+    return a, a
+
+
+def derived(entry):
+    if entry.grad is None:
+        entry.grad = Derived(entry)
+    return entry.grad
+
+
+def _kernel_entry(fn, args):
+    """(kernel, compiled entry, implicit inputs, full args) for a call of `fn` with `args`."""
+    kernel = getattr(fn, "_kernel", fn)  # a bound kernel method
+    full = fn._full_args(tuple(args), {}) if not hasattr(fn, "_kernel") else (fn._self,) + tuple(args)
+    entry, imp = kernel._entry(full)
+    return kernel, entry, imp, full
+
+
+def _values(entry, inputs, outputs):
+    return list(inputs) + list(outputs)
+
+
+def _scalars(entry, full):
+    return [full[i] for i in entry.scalar_idx]
+
+
+# --- one call's backward, for any caller ---------------------------------------------------------
+
+def written_args(fn, *args):
+    """Positions (in `args`) of the arguments a call of `fn` writes into (C[...] = ...)."""
+    kernel, entry, imp, full = _kernel_entry(fn, args)
+    d = derived(entry)
+    k0 = kernel._k0
+    return [entry.plan[i][1] - k0 for i in d.written if entry.plan[i][0] == "a"]
+
+
+def vjp_call(fn, args, outputs, grad_outputs):
+    """Gradients of one call `outputs = fn(*args)`, one per positional argument (None where an
+    argument is not a floating-point array). `outputs`: the kernel's output arrays in order (a
+    single-output kernel: [out]); `grad_outputs`: their cotangents, then those of the arguments
+    the call wrote into (`written_args`), None meaning zeros. Arguments the kernel wrote into
+    hold their new values. Runs the kernel's @defvjp backward when it has one."""
+    kernel, entry, imp, full = _kernel_entry(fn, args)
+    if kernel._vjp is not None:
+        out = outputs[0] if len(outputs) == 1 else tuple(outputs)
+        g = grad_outputs[0] if len(grad_outputs) == 1 else tuple(grad_outputs)
+        return _custom_grads(kernel, args, out, g)
+    d = derived(entry)
+    inputs = entry.inputs(full, imp)
+    values = _values(entry, inputs, outputs)
+    cot = dict(zip(d.results, grad_outputs))
+    kind = interop.array_kind(inputs[0]) if inputs else interop.NUMPY
+    got = d(values, cot, _scalars(entry, full), kind)
+    grads = [None] * len(args)
+    for i, (src, k) in enumerate(entry.plan):
+        if src == "a" and i in got and k >= kernel._k0:
+            grads[k - kernel._k0] = got[i]
+    return tuple(grads)
+
+
+def _custom_grads(kernel, args, out, grad):
+    g = kernel._vjp(*args, out, grad)
+    if not isinstance(g, (tuple, list)):
+        g = (g,)
+    if len(g) != len(args):
+        raise PyptoError(f"the @defvjp backward of kernel '{kernel.__name__}' returned {len(g)} gradients for "
+                         f"{len(args)} arguments")
+    return tuple(g)
+
+
+# --- torch.autograd ----------------------------------------------------------------------------
+
+def wants_grad(args):
+    """Whether a kernel call must record for autograd: a torch tensor that requires grad (grad
+    mode on), or a tensor from pypto.to_pto_tensor."""
+    torch = sys.modules.get("torch")
+    on = torch is not None and torch.is_grad_enabled()
+    for a in args:
+        if type(a) is Tensor:
+            if a._autograd:
+                return True
+        elif on and getattr(a, "requires_grad", False) and isinstance(a, torch.Tensor):
+            return True
+    return False
+
+
+_function = None
+
+
+def _torch_function_class():
+    global _function
+    if _function is not None:
+        return _function
+    import torch
+
+    class KernelFunction(torch.autograd.Function):
+        """One kernel call as a node of torch's graph; backward runs the derived kernel."""
+
+        @staticmethod
+        def forward(ctx, call, *inputs):
+            from . import interop  # refuse a write into a leaf before it happens, as torch does
+            for i in call.written:
+                interop.check_torch_written(inputs[i], f"kernel '{call.entry.name}': input {i + 1}", recording=True)
+            outs = call.run(inputs)
+            written = [inputs[i] for i in call.written]
+            if written:
+                ctx.mark_dirty(*written)
+            results = list(outs) + written
+            ctx.call = call
+            ctx.n_out = len(outs)
+            nondiff = [r for r in results if not r.is_floating_point()]
+            if nondiff:
+                ctx.mark_non_differentiable(*nondiff)
+            ctx.save_for_backward(*call.to_save(inputs, results))
+            return tuple(results)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            if torch.is_grad_enabled():
+                raise RuntimeError(f"kernel '{ctx.call.entry.name}': double backward (create_graph=True) is not "
+                                   "supported: the derived backward is not itself differentiated")
+            return (None,) + ctx.call.backward(ctx.saved_tensors, grads)
+
+    _function = KernelFunction
+    return _function
+
+
+class _TorchCall:
+    """What a recorded call keeps: the compiled entry, its scalars and where its tensors go.
+    It holds no tensor after the forward (a tensor here would make a reference cycle through
+    torch's graph, which the garbage collector cannot see): what backward needs is saved."""
+
+    def __init__(self, kernel, entry, full, imp):
+        self.kernel = kernel
+        self.entry = entry
+        self.full = full
+        self.imp = imp
+        self.scalars = _scalars(entry, full)
+        self.custom = kernel._vjp is not None
+        self.derived = None if self.custom else derived(entry)
+        self.written = self.derived.written if self.derived else []
+        # the custom backward's arguments: non-array values kept, arrays taken from the saved inputs
+        self.skeleton = None
+        if self.custom:
+            slot = {k: i for i, (src, k) in enumerate(entry.plan) if src == "a"}
+            self.skeleton = [("in", slot[k]) if k in slot else ("value", a)
+                             for k, a in enumerate(full) if k >= kernel._k0]
+
+    def run(self, inputs):
+        outs, _ = self.entry.run_flat(self.full, self.imp)
+        self.full = self.imp = None
+        return outs
+
+    def to_save(self, inputs, results):
+        self.n_inputs = len(inputs)
+        if self.custom:
+            return list(inputs) + list(results)
+        d = self.derived
+        saved = []
+        for role, idx in d.args:
+            if role == "input":
+                saved.append(inputs[idx])
+            elif role == "saved":
+                saved.append(results[d.results.index(idx)])
+        return saved
+
+    def backward(self, saved, grads):
+        if self.custom:
+            inputs = saved[:self.n_inputs]
+            args = tuple(inputs[v] if kind == "in" else v for kind, v in self.skeleton)
+            n_out = len(grads) - len(self.written)
+            outs = saved[self.n_inputs:self.n_inputs + n_out]
+            out = outs[0] if len(outs) == 1 else tuple(outs)
+            g = grads[0] if n_out == 1 else tuple(grads[:n_out])
+            got = _custom_grads(self.kernel, args, out, g)
+            res = [None] * self.n_inputs
+            for i, (src, k) in enumerate(self.entry.plan):
+                if src == "a":
+                    res[i] = got[k - self.kernel._k0]
+            return tuple(res)
+        d = self.derived
+        values = {}
+        it = iter(saved)
+        for role, idx in d.args:
+            if role != "cotangent":
+                values[idx] = next(it)
+        cot = dict(zip(d.results, grads))
+        got = d(values, cot, self.scalars, interop.TORCH)
+        return tuple(got.get(i) for i in range(self.n_inputs))
+
+
+def call(kernel, full):
+    """A kernel call that records for autograd (JitFunction.__call__ sends it here)."""
+    entry, imp = kernel._entry(full)
+    inputs = entry.inputs(full, imp)
+    if any(type(a) is Tensor for a in inputs):
+        return _call_pto(kernel, entry, imp, full)
+    c = _TorchCall(kernel, entry, full, imp)
+    results = _torch_function_class().apply(c, *inputs)
+    outs = results[:len(results) - len(c.written)]
+    if entry.single_out:
+        return outs[0]
+    return rebuild(entry.template, list(outs), inputs)
+
+
+def torch_function(kernel):
+    """The kernel as a torch.autograd.Function-backed callable: its outputs always carry a
+    grad_fn when an input requires grad (the same path a plain call takes under grad mode)."""
+    def fn(*args, **kwargs):
+        full = kernel._full_args(args, kwargs) if not hasattr(kernel, "_kernel") else \
+            (kernel._self,) + kernel._kernel._bind(args, kwargs)[1:]
+        k = getattr(kernel, "_kernel", kernel)
+        return call(k, full)
+    fn.__name__ = getattr(kernel, "__name__", "kernel")
+    fn.__wrapped__ = kernel
+    return fn
+
+
+# --- the seed's §5.1 names ---------------------------------------------------------------------
+
+class Metadata:
+    """What a kernel output from to_pto_tensor arguments carries: enough to run its backward."""
+
+    def __init__(self, kernel, entry, full, imp, outs):
+        self.kernel, self.entry, self.full, self.imp, self.outs = kernel, entry, full, imp, outs
+
+
+def _call_pto(kernel, entry, imp, full):
+    outs, inputs = entry.run_flat(full, imp)
+    meta = Metadata(kernel, entry, full, imp, outs)
+    for o in outs:
+        if isinstance(o, Tensor):
+            o.metadata = meta
+    if entry.single_out:
+        return outs[0]
+    return rebuild(entry.template, outs, inputs)
+
+
+def to_pto_tensor(x):
+    """A pypto.Tensor sharing x's memory (torch tensor, NumPy array or pypto.Tensor); a kernel
+    called with it returns outputs whose `.metadata` pto_autograd takes."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        t = interop.from_torch(x.detach())
+    elif isinstance(x, Tensor):
+        t = Tensor._wrap(x._data, x._dtype)
+    else:
+        t = interop.from_numpy(np.asarray(x))
+    t._autograd = True
+    return t
+
+
+def to_torch_tensor(x):
+    """A torch tensor sharing x's memory (None stays None)."""
+    return None if x is None else interop.to_torch(x)
+
+
+def pto_autograd(metadata, grad_output):
+    """The gradients of the inputs of the call that made `metadata` (a kernel output's
+    `.metadata`), given the output's cotangent: one per array argument, as pypto.Tensors."""
+    if not isinstance(metadata, Metadata):
+        raise PyptoError("pto_autograd expects a kernel output's .metadata (call the kernel with tensors from "
+                         "pypto.to_pto_tensor)")
+    grads = grad_output if isinstance(grad_output, (tuple, list)) else (grad_output,)
+    k0 = metadata.kernel._k0
+    args = metadata.full[k0:]
+    got = vjp_call(metadata.kernel, args, metadata.outs, list(grads))
+    return tuple(g for g, a in zip(got, args) if interop.is_array(a))
+
+
+# --- NumPy: pypto.grad / pypto.vjp -----------------------------------------------------------------
+
+def vjp(kernel, *args):
+    """pypto.vjp(kernel, *args) -> (outputs, pullback): pullback(cotangent) returns one gradient
+    per argument (None where not differentiable). pypto.vjp(kernel) returns f(*args) doing that."""
+    if not args:
+        return lambda *a: vjp(kernel, *a)
+    k, entry, imp, full = _kernel_entry(kernel, args)
+    outs, inputs = entry.run_flat(full, imp)
+    result = outs[0] if entry.single_out else rebuild(entry.template, outs, inputs)
+
+    def pullback(*cotangents):
+        if len(cotangents) == 1 and isinstance(cotangents[0], (tuple, list)):
+            cotangents = tuple(cotangents[0])
+        return vjp_call(kernel, args, outs, list(cotangents))
+    return result, pullback
+
+
+def grad(kernel, argnums=0):
+    """pypto.grad(kernel, argnums=0): a function returning the gradient of the kernel's output
+    (which must hold one element) with respect to argument `argnums` (an int or a tuple)."""
+    def g(*args):
+        out, pullback = vjp(kernel, *args)
+        arr = interop.to_numpy(out) if not isinstance(out, np.ndarray) else out
+        if arr.size != 1:
+            raise PyptoError(f"pypto.grad: kernel '{getattr(kernel, '__name__', '?')}' returns shape {arr.shape}; "
+                             f"grad needs a single element (use pypto.vjp for other outputs)")
+        cot = np.ones(arr.shape, arr.dtype)
+        grads = pullback(cot)
+        if isinstance(argnums, int):
+            return grads[argnums]
+        return tuple(grads[i] for i in argnums)
+    return g

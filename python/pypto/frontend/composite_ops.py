@@ -1,0 +1,174 @@
+"""Tracing implementations of the composite operations (masks, statistics, selection by value,
+layout): argument handling only; each is one call of the C++ builder (src/ir/builder_ops.cpp),
+except split/chunk, which are plain views."""
+from __future__ import annotations
+
+from .errors import PyptoError
+from .tensor_ops import _find_tracer, dims_arg, index, operand, static_float, static_int, tensor_of, wrap
+from .values import TensorValue
+
+
+def _flat(tr, v):
+    return tr.b.reshape(v, [-1]) if len(v.shape) != 1 else v
+
+
+def tril(x, diagonal=0):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.tril(tensor_of(tr, x), static_int(diagonal, "diagonal")))
+
+
+def triu(x, diagonal=0):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.triu(tensor_of(tr, x), static_int(diagonal, "diagonal")))
+
+
+def _correction(unbiased, correction, what):
+    if correction is not None and unbiased is not None:
+        raise PyptoError(f"{what}: give either unbiased or correction, not both")
+    if correction is not None:
+        return static_float(correction, "correction")
+    return 1.0 if unbiased is None or unbiased else 0.0
+
+
+def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):  # torch.var(x, unbiased)
+        dim, unbiased = None, dim
+    tr = _find_tracer(x)
+    c = _correction(unbiased, correction, "var")
+    return wrap(tr, tr.b.variance(tensor_of(tr, x), dims_arg(dim), c, bool(keepdim)))
+
+
+def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    from .tensor_ops import unary
+    from .values import Opcode
+    return unary(Opcode.TSQRT, var(x, dim, unbiased, keepdim, correction=correction))
+
+
+def logsumexp(x, dim=None, keepdim=False):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.logsumexp(tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
+
+
+def any(x, dim=None, keepdim=False):  # noqa: A001
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.any(tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
+
+
+def all(x, dim=None, keepdim=False):  # noqa: A001
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.all(tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
+
+
+def _arg(kind, x, dim, keepdim):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    if dim is None:  # over the flattened tensor (as torch)
+        rank = len(v.shape)
+        r = getattr(tr.b, kind)(_flat(tr, v), 0, False)
+        if keepdim and rank:
+            r = tr.b.reshape(r, [1] * rank)
+        return wrap(tr, r)
+    return wrap(tr, getattr(tr.b, kind)(v, static_int(dim, "dim"), bool(keepdim)))
+
+
+def argmax(x, dim=None, keepdim=False):
+    return _arg("argmax", x, dim, keepdim)
+
+
+def argmin(x, dim=None, keepdim=False):
+    return _arg("argmin", x, dim, keepdim)
+
+
+def stack(xs, dim=0):
+    if not isinstance(xs, (list, tuple)) or not xs:
+        raise PyptoError("stack expects a non-empty list or tuple of tensors")
+    tr = _find_tracer(*xs)
+    return wrap(tr, tr.b.stack([tensor_of(tr, x, "stack input") for x in xs], static_int(dim, "dim")))
+
+
+def roll(x, shifts, dims=None):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    if dims is None:
+        shape = list(v.shape)
+        return wrap(tr, tr.b.reshape(tr.b.roll(_flat(tr, v), static_int(shifts, "shifts"), 0), shape))
+    sh = shifts if isinstance(shifts, (tuple, list)) else (shifts,)
+    ds = dims if isinstance(dims, (tuple, list)) else (dims,)
+    if len(sh) != len(ds):
+        raise PyptoError(f"roll: {len(sh)} shifts for {len(ds)} dims")
+    for s, d in zip(sh, ds):
+        v = tr.b.roll(v, static_int(s, "shifts"), static_int(d, "dims"))
+    return wrap(tr, v)
+
+
+def repeat_interleave(x, repeats, dim=None):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    if isinstance(repeats, TensorValue):
+        raise PyptoError("repeat_interleave: repeats must be an integer (a tensor of repeats would make the "
+                         "output size data-dependent)")
+    r = static_int(repeats, "repeats")
+    if dim is None:
+        return wrap(tr, tr.b.repeat_interleave(_flat(tr, v), r, 0))
+    return wrap(tr, tr.b.repeat_interleave(v, r, static_int(dim, "dim")))
+
+
+def one_hot(x, num_classes=-1):
+    tr = _find_tracer(x)
+    n = static_int(num_classes, "num_classes")
+    if n < 0:
+        raise PyptoError("one_hot: num_classes must be given inside a kernel (the output size cannot depend "
+                         "on the data)")
+    return wrap(tr, tr.b.one_hot(tensor_of(tr, x), n))
+
+
+def pad(x, pad, mode="constant", value=None):
+    if mode != "constant":
+        raise PyptoError(f"pad: only mode='constant' is supported, got {mode!r}")
+    tr = _find_tracer(x)
+    amounts = [static_int(p, "pad") for p in pad]
+    return wrap(tr, tr.b.pad(tensor_of(tr, x), amounts, operand(tr, 0 if value is None else value)))
+
+
+def _split_sizes(n, split_size_or_sections, what):
+    if isinstance(split_size_or_sections, (list, tuple)):
+        sizes = [static_int(s, "split sizes") for s in split_size_or_sections]
+        if sum(sizes) != n or (sizes and min(sizes) < 0):
+            raise PyptoError(f"{what}: split sizes {sizes} do not add up to the dimension's size {n}")
+        return sizes
+    s = static_int(split_size_or_sections, "split_size")
+    if s < 1:
+        raise PyptoError(f"{what}: split_size must be >= 1, got {s}")
+    return [min(s, n - i) for i in range(0, n, s)]
+
+
+def split(x, split_size_or_sections, dim=0):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    rank = len(v.shape)
+    d = static_int(dim, "dim")
+    if not -rank <= d < rank:
+        raise PyptoError(f"split: dim {d} is out of range for a tensor of rank {rank}")
+    d %= rank
+    xv = x if isinstance(x, TensorValue) else wrap(tr, v)
+    out, start = [], 0
+    for s in _split_sizes(v.shape[d], split_size_or_sections, "split"):
+        if s == 0:
+            raise PyptoError("split: empty pieces are not supported (a tensor dimension must be >= 1)")
+        out.append(index(xv, (slice(None),) * d + (slice(start, start + s),)))
+        start += s
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    c = static_int(chunks, "chunks")
+    if c < 1:
+        raise PyptoError(f"chunk: chunks must be >= 1, got {c}")
+    rank = len(v.shape)
+    d = static_int(dim, "dim")
+    if not -rank <= d < rank:
+        raise PyptoError(f"chunk: dim {d} is out of range for a tensor of rank {rank}")
+    n = v.shape[d % rank]
+    return split(x, -(-n // c), dim)

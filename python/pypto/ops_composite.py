@@ -1,0 +1,95 @@
+"""Public composite operations: triangular masks, statistics, selection by value and layout.
+
+Like every pypto op each works inside a kernel (traced), and eagerly on arrays outside one."""
+from __future__ import annotations
+
+from .frontend import composite_ops as C
+from .ops import _op
+
+
+@_op(C.tril)
+def tril(x, diagonal=0):
+    """The lower triangle of the last two dimensions (x[.., i, j] where j - i <= diagonal), zeros elsewhere."""
+
+
+@_op(C.triu)
+def triu(x, diagonal=0):
+    """The upper triangle of the last two dimensions (x[.., i, j] where j - i >= diagonal), zeros elsewhere."""
+
+
+@_op(C.var)
+def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Variance over `dim` (int, tuple or None = all) with Bessel's correction unless
+    unbiased=False / correction=0."""
+
+
+@_op(C.std)
+def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    """Standard deviation: sqrt(var(...))."""
+
+
+@_op(C.logsumexp)
+def logsumexp(x, dim=None, keepdim=False):
+    """log(sum(exp(x))) over `dim`, computed stably (rows of -inf give -inf)."""
+
+
+@_op(C.any)
+def any(x, dim=None, keepdim=False):  # noqa: A001
+    """Whether any element over `dim` is nonzero (bool)."""
+
+
+@_op(C.all)
+def all(x, dim=None, keepdim=False):  # noqa: A001
+    """Whether every element over `dim` is nonzero (bool)."""
+
+
+@_op(C.argmax)
+def argmax(x, dim=None, keepdim=False):
+    """Index (int64) of the first maximum over `dim` (None: of the flattened tensor); NaN counts as
+    the maximum, as torch."""
+
+
+@_op(C.argmin)
+def argmin(x, dim=None, keepdim=False):
+    """Index (int64) of the first minimum over `dim` (None: of the flattened tensor)."""
+
+
+@_op(C.stack)
+def stack(tensors, dim=0):
+    """Join tensors of one shape along a new dimension."""
+
+
+@_op(C.roll)
+def roll(x, shifts, dims=None):
+    """Rotate elements along `dims` by `shifts` (None: over the flattened tensor)."""
+
+
+@_op(C.repeat_interleave)
+def repeat_interleave(x, repeats, dim=None):
+    """Repeat each element `repeats` times along `dim` (None: the flattened tensor)."""
+
+
+@_op(C.one_hot)
+def one_hot(x, num_classes=-1):
+    """int64 one-hot encoding of an integer tensor: a new last dimension of size num_classes."""
+
+
+@_op(C.pad)
+def pad(x, pad, mode="constant", value=None):
+    """Constant padding as torch.nn.functional.pad: (before, after) pairs from the last dimension
+    backwards; negative amounts crop."""
+
+
+@_op(C.split)
+def split(x, split_size_or_sections, dim=0):
+    """Views of consecutive pieces along `dim`: pieces of split_size (the last may be smaller) or
+    of the listed sizes."""
+
+
+@_op(C.chunk)
+def chunk(x, chunks, dim=0):
+    """Split into `chunks` pieces of ceil(n / chunks) (the last may be smaller)."""
+
+
+__all__ = ["tril", "triu", "var", "std", "logsumexp", "any", "all", "argmax", "argmin", "stack", "roll",
+           "repeat_interleave", "one_hot", "pad", "split", "chunk"]

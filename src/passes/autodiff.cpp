@@ -1,0 +1,462 @@
+// Reverse-mode differentiation of a tensor-level program: the driver (forward analysis, replay,
+// reverse sweep, dead code elimination, parameter pruning). The per-opcode derivative rules are
+// in autodiff_rules.cpp; the strategy is described in autodiff.h.
+#include "passes/autodiff.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "ir/printer.h"
+#include "ir/builder_impl.h"
+#include "passes/autodiff_impl.h"
+#include "passes/pass_util.h"
+
+namespace pypto::passes {
+namespace ad {
+
+using namespace ir;
+
+namespace {
+
+bool same_view(const View& a, const View& b) {
+  if (a.buf != b.buf || a.size != b.size || a.step != b.step || a.dims != b.dims) return false;
+  for (size_t i = 0; i < a.offset.size(); ++i)
+    if (!expr_equal(a.offset[i], b.offset[i]) || !expr_equal(a.valid[i], b.valid[i])) return false;
+  return true;
+}
+
+const View* view_of(const Operand& o) { return std::get_if<View>(&o); }
+
+}  // namespace
+
+// `dst += x`, `dst -= x` and `dst += a @ b`: the old value of dst passes through unchanged.
+bool in_place_linear(const Op& op) {
+  if (op.code == Opcode::TMATMUL_ACC) return true;
+  if (op.code != Opcode::TADD && op.code != Opcode::TSUB) return false;
+  const View* src = view_of(op.args[1]);
+  return src && same_view(std::get<View>(op.args[0]), *src);
+}
+
+// The sources an instruction reads (the accumulator of an in-place linear update excluded).
+std::vector<const View*> sources(const Op& op) {
+  std::vector<const View*> out;
+  bool skip_first = in_place_linear(op) && op.code != Opcode::TMATMUL_ACC;
+  for (size_t i = 1; i < op.args.size(); ++i) {
+    if (i == 1 && skip_first) continue;
+    if (auto v = view_of(op.args[i])) out.push_back(v);
+  }
+  return out;
+}
+
+Differentiator::Differentiator(const Program& forward, const Locate& locate)
+    : fwd_(forward), locate_(locate), b_(forward.name + "_backward") {
+  std::vector<const StmtNode*> loops;
+  analyse(forward.body, loops);
+}
+
+void Differentiator::analyse(const std::vector<Stmt>& body, std::vector<const StmtNode*>& loops) {
+  for (const Stmt& s : body) {
+    auto& info = stmts_[s.get()];
+    info.pos = int(stmts_.size());
+    info.loops = loops;
+    switch (s->kind) {
+      case StmtKind::Alloc: bufs_[s->buffer.get()].loops_at_alloc = loops; break;
+      case StmtKind::OpStmt: {
+        if (auto d = view_of(s->op.args.empty() ? Operand(Expr()) : s->op.args[0]))
+          bufs_[d->buf.get()].writes.push_back(s.get());
+        for (const View* v : sources(s->op)) bufs_[v->buf.get()].reads.push_back(s.get());
+        break;
+      }
+      case StmtKind::For:
+        loops.push_back(s.get());
+        analyse(s->body, loops);
+        loops.pop_back();
+        break;
+      case StmtKind::If:
+        analyse(s->body, loops);
+        analyse(s->orelse, loops);
+        break;
+      default: break;
+    }
+  }
+}
+
+// Whether buffer b, read at statement s, may hold another value by the time the backward reads
+// it: written later in program order, or in a later iteration of a loop around s that does not
+// also own b. `before_write`: the read happens before s's own write (a source, not the result).
+bool Differentiator::stale(const Buffer* b, const StmtNode* s, bool before_write) const {
+  auto it = bufs_.find(b);
+  if (it == bufs_.end()) return false;
+  const auto& si = stmts_.at(s);
+  for (const StmtNode* w : it->second.writes) {
+    const auto& wi = stmts_.at(w);
+    if (wi.pos > si.pos || (before_write && w == s)) return true;
+    for (const StmtNode* loop : wi.loops) {
+      bool around_s = std::find(si.loops.begin(), si.loops.end(), loop) != si.loops.end();
+      const auto& own = it->second.loops_at_alloc;
+      bool owns_b = std::find(own.begin(), own.end(), loop) != own.end();
+      if (around_s && !owns_b) return true;
+    }
+  }
+  return false;
+}
+
+bool Differentiator::overwritten(const Buffer* b) const {
+  if (b->kind == BufferKind::Param) return true;  // an argument written: its old value dies
+  auto it = bufs_.find(b);
+  if (it == bufs_.end()) return false;
+  if (it->second.writes.size() > 1) return true;
+  for (const StmtNode* w : it->second.writes)
+    if (stmts_.at(w).loops.size() > it->second.loops_at_alloc.size()) return true;
+  return false;
+}
+
+// Iterations must be swept last to first when one reads what an earlier one wrote into a buffer
+// that outlives the iteration; otherwise any order is right and the forward order is kept.
+bool Differentiator::needs_reversal(const StmtNode* loop) const {
+  std::set<const Buffer*> written, read;
+  std::vector<const StmtNode*> loops;
+  walk(loop->body, [&](const Stmt& s) {
+    if (s->kind != StmtKind::OpStmt || s->op.args.empty()) return;
+    if (auto d = view_of(s->op.args[0])) written.insert(d->buf.get());
+    for (const View* v : sources(s->op)) read.insert(v->buf.get());
+  });
+  for (const Buffer* b : written) {
+    if (!read.count(b)) continue;
+    auto it = bufs_.find(b);
+    const auto& own = it->second.loops_at_alloc;
+    if (std::find(own.begin(), own.end(), loop) == own.end()) return true;
+  }
+  return false;
+}
+
+void Differentiator::refuse(const StmtNode* s, const std::string& why) const {
+  std::string where = locate_ ? locate_(s) : std::string();
+  std::string text = s->kind == StmtKind::OpStmt ? print(s->op) : std::string("a statement");
+  throw Error("cannot differentiate kernel '" + fwd_.name + "'" + (where.empty() ? "" : " at " + where) +
+              ": " + why + " (in `" + text + "`); write its backward by hand with @kernel.defvjp");
+}
+
+View Differentiator::mapped(const View& v, const Env& env) const {
+  View out = v;
+  auto it = env.bufs.find(v.buf.get());
+  if (it != env.bufs.end()) out.buf = it->second;
+  for (auto& e : out.offset) e = substitute(e, env.vars);
+  for (auto& e : out.valid) e = substitute(e, env.vars);
+  return out;
+}
+
+Operand Differentiator::mapped(const Operand& o, const Env& env) const {
+  if (auto v = view_of(o)) return mapped(*v, env);
+  return substitute(std::get<Expr>(o), env.vars);
+}
+
+bool Differentiator::has_adjoint(const Operand& o) const {
+  auto v = view_of(o);
+  return v && adj_.count(v->buf.get());
+}
+
+View Differentiator::adjoint(const View& v, const Env& env) const {
+  View out = mapped(v, env);
+  out.buf = adj_.at(v.buf.get());
+  return out;
+}
+
+Operand Differentiator::value(const Operand& o, const StmtNode* s, const Env& env, bool is_result) const {
+  if (auto v = view_of(o))
+    if (stale(v->buf.get(), s, !is_result))
+      refuse(s, "its derivative needs the value of %" + v->buf->name +
+                    " at this point, but the kernel overwrites it later (a value carried across loop iterations "
+                    "or updated in place non-linearly, or an argument read and then written)");
+  return mapped(o, env);
+}
+
+Expr Differentiator::constant(double v, const View& like) const {
+  return float_imm(v, like.buf->dtype == DType::F64 ? DType::F64 : DType::F32);
+}
+
+void Differentiator::accumulate(const Operand& src, View c, const Env& env, bool subtract) {
+  if (!has_adjoint(src)) return;
+  View a = adjoint(std::get<View>(src), env);
+  auto as = a.shape(), cs = c.shape();
+  if (as != cs) {
+    int R = int(cs.size()), r = int(as.size()), lead = R - r;
+    std::vector<int> dims;
+    for (int j = 0; j < R; ++j)
+      if (j < lead || (as[j - lead] == 1 && cs[j] != 1)) dims.push_back(j);
+    if (!dims.empty()) c = b_.reduce(Opcode::TROWSUM, c, dims, true);
+    for (int j = 0; j < lead; ++j) c = b_.squeeze(c, 0);
+  }
+  // Only the region the contribution covers changes (the forward computed no more than that).
+  auto cv = c.valid_shape();
+  auto ashape = a.shape();
+  auto cshape = c.shape();
+  for (int j = 0; j < a.rank(); ++j) {
+    int bd = a.dims[j];
+    if (ashape[j] == cshape[j]) a.valid[bd] = min_valid(a.valid[bd], cv[j]);
+  }
+  b_.update(subtract ? Opcode::TSUB : Opcode::TADD, a, c);
+}
+
+// A copy of the forward statements for the current scope: buffers allocated here get fresh
+// names; writes into buffers not allocated in this replay (results, or values of an enclosing
+// scope) are dropped, since the backward holds their values already.
+void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<const Buffer*>& local) {
+  for (const Stmt& s : body) {
+    switch (s->kind) {
+      case StmtKind::Alloc: {
+        auto nb = std::make_shared<Buffer>(*s->buffer);
+        nb->name = b_.fresh_name(s->buffer->name);
+        env.bufs[s->buffer.get()] = nb;
+        origin_[nb.get()] = s->buffer.get();
+        local.insert(s->buffer.get());
+        b_.emit(alloc(nb));
+        break;
+      }
+      case StmtKind::Let: {
+        Expr v = substitute(s->value, env.vars);
+        std::string n = b_.fresh_name(s->var);
+        b_.emit(let(n, v));
+        env.vars[s->var] = var(n, v->dtype);
+        break;
+      }
+      case StmtKind::OpStmt: {
+        auto d = s->op.args.empty() ? nullptr : view_of(s->op.args[0]);
+        if (!d || !local.count(d->buf.get())) break;
+        Op op{s->op.code, {}};
+        for (const Operand& a : s->op.args) op.args.push_back(mapped(a, env));
+        Stmt ns = op_stmt(std::move(op));
+        replayed_[ns.get()] = s.get();
+        b_.emit(ns);
+        break;
+      }
+      case StmtKind::For: {
+        Env inner = env;
+        Expr v = b_.begin_for(s->var, substitute(s->lo, env.vars), substitute(s->hi, env.vars),
+                              substitute(s->step, env.vars), s->loop_kind == LoopKind::Parallel);
+        inner.vars[s->var] = v;
+        replay(s->body, inner, local);
+        b_.end_for();
+        break;
+      }
+      case StmtKind::If: {
+        b_.begin_if(substitute(s->cond, env.vars));
+        Env then_env = env;
+        replay(s->body, then_env, local);
+        if (!s->orelse.empty()) {
+          b_.begin_else();
+          Env else_env = env;
+          replay(s->orelse, else_env, local);
+        }
+        b_.end_if();
+        break;
+      }
+      case StmtKind::Seq: {
+        replay(s->body, env, local);
+        break;
+      }
+    }
+  }
+}
+
+namespace {
+BufferRef new_adjoint_buffer(Builder& b, const Buffer& like) {
+  auto nb = std::make_shared<Buffer>();
+  nb->name = b.fresh_name("d_" + like.name);
+  nb->dtype = like.dtype;
+  nb->shape = like.shape;
+  nb->space = Space::Global;
+  nb->kind = BufferKind::Temp;
+  b.emit(alloc(nb));
+  b.assign(View::whole(nb), float_imm(0.0, like.dtype == DType::F64 ? DType::F64 : DType::F32));
+  return nb;
+}
+}  // namespace
+
+void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
+  for (const Stmt& s : body)
+    if (s->kind == StmtKind::Alloc && is_float(s->buffer->dtype))
+      adj_[s->buffer.get()] = new_adjoint_buffer(b_, *s->buffer);
+  for (auto it = body.rbegin(); it != body.rend(); ++it) {
+    const Stmt& s = *it;
+    switch (s->kind) {
+      case StmtKind::OpStmt: rule(s.get(), env); break;
+      case StmtKind::For: {
+        Env inner = env;
+        Expr lo = substitute(s->lo, env.vars), hi = substitute(s->hi, env.vars), step = substitute(s->step, env.vars);
+        if (needs_reversal(s.get())) {
+          Expr trips = div(hi - lo + step - int_imm(1), step);
+          Expr u = b_.begin_for(s->var + "_rev", int_imm(0), trips, int_imm(1));
+          inner.vars[s->var] = lo + (trips - int_imm(1) - u) * step;
+        } else {
+          inner.vars[s->var] = b_.begin_for(s->var, lo, hi, step);
+        }
+        std::set<const Buffer*> local;
+        replay(s->body, inner, local);
+        sweep(s->body, inner);
+        b_.end_for();
+        break;
+      }
+      case StmtKind::If: {
+        b_.begin_if(substitute(s->cond, env.vars));
+        {
+          Env e = env;
+          std::set<const Buffer*> local;
+          replay(s->body, e, local);
+          sweep(s->body, e);
+        }
+        if (!s->orelse.empty()) {
+          b_.begin_else();
+          Env e = env;
+          std::set<const Buffer*> local;
+          replay(s->orelse, e, local);
+          sweep(s->orelse, e);
+        }
+        b_.end_if();
+        break;
+      }
+      case StmtKind::Seq: sweep(s->body, env); break;
+      default: break;
+    }
+  }
+}
+
+namespace {
+
+// Removes instructions whose results nothing live reads (the outputs are live), then allocations
+// of dead buffers and control flow left without instructions.
+void eliminate_dead_code(Program& p) {
+  std::set<const Buffer*> live;
+  for (auto& b : p.params)
+    if (b->kind == BufferKind::Output) live.insert(b.get());
+  for (bool changed = true; changed;) {
+    changed = false;
+    walk(p.body, [&](const Stmt& s) {
+      if (s->kind != StmtKind::OpStmt || s->op.args.empty()) return;
+      auto d = view_of(s->op.args[0]);
+      if (d && !live.count(d->buf.get())) return;
+      for (size_t i = 1; i < s->op.args.size(); ++i)
+        if (auto v = view_of(s->op.args[i]))
+          changed |= live.insert(v->buf.get()).second;
+    });
+  }
+  std::function<bool(std::vector<Stmt>&)> prune = [&](std::vector<Stmt>& body) {
+    std::vector<Stmt> kept;
+    bool has_op = false;
+    for (Stmt& s : body) {
+      switch (s->kind) {
+        case StmtKind::OpStmt: {
+          auto d = s->op.args.empty() ? nullptr : view_of(s->op.args[0]);
+          if (d && !live.count(d->buf.get())) continue;
+          has_op = true;
+          break;
+        }
+        case StmtKind::Alloc:
+          if (!live.count(s->buffer.get())) continue;
+          break;
+        case StmtKind::For: case StmtKind::If: case StmtKind::Seq: {
+          bool a = prune(s->body), b = prune(s->orelse);
+          if (!a && !b) continue;
+          has_op = true;
+          break;
+        }
+        default: break;
+      }
+      kept.push_back(s);
+    }
+    body = std::move(kept);
+    return has_op;
+  };
+  // Statements are shared with nothing else (the builder made them), so pruning in place is safe.
+  prune(p.body);
+}
+
+void used_buffers(const std::vector<Stmt>& body, std::set<const Buffer*>& used) {
+  walk(body, [&](const Stmt& s) {
+    if (s->kind != StmtKind::OpStmt) return;
+    for (auto& a : s->op.args)
+      if (auto v = view_of(a)) used.insert(v->buf.get());
+  });
+}
+
+}  // namespace
+
+Backward Differentiator::run() {
+  Backward out;
+  Env env;
+  // Results: outputs, then arguments the kernel writes into.
+  for (size_t i = 0; i < fwd_.params.size(); ++i)
+    if (fwd_.params[i]->kind == BufferKind::Output) out.results.push_back(int(i));
+  for (size_t i = 0; i < fwd_.params.size(); ++i)
+    if (fwd_.params[i]->kind == BufferKind::Param && !bufs_[fwd_.params[i].get()].writes.empty())
+      out.results.push_back(int(i));
+  std::vector<std::pair<BufferRef, Backward::Arg>> roles;
+  for (size_t i = 0; i < fwd_.params.size(); ++i) {
+    const Buffer& p = *fwd_.params[i];
+    View v = b_.add_param(p.name, p.dtype, p.shape);
+    env.bufs[&p] = v.buf;
+    origin_[v.buf.get()] = &p;
+    bool result = std::find(out.results.begin(), out.results.end(), int(i)) != out.results.end();
+    roles.push_back({v.buf, {result ? Backward::Role::Saved : Backward::Role::Input, int(i)}});
+  }
+  for (const ScalarParam& s : fwd_.scalars) env.vars[s.name] = b_.add_scalar_param(s.name, s.dtype);
+  // Adjoints of the results start as their cotangents.
+  for (int r : out.results) {
+    const Buffer& p = *fwd_.params[r];
+    if (!is_float(p.dtype)) continue;
+    View cot = b_.add_param("d_" + p.name, p.dtype, p.shape);
+    roles.push_back({cot.buf, {Backward::Role::Cotangent, r}});
+    bool read_only = p.kind == BufferKind::Output && !overwritten(&p) && bufs_[&p].reads.empty();
+    adj_[&p] = read_only ? cot.buf : b_.copy(cot).buf;
+  }
+  // Gradients of the inputs (an argument the kernel writes into: of its value before the call).
+  std::vector<View> grads;
+  for (size_t i = 0; i < fwd_.params.size(); ++i) {
+    const Buffer& p = *fwd_.params[i];
+    if (p.kind != BufferKind::Param || !is_float(p.dtype)) continue;
+    if (!adj_.count(&p)) adj_[&p] = new_adjoint_buffer(b_, p);
+    grads.push_back(View::whole(adj_.at(&p)));
+    out.grads.push_back(int(i));
+  }
+  std::set<const Buffer*> local;
+  replay(fwd_.body, env, local);
+  sweep(fwd_.body, env);
+  out.program = b_.finish(grads);
+  eliminate_dead_code(out.program);
+  // A replayed value must still be what it was at its forward statement.
+  walk(out.program.body, [&](const Stmt& s) {
+    auto it = replayed_.find(s.get());
+    if (it == replayed_.end()) return;
+    for (const View* v : sources(it->second->op)) {
+      const Buffer* fb = v->buf.get();
+      if (stale(fb, it->second, true))
+        refuse(it->second, "recomputing it needs the value of %" + fb->name +
+                               " at this point, but the kernel overwrites it later (a value carried across loop "
+                               "iterations or updated in place)");
+    }
+  });
+  // Keep only the parameters the backward reads: the caller saves no more than that.
+  std::set<const Buffer*> used;
+  used_buffers(out.program.body, used);
+  std::vector<BufferRef> params;
+  for (auto& p : out.program.params) {
+    if (p->kind == BufferKind::Output) {
+      params.push_back(p);
+      continue;
+    }
+    auto role = std::find_if(roles.begin(), roles.end(), [&](auto& r) { return r.first == p; });
+    if (!used.count(p.get())) continue;
+    params.push_back(p);
+    out.args.push_back(role->second);
+  }
+  out.program.params = std::move(params);
+  return out;
+}
+
+}  // namespace ad
+
+Backward autodiff(const ir::Program& forward, const Locate& locate) {
+  return ad::Differentiator(forward, locate).run();
+}
+
+}  // namespace pypto::passes

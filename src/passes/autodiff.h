@@ -1,0 +1,51 @@
+// Reverse-mode automatic differentiation of a tensor-level program.
+//
+// `autodiff(forward)` builds the tensor-level program of the forward's vector-Jacobian product;
+// it is lowered and compiled like any kernel (fused, tiled, parallel, on any backend). Strategy:
+//  * The backward's inputs are the forward inputs, the forward's results (outputs, and arguments
+//    the forward writes into) as saved after the call, and one cotangent per result. Its outputs
+//    are the gradients of the forward's floating-point tensor inputs. Parameters the backward
+//    does not read are dropped, so a caller saves only what `args` lists (the least it needs).
+//  * Values are recomputed rather than taped: the backward first replays the forward (writes into
+//    results dropped: their saved values stand in), then sweeps the statements in reverse,
+//    accumulating adjoints; a loop is swept by a loop (reversed when iterations depend on each
+//    other) whose body first replays the forward body for that iteration. Dead code elimination
+//    then removes every replayed value no derivative rule reads (cheap ones are recomputed;
+//    a matmul whose result only feeds a ReLU is not: its saved output serves).
+//  * Supported: elementwise math, broadcasting (gradients are summed over broadcast dims),
+//    reductions, matmul (batched, transposed views, TMATMUL_ACC accumulators), casts, copies into
+//    views and slices, select, and thus every composite the builder decomposes (softmax, norms,
+//    concat, conv2d); loops over disjoint output tiles, accumulators updated linearly
+//    (`acc += a @ b`, `acc -= x`) and loop-carried values updated linearly.
+//  * Refused, with ir::Error naming the statement (and its kernel line when the builder knew it):
+//    gathers/scatters (data-dependent indices), a derivative that needs a value the program has
+//    overwritten by then (a non-linear update of a loop-carried value, an argument read and then
+//    written). The message points to `defvjp`, the manual route.
+#pragma once
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace pypto::passes {
+
+struct Backward {
+  ir::Program program;  // tensor level
+  // One entry per parameter of `program` of kind Param, in order: what the caller passes.
+  enum class Role { Input, Saved, Cotangent };
+  struct Arg {
+    Role role;
+    int param;  // index into the forward's params: the input, or the result saved / differentiated
+  };
+  std::vector<Arg> args;
+  std::vector<int> grads;    // per Output of `program`: the forward param it is the gradient of
+  std::vector<int> results;  // forward params that are results (outputs, then written arguments)
+};
+
+// Where a forward statement came from, for error messages ("" when unknown).
+using Locate = std::function<std::string(const ir::StmtNode*)>;
+
+Backward autodiff(const ir::Program& forward, const Locate& locate = {});
+
+}  // namespace pypto::passes

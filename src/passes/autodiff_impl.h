@@ -1,0 +1,68 @@
+// Private state of passes::autodiff, shared by autodiff.cpp (replay, sweep, clean-up) and
+// autodiff_rules.cpp (one derivative rule per opcode).
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "ir/builder.h"
+#include "passes/autodiff.h"
+
+namespace pypto::passes::ad {
+
+// Forward names -> backward objects in one scope of the backward program.
+struct Env {
+  std::map<const ir::Buffer*, ir::BufferRef> bufs;
+  std::map<std::string, ir::Expr> vars;
+};
+
+class Differentiator {
+ public:
+  Differentiator(const ir::Program& forward, const Locate& locate);
+  Backward run();
+
+ private:
+  // Forward analysis: statement positions (pre-order), enclosing loops, writes per buffer.
+  struct StmtInfo {
+    int pos = 0;
+    std::vector<const ir::StmtNode*> loops;
+  };
+  struct BufInfo {
+    std::vector<const ir::StmtNode*> loops_at_alloc;
+    std::vector<const ir::StmtNode*> writes;
+    std::vector<const ir::StmtNode*> reads;
+  };
+  void analyse(const std::vector<ir::Stmt>& body, std::vector<const ir::StmtNode*>& loops);
+  bool stale(const ir::Buffer* b, const ir::StmtNode* s, bool before_write) const;
+  bool overwritten(const ir::Buffer* b) const;  // written more than once (an earlier value dies)
+  bool needs_reversal(const ir::StmtNode* loop) const;
+  [[noreturn]] void refuse(const ir::StmtNode* s, const std::string& why) const;
+
+  // Building the backward.
+  void replay(const std::vector<ir::Stmt>& body, Env& env, std::set<const ir::Buffer*>& local);
+  void sweep(const std::vector<ir::Stmt>& body, Env& env);
+  void rule(const ir::StmtNode* s, const Env& env);  // autodiff_rules.cpp
+
+  // Helpers for the rules.
+  ir::View mapped(const ir::View& v, const Env& env) const;
+  ir::Operand mapped(const ir::Operand& o, const Env& env) const;
+  bool has_adjoint(const ir::Operand& o) const;
+  ir::View adjoint(const ir::View& v, const Env& env) const;  // v's window of its adjoint buffer
+  // The forward value of operand `o` of statement `s` (checked: still what it was at `s`).
+  ir::Operand value(const ir::Operand& o, const ir::StmtNode* s, const Env& env, bool is_result = false) const;
+  // adjoint(src) += contribution (or -=), summing over the dims `src` was broadcast along.
+  void accumulate(const ir::Operand& src, ir::View contribution, const Env& env, bool subtract = false);
+  ir::Expr constant(double v, const ir::View& like) const;
+
+  const ir::Program& fwd_;
+  Locate locate_;
+  ir::Builder b_;
+  std::map<const ir::StmtNode*, StmtInfo> stmts_;
+  std::map<const ir::Buffer*, BufInfo> bufs_;
+  std::map<const ir::Buffer*, ir::BufferRef> adj_;       // forward buffer -> its adjoint now
+  std::map<const ir::StmtNode*, const ir::StmtNode*> replayed_;  // backward op -> forward op
+  std::map<const ir::Buffer*, const ir::Buffer*> origin_;        // backward buffer -> forward
+};
+
+}  // namespace pypto::passes::ad

@@ -1,0 +1,227 @@
+// The derivative rules of passes::autodiff: for one forward instruction `dst = f(srcs)`, add
+// g * df/dsrc to each source's adjoint, where g is the adjoint of dst. Values a rule needs come
+// from the replayed forward (or the saved results); see autodiff.h.
+#include <cmath>
+
+#include "ir/printer.h"
+#include "ir/builder_impl.h"
+#include "passes/autodiff_impl.h"
+
+namespace pypto::passes::ad {
+
+using namespace ir;
+
+bool in_place_linear(const Op& op);  // autodiff.cpp
+
+namespace {
+
+const View* view_of(const Operand& o) { return std::get_if<View>(&o); }
+
+// g restricted to the region the forward instruction computed: where a source is not broadcast
+// along a dimension, no further than that source's valid extent.
+View restrict_to(View g, const std::vector<const View*>& srcs) {
+  auto gs = g.shape();
+  for (const View* v : srcs) {
+    auto vs = v->shape();
+    auto vv = v->valid_shape();
+    if (vs.size() > gs.size()) continue;
+    size_t off = gs.size() - vs.size();
+    for (size_t j = 0; j < vs.size(); ++j)
+      if (vs[j] == gs[off + j]) g.valid[g.dims[off + j]] = min_valid(g.valid[g.dims[off + j]], vv[j]);
+  }
+  return g;
+}
+
+}  // namespace
+
+void Differentiator::rule(const StmtNode* s, const Env& env) {
+  const Op& op = s->op;
+  if (op.args.empty()) return;
+  const View* dv = view_of(op.args[0]);
+  if (!dv) return;
+  const View& D = *dv;
+  auto cat = opcode_info(op.code).category;
+  if (cat == OpCategory::Gather)
+    refuse(s, "a gather or scatter indexes by data, and its gradient is not derived");
+  if (cat == OpCategory::Layout)
+    refuse(s, std::string(opcode_name(op.code)) + " is not differentiated at the tensor level");
+  if (!adj_.count(D.buf.get())) return;  // no gradient flows through a non-float value
+  View g = adjoint(D, env);
+  if (!in_place_linear(op) && overwritten(D.buf.get())) {
+    // The old value of this region dies here: its adjoint so far belongs to this write alone.
+    View snapshot = b_.copy(g);
+    b_.assign(g, constant(0, g));
+    g = snapshot;
+  }
+  switch (op.code) {
+    case Opcode::TNOT: case Opcode::TFLOOR: case Opcode::TAND: case Opcode::TOR: return;
+    default: break;
+  }
+  if (cat == OpCategory::Fill || cat == OpCategory::Compare || cat == OpCategory::Sync ||
+      cat == OpCategory::Memory)
+    return;
+
+  auto bin = [&](Opcode c, const Operand& a, const Operand& b) -> View { return b_.binary(c, a, b); };
+  auto un = [&](Opcode c, const View& a) -> View { return b_.unary(c, a); };
+  auto k = [&](double v) { return constant(v, D); };
+  auto val = [&](int i) { return value(op.args[i], s, env); };
+  auto out = [&]() { return std::get<View>(value(op.args[0], s, env, true)); };
+  const Operand& x = op.args.size() > 1 ? op.args[1] : op.args[0];
+
+  if (cat == OpCategory::Unary || cat == OpCategory::Convert || cat == OpCategory::Expand ||
+      cat == OpCategory::Reduce) {
+    if (!has_adjoint(x)) return;
+    View xm = std::get<View>(mapped(x, env));
+    g = restrict_to(g, {&xm});
+    switch (op.code) {
+      case Opcode::TMOV: case Opcode::TCVT: case Opcode::TROWEXPAND: case Opcode::TCOLEXPAND:
+      case Opcode::TROWSUM: case Opcode::TCOLSUM:
+        return accumulate(x, g, env);
+      case Opcode::TROWMAX: case Opcode::TROWMIN: case Opcode::TCOLMAX: case Opcode::TCOLMIN: {
+        View hit = bin(Opcode::TCMP_EQ, val(1), out());
+        return accumulate(x, b_.select(hit, g, k(0)), env);
+      }
+      case Opcode::TNEG: return accumulate(x, g, env, true);
+      case Opcode::TABS: {
+        Operand xv = val(1);
+        accumulate(x, b_.select(bin(Opcode::TCMP_GT, xv, k(0)), g, k(0)), env);
+        return accumulate(x, b_.select(bin(Opcode::TCMP_LT, xv, k(0)), g, k(0)), env, true);
+      }
+      case Opcode::TEXP: return accumulate(x, bin(Opcode::TMUL, g, out()), env);
+      case Opcode::TLOG: return accumulate(x, bin(Opcode::TDIV, g, val(1)), env);
+      case Opcode::TSQRT: return accumulate(x, bin(Opcode::TDIV, g, bin(Opcode::TMUL, out(), k(2))), env);
+      case Opcode::TRSQRT: {  // d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3
+        View y = out();
+        View y3 = bin(Opcode::TMUL, bin(Opcode::TMUL, y, y), y);
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TMUL, y3, k(-0.5))), env);
+      }
+      case Opcode::TRECIP: {
+        View y = out();
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TMUL, y, y)), env, true);
+      }
+      case Opcode::TRELU: return accumulate(x, b_.select(bin(Opcode::TCMP_GT, out(), k(0)), g, k(0)), env);
+      case Opcode::TTANH: {
+        View y = out();
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TSUB, k(1), bin(Opcode::TMUL, y, y))), env);
+      }
+      case Opcode::TSIGMOID: {
+        View y = out();
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TMUL, y, bin(Opcode::TSUB, k(1), y))), env);
+      }
+      case Opcode::TERF: {  // 2/sqrt(pi) exp(-x^2)
+        Operand xv = val(1);
+        View e = un(Opcode::TEXP, bin(Opcode::TMUL, bin(Opcode::TMUL, xv, xv), k(-1)));
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TMUL, e, k(2 / std::sqrt(M_PI)))), env);
+      }
+      case Opcode::TGELU: {  // Phi(x) + x phi(x)
+        Operand xv = val(1);
+        View cdf = bin(Opcode::TMUL, bin(Opcode::TADD, un(Opcode::TERF, bin(Opcode::TMUL, xv, k(M_SQRT1_2))), k(1)),
+                       k(0.5));
+        View pdf = bin(Opcode::TMUL, un(Opcode::TEXP, bin(Opcode::TMUL, bin(Opcode::TMUL, xv, xv), k(-0.5))),
+                       k(1 / std::sqrt(2 * M_PI)));
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TADD, cdf, bin(Opcode::TMUL, xv, pdf))), env);
+      }
+      case Opcode::TGELU_TANH: {  // y = x/2 (1 + tanh u), u = c (x + a x^3)
+        const double c = std::sqrt(2 / M_PI), a = 0.044715;
+        Operand xv = val(1);
+        View x2 = bin(Opcode::TMUL, xv, xv);
+        View u = bin(Opcode::TMUL, bin(Opcode::TMUL, bin(Opcode::TADD, bin(Opcode::TMUL, x2, k(a)), k(1)), xv), k(c));
+        View t = un(Opcode::TTANH, u);
+        View du = bin(Opcode::TMUL, bin(Opcode::TADD, bin(Opcode::TMUL, x2, k(3 * a)), k(1)), k(c));
+        View sech2 = bin(Opcode::TSUB, k(1), bin(Opcode::TMUL, t, t));
+        View d = bin(Opcode::TADD, bin(Opcode::TMUL, bin(Opcode::TADD, t, k(1)), k(0.5)),
+                     bin(Opcode::TMUL, bin(Opcode::TMUL, bin(Opcode::TMUL, xv, sech2), du), k(0.5)));
+        return accumulate(x, bin(Opcode::TMUL, g, d), env);
+      }
+      case Opcode::TSILU: {  // s (1 + x (1 - s))
+        Operand xv = val(1);
+        View sg = un(Opcode::TSIGMOID, std::get<View>(xv));
+        View d = bin(Opcode::TMUL, sg, bin(Opcode::TADD, bin(Opcode::TMUL, xv, bin(Opcode::TSUB, k(1), sg)), k(1)));
+        return accumulate(x, bin(Opcode::TMUL, g, d), env);
+      }
+      default:
+        refuse(s, std::string("no derivative rule for ") + std::string(opcode_name(op.code)));
+    }
+  }
+
+  if (cat == OpCategory::Binary || cat == OpCategory::Select) {
+    std::vector<View> srcs;
+    for (size_t i = 1; i < op.args.size(); ++i)
+      if (auto v = view_of(op.args[i])) srcs.push_back(mapped(*v, env));
+    std::vector<const View*> ptrs;
+    for (auto& v : srcs) ptrs.push_back(&v);
+    g = restrict_to(g, ptrs);
+    const Operand& a = op.args[1];
+    const Operand& b = op.args[2];
+    switch (op.code) {
+      case Opcode::TADD:
+        accumulate(b, g, env);
+        if (!in_place_linear(op)) accumulate(a, g, env);
+        return;
+      case Opcode::TSUB:
+        accumulate(b, g, env, true);
+        if (!in_place_linear(op)) accumulate(a, g, env);
+        return;
+      case Opcode::TMUL:
+        if (has_adjoint(a)) accumulate(a, bin(Opcode::TMUL, g, val(2)), env);
+        if (has_adjoint(b)) accumulate(b, bin(Opcode::TMUL, g, val(1)), env);
+        return;
+      case Opcode::TDIV: {
+        Operand bv = val(2);
+        if (has_adjoint(a)) accumulate(a, bin(Opcode::TDIV, g, bv), env);
+        if (has_adjoint(b)) accumulate(b, bin(Opcode::TDIV, bin(Opcode::TDIV, bin(Opcode::TMUL, g, val(1)), bv), bv),
+                                       env, true);
+        return;
+      }
+      case Opcode::TMAX: case Opcode::TMIN: {
+        View pick_a = bin(op.code == Opcode::TMAX ? Opcode::TCMP_GE : Opcode::TCMP_LE, val(1), val(2));
+        if (has_adjoint(a)) accumulate(a, b_.select(pick_a, g, k(0)), env);
+        if (has_adjoint(b)) accumulate(b, b_.select(pick_a, k(0), g), env);
+        return;
+      }
+      case Opcode::TPOW: {
+        Operand av = val(1), bv = val(2);
+        if (has_adjoint(a)) {
+          Operand bm1 = view_of(bv) ? Operand(bin(Opcode::TSUB, bv, k(1))) : Operand(std::get<Expr>(bv) - k(1));
+          accumulate(a, bin(Opcode::TMUL, g, bin(Opcode::TMUL, bin(Opcode::TPOW, av, bm1), bv)), env);
+        }
+        if (has_adjoint(b)) {
+          Operand loga = view_of(av) ? Operand(un(Opcode::TLOG, std::get<View>(av)))
+                                     : Operand(unary_math(ExprOp::Log, std::get<Expr>(av)));
+          accumulate(b, bin(Opcode::TMUL, g, bin(Opcode::TMUL, out(), loga)), env);
+        }
+        return;
+      }
+      case Opcode::TSEL: {
+        const Operand& cond = op.args[1];
+        const Operand& t = op.args[2];
+        const Operand& f = op.args[3];
+        if (!has_adjoint(t) && !has_adjoint(f)) return;
+        Operand c = value(cond, s, env);
+        if (has_adjoint(t)) accumulate(t, b_.select(c, g, k(0)), env);
+        if (has_adjoint(f)) accumulate(f, b_.select(c, k(0), g), env);
+        return;
+      }
+      default:
+        refuse(s, std::string("no derivative rule for ") + std::string(opcode_name(op.code)));
+    }
+  }
+
+  if (cat == OpCategory::Matrix) {
+    const Operand& a = op.args[1];
+    const Operand& b = op.args[2];
+    View am = std::get<View>(mapped(a, env)), bm = std::get<View>(mapped(b, env));
+    // g over the product's region: rows of a, columns of b, batch dims of either.
+    int R = g.rank();
+    auto av = am.valid_shape(), bvv = bm.valid_shape();
+    g.valid[g.dims[R - 2]] = min_valid(g.valid[g.dims[R - 2]], av[av.size() - 2]);
+    g.valid[g.dims[R - 1]] = min_valid(g.valid[g.dims[R - 1]], bvv.back());
+    if (has_adjoint(a)) accumulate(a, b_.matmul(g, b_.transpose(std::get<View>(val(2)), -2, -1)), env);
+    if (has_adjoint(b)) accumulate(b, b_.matmul(b_.transpose(std::get<View>(val(1)), -2, -1), g), env);
+    if (op.code == Opcode::TMATMUL_BIAS) accumulate(op.args[3], g, env);
+    return;
+  }
+  refuse(s, std::string("no derivative rule for ") + std::string(opcode_name(op.code)));
+}
+
+}  // namespace pypto::passes::ad

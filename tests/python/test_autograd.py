@@ -1,0 +1,310 @@
+"""Automatic differentiation of kernels (passes/autodiff + pypto.autograd): gradcheck over the
+differentiable ops, the seed kernels against torch autograd, training, the torch rules
+(no_grad, double backward, in-place outputs), defvjp, pypto.grad/vjp, and the refusals."""
+import numpy as np
+import pytest
+import torch
+
+import pypto
+from pypto import seed_kernels as sk
+
+
+def rel(a, b):
+    a = a.detach().double() if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a, np.float64))
+    b = b.detach().double() if isinstance(b, torch.Tensor) else torch.as_tensor(np.asarray(b, np.float64))
+    return float((a - b).norm() / b.norm())
+
+
+def leaves(*shapes, dtype=torch.float64, positive=False, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for s in shapes:
+        t = torch.rand(s, generator=g, dtype=dtype) + 0.5 if positive else torch.randn(s, generator=g, dtype=dtype)
+        out.append(t.requires_grad_())
+    return out
+
+
+# --- gradcheck over the ops (float64, interpreter: no compile per kernel) ----------------------
+
+@pypto.jit(backend="interp")
+def unary_chain(x):
+    a = pypto.exp(x) + pypto.log(x) + pypto.sqrt(x) + pypto.rsqrt(x) + pypto.reciprocal(x)
+    b = pypto.tanh(x) * pypto.sigmoid(x) + pypto.erf(x) + pypto.gelu(x) + pypto.gelu(x, approximate="tanh")
+    return a + b + pypto.silu(x) + pypto.relu(x - 1.0) + pypto.abs(x - 1.0) - x
+
+
+@pypto.jit(backend="interp")
+def binary_broadcast(a, b, c):
+    u = a * b - a / b + pypto.maximum(a, c) - pypto.minimum(b, c)
+    return u + pypto.pow(a, 2.5) + pypto.pow(b, c) + pypto.where(a > b, a, c * 2.0)
+
+
+@pypto.jit(backend="interp")
+def reductions(x):
+    s = pypto.sum(x, dim=1, keepdim=True) + pypto.mean(x, dim=-1, keepdim=True)
+    return x * s + pypto.amax(x, dim=0) + pypto.sum(x) * 0.5
+
+
+@pypto.jit(backend="interp")
+def matmuls(a, b, w):
+    batched = pypto.matmul(a, b)                # [2, 3, 4] @ [2, 4, 5]
+    bcast = pypto.matmul(a, w.transpose(0, 1))  # [2, 3, 4] @ [4, 5] (w is [5, 4])
+    return batched * bcast
+
+
+@pypto.jit(backend="interp")
+def views_and_casts(x):
+    top = x[0:2, 1:4]
+    low = x[2:4, 0:3]
+    return pypto.concat([top * 2.0, low], dim=0) + x[1, 0:3]
+
+
+@pypto.jit(backend="interp")
+def composites(x, w, b):
+    return (pypto.softmax(x, -1) + pypto.log_softmax(x * 0.5, -1) + pypto.layer_norm(x, (6,), w, b)
+            + pypto.rms_norm(x, (6,), w))
+
+
+@pypto.jit(backend="interp")
+def conv(x, w, b):
+    return pypto.conv2d(x, w, b, padding=1)
+
+
+# by name: pytest keeps its parameters to the end of the process, kernels are better not among them
+GRADCHECK_CASES = {
+    "unary_chain": ([(3, 5)], True),
+    "binary_broadcast": ([(3, 4), (4,), (3, 1)], True),
+    "reductions": ([(3, 4)], False),
+    "matmuls": ([(2, 3, 4), (2, 4, 5), (5, 4)], False),
+    "views_and_casts": ([(4, 5)], False),
+    "composites": ([(3, 6), (6,), (6,)], False),
+    "conv": ([(1, 2, 5, 5), (3, 2, 3, 3), (3,)], False),
+}
+
+
+@pytest.mark.parametrize("name", list(GRADCHECK_CASES))
+def test_gradcheck_float64(name):
+    kernel = globals()[name]
+    shapes, positive = GRADCHECK_CASES[name]
+    args = leaves(*shapes, positive=positive)
+    assert kernel(*args).grad_fn is not None
+    assert torch.autograd.gradcheck(kernel, args, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_float32_matches_torch():
+    x, w, b = leaves((3, 6), (6,), (6,), dtype=torch.float32)
+    out = composites(x, w, b)
+    g = torch.randn_like(out)
+    out.backward(g)
+    x2, w2, b2 = (t.detach().clone().requires_grad_() for t in (x, w, b))
+    ref = (torch.softmax(x2, -1) + torch.log_softmax(x2 * 0.5, -1)
+           + torch.nn.functional.layer_norm(x2, (6,), w2, b2) + torch.nn.functional.rms_norm(x2, (6,), w2, 1e-6))
+    ref.backward(g)
+    assert rel(out, ref) < 1e-5
+    for got, want in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
+        assert rel(got, want) < 1e-5
+
+
+def test_cast_matches_torch():
+    @pypto.jit(backend="interp")
+    def widen(x):
+        return pypto.cast(pypto.exp(pypto.cast(x, pypto.float64)) * 3.0, pypto.float32)
+
+    (x,) = leaves((4, 5), dtype=torch.float32)
+    widen(x).sum().backward()
+    assert rel(x.grad, torch.exp(x.detach().double()) * 3.0) < 1e-6
+
+
+# --- the seed kernels against torch autograd (CPU backend) ------------------------------------
+
+fused_linear = pypto.jit(sk.fused_linear)
+attention = pypto.jit(sk.optimized_attention)
+matrix_multiply = pypto.jit(sk.matrix_multiply)
+conv2d_memopt = pypto.jit(sk.conv2d_memopt)
+
+
+def check_against_torch(kernel, ref_fn, args, tol):
+    out = kernel(*args)
+    g = torch.randn_like(out)
+    out.backward(g)
+    copies = [a.detach().clone().requires_grad_() for a in args]
+    ref = ref_fn(*copies)
+    ref.backward(g)
+    assert rel(out, ref) < tol
+    for a, c in zip(args, copies):
+        assert rel(a.grad, c.grad) < tol
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+def test_seed_fused_linear(dtype, tol):
+    args = leaves((70, 50), (50, 40), (40,), dtype=dtype)
+    check_against_torch(fused_linear, lambda x, w, b: torch.relu(x @ w + b), args, tol)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+def test_seed_attention(dtype, tol):
+    args = leaves((2, 150, 16), (2, 150, 16), (2, 150, 16), dtype=dtype)
+    ref = lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / 4.0, -1) @ v  # noqa: E731
+    check_against_torch(attention, ref, args, tol)
+
+
+def test_seed_conv2d():
+    # the seed's conv2d_memopt makes its output with pypto.zeros (float32), so float32 only
+    x, w, b = leaves((2, 3, 7, 7), (4, 3, 3, 3), (4, 1, 1), dtype=torch.float32)
+    ref = lambda x, w, b: torch.nn.functional.conv2d(x, w, padding=1) + b  # noqa: E731
+    check_against_torch(conv2d_memopt, ref, [x, w, b], 1e-5)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-10), (torch.float32, 1e-5)])
+def test_conv2d_kernel(dtype, tol):
+    @pypto.jit
+    def conv_bias(x, w, b):
+        return pypto.conv2d(x, w, b, padding=1)
+
+    args = leaves((2, 3, 9, 9), (4, 3, 3, 3), (4,), dtype=dtype)
+    ref = lambda x, w, b: torch.nn.functional.conv2d(x, w, b, padding=1)  # noqa: E731
+    check_against_torch(conv_bias, ref, args, tol)
+
+
+def test_seed_matrix_multiply_tile_loops():
+    # The seed's tile loops: disjoint output tiles, a loop-carried `C_tile += A_tile @ B_tile`,
+    # ragged edges, and the result written into the argument C (torch's in-place rules).
+    # pypto.zeros makes a float32 C_tile, so the product itself is float32: tolerance 1e-5.
+    A, B = leaves((100, 70), (70, 90), dtype=torch.float32)
+    C = torch.full((100, 90), float("nan"))
+    assert matrix_multiply(A, B, C) is None
+    assert C.grad_fn is not None and C.requires_grad
+    g = torch.randn(100, 90)
+    C.backward(g)
+    A2, B2 = (t.detach().clone().requires_grad_() for t in (A, B))
+    ref = A2 @ B2
+    ref.backward(g)
+    assert rel(C, ref) < 1e-5 and rel(A.grad, A2.grad) < 1e-5 and rel(B.grad, B2.grad) < 1e-5
+    text = matrix_multiply.lower_backward(A.detach(), B.detach(), C.detach()).as_text("tensor")
+    assert "TMATMUL" in text and "for " in text  # the backward keeps the tile loops
+    leaf = torch.zeros(100, 90, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf"):
+        matrix_multiply(A, B, leaf)
+
+
+def test_tile_loop_float64_accumulator():
+    @pypto.jit
+    def tiled(A, B, C):
+        for i in range(0, A.shape[0], 32):
+            for j in range(0, B.shape[1], 32):
+                acc = pypto.zeros((32, 32), dtype=A.dtype)
+                for k in range(0, A.shape[1], 32):
+                    acc += A[i:i + 32, k:k + 32] @ B[k:k + 32, j:j + 32]
+                C[i:i + 32, j:j + 32] = acc
+    A, B = leaves((50, 40), (40, 45))
+    C = torch.empty(50, 45, dtype=torch.float64)
+    tiled(A, B, C)
+    C.sum().backward()
+    A2, B2 = (t.detach().clone().requires_grad_() for t in (A, B))
+    (A2 @ B2).sum().backward()
+    assert rel(A.grad, A2.grad) < 1e-10 and rel(B.grad, B2.grad) < 1e-10
+
+
+def test_mlp_training_follows_torch():
+    @pypto.jit
+    def layer(x, w, b):
+        return pypto.relu(pypto.matmul(x, w) + b)
+
+    @pypto.jit
+    def head(x, w, b):
+        return pypto.matmul(x, w) + b
+
+    gen = torch.Generator().manual_seed(1)
+    X = torch.randn(64, 8, generator=gen)
+    Y = torch.randn(64, 2, generator=gen)
+    init = [torch.randn(8, 16, generator=gen) * 0.3, torch.zeros(16) + 0.1,
+            torch.randn(16, 2, generator=gen) * 0.3, torch.zeros(2)]
+
+    def train(fwd1, fwd2):
+        params = [p.clone().requires_grad_() for p in init]
+        opt = torch.optim.SGD(params, lr=0.05)
+        losses = []
+        for _ in range(200):
+            opt.zero_grad()
+            loss = ((fwd2(fwd1(X, params[0], params[1]), params[2], params[3]) - Y) ** 2).mean()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return np.array(losses)
+
+    ours = train(layer, head)
+    ref = train(lambda x, w, b: torch.relu(x @ w + b), lambda x, w, b: x @ w + b)
+    assert ref[-1] < 0.8 * ref[0]  # it learns
+    assert np.max(np.abs(ours - ref) / ref) < 1e-4
+
+
+# --- the torch rules ------------------------------------------------------------------------------
+
+def test_no_grad_records_nothing():
+    x, w, b = leaves((8, 4), (4, 3), (3,), dtype=torch.float32)
+    with torch.no_grad():
+        out = fused_linear(x, w, b)
+    assert out.grad_fn is None and not out.requires_grad
+
+
+def test_double_backward_is_a_clear_error():
+    x, w, b = leaves((8, 4), (4, 3), (3,), dtype=torch.float32)
+    out = fused_linear(x, w, b)
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(out.sum(), x, create_graph=True)
+
+
+def test_torch_function_and_defvjp():
+    @pypto.jit(backend="interp")
+    def scale(x, w):
+        return x * w
+
+    calls = []
+
+    @scale.defvjp
+    def scale_backward(x, w, out, grad):
+        calls.append(1)
+        return grad * w * 10.0, None
+
+    x, w = leaves((3, 4), (4,))
+    fn = pypto.torch_function(scale)
+    fn(x, w).sum().backward()
+    assert calls and torch.allclose(x.grad, (w * 10.0).expand(3, 4).detach())
+    assert w.grad is None
+
+
+# --- NumPy users ----------------------------------------------------------------------------------
+
+def test_grad_and_vjp_for_numpy():
+    @pypto.jit(backend="interp")
+    def loss(x, w):
+        return pypto.sum(pypto.tanh(pypto.matmul(x, w)))
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((5, 4)), rng.standard_normal((4, 3))
+    gx, gw = pypto.grad(loss, argnums=(0, 1))(x, w)
+    t = 1 - np.tanh(x @ w) ** 2
+    assert isinstance(gx, np.ndarray)
+    assert rel(gx, t @ w.T) < 1e-12 and rel(gw, x.T @ t) < 1e-12
+    out, pullback = pypto.vjp(fused_linear, x, w, rng.standard_normal(3))
+    cot = rng.standard_normal(out.shape)
+    dx, dw, db = pullback(cot)
+    mask = (x @ w + 0) > -np.inf
+    assert dx.shape == x.shape and db.shape == (3,) and mask.all()
+
+
+# --- refusals -------------------------------------------------------------------------------------
+
+def test_non_differentiable_kernel_raises_at_the_call():
+    @pypto.jit(backend="interp")
+    def running_product(x):
+        p = pypto.ones((4,), dtype=x.dtype)
+        for i in range(x.shape[0]):
+            p = p * x[i]
+        return p
+
+    (x,) = leaves((3, 4))
+    with pytest.raises(pypto.PyptoError, match=r"defvjp") as e:
+        running_product(x)
+    assert "test_autograd.py" in str(e.value) and "p = p * x[i]" in str(e.value)
+    running_product(x.detach())  # without grad it runs

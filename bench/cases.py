@@ -178,6 +178,46 @@ def fused_linear_case(ctx, n):
         bars=[Bar("vs", 1.1, other="torch", label="fused_linear >= 1.1x torch eager")])
 
 
+def training_step_case(ctx, n):
+    """fused_linear forward + backward (loss = sum of the output; x, w and b all require grad):
+    PyPTO's derived backward vs torch autograd, eager and compiled. The output checked is dW."""
+    rng = ctx.rng()
+    x, w, b = rand(rng, n, n), rand(rng, n, n, scale=n ** -0.5), rand(rng, n)
+
+    def step_impl(name, make_fn, compiled=False):
+        def setup():
+            t = _torch()
+            fn = make_fn(t)
+            params = [t.from_numpy(a.copy()).requires_grad_() for a in (x, w, b)]
+
+            def run():
+                for p in params:
+                    p.grad = None
+                fn(*params).sum().backward()
+                return params[1].grad.numpy()
+            return run
+        return Impl(name, setup, compiled=compiled)
+
+    def eager(t):
+        return lambda x, w, b: t.relu(x @ w + b)
+
+    def compiled(t):
+        return t.compile(lambda x, w, b: t.relu(x @ w + b), dynamic=False)
+
+    def reference():
+        z = x.astype(np.float64) @ w + b
+        return x.astype(np.float64).T @ (z > 0).astype(np.float64)
+    impls = [step_impl("pypto", lambda t: kernel("fused_linear"), compiled=True),
+             step_impl("torch", eager)]
+    impls.append(Impl("torch.compile", None, skip=ctx.no_compile) if ctx.no_compile
+                 else step_impl("torch.compile", compiled, compiled=True))
+    return Case(
+        name="training_step", shape=f"fused_linear {n}x{n}x{n} fwd+bwd",
+        impls=impls, reference=reference,
+        flops=6.0 * n ** 3, bytes=(6.0 * n * n + 2 * n) * 4,
+        bars=[Bar("vs", 1.0, other="torch", label="training step >= 1.0x torch eager forward+backward")])
+
+
 # ---- attention --------------------------------------------------------------------------------
 
 def attention_case(ctx, B, H, S, D):
@@ -399,6 +439,7 @@ def compute_cases(ctx):
         matmul_case(ctx, p(128, 1024, 1024)),
         seed_matmul_case(ctx, p(200, 1024, 1024)),
         fused_linear_case(ctx, p(96, 1024, 1024)),
+        training_step_case(ctx, p(96, 512, 1024)),
         attention_case(ctx, 1, p(2, 8, 8), p(256, 2048, 2048), 64),
         softmax_case(ctx, *p((256, 512), (4096, 4096), (4096, 4096))),
         layer_norm_case(ctx, *p((256, 512), (4096, 4096), (4096, 4096))),

@@ -3,7 +3,7 @@
 #define PTO_ABI_H
 #include <stdint.h>
 
-#define PTO_HEADERS_VERSION 1
+#define PTO_HEADERS_VERSION 2
 
 #ifdef __cplusplus
 extern "C" {
@@ -19,6 +19,9 @@ typedef struct pto_kernel_args {
   const int64_t* iscalars;         /* per scalar param (integer value; unused for float params) */
   const double* fscalars;          /* per scalar param (float value; unused for integer params) */
   pto_parallel_for_fn parallel_for;
+  /* Non-zero (read atomically) asks the kernel to stop: it is polled at every loop iteration and
+     the kernel returns early; the runtime then reports the run as interrupted. May be NULL. */
+  const int32_t* stop;
 } pto_kernel_args;
 
 typedef void (*pto_kernel_fn)(const pto_kernel_args* args);

@@ -47,6 +47,16 @@ def set_num_threads(n: int):
     _C.set_num_threads(int(n))
 
 
+def share_threads_with_torch(enable: bool = True):
+    """Run parallel loops on the OpenMP threads torch already runs (the default once torch is
+    imported: two pools on the same cores would fight) or, with False, on PyPTO's own pool.
+    Returns the OpenMP runtime's path, or None when none is loaded or sharing is off."""
+    if not enable:
+        _C.stop_sharing_threads()
+        return None
+    return _C.share_threads_with_openmp() or None
+
+
 def num_threads() -> int:
     return _C.num_threads()
 

@@ -33,8 +33,8 @@ from .tensor import Tensor
 class Derived:
     """The backward kernel of one CompiledKernel (one signature of a @pypto.jit kernel)."""
 
-    def __init__(self, entry):
-        prog, args, grads, results = _C.autodiff(entry.program, entry.builder)
+    def __init__(self, entry, wanted=None):
+        prog, args, grads, results = _C.autodiff(entry.program, entry.builder, list(wanted or ()))
         self.program = prog
         self.args = args            # per backward input: (role, forward param index)
         self.grads = grads          # per backward output: the forward param it is the gradient of
@@ -96,10 +96,15 @@ def _prepared(a, dtype, shape):
     return a, a
 
 
-def derived(entry):
+def derived(entry, wanted=None):
+    """The backward of a compiled kernel for the gradients of the input params `wanted` marks
+    (a tuple of bools in param order; None: all), made once."""
     if entry.grad is None:
-        entry.grad = Derived(entry)
-    return entry.grad
+        entry.grad = {}
+    d = entry.grad.get(wanted)
+    if d is None:
+        d = entry.grad[wanted] = Derived(entry, wanted)
+    return d
 
 
 def _kernel_entry(fn, args):
@@ -231,7 +236,9 @@ class _TorchCall:
         self.imp = imp
         self.scalars = _scalars(entry, full)
         self.custom = kernel._vjp is not None
-        self.derived = None if self.custom else derived(entry)
+        inputs = entry.inputs(full, imp)
+        wanted = tuple(bool(getattr(a, "requires_grad", False)) for a in inputs)
+        self.derived = None if self.custom else derived(entry, None if all(wanted) else wanted)
         self.written = self.derived.written if self.derived else []
         # the custom backward's arguments: non-array values kept, arrays taken from the saved inputs
         self.skeleton = None

@@ -24,7 +24,7 @@ class CompiledKernel:
         self.program = trace.program
         self.builder = tr.b
         self.options = options
-        self.grad = None        # pypto.autograd: the derived backward, made on first use
+        self.grad = None        # pypto.autograd: the derived backwards (per wanted set), made on first use
         try:
             self.kernel = _C.Kernel(trace.program, backend, **options)
         except PyptoError as e:

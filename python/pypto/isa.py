@@ -19,7 +19,20 @@ __all__ = ["Program", "parse", "print", "to_text", "verify", "run", "opcode_name
 
 
 def parse(text):
-    """Parse the ISA/IR text form into a Program."""
+    """Parse the ISA/IR text form (a str, or UTF-8 bytes) into a Program."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        try:
+            text = bytes(text).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise _C.PyptoError(f"the ISA text is not valid UTF-8 (byte 0x{e.object[e.start]:02X} at offset "
+                                f"{e.start})") from None
+    elif not isinstance(text, str):
+        raise TypeError(f"pypto.isa.parse takes a str or bytes, not {type(text).__name__}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:  # lone surrogates, e.g. from errors="surrogateescape"
+        raise _C.PyptoError(f"the ISA text is not valid UTF-8 (character {text[e.start]!r} at offset "
+                            f"{e.start})") from None
     return _C.parse_program(text)
 
 

@@ -20,7 +20,7 @@ import weakref
 import numpy as np
 
 from . import autograd as _autograd
-from . import interop
+from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
 from .frontend.source import SourceInfo
@@ -70,6 +70,8 @@ def _bind_torch(torch):
     if _torch_ops is None:
         from . import torch_ops
         _torch_ops = torch_ops
+        if os.environ.get("PYPTO_SHARE_THREADS", "1") != "0":
+            _C.share_threads_with_openmp()  # parallel loops on torch's OpenMP threads
     _torch_tensor = torch.Tensor
     _torch_compiling = torch.compiler.is_compiling
 
@@ -147,6 +149,16 @@ def _options(fusion, tiles, parallel, double_buffer, promote=True):
     return o
 
 
+# A fork() while another thread traces or compiles leaves that thread's lock held in the child,
+# where no thread would ever release it: the child gets fresh locks.
+def _fresh_locks_in_child():
+    for k in list(_live_kernels):
+        k._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_fresh_locks_in_child)
+
+
 class JitFunction:
     """A kernel: call it with arrays (NumPy, torch, pypto.Tensor, DLPack) and Python values."""
 
@@ -156,6 +168,8 @@ class JitFunction:
                  promote=True):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
+        if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
+            fn = fn.forward  # an nn.Module: its forward, the module's tensors as implicit inputs
         self._self = None
         func = fn
         if inspect.ismethod(fn):
@@ -182,7 +196,7 @@ class JitFunction:
         self._static_args = set()
         self._unroll = set()
         self._src = None
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()  # held while tracing and compiling: one trace per signature
         self._vjp = None  # a hand-written backward (@kernel.defvjp)
         torch = sys.modules.get("torch")
         if torch is not None and _torch_ops is None:
@@ -222,18 +236,26 @@ class JitFunction:
                      for i, a in enumerate(args) if i >= self._k0)
 
     # --- calling -------------------------------------------------------------------------------
+    def _cached_entry(self, key, args):
+        for e in self._cache.get(key, ()):
+            if e.simple:
+                return e, ()
+            imp = e.implicit_inputs(args)
+            if imp is not None:
+                return e, imp
+        return None
+
     def _entry(self, args):
         backend = self._backend
         key = self._key(args)
-        entries = self._cache.get(key)
-        if entries:
-            for e in entries:
-                if e.simple:
-                    return e, ()
-                imp = e.implicit_inputs(args)
-                if imp is not None:
-                    return e, imp
+        e = self._cached_entry(key, args)
+        if e is not None:
+            return e
         with self._lock:
+            # Another thread may have traced and compiled this signature while we waited.
+            e = self._cached_entry(self._key(args), args)  # the key may have learned static args
+            if e is not None:
+                return e
             try:
                 e = self._compile(args, backend)
             except KernelSourceError as err:

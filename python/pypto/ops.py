@@ -9,7 +9,7 @@ Each works in three modes, chosen by its arguments:
 """
 from __future__ import annotations
 
-import math
+import builtins
 
 import numpy as np
 
@@ -66,14 +66,14 @@ def _op(trace_impl, const_impl=None, name=None):
 
 
 def _scalar_unary(pyfn, exprfn=None):
-    def f(x):
+    def f(x, *args, **kwargs):
         if is_expr(x):
             if x.is_const:
-                return pyfn(x.value)
+                return pyfn(x.value, *args, **kwargs)
             if exprfn is None:
                 raise PyptoError("this operation on a run-time scalar is not supported; use a tensor")
             return exprfn(x)
-        return pyfn(x)
+        return pyfn(x, *args, **kwargs)
     return f
 
 
@@ -84,46 +84,56 @@ def _unary(op, pyfn, exprfn=None, doc=""):
     return _op(lambda x: T.unary(op, x), _scalar_unary(pyfn, exprfn), None)(public)
 
 
-def _sigmoid(x):
-    return 1.0 / (1.0 + math.exp(-x))
+def _elem(name):
+    """Constant folding by the element function `name` of include/pto/elem.hpp (the backends' own)."""
+    return lambda x: _C.elem_unary(name, float(x))
 
 
-def _gelu_c(x):
-    return 0.5 * x * (1.0 + math.erf(x / math.sqrt(2.0)))
+def _keep_int(name, pyfn):
+    """Integers stay exact Python ints; floats go through the element function."""
+    return lambda x: pyfn(x) if isinstance(x, int) else _C.elem_unary(name, float(x))
 
 
-exp = _unary(Op.TEXP, math.exp, _C.expr_exp, "Elementwise e**x.")
+exp = _unary(Op.TEXP, _elem("exp"), _C.expr_exp, "Elementwise e**x.")
 exp.__name__ = "exp"
-log = _unary(Op.TLOG, math.log, _C.expr_log, "Elementwise natural logarithm.")
+log = _unary(Op.TLOG, _elem("log"), _C.expr_log, "Elementwise natural logarithm.")
 log.__name__ = "log"
-sqrt = _unary(Op.TSQRT, math.sqrt, _C.expr_sqrt, "Elementwise square root; on a number it folds (sqrt(64) == 8.0).")
+sqrt = _unary(Op.TSQRT, _elem("sqrt"), _C.expr_sqrt, "Elementwise square root; on a number it folds (sqrt(64) == 8.0).")
 sqrt.__name__ = "sqrt"
-rsqrt = _unary(Op.TRSQRT, lambda x: 1.0 / math.sqrt(x), lambda x: 1.0 / _C.expr_sqrt(x), "1/sqrt(x).")
+rsqrt = _unary(Op.TRSQRT, _elem("rsqrt"), lambda x: 1.0 / _C.expr_sqrt(x), "1/sqrt(x).")
 rsqrt.__name__ = "rsqrt"
-abs = _unary(Op.TABS, lambda x: x if x >= 0 else -x, lambda x: _C.expr_max(x, -x), "Absolute value.")  # noqa: A001
+abs = _unary(Op.TABS, _keep_int("abs", lambda x: x if x >= 0 else -x), lambda x: _C.expr_max(x, -x),  # noqa: A001
+             "Absolute value.")
 abs.__name__ = "abs"
 neg = _unary(Op.TNEG, lambda x: -x, lambda x: -x, "Negation.")
 neg.__name__ = "neg"
-tanh = _unary(Op.TTANH, math.tanh, None, "Hyperbolic tangent.")
+tanh = _unary(Op.TTANH, _elem("tanh"), None, "Hyperbolic tangent.")
 tanh.__name__ = "tanh"
-sigmoid = _unary(Op.TSIGMOID, _sigmoid, None, "1/(1+exp(-x)).")
+sigmoid = _unary(Op.TSIGMOID, _elem("sigmoid"), None, "1/(1+exp(-x)).")
 sigmoid.__name__ = "sigmoid"
-relu = _unary(Op.TRELU, lambda x: x if x > 0 else 0 * x, lambda x: _C.expr_max(x, 0), "max(x, 0).")
+relu = _unary(Op.TRELU, _keep_int("relu", lambda x: x if x > 0 else 0), lambda x: _C.expr_max(x, 0), "max(x, 0).")
 relu.__name__ = "relu"
-silu = _unary(Op.TSILU, lambda x: x * _sigmoid(x), None, "x * sigmoid(x).")
+silu = _unary(Op.TSILU, _elem("silu"), None, "x * sigmoid(x).")
 silu.__name__ = "silu"
-erf = _unary(Op.TERF, math.erf, None, "The error function.")
+erf = _unary(Op.TERF, _elem("erf"), None, "The error function.")
 erf.__name__ = "erf"
-floor = _unary(Op.TFLOOR, math.floor, None, "Elementwise floor.")
+floor = _unary(Op.TFLOOR, _keep_int("floor", lambda x: x), None, "Elementwise floor.")
 floor.__name__ = "floor"
-reciprocal = _unary(Op.TRECIP, lambda x: 1.0 / x, lambda x: 1.0 / x, "1/x.")
+reciprocal = _unary(Op.TRECIP, _elem("recip"), lambda x: 1.0 / x, "1/x.")
 reciprocal.__name__ = "reciprocal"
 
 
+def _fold_minmax(name, a, b):
+    """Python ints stay exact; floats fold by pto/elem.hpp (NaN propagates)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return builtins.max(a, b) if name == "max" else builtins.min(a, b)
+    return _C.elem_binary(name, float(a), float(b))
+
+
 def _gelu_const(x, approximate="none"):
-    if approximate == "tanh":
-        return 0.5 * x * (1 + math.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
-    return _gelu_c(x)
+    if approximate not in ("none", "tanh"):
+        raise PyptoError(f"gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+    return _C.elem_unary("gelu_tanh" if approximate == "tanh" else "gelu", float(x))
 
 
 @_op(T.gelu, _scalar_unary(_gelu_const))
@@ -161,12 +171,12 @@ def div(a, b):
     """a / b (true division) with NumPy broadcasting."""
 
 
-@_binary(Op.TMAX, lambda a, b: a if a >= b else b, _C.expr_max)
+@_binary(Op.TMAX, lambda a, b: _fold_minmax("max", a, b), _C.expr_max)
 def maximum(a, b):
     """Elementwise maximum."""
 
 
-@_binary(Op.TMIN, lambda a, b: a if a <= b else b, _C.expr_min)
+@_binary(Op.TMIN, lambda a, b: _fold_minmax("min", a, b), _C.expr_min)
 def minimum(a, b):
     """Elementwise minimum."""
 

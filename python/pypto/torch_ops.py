@@ -63,7 +63,57 @@ class _Op:
         _lib.define(f"{self.name}({', '.join(ins)}) -> {ret}")
         _lib.impl(self.name, self._real, "CPU")
         torch.library.register_fake(f"pypto::{self.name}", self._fake, lib=_lib)
-        return getattr(torch.ops.pypto, self.name).default
+        op = getattr(torch.ops.pypto, self.name).default
+        if not self.written:  # torch differentiates only ops that do not mutate their inputs
+            self._register_backward()
+        return op
+
+    # --- the derived backward (autograd.py), itself a custom op so that compiled graphs hold it ------
+    def _register_backward(self):
+        scalars = [f"{ty} s{j}" for j, ty in enumerate(self.scalar_types)]
+        _lib.define(f"{self.name}_bwd(Tensor[] inputs, Tensor[] outputs, Tensor?[] grads"
+                    f"{''.join(', ' + a for a in scalars)}) -> Tensor[]")
+        _lib.impl(f"{self.name}_bwd", self._backward_real, "CPU")
+        torch.library.register_fake(f"pypto::{self.name}_bwd", self._backward_fake, lib=_lib)
+        self.bwd = getattr(torch.ops.pypto, f"{self.name}_bwd").default
+        torch.library.register_autograd(f"pypto::{self.name}", self._backward, setup_context=self._setup,
+                                        lib=_lib)
+
+    def _setup(self, ctx, inputs, output):
+        nt = self.n_tensors + self.n_implicit
+        outs = output if isinstance(output, (tuple, list)) else (output,)
+        ctx.save_for_backward(*inputs[:nt], *outs)
+        ctx.scalars = inputs[nt:]
+
+    def _backward(self, ctx, *grads):
+        nt = self.n_tensors + self.n_implicit
+        saved = ctx.saved_tensors
+        got = iter(self.bwd(list(saved[:nt]), list(saved[nt:]), list(grads), *ctx.scalars))
+        out = [next(got) if t.is_floating_point() else None for t in saved[:nt]]
+        return tuple(out) + (None,) * self.n_scalars
+
+    def _backward_fake(self, inputs, outputs, grads, *scalars):
+        return [torch.empty_like(t) for t in inputs if t.is_floating_point()]
+
+    def _backward_real(self, inputs, outputs, grads, *scalars):
+        from . import autograd
+        kargs = self.kernel_args(inputs[:self.n_tensors], list(scalars))
+        implicit = inputs[self.n_tensors:]
+        kernel = self.kernel
+        if kernel._vjp is not None:  # a hand-written backward (@kernel.defvjp): explicit arguments only
+            g = autograd.vjp_call(kernel, kargs[kernel._k0:], list(outputs), list(grads))
+            by_slot = {slot[1]: g[i - kernel._k0] for i, slot in enumerate(self.slots) if slot[0] == "t"}
+        else:
+            entry, _ = kernel._entry(kargs)
+            d = autograd.derived(entry)
+            got = d(entry.inputs(kargs, implicit) + list(outputs), dict(zip(d.results, grads)),
+                    [kargs[i] for i in entry.scalar_idx], interop.TORCH)
+            by_slot = {}
+            for i, (kind, k) in enumerate(entry.plan):
+                if i in got:
+                    by_slot[self.slots[k][1] if kind == "a" else self.n_tensors + k] = got[i]
+        return [by_slot[i] if by_slot.get(i) is not None else torch.zeros_like(t)
+                for i, t in enumerate(inputs) if t.is_floating_point()]
 
     @staticmethod
     def scalar_type(v):

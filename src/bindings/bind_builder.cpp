@@ -507,10 +507,10 @@ void bind_builder(nb::module_& m) {
 
   m.def(
       "autodiff",
-      [](const ir::Program& forward, const B* builder) {
+      [](const ir::Program& forward, const B* builder, const std::vector<bool>& wanted) {
         passes::Locate locate;
         if (builder) locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
-        passes::Backward bw = passes::autodiff(forward, locate);
+        passes::Backward bw = passes::autodiff(forward, locate, wanted);
         std::vector<std::pair<std::string, int>> args;
         for (auto& a : bw.args)
           args.emplace_back(a.role == passes::Backward::Role::Input   ? "input"
@@ -519,8 +519,9 @@ void bind_builder(nb::module_& m) {
                             a.param);
         return std::make_tuple(bw.program, args, bw.grads, bw.results);
       },
-      "forward"_a, "builder"_a = nb::none(),
-      "The tensor-level program of `forward`'s vector-Jacobian product (passes/autodiff.h): "
+      "forward"_a, "builder"_a = nb::none(), "wanted"_a = std::vector<bool>(),
+      "The tensor-level program of `forward`'s vector-Jacobian product (passes/autodiff.h), for the "
+      "gradients of the params `wanted` marks (all when empty): "
       "(program, [(role, forward param index)] per backward param, forward param index per gradient output, "
       "forward param indices of the results).");
 }

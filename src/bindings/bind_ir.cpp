@@ -10,6 +10,7 @@
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
 #include "bindings/arrays.h"
+#include "bindings/gil.h"
 #include "ir/ir.h"
 #include "ir/opcodes.h"
 #include "ir/parser.h"
@@ -146,8 +147,7 @@ void bind_ir(nb::module_& m) {
       [](const ir::Program& p, const nb::list& tensors, const nb::list& scalars) {
         std::vector<AnyArray> keep;
         runtime::RunArgs args = to_run_args(tensors, scalars, keep, runtime::written_params(p));
-        nb::gil_scoped_release nogil;
-        interp::interpret(p, args);
+        interruptible_without_gil([&] { interp::interpret(p, args); });
       },
       nb::arg("program"), nb::arg("tensors"), nb::arg("scalars") = nb::list(),
       "Run a tile-level program on the reference interpreter, in place on the given arrays.");
@@ -160,9 +160,10 @@ void bind_ir(nb::module_& m) {
         std::vector<AnyArray> keep;
         runtime::RunArgs args = to_run_args(tensors, scalars, keep, runtime::written_params(p));
         runtime::check_args(p, args, runtime::written_params(p));  // the CPU backend trusts its arguments
-        nb::gil_scoped_release nogil;
-        const cpu::CompileResult r = cpu::compile_cpp(cpu::generate_cpp(p));
-        cpu::run(*r.kernel, args);
+        interruptible_without_gil([&] {
+          const cpu::CompileResult r = cpu::compile_cpp(cpu::generate_cpp(p));
+          cpu::run(*r.kernel, args);
+        });
       },
       nb::arg("program"), nb::arg("tensors"), nb::arg("scalars") = nb::list(),
       "Compile a tile-level program with the CPU backend (cached) and run it on the arrays.");

@@ -10,9 +10,12 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "bindings/gil.h"
 #include "ir/ir.h"
 #include "runtime/kernel.h"
 #include "runtime/target.h"
+#include "runtime/loop_cost.h"
+#include "runtime/openmp_bridge.h"
 #include "runtime/thread_pool.h"
 
 namespace pypto::bindings {
@@ -111,8 +114,7 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
     args.scalars.reserve(n);
     for (size_t i = 0; i < n; ++i) args.scalars.push_back(to_scalar(ss[i], i));
   }
-  nb::gil_scoped_release release;
-  k.run(args);
+  interruptible_without_gil([&] { k.run(args); });
 }
 
 }  // namespace
@@ -138,8 +140,7 @@ void bind_runtime(nb::module_& m) {
             o.fusion_off = fusion_off;
             o.promote = promote;
             runtime::Backend be = parse_backend(backend);
-            nb::gil_scoped_release release;
-            new (self) Kernel(prog, be, o);
+            without_gil([&] { new (self) Kernel(prog, be, o); });
           },
           "program"_a, "backend"_a = "cpu", "fusion"_a = false, "fusion_ops"_a = std::vector<std::string>{},
           "tile_rows"_a = 0, "tile_cols"_a = 0, "mm_tile_m"_a = 0, "mm_tile_n"_a = 0, "mm_tile_k"_a = 0,
@@ -150,10 +151,7 @@ void bind_runtime(nb::module_& m) {
       .def("as_text", &Kernel::as_text, "level"_a, "levels: \"tensor\", \"tile\", \"isa\", \"source\" (cpu)")
       .def(
           "compile",
-          [](Kernel& k) {
-            nb::gil_scoped_release release;
-            return k.compile();
-          },
+          [](Kernel& k) { return interruptible_without_gil([&] { return k.compile(); }); },
           "Compile now (cpu backend); returns the seconds spent, 0 when it came from a cache.")
       .def("compiled_from_cache", &Kernel::compiled_from_cache)
       .def_prop_ro("backend",
@@ -198,12 +196,17 @@ void bind_runtime(nb::module_& m) {
       "What the start-up analysis found about the host: arch, cores, caches, SIMD.");
   m.def(
       "set_num_threads",
-      [](int n) {
+      [](int64_t n) {
         if (n < 1) throw ir::Error("set_num_threads: need at least 1 thread, got " + std::to_string(n));
         runtime::set_num_threads(n);
       },
-      "n"_a);
+      "n"_a, "Size the thread pool; at most max_threads() (a few per core).");
+  m.def("max_threads", &runtime::max_threads);
   m.def("num_threads", &runtime::num_threads);
+  m.def("share_threads_with_openmp", &runtime::openmp::attach,
+        "Run parallel loops on an OpenMP runtime already loaded (torch's); its path, or '' when none is.");
+  m.def("stop_sharing_threads", &runtime::openmp::detach, "Back to PyPTO's own thread pool.");
+  m.def("reset_loop_costs", &runtime::reset_loop_costs, "Forget the cost model's loop measurements.");
 
   // (dtype name, shape, device) of any array nanobind can import, without copying it.
   m.def(

@@ -10,6 +10,7 @@ namespace pypto::bindings {
 void bind_ir(nb::module_& m);
 void bind_builder(nb::module_& m);
 void bind_runtime(nb::module_& m);
+void bind_elem(nb::module_& m);
 }  // namespace pypto::bindings
 
 NB_MODULE(_C, m) {
@@ -30,4 +31,5 @@ NB_MODULE(_C, m) {
   pypto::bindings::bind_ir(m);
   pypto::bindings::bind_builder(m);
   pypto::bindings::bind_runtime(m);
+  pypto::bindings::bind_elem(m);
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <locale>
 #include <sstream>
 
 #include "ir/builder_impl.h"
@@ -12,6 +13,7 @@ namespace pypto::ir {
 
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream os;
+  os.imbue(std::locale::classic());
   os << "(";
   for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
   if (s.size() == 1) os << ",";
@@ -377,6 +379,8 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
       out.offset[bd] = v.offset[bd] + st.value * int_imm(v.step[bd]);
       out.size[bd] = static_size;
       out.step[bd] = v.step[bd] * s;
+      // (the per-branch bound holds, but interval arithmetic over the select cannot see it)
+      if (impl_->upper_bound(ext, LLONG_MAX) > static_size) ext = min(ext, int_imm(static_size));
       auto c = as_int(ext);
       out.valid[bd] = (c && *c >= static_size) ? int_imm(static_size) : ext;
       dims.push_back(bd);

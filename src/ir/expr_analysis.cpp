@@ -18,6 +18,7 @@
 #include <limits>
 
 #include "ir/expr.h"
+#include "ir/number_text.h"
 #include "ir/expr_impl.h"
 #include "pto/elem.hpp"
 
@@ -46,13 +47,12 @@ std::string float_literal(double v, DType t) {
     body = v < 0 ? "-inf" : "inf";
   } else {
     // The shortest %g form that reads back to the same value (in f32 for f32 constants).
-    char buf[64];
+    // Locale-independent (ir/number_text.h): 2.5 prints as "2.5" under any locale.
     for (int prec = 1; prec <= 17; ++prec) {
-      std::snprintf(buf, sizeof buf, "%.*g", prec, v);
-      double back = std::strtod(buf, nullptr);
+      body = format_g(v, prec);
+      const double back = parse_double(body).value_or(NAN);
       if (f32 ? float(back) == float(v) : back == v) break;
     }
-    body = buf;
     if (body.find_first_of(".e") == std::string::npos) body += ".0";
   }
   if (f32) return body + "f";

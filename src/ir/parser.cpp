@@ -46,9 +46,11 @@
 // every variable as i64. Expressions are rebuilt exactly as written (no simplification), so text
 // the printer wrote reads back to the identical tree. Errors: ir::Error("line L, col C: ...").
 #include "ir/parser.h"
+#include "ir/number_text.h"
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <map>
@@ -186,11 +188,59 @@ class Lexer {
   int line_ = 1, col_ = 1;
 };
 
+// Text must be UTF-8 (names in quotes and comments may hold any character); anything else is
+// rejected with its position rather than passed on to become a name nothing can print.
+void check_utf8(std::string_view text) {
+  int line = 1, col = 1;
+  for (size_t i = 0; i < text.size();) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    bool ok = n > 0 && i + n <= text.size();
+    for (size_t k = 1; ok && k < n; ++k) ok = (static_cast<unsigned char>(text[i + k]) >> 6) == 0x2;
+    if (ok && n == 2) ok = c >= 0xC2;  // no overlong forms
+    if (ok && n == 3) {
+      const auto c1 = static_cast<unsigned char>(text[i + 1]);
+      ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);  // overlong, surrogates
+    }
+    if (ok && n == 4) {
+      const auto c1 = static_cast<unsigned char>(text[i + 1]);
+      ok = !(c == 0xF0 && c1 < 0x90) && !(c == 0xF4 && c1 >= 0x90) && c <= 0xF4;
+    }
+    if (!ok) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", unsigned(c));
+      throw Error("line " + std::to_string(line) + ", col " + std::to_string(col) +
+                  ": the text is not valid UTF-8 (byte " + hex + ")");
+    }
+    if (c == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+    i += n;
+  }
+}
+
 class Parser {
  public:
-  Parser(std::string_view text, bool program_mode) : toks_(Lexer(text).run()), program_mode_(program_mode) {
+  Parser(std::string_view text, bool program_mode) : toks_((check_utf8(text), Lexer(text).run())), program_mode_(program_mode) {
     scopes_.emplace_back();
   }
+
+  // Nesting of blocks and expressions is bounded, so that deep input gets a clear error instead
+  // of exhausting the stack here or in any recursive walk of the program later.
+  static constexpr int kMaxNesting = 200;
+  struct Nest {
+    Parser& p;
+    explicit Nest(Parser& parser) : p(parser) {
+      if (++p.depth_ > kMaxNesting)
+        p.fail("nesting deeper than " + std::to_string(kMaxNesting) + " levels (blocks and expressions)");
+    }
+    ~Nest() { --p.depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+  };
 
   Program program() {
     Program p;
@@ -307,12 +357,19 @@ class Parser {
     if (is_ident("temp")) return BufferKind::Temp;
     return std::nullopt;
   }
+  // Element counts are checked here: an extent product that overflows (or exceeds 2^62) would
+  // wrap every size and address computed from it later.
   std::vector<int64_t> shape() {
     std::vector<int64_t> s;
+    const Token& at = peek();
     expect("[");
+    int64_t n = 1;
     if (!accept("]")) {
-      do s.push_back(int_literal());
-      while (accept(","));
+      do {
+        s.push_back(int_literal());
+        if (__builtin_mul_overflow(n, s.back(), &n) || n > (int64_t(1) << 62))
+          fail("shape has more than 2^62 elements", &at);
+      } while (accept(","));
       expect("]");
     }
     return s;
@@ -338,6 +395,7 @@ class Parser {
 
   // ---- statements -------------------------------------------------------------------------------
   std::vector<Stmt> block(const std::string& loop_var = "") {
+    const Nest nest(*this);
     expect("{");
     scopes_.emplace_back();
     if (!loop_var.empty()) declare_var(loop_var, DType::I64);
@@ -505,9 +563,16 @@ class Parser {
     } else if (body == "nan") {
       v = std::numeric_limits<double>::quiet_NaN();
     } else {
-      errno = 0;
-      v = std::strtod(body.c_str(), nullptr);
-      if (errno == ERANGE && std::abs(v) > 1) fail("float literal out of range", &at);
+      // Locale-independent (ir/number_text.h); underflow reads as 0, overflow is an error.
+      const std::optional<double> p = parse_double(body);
+      if (p) {
+        v = *p;
+      } else {
+        const bool tiny = body.find_first_of("eE") != std::string::npos &&
+                          body.find('-', body.find_first_of("eE")) != std::string::npos;
+        if (!tiny) fail("bad or out-of-range float literal: " + body, &at);
+        v = 0;
+      }
     }
     if (negative) v = -v;
     return f32 ? float_imm(v, DType::F32) : detail::make_float_raw(v, DType::F64);
@@ -540,6 +605,7 @@ class Parser {
   }
 
   Expr expr() {
+    const Nest nest(*this);
     const Token& t = peek();
     if (Expr lit = literal()) return lit;
     switch (t.kind) {
@@ -624,6 +690,7 @@ class Parser {
   size_t pos_ = 0;
   bool program_mode_;
   std::vector<Scope> scopes_;
+  int depth_ = 0;
 };
 
 }  // namespace

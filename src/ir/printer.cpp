@@ -54,8 +54,12 @@ std::string operand_text(const Operand& o) {
   return expr_text(std::get<Expr>(o));
 }
 
+void print_stmt(const Stmt& st, int indent, std::string& out);
+
+// Statements append to one string: time stays linear in the text's length however deep the
+// nesting (returning a string per level copied every body once per enclosing level).
 void print_block(const std::vector<Stmt>& body, int indent, std::string& out) {
-  for (const auto& s : body) out += print(s, indent);
+  for (const auto& s : body) print_stmt(s, indent, out);
 }
 
 }  // namespace
@@ -96,10 +100,13 @@ std::string print(const Op& op) {
   return s;
 }
 
-std::string print(const Stmt& st, int indent) {
-  std::string pad(size_t(indent) * 2, ' ');
-  if (!st) return pad + "<null stmt>\n";
-  std::string out;
+namespace {
+void print_stmt(const Stmt& st, int indent, std::string& out) {
+  const std::string pad(size_t(indent) * 2, ' ');
+  if (!st) {
+    out += pad + "<null stmt>\n";
+    return;
+  }
   switch (st->kind) {
     case StmtKind::Seq:
       out += pad + "seq {\n";
@@ -133,6 +140,12 @@ std::string print(const Stmt& st, int indent) {
       out += pad + print(st->op) + "\n";
       break;
   }
+}
+}  // namespace
+
+std::string print(const Stmt& st, int indent) {
+  std::string out;
+  print_stmt(st, indent, out);
   return out;
 }
 

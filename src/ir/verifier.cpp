@@ -141,9 +141,16 @@ class Verifier {
       auto val = as_int(v.valid[d]);
       if (val && (*val < 0 || *val > v.size[d]))
         fail(which + ": valid extent " + std::to_string(*val) + " outside 0.." + std::to_string(v.size[d]));
+      // A valid extent is at most the view's size (docs/isa.md §4): one that exceeds it for some
+      // value of the enclosing loop variables is an error, not something to clamp silently.
+      if (!val)
+        if (auto vb = bounds(v.valid[d], loop_bounds_); vb && vb->hi > v.size[d])
+          fail(which + ": valid extent `" + to_string(v.valid[d]) + "` can reach " + std::to_string(vb->hi) +
+               ", more than the view's size " + std::to_string(v.size[d]) + " in dim " + std::to_string(d));
       if (off && *off < 0) fail(which + ": negative offset in dim " + std::to_string(d) + " of %" + b.name);
-      if (off && val && *val > 0 && *off + (*val - 1) * v.step[d] >= b.shape[d])
-        fail(which + ": valid region [" + std::to_string(*off) + ", " + std::to_string(*off + (*val - 1) * v.step[d]) +
+      if (off && val && *val > 0 && __int128(*off) + __int128(*val - 1) * v.step[d] >= b.shape[d])
+        fail(which + ": valid region [" + std::to_string(*off) + ", " +
+             std::to_string(int64_t(std::min<__int128>(__int128(*off) + __int128(*val - 1) * v.step[d], INT64_MAX))) +
              "] outside dim " + std::to_string(d) + " of %" + b.name + " (size " + std::to_string(b.shape[d]) + ")");
     }
   }
@@ -321,7 +328,15 @@ class Verifier {
         index_expr(s->hi, "loop end");
         index_expr(s->step, "loop step");
         if (auto st = as_int(s->step); st && *st <= 0) fail("loop step must be positive");
-        block(s->body, s->var);
+        {
+          // The loop variable's range, where its bounds are known: a view's valid extent that
+          // must exceed its size for some iteration is rejected (see view()).
+          const auto lo = bounds(s->lo, loop_bounds_), hi = bounds(s->hi, loop_bounds_);
+          const bool known = lo && hi && lo->lo < hi->hi;
+          if (known) loop_bounds_[s->var] = Interval{lo->lo, hi->hi - 1};
+          block(s->body, s->var);
+          if (known) loop_bounds_.erase(s->var);
+        }
         break;
       case StmtKind::If:
         where_ = "if " + to_string(s->cond);
@@ -350,6 +365,7 @@ class Verifier {
 
   Level level_;
   std::vector<Scope> scopes_;
+  VarBounds loop_bounds_;  // loop variables with known ranges
   std::set<std::string> names_;
   std::string where_;
 };

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <functional>
 
-#include "ir/printer.h"
 #include "ir/builder_impl.h"
+#include "ir/printer.h"
 #include "passes/autodiff_impl.h"
 #include "passes/pass_util.h"
 
@@ -25,11 +25,8 @@ bool same_view(const View& a, const View& b) {
   return true;
 }
 
-const View* view_of(const Operand& o) { return std::get_if<View>(&o); }
-
 }  // namespace
 
-// `dst += x`, `dst -= x` and `dst += a @ b`: the old value of dst passes through unchanged.
 bool in_place_linear(const Op& op) {
   if (op.code == Opcode::TMATMUL_ACC) return true;
   if (op.code != Opcode::TADD && op.code != Opcode::TSUB) return false;
@@ -48,8 +45,8 @@ std::vector<const View*> sources(const Op& op) {
   return out;
 }
 
-Differentiator::Differentiator(const Program& forward, const Locate& locate)
-    : fwd_(forward), locate_(locate), b_(forward.name + "_backward") {
+Differentiator::Differentiator(const Program& forward, const Locate& locate, const std::vector<bool>& wanted)
+    : fwd_(forward), locate_(locate), wanted_(wanted), b_(forward.name + "_backward") {
   std::vector<const StmtNode*> loops;
   analyse(forward.body, loops);
 }
@@ -60,7 +57,9 @@ void Differentiator::analyse(const std::vector<Stmt>& body, std::vector<const St
     info.pos = int(stmts_.size());
     info.loops = loops;
     switch (s->kind) {
-      case StmtKind::Alloc: bufs_[s->buffer.get()].loops_at_alloc = loops; break;
+      case StmtKind::Alloc:
+        bufs_[s->buffer.get()].loops_at_alloc = loops;
+        break;
       case StmtKind::OpStmt: {
         if (auto d = view_of(s->op.args.empty() ? Operand(Expr()) : s->op.args[0]))
           bufs_[d->buf.get()].writes.push_back(s.get());
@@ -76,7 +75,8 @@ void Differentiator::analyse(const std::vector<Stmt>& body, std::vector<const St
         analyse(s->body, loops);
         analyse(s->orelse, loops);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -165,9 +165,10 @@ View Differentiator::adjoint(const View& v, const Env& env) const {
 Operand Differentiator::value(const Operand& o, const StmtNode* s, const Env& env, bool is_result) const {
   if (auto v = view_of(o))
     if (stale(v->buf.get(), s, !is_result))
-      refuse(s, "its derivative needs the value of %" + v->buf->name +
-                    " at this point, but the kernel overwrites it later (a value carried across loop iterations "
-                    "or updated in place non-linearly, or an argument read and then written)");
+      refuse(s,
+             "its derivative needs the value of %" + v->buf->name +
+                 " at this point, but the kernel overwrites it later (a value carried across loop iterations "
+                 "or updated in place non-linearly, or an argument read and then written)");
   return mapped(o, env);
 }
 
@@ -259,9 +260,10 @@ void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<co
   }
 }
 
-namespace {
-BufferRef new_adjoint_buffer(Builder& b, const Buffer& like) {
+BufferRef Differentiator::new_adjoint(const Buffer& like) {
+  Builder& b = b_;
   auto nb = std::make_shared<Buffer>();
+  adjoint_buffers_.insert(nb.get());
   nb->name = b.fresh_name("d_" + like.name);
   nb->dtype = like.dtype;
   nb->shape = like.shape;
@@ -271,19 +273,21 @@ BufferRef new_adjoint_buffer(Builder& b, const Buffer& like) {
   b.assign(View::whole(nb), float_imm(0.0, like.dtype == DType::F64 ? DType::F64 : DType::F32));
   return nb;
 }
-}  // namespace
 
 void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
   for (const Stmt& s : body)
     if (s->kind == StmtKind::Alloc && is_float(s->buffer->dtype))
-      adj_[s->buffer.get()] = new_adjoint_buffer(b_, *s->buffer);
+      adj_[s->buffer.get()] = new_adjoint(*s->buffer);
   for (auto it = body.rbegin(); it != body.rend(); ++it) {
     const Stmt& s = *it;
     switch (s->kind) {
-      case StmtKind::OpStmt: rule(s.get(), env); break;
+      case StmtKind::OpStmt:
+        rule(s.get(), env);
+        break;
       case StmtKind::For: {
         Env inner = env;
-        Expr lo = substitute(s->lo, env.vars), hi = substitute(s->hi, env.vars), step = substitute(s->step, env.vars);
+        Expr lo = substitute(s->lo, env.vars), hi = substitute(s->hi, env.vars),
+             step = substitute(s->step, env.vars);
         if (needs_reversal(s.get())) {
           Expr trips = div(hi - lo + step - int_imm(1), step);
           Expr u = b_.begin_for(s->var + "_rev", int_imm(0), trips, int_imm(1));
@@ -315,8 +319,11 @@ void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
         b_.end_if();
         break;
       }
-      case StmtKind::Seq: sweep(s->body, env); break;
-      default: break;
+      case StmtKind::Seq:
+        sweep(s->body, env);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -336,8 +343,7 @@ void eliminate_dead_code(Program& p) {
       auto d = view_of(s->op.args[0]);
       if (d && !live.count(d->buf.get())) return;
       for (size_t i = 1; i < s->op.args.size(); ++i)
-        if (auto v = view_of(s->op.args[i]))
-          changed |= live.insert(v->buf.get()).second;
+        if (auto v = view_of(s->op.args[i])) changed |= live.insert(v->buf.get()).second;
     });
   }
   std::function<bool(std::vector<Stmt>&)> prune = [&](std::vector<Stmt>& body) {
@@ -354,13 +360,16 @@ void eliminate_dead_code(Program& p) {
         case StmtKind::Alloc:
           if (!live.count(s->buffer.get())) continue;
           break;
-        case StmtKind::For: case StmtKind::If: case StmtKind::Seq: {
+        case StmtKind::For:
+        case StmtKind::If:
+        case StmtKind::Seq: {
           bool a = prune(s->body), b = prune(s->orelse);
           if (!a && !b) continue;
           has_op = true;
           break;
         }
-        default: break;
+        default:
+          break;
       }
       kept.push_back(s);
     }
@@ -369,6 +378,119 @@ void eliminate_dead_code(Program& p) {
   };
   // Statements are shared with nothing else (the builder made them), so pruning in place is safe.
   prune(p.body);
+}
+
+bool mentions_buffer(const Stmt& s, const Buffer* b) {
+  bool found = false;
+  walk({s}, [&](const Stmt& t) {
+    if (t->kind == StmtKind::Alloc && t->buffer.get() == b) found = true;
+    if (t->kind != StmtKind::OpStmt) return;
+    for (auto& a : t->op.args)
+      if (auto v = view_of(a)) found |= v->buf.get() == b;
+  });
+  return found;
+}
+
+// The whole buffer, every element valid.
+bool whole_and_valid(const View& v) {
+  if (!v.is_whole()) return false;
+  for (size_t d = 0; d < v.valid.size(); ++d) {
+    auto c = as_int(v.valid[d]);
+    if (!c || *c != v.buf->shape[d]) return false;
+  }
+  return true;
+}
+
+// An adjoint is zero-filled and then accumulated into. When its first contribution covers all of
+// it, `fill 0; a += c` becomes `a = c`, and when c is a temporary computed just for this, its
+// instruction writes into a directly. Applied per block, in place.
+void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                               std::map<const Buffer*, int>& reads) {
+  for (auto& s : body) {
+    write_first_contributions(s->body, adjoints, reads);
+    write_first_contributions(s->orelse, adjoints, reads);
+  }
+  for (size_t i = 0; i < body.size(); ++i) {
+    const Stmt& fill = body[i];
+    if (fill->kind != StmtKind::OpStmt || fill->op.code != Opcode::TEXPANDS) continue;
+    const View& a = std::get<View>(fill->op.args[0]);
+    if (!adjoints.count(a.buf.get()) || !whole_and_valid(a)) continue;
+    size_t j = i + 1;
+    while (j < body.size() && !mentions_buffer(body[j], a.buf.get())) ++j;
+    if (j == body.size()) continue;
+    const Stmt& acc = body[j];
+    if (acc->kind != StmtKind::OpStmt || acc->op.code != Opcode::TADD) continue;
+    const View* d = view_of(acc->op.args[0]);
+    const View* s1 = view_of(acc->op.args[1]);
+    const View* c = view_of(acc->op.args[2]);
+    if (!d || !s1 || !c || d->buf != a.buf || s1->buf != a.buf || !whole_and_valid(*d) ||
+        !whole_and_valid(*s1) || c->buf == a.buf || c->buf->dtype != a.buf->dtype || c->shape() != a.shape())
+      continue;
+    // The producer of c, when c is a temporary only this accumulation reads.
+    size_t k = j;
+    if (c->is_whole() && c->buf->kind == BufferKind::Temp && reads[c->buf.get()] == 1) {
+      for (size_t m = j; m-- > i + 1;) {
+        if (!mentions_buffer(body[m], c->buf.get())) continue;
+        const Stmt& p = body[m];
+        const View* pd =
+            p->kind == StmtKind::OpStmt && !p->op.args.empty() ? view_of(p->op.args[0]) : nullptr;
+        bool sole_writer = pd && pd->buf == c->buf && whole_and_valid(*pd);
+        for (size_t q = 1; sole_writer && q < p->op.args.size(); ++q)
+          if (auto v = view_of(p->op.args[q])) sole_writer = v->buf != c->buf && v->buf != a.buf;
+        if (sole_writer) k = m;
+        break;
+      }
+    }
+    if (k != j) {
+      body[k]->op.args[0] = View::whole(a.buf);
+      body.erase(body.begin() + long(j));
+    } else {
+      body[j] = op_stmt(Op{Opcode::TMOV, {View::whole(a.buf), *c}});
+    }
+    body.erase(body.begin() + long(i));
+    --i;
+  }
+}
+
+// `a = c` of two whole temporaries, each written once, c earlier in the same block: every use of
+// a reads c instead (the sweep passes an adjoint through additions this way).
+void forward_copies(Program& p) {
+  std::map<const Buffer*, int> writes;
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind == StmtKind::OpStmt && !s->op.args.empty())
+      if (auto d = view_of(s->op.args[0])) ++writes[d->buf.get()];
+  });
+  std::map<const Buffer*, BufferRef> repl;
+  std::function<void(std::vector<Stmt>&)> scan = [&](std::vector<Stmt>& body) {
+    std::set<const Buffer*> written_here;
+    for (size_t j = 0; j < body.size(); ++j) {
+      Stmt& s = body[j];
+      scan(s->body);
+      scan(s->orelse);
+      if (s->kind != StmtKind::OpStmt || s->op.args.empty()) continue;
+      const View* d = view_of(s->op.args[0]);
+      const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
+      if (s->op.code == Opcode::TMOV && d && c && whole_and_valid(*d) && whole_and_valid(*c) &&
+          d->buf->kind == BufferKind::Temp && c->buf->kind == BufferKind::Temp &&
+          d->buf->dtype == c->buf->dtype && d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 &&
+          writes[c->buf.get()] == 1 && written_here.count(c->buf.get()) && !repl.count(c->buf.get())) {
+        repl[d->buf.get()] = c->buf;
+        body.erase(body.begin() + long(j--));
+        continue;
+      }
+      if (d) written_here.insert(d->buf.get());
+    }
+  };
+  scan(p.body);
+  if (repl.empty()) return;
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind != StmtKind::OpStmt) return;
+    for (auto& a : s->op.args)
+      if (auto v = std::get_if<View>(&a)) {
+        auto it = repl.find(v->buf.get());
+        if (it != repl.end()) v->buf = it->second;
+      }
+  });
 }
 
 void used_buffers(const std::vector<Stmt>& body, std::set<const Buffer*>& used) {
@@ -414,7 +536,10 @@ Backward Differentiator::run() {
   for (size_t i = 0; i < fwd_.params.size(); ++i) {
     const Buffer& p = *fwd_.params[i];
     if (p.kind != BufferKind::Param || !is_float(p.dtype)) continue;
-    if (!adj_.count(&p)) adj_[&p] = new_adjoint_buffer(b_, p);
+    bool want = wanted_.empty() || (i < wanted_.size() && wanted_[i]);
+    if (!want && !adj_.count(&p)) continue;  // (a written argument's adjoint carries its cotangent)
+    if (!adj_.count(&p)) adj_[&p] = new_adjoint(p);
+    if (!want) continue;
     grads.push_back(View::whole(adj_.at(&p)));
     out.grads.push_back(int(i));
   }
@@ -423,6 +548,17 @@ Backward Differentiator::run() {
   sweep(fwd_.body, env);
   out.program = b_.finish(grads);
   eliminate_dead_code(out.program);
+  {
+    std::map<const Buffer*, int> reads;
+    walk(out.program.body, [&](const Stmt& s) {
+      if (s->kind != StmtKind::OpStmt) return;
+      for (size_t i = 1; i < s->op.args.size(); ++i)
+        if (auto v = view_of(s->op.args[i])) ++reads[v->buf.get()];
+    });
+    write_first_contributions(out.program.body, adjoint_buffers_, reads);
+    forward_copies(out.program);
+    eliminate_dead_code(out.program);
+  }
   // A replayed value must still be what it was at its forward statement.
   walk(out.program.body, [&](const Stmt& s) {
     auto it = replayed_.find(s.get());
@@ -430,9 +566,10 @@ Backward Differentiator::run() {
     for (const View* v : sources(it->second->op)) {
       const Buffer* fb = v->buf.get();
       if (stale(fb, it->second, true))
-        refuse(it->second, "recomputing it needs the value of %" + fb->name +
-                               " at this point, but the kernel overwrites it later (a value carried across loop "
-                               "iterations or updated in place)");
+        refuse(it->second,
+               "recomputing it needs the value of %" + fb->name +
+                   " at this point, but the kernel overwrites it later (a value carried across loop "
+                   "iterations or updated in place)");
     }
   });
   // Keep only the parameters the backward reads: the caller saves no more than that.
@@ -455,8 +592,8 @@ Backward Differentiator::run() {
 
 }  // namespace ad
 
-Backward autodiff(const ir::Program& forward, const Locate& locate) {
-  return ad::Differentiator(forward, locate).run();
+Backward autodiff(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted) {
+  return ad::Differentiator(forward, locate, wanted).run();
 }
 
 }  // namespace pypto::passes

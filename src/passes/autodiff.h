@@ -46,6 +46,9 @@ struct Backward {
 // Where a forward statement came from, for error messages ("" when unknown).
 using Locate = std::function<std::string(const ir::StmtNode*)>;
 
-Backward autodiff(const ir::Program& forward, const Locate& locate = {});
+// `wanted[i]`: whether the gradient of forward param i is asked for (empty: all of them); the
+// backward computes (and reads what it needs for) only those.
+Backward autodiff(const ir::Program& forward, const Locate& locate = {},
+                  const std::vector<bool>& wanted = {});
 
 }  // namespace pypto::passes

@@ -11,6 +11,10 @@
 
 namespace pypto::passes::ad {
 
+inline const ir::View* view_of(const ir::Operand& o) { return std::get_if<ir::View>(&o); }
+// `dst += x`, `dst -= x` and `dst += a @ b`: the old value of dst passes through unchanged.
+bool in_place_linear(const ir::Op& op);
+
 // Forward names -> backward objects in one scope of the backward program.
 struct Env {
   std::map<const ir::Buffer*, ir::BufferRef> bufs;
@@ -19,7 +23,7 @@ struct Env {
 
 class Differentiator {
  public:
-  Differentiator(const ir::Program& forward, const Locate& locate);
+  Differentiator(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted);
   Backward run();
 
  private:
@@ -42,7 +46,8 @@ class Differentiator {
   // Building the backward.
   void replay(const std::vector<ir::Stmt>& body, Env& env, std::set<const ir::Buffer*>& local);
   void sweep(const std::vector<ir::Stmt>& body, Env& env);
-  void rule(const ir::StmtNode* s, const Env& env);  // autodiff_rules.cpp
+  void rule(const ir::StmtNode* s, const Env& env);   // autodiff_rules.cpp
+  ir::BufferRef new_adjoint(const ir::Buffer& like);  // a zero-filled adjoint buffer
 
   // Helpers for the rules.
   ir::View mapped(const ir::View& v, const Env& env) const;
@@ -50,19 +55,22 @@ class Differentiator {
   bool has_adjoint(const ir::Operand& o) const;
   ir::View adjoint(const ir::View& v, const Env& env) const;  // v's window of its adjoint buffer
   // The forward value of operand `o` of statement `s` (checked: still what it was at `s`).
-  ir::Operand value(const ir::Operand& o, const ir::StmtNode* s, const Env& env, bool is_result = false) const;
+  ir::Operand value(const ir::Operand& o, const ir::StmtNode* s, const Env& env,
+                    bool is_result = false) const;
   // adjoint(src) += contribution (or -=), summing over the dims `src` was broadcast along.
   void accumulate(const ir::Operand& src, ir::View contribution, const Env& env, bool subtract = false);
   ir::Expr constant(double v, const ir::View& like) const;
 
   const ir::Program& fwd_;
   Locate locate_;
+  std::vector<bool> wanted_;
   ir::Builder b_;
   std::map<const ir::StmtNode*, StmtInfo> stmts_;
   std::map<const ir::Buffer*, BufInfo> bufs_;
-  std::map<const ir::Buffer*, ir::BufferRef> adj_;       // forward buffer -> its adjoint now
+  std::map<const ir::Buffer*, ir::BufferRef> adj_;               // forward buffer -> its adjoint now
   std::map<const ir::StmtNode*, const ir::StmtNode*> replayed_;  // backward op -> forward op
   std::map<const ir::Buffer*, const ir::Buffer*> origin_;        // backward buffer -> forward
+  std::set<const ir::Buffer*> adjoint_buffers_;
 };
 
 }  // namespace pypto::passes::ad

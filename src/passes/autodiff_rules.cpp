@@ -3,19 +3,15 @@
 // from the replayed forward (or the saved results); see autodiff.h.
 #include <cmath>
 
-#include "ir/printer.h"
 #include "ir/builder_impl.h"
+#include "ir/printer.h"
 #include "passes/autodiff_impl.h"
 
 namespace pypto::passes::ad {
 
 using namespace ir;
 
-bool in_place_linear(const Op& op);  // autodiff.cpp
-
 namespace {
-
-const View* view_of(const Operand& o) { return std::get_if<View>(&o); }
 
 // g restricted to the region the forward instruction computed: where a source is not broadcast
 // along a dimension, no further than that source's valid extent.
@@ -54,8 +50,13 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
     g = snapshot;
   }
   switch (op.code) {
-    case Opcode::TNOT: case Opcode::TFLOOR: case Opcode::TAND: case Opcode::TOR: return;
-    default: break;
+    case Opcode::TNOT:
+    case Opcode::TFLOOR:
+    case Opcode::TAND:
+    case Opcode::TOR:
+      return;
+    default:
+      break;
   }
   if (cat == OpCategory::Fill || cat == OpCategory::Compare || cat == OpCategory::Sync ||
       cat == OpCategory::Memory)
@@ -74,22 +75,33 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
     View xm = std::get<View>(mapped(x, env));
     g = restrict_to(g, {&xm});
     switch (op.code) {
-      case Opcode::TMOV: case Opcode::TCVT: case Opcode::TROWEXPAND: case Opcode::TCOLEXPAND:
-      case Opcode::TROWSUM: case Opcode::TCOLSUM:
+      case Opcode::TMOV:
+      case Opcode::TCVT:
+      case Opcode::TROWEXPAND:
+      case Opcode::TCOLEXPAND:
+      case Opcode::TROWSUM:
+      case Opcode::TCOLSUM:
         return accumulate(x, g, env);
-      case Opcode::TROWMAX: case Opcode::TROWMIN: case Opcode::TCOLMAX: case Opcode::TCOLMIN: {
+      case Opcode::TROWMAX:
+      case Opcode::TROWMIN:
+      case Opcode::TCOLMAX:
+      case Opcode::TCOLMIN: {
         View hit = bin(Opcode::TCMP_EQ, val(1), out());
         return accumulate(x, b_.select(hit, g, k(0)), env);
       }
-      case Opcode::TNEG: return accumulate(x, g, env, true);
+      case Opcode::TNEG:
+        return accumulate(x, g, env, true);
       case Opcode::TABS: {
         Operand xv = val(1);
         accumulate(x, b_.select(bin(Opcode::TCMP_GT, xv, k(0)), g, k(0)), env);
         return accumulate(x, b_.select(bin(Opcode::TCMP_LT, xv, k(0)), g, k(0)), env, true);
       }
-      case Opcode::TEXP: return accumulate(x, bin(Opcode::TMUL, g, out()), env);
-      case Opcode::TLOG: return accumulate(x, bin(Opcode::TDIV, g, val(1)), env);
-      case Opcode::TSQRT: return accumulate(x, bin(Opcode::TDIV, g, bin(Opcode::TMUL, out(), k(2))), env);
+      case Opcode::TEXP:
+        return accumulate(x, bin(Opcode::TMUL, g, out()), env);
+      case Opcode::TLOG:
+        return accumulate(x, bin(Opcode::TDIV, g, val(1)), env);
+      case Opcode::TSQRT:
+        return accumulate(x, bin(Opcode::TDIV, g, bin(Opcode::TMUL, out(), k(2))), env);
       case Opcode::TRSQRT: {  // d x^-1/2 = -1/2 x^-3/2 = -1/2 y^3
         View y = out();
         View y3 = bin(Opcode::TMUL, bin(Opcode::TMUL, y, y), y);
@@ -99,7 +111,8 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
         View y = out();
         return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TMUL, y, y)), env, true);
       }
-      case Opcode::TRELU: return accumulate(x, b_.select(bin(Opcode::TCMP_GT, out(), k(0)), g, k(0)), env);
+      case Opcode::TRELU:
+        return accumulate(x, b_.select(bin(Opcode::TCMP_GT, out(), k(0)), g, k(0)), env);
       case Opcode::TTANH: {
         View y = out();
         return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TSUB, k(1), bin(Opcode::TMUL, y, y))), env);
@@ -115,8 +128,9 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
       }
       case Opcode::TGELU: {  // Phi(x) + x phi(x)
         Operand xv = val(1);
-        View cdf = bin(Opcode::TMUL, bin(Opcode::TADD, un(Opcode::TERF, bin(Opcode::TMUL, xv, k(M_SQRT1_2))), k(1)),
-                       k(0.5));
+        View cdf =
+            bin(Opcode::TMUL, bin(Opcode::TADD, un(Opcode::TERF, bin(Opcode::TMUL, xv, k(M_SQRT1_2))), k(1)),
+                k(0.5));
         View pdf = bin(Opcode::TMUL, un(Opcode::TEXP, bin(Opcode::TMUL, bin(Opcode::TMUL, xv, xv), k(-0.5))),
                        k(1 / std::sqrt(2 * M_PI)));
         return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TADD, cdf, bin(Opcode::TMUL, xv, pdf))), env);
@@ -125,7 +139,8 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
         const double c = std::sqrt(2 / M_PI), a = 0.044715;
         Operand xv = val(1);
         View x2 = bin(Opcode::TMUL, xv, xv);
-        View u = bin(Opcode::TMUL, bin(Opcode::TMUL, bin(Opcode::TADD, bin(Opcode::TMUL, x2, k(a)), k(1)), xv), k(c));
+        View u = bin(Opcode::TMUL,
+                     bin(Opcode::TMUL, bin(Opcode::TADD, bin(Opcode::TMUL, x2, k(a)), k(1)), xv), k(c));
         View t = un(Opcode::TTANH, u);
         View du = bin(Opcode::TMUL, bin(Opcode::TADD, bin(Opcode::TMUL, x2, k(3 * a)), k(1)), k(c));
         View sech2 = bin(Opcode::TSUB, k(1), bin(Opcode::TMUL, t, t));
@@ -136,7 +151,8 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
       case Opcode::TSILU: {  // s (1 + x (1 - s))
         Operand xv = val(1);
         View sg = un(Opcode::TSIGMOID, std::get<View>(xv));
-        View d = bin(Opcode::TMUL, sg, bin(Opcode::TADD, bin(Opcode::TMUL, xv, bin(Opcode::TSUB, k(1), sg)), k(1)));
+        View d = bin(Opcode::TMUL, sg,
+                     bin(Opcode::TADD, bin(Opcode::TMUL, xv, bin(Opcode::TSUB, k(1), sg)), k(1)));
         return accumulate(x, bin(Opcode::TMUL, g, d), env);
       }
       default:
@@ -169,11 +185,13 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
       case Opcode::TDIV: {
         Operand bv = val(2);
         if (has_adjoint(a)) accumulate(a, bin(Opcode::TDIV, g, bv), env);
-        if (has_adjoint(b)) accumulate(b, bin(Opcode::TDIV, bin(Opcode::TDIV, bin(Opcode::TMUL, g, val(1)), bv), bv),
-                                       env, true);
+        if (has_adjoint(b))
+          accumulate(b, bin(Opcode::TDIV, bin(Opcode::TDIV, bin(Opcode::TMUL, g, val(1)), bv), bv), env,
+                     true);
         return;
       }
-      case Opcode::TMAX: case Opcode::TMIN: {
+      case Opcode::TMAX:
+      case Opcode::TMIN: {
         View pick_a = bin(op.code == Opcode::TMAX ? Opcode::TCMP_GE : Opcode::TCMP_LE, val(1), val(2));
         if (has_adjoint(a)) accumulate(a, b_.select(pick_a, g, k(0)), env);
         if (has_adjoint(b)) accumulate(b, b_.select(pick_a, k(0), g), env);
@@ -182,7 +200,8 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
       case Opcode::TPOW: {
         Operand av = val(1), bv = val(2);
         if (has_adjoint(a)) {
-          Operand bm1 = view_of(bv) ? Operand(bin(Opcode::TSUB, bv, k(1))) : Operand(std::get<Expr>(bv) - k(1));
+          Operand bm1 =
+              view_of(bv) ? Operand(bin(Opcode::TSUB, bv, k(1))) : Operand(std::get<Expr>(bv) - k(1));
           accumulate(a, bin(Opcode::TMUL, g, bin(Opcode::TMUL, bin(Opcode::TPOW, av, bm1), bv)), env);
         }
         if (has_adjoint(b)) {

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <locale>
 #include <sstream>
 
 #include "ir/printer.h"
@@ -50,6 +51,7 @@ class PassRunner {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (verify_) verify(out, level);
     std::ostringstream os;
+    os.imbue(std::locale::classic());
     os << "[pypto] pass " << name << ": " << ms << " ms\n";
     if (debug_) os << print(out) << "\n";
     log_ += os.str();

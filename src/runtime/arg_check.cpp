@@ -1,6 +1,8 @@
 // The one argument check: see arg_check.h.
 #include "runtime/arg_check.h"
 
+#include "ir/number_text.h"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -151,7 +153,7 @@ void check_args(const ir::Program& p, const RunArgs& args, const std::vector<boo
     const ir::ScalarValue& v = args.scalars[j];
     if (!ir::is_float(s.dtype) && v.is_float && v.f != std::floor(v.f))
       throw Error("scalar argument '" + s.name + "': expected an integer (" +
-                  std::string(ir::dtype_name(s.dtype)) + "), got " + std::to_string(v.f));
+                  std::string(ir::dtype_name(s.dtype)) + "), got " + ir::format_g(v.f));
   }
 }
 

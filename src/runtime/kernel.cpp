@@ -42,10 +42,20 @@ std::string Kernel::as_text(const std::string& level) const {
 
 double Kernel::compile() {
   if (backend_ != Backend::Cpu) return 0;
+  // mu_ guards only the members, never the code generation or the compiler run: a fork() while
+  // another thread compiles must leave the child a usable kernel. compile_cpp itself makes
+  // concurrent callers of one source wait for a single build.
+  std::string source;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (native_) return 0;
+    source = source_;
+  }
+  if (source.empty()) source = cpu::generate_cpp(lowered_.isa);
+  cpu::CompileResult r = cpu::compile_cpp(source);
   std::lock_guard<std::mutex> l(mu_);
+  source_ = std::move(source);
   if (native_) return 0;
-  if (source_.empty()) source_ = cpu::generate_cpp(lowered_.isa);
-  cpu::CompileResult r = cpu::compile_cpp(source_);
   native_ = r.kernel;
   from_cache_ = r.from_memory || r.from_disk;
   return from_cache_ ? 0 : r.compile_seconds;

@@ -6,6 +6,11 @@
 // A mailbox is only rewritten after its worker finished the previous chunk, so no job data is ever
 // read while it changes. Workers spin for a short while after each task (back-to-back parallel
 // loops are the common case) and then sleep on a condition variable.
+//
+// A loop body may throw (std::bad_alloc from a big tile, Interrupted, ...). Every chunk catches
+// what its body throws; the caller waits until all chunks have finished, whatever happened, and
+// only then rethrows the first exception: the loop's context lives in the caller's frame, so
+// nothing may unwind it while a worker still runs.
 #include "runtime/thread_pool.h"
 
 #include <pthread.h>
@@ -13,6 +18,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cxxabi.h>
+#include <exception>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -21,6 +29,10 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "ir/types.h"
+#include "runtime/loop_cost.h"
+#include "runtime/openmp_bridge.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -39,16 +51,13 @@ constexpr size_t kWorkerStackBytes = size_t(16) << 20;
 // How long an idle worker (and a waiting caller) spins before blocking.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
 constexpr int kPauseSpins = 256;  // pause instructions (~5-40 ns each) before yielding
+constexpr int kThreadsPerCore = 8;
+constexpr int kMinThreadLimit = 64;
 
 // True while this thread runs inside a parallel_for (as caller or worker): nested calls run inline.
 thread_local bool t_in_parallel = false;
 
-int default_threads() {
-  if (const char* env = std::getenv("PYPTO_NUM_THREADS")) {
-    char* end = nullptr;
-    long v = std::strtol(env, &end, 10);
-    if (end != env && v > 0) return int(std::min<long>(v, 1024));
-  }
+int available_cores() {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0) {
@@ -57,6 +66,32 @@ int default_threads() {
   }
   unsigned hc = std::thread::hardware_concurrency();
   return hc ? int(hc) : 1;
+}
+
+// More threads than this only cost memory (16 MiB of stack each) and scheduling.
+int thread_limit() { return std::max(kMinThreadLimit, kThreadsPerCore * available_cores()); }
+
+void check_thread_count(int64_t n, const std::string& what) {
+  if (n < 1) throw ir::Error(what + ": need at least 1 thread, got " + std::to_string(n));
+  if (n > thread_limit())
+    throw ir::Error(what + ": " + std::to_string(n) + " threads is more than the limit of " +
+                    std::to_string(thread_limit()) + " (" + std::to_string(kThreadsPerCore) + " per available core, " +
+                    std::to_string(available_cores()) + " cores, at least " + std::to_string(kMinThreadLimit) + ")");
+}
+
+// $PYPTO_NUM_THREADS, else all available cores. A malformed or out-of-range value is an error
+// rather than silently replaced.
+int default_threads() {
+  if (const char* env = std::getenv("PYPTO_NUM_THREADS"); env && *env) {
+    char* end = nullptr;
+    errno = 0;
+    long long v = std::strtoll(env, &end, 10);
+    if (end == env || *end != '\0' || errno == ERANGE)
+      throw ir::Error("PYPTO_NUM_THREADS='" + std::string(env) + "' is not a whole number of threads");
+    check_thread_count(v, "PYPTO_NUM_THREADS=" + std::string(env));
+    return int(v);
+  }
+  return available_cores();
 }
 
 struct alignas(64) Worker {
@@ -102,9 +137,29 @@ class Pool {
       }
     }
     t_in_parallel = true;
-    body(ctx, 0, chunk_begin(1));
+    try {
+      body(ctx, 0, chunk_begin(1));
+    } catch (abi::__forced_unwind&) {
+      wait_done();  // thread cancellation: let it proceed once the workers are off our frame
+      t_in_parallel = false;
+      throw;
+    } catch (...) {
+      record(std::current_exception());
+    }
     t_in_parallel = false;
     wait_done();
+    std::exception_ptr e;
+    {
+      std::lock_guard<std::mutex> l(error_mu_);
+      std::swap(e, error_);
+    }
+    if (e) std::rethrow_exception(e);
+  }
+
+  // The first exception of this loop wins; the rest are dropped.
+  void record(std::exception_ptr e) {
+    std::lock_guard<std::mutex> l(error_mu_);
+    if (!error_) error_ = std::move(e);
   }
 
   void resize(int threads) {
@@ -187,7 +242,11 @@ class Pool {
       uint64_t s = wait_for_task(w, seen);
       seen = s;
       if (w.stop.load(std::memory_order_acquire)) return nullptr;
-      w.body(w.ctx, w.begin, w.end);
+      try {
+        w.body(w.ctx, w.begin, w.end);
+      } catch (...) {
+        w.pool->record(std::current_exception());
+      }
       w.pool->task_done();
     }
   }
@@ -215,13 +274,15 @@ class Pool {
   std::atomic<bool> caller_waiting_{false};
   std::mutex done_mu_;
   std::condition_variable done_cv_;
+  std::mutex error_mu_;
+  std::exception_ptr error_;  // first exception thrown by a chunk of the current loop
 };
 
 // The pool is created on first use and never destroyed: worker threads may still be blocked in
 // it when static destructors run at exit.
 std::mutex g_pool_mu;
 Pool* g_pool = nullptr;
-int g_requested = 0;  // 0 = default
+std::atomic<int> g_requested{0};  // 0 = default
 bool g_atfork_registered = false;
 
 // After fork() only the forking thread exists in the child: forget the parent's pool there.
@@ -237,35 +298,77 @@ Pool& pool() {
       pthread_atfork(nullptr, nullptr, &forget_pool_in_child);
       g_atfork_registered = true;
     }
-    g_pool = new Pool(g_requested > 0 ? g_requested : default_threads());
+    g_pool = new Pool(g_requested > 0 ? g_requested.load() : default_threads());
   }
   return *g_pool;
 }
 
+// Iterations [offset, offset + n) of a loop, renumbered from 0 (what the cost model left).
+struct Shifted {
+  LoopBody body;
+  void* ctx;
+  int64_t offset;
+  static void run(void* c, int64_t begin, int64_t end) {
+    auto* s = static_cast<Shifted*>(c);
+    s->body(s->ctx, begin + s->offset, end + s->offset);
+  }
+};
+
+// Threads a loop may use on a shared OpenMP runtime: what set_num_threads / $PYPTO_NUM_THREADS ask.
+int wanted_threads() {
+  int r = g_requested.load(std::memory_order_relaxed);
+  if (r > 0) return r;
+  static const int dflt = default_threads();
+  return dflt;
+}
+
 }  // namespace
+
+// Threads a loop runs on: the shared OpenMP runtime's or PyPTO's pool's.
+static int loop_threads(bool omp) { return omp ? wanted_threads() : pool().threads(); }
 
 void parallel_for(int64_t n, LoopBody body, void* ctx) {
   if (n <= 0) return;
-  if (n == 1 || t_in_parallel) {
+  const bool omp = openmp::attached();
+  if (n == 1 || t_in_parallel || (omp && openmp::in_region())) {
     body(ctx, 0, n);
     return;
   }
-  Pool& p = pool();
-  if (p.threads() == 1) {
+  const int threads = loop_threads(omp);
+  if (threads == 1) {
     body(ctx, 0, n);
+  } else if (omp) {
+    openmp::parallel_for(n, body, ctx, threads);
+  } else {
+    pool().run(n, body, ctx);
+  }
+}
+
+void parallel_for_costed(int64_t n, LoopBody body, void* ctx) {
+  const bool omp = openmp::attached();
+  if (n <= 1 || t_in_parallel || (omp && openmp::in_region()) || loop_threads(omp) == 1) {
+    parallel_for(n, body, ctx);
     return;
   }
-  p.run(n, body, ctx);
+  const int64_t done = run_serial_part(n, body, ctx);  // the cost model (loop_cost.h)
+  if (done == n) return;
+  Shifted rest{body, ctx, done};
+  parallel_for(n - done, &Shifted::run, &rest);
 }
 
 int num_threads() { return pool().threads(); }
 
-void set_num_threads(int n) {
+int max_threads() { return thread_limit(); }
+
+void set_num_threads(int64_t n) {
   if (t_in_parallel) return;  // resizing from inside a loop body would wait for itself
-  if (n <= 0) n = default_threads();
+  if (n <= 0)
+    n = default_threads();
+  else
+    check_thread_count(n, "set_num_threads(" + std::to_string(n) + ")");
   {
     std::lock_guard<std::mutex> lock(g_pool_mu);
-    g_requested = n;
+    g_requested = int(n);
     if (!g_pool) return;
   }
   if (g_pool->threads() != n) g_pool->resize(n);

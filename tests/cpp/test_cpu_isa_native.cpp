@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "backends/cpu/compiler.h"
 #include "test_cpu_isa_util.hpp"
 
 namespace {
@@ -137,9 +138,6 @@ std::string run_capture(const std::string& cmd, int* status) {
 }
 
 TEST(CpuIsaNative, HeadersPassUnderMarchNative) {
-#ifndef PYPTO_SOURCE_INCLUDE_DIR
-  GTEST_SKIP() << "PYPTO_SOURCE_INCLUDE_DIR not defined";
-#else
   const char* env = std::getenv("PYPTO_CXX");
   std::string cxx = env && *env ? env : "c++";
   int st = 0;
@@ -150,7 +148,7 @@ TEST(CpuIsaNative, HeadersPassUnderMarchNative) {
   const std::string src = std::string(dir) + "/check.cpp", exe = std::string(dir) + "/check";
   std::ofstream(src) << kProgram;
   std::string out = run_capture(
-      cxx + " -std=c++17 -O3 -march=native -I" PYPTO_SOURCE_INCLUDE_DIR " " + src + " -o " + exe, &st);
+      cxx + " -std=c++17 -O3 -march=native -I" + pypto::cpu::include_dir() + " " + src + " -o " + exe, &st);
   ASSERT_EQ(st, 0) << "compile failed:\n" << out;
   out = run_capture(exe, &st);
   EXPECT_EQ(st, 0) << out;
@@ -158,7 +156,6 @@ TEST(CpuIsaNative, HeadersPassUnderMarchNative) {
   std::remove(src.c_str());
   std::remove(exe.c_str());
   rmdir(dir);
-#endif
 }
 
 }  // namespace

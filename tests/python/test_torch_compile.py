@@ -9,6 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import torch.nn.functional as F  # noqa: E402
+
 import pypto  # noqa: E402
 from pypto import torch_ops  # noqa: E402
 from pypto_testutil import assert_close  # noqa: E402
@@ -58,6 +60,55 @@ def test_compile_fullgraph_matches_eager(dynamic):
             x = torch.randn(rows, 12)
             for got, ref in zip(cm(x), m(x)):
                 _close(got, ref)
+
+
+class Norm(torch.nn.Module):
+    """A module whose weight reaches the kernel as an implicit input (pypto.jit(module))."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(1 + 0.1 * torch.randn(8))
+
+    def forward(self, x):
+        return pypto.rms_norm(x, (x.shape[-1],), self.weight) * 2
+
+
+class Trainable(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(12, 12)
+        self.w = torch.nn.Parameter(torch.randn(12, 8) * 0.3)
+        self.b = torch.nn.Parameter(torch.randn(8))
+        self.norm = Norm()
+        self.norm_kernel = pypto.jit(self.norm, backend="interp")
+
+    def forward(self, x, use_kernels=True):
+        h = torch.tanh(self.lin(x))
+        if use_kernels:
+            y, s = gated(h, self.w, self.b)
+            return (self.norm_kernel(y) * s.unsqueeze(-1)).sum()
+        g = h @ self.w + self.b
+        y, s = F.silu(g) * g, g.sum(-1)
+        normed = F.rms_norm(y, (8,), self.norm.weight, eps=1e-6) * 2
+        return (normed * s.unsqueeze(-1)).sum()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_compile_backward_matches_torch(dynamic):
+    torch.manual_seed(3)
+    m = Trainable()
+    cm = torch.compile(m, fullgraph=True, dynamic=dynamic, backend="aot_eager")
+    for rows in (5, 9):
+        x = torch.randn(rows, 12, requires_grad=True)
+        ref = m(x, use_kernels=False)
+        ref_grads = torch.autograd.grad(ref, [x] + list(m.parameters()), allow_unused=True)
+        got = cm(x)
+        got_grads = torch.autograd.grad(got, [x] + list(m.parameters()), allow_unused=True)
+        _close(got.detach(), ref.detach())
+        for g, r in zip(got_grads, ref_grads):
+            if r is None:
+                continue
+            _close(g, r, 1e-4)
 
 
 def test_compile_inductor_and_graph_has_custom_op():

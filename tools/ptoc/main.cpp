@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/number_text.h"
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
@@ -120,9 +121,12 @@ ir::ScalarValue parse_scalar(const std::string& name, const std::string& text, i
   const char* s = text.c_str();
   char* end = nullptr;
   ir::ScalarValue v;
-  if (ir::is_float(t)) {
+  if (ir::is_float(t)) {  // locale-independent (ir/number_text.h)
     v.is_float = true;
-    v.f = std::strtod(s, &end);
+    const auto f = ir::parse_double(text);
+    if (!f) throw ir::Error("--scalar " + name + ": '" + text + "' is not a " + std::string(ir::dtype_name(t)));
+    v.f = *f;
+    return v;
   } else {
     v.i = std::strtoll(s, &end, 10);
   }

@@ -1,5 +1,6 @@
 // .npy reading and writing (see npy.h). Format: magic "\x93NUMPY", version, header length, a
 // Python-dict header {'descr', 'fortran_order', 'shape'} padded to 64 bytes, then the raw data.
+#include "ir/number_text.h"
 #include "npy.h"
 
 #include <cmath>
@@ -107,7 +108,7 @@ int64_t get_i(const Array& a, int64_t i) {
     default: {
       double f = std::trunc(get_f(a, i));
       if (!(f >= -9.2233720368547758e18 && f < 9.2233720368547758e18))
-        throw Error("cannot convert " + std::to_string(f) + " to an integer");
+        throw Error("cannot convert " + ir::format_g(f) + " to an integer");
       return int64_t(f);
     }
   }

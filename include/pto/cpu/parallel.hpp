@@ -8,6 +8,11 @@
 
 namespace pto {
 
+// True once the runtime asked the kernel to stop (Ctrl-C): generated loops return early.
+PTO_INLINE bool stop_requested(const pto_kernel_args* a) {
+  return a->stop != nullptr && __atomic_load_n(a->stop, __ATOMIC_RELAXED) != 0;
+}
+
 // body(int64_t iter) for iter in [0, n). Iterations may run concurrently on different threads.
 template <class F>
 inline void parallel_for(pto_parallel_for_fn pf, int64_t n, F&& body) {

@@ -54,6 +54,7 @@ def _trace_once(tr, src, names, args):
             bound[name] = tr.scalar_param(name, isinstance(v, float) or not isinstance(v, numbers.Integral), i)
         else:
             bound[name] = tr.from_python(v, Path(("arg", i)))
+            tr.note_module_tensors(v, Path(("arg", i)))
     walker = FunctionWalker(tr, src)
     try:
         result = walker.run(bound)

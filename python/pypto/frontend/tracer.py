@@ -141,8 +141,10 @@ class Tracer:
         """An array reached through a closure, global or attribute: a kernel input read afresh at
         every call, never baked into the binary."""
         if path is None:
-            path = Path(("const", obj))
-        tv = self._implicit.get(path.key) or self._implicit.get(("id", id(obj)))
+            path = self.path_of(obj) or Path(("const", obj))
+        tv = self._implicit.get(path.key)
+        if tv is None:
+            tv = self._implicit.get(("id", id(obj)))
         if tv is not None:
             return tv
         dt, shape = interop.array_info(obj, f"'{path.name()}' (used inside the kernel)")
@@ -176,6 +178,22 @@ class Tracer:
             self.paths[id(value)] = (value, path)
             self._keep.append(value)
         return value
+
+    def note_module_tensors(self, obj, path):
+        """A torch nn.Module argument (a kernel made from a module or its forward): its
+        parameters and buffers, used by submodule code that runs as plain Python, are found
+        again through their attribute paths at every call (updated or replaced weights are seen)."""
+        named = getattr(obj, "named_parameters", None)
+        if named is None or not callable(getattr(obj, "named_buffers", None)):
+            return
+        import itertools
+        for name, t in itertools.chain(named(), obj.named_buffers()):
+            if t is not None and id(t) not in self.paths:
+                p = path
+                for part in name.split("."):
+                    p = p.child(("attr", part))
+                self.paths[id(t)] = (t, p)
+                self._keep.append(t)
 
     def guard_len(self, container):
         """The trace depends on the length of a container reached through a path (iterating over

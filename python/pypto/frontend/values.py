@@ -151,6 +151,25 @@ class TensorValue:
     def __getitem__(self, key): return T.index(self, key)
     def __setitem__(self, key, value): T.assign(T.index(self, key), value)
 
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        """torch.rsqrt(x), F.linear(x, w), torch.cat([x, y])... on traced tensors map to pypto ops."""
+        from .torch_functions import dispatch
+        return dispatch(func, args, kwargs)
+
+    def __getattr__(self, name):
+        """Tensor methods defined by the torch mapping (x.repeat, x.narrow, x.type_as...)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        from .torch_functions import method, unsupported
+        impl = method(name)
+        if impl is None:
+            import sys
+            if "torch" in sys.modules and hasattr(sys.modules["torch"].Tensor, name):
+                raise unsupported(f"torch.Tensor.{name}")
+            raise AttributeError(f"a traced tensor has no attribute '{name}'")
+        return lambda *a, **k: impl(self, *a, **k)
+
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         """np.exp(x), np.maximum(x, y)... on traced tensors map to pypto ops."""
         fn = T.UFUNCS.get(ufunc.__name__) if method == "__call__" and not kwargs else None
@@ -159,15 +178,22 @@ class TensorValue:
         return fn(*inputs)
 
     # --- methods -------------------------------------------------------------------------------
-    def sum(self, dim=None, keepdim=False, **kw): return T.reduce("sum", self, _dim(dim, kw), _keep(keepdim, kw))
-    def mean(self, dim=None, keepdim=False, **kw): return T.mean(self, _dim(dim, kw), _keep(keepdim, kw))
+    def sum(self, dim=None, keepdim=False, **kw):
+        return T.reduce("sum", _dtype_kw(self, kw), _dim(dim, kw), _keep(keepdim, kw))
+
+    def mean(self, dim=None, keepdim=False, **kw):
+        return T.mean(_dtype_kw(self, kw), _dim(dim, kw), _keep(keepdim, kw))
+
     def max(self, dim=None, keepdim=False, **kw): return T.reduce("max", self, _dim(dim, kw), _keep(keepdim, kw))
     def min(self, dim=None, keepdim=False, **kw): return T.reduce("min", self, _dim(dim, kw), _keep(keepdim, kw))
     amax = max
     amin = min
 
-    def softmax(self, dim=-1): return T.softmax(self, dim)
-    def log_softmax(self, dim=-1): return T.log_softmax(self, dim)
+    def softmax(self, dim=-1, dtype=None): return T.softmax(self if dtype is None else T.cast(self, dtype), dim)
+
+    def log_softmax(self, dim=-1, dtype=None):
+        return T.log_softmax(self if dtype is None else T.cast(self, dtype), dim)
+
     def exp(self): return T.unary(Opcode.TEXP, self)
     def log(self): return T.unary(Opcode.TLOG, self)
     def sqrt(self): return T.unary(Opcode.TSQRT, self)
@@ -208,7 +234,9 @@ class TensorValue:
     def permute(self, *dims): return T.permute(self, _varargs(dims))
     def reshape(self, *shape): return T.reshape(self, _varargs(shape))
     view = reshape
-    def flatten(self): return T.reshape(self, (-1,))
+    def flatten(self, start_dim=0, end_dim=-1):
+        from .torch_functions import flatten
+        return flatten(self, start_dim, end_dim)
     def unsqueeze(self, dim): return T.unsqueeze(self, dim)
     def squeeze(self, dim=None): return T.squeeze(self, dim)
     def expand(self, *shape): return T.broadcast_to(self, _varargs(shape))
@@ -216,7 +244,11 @@ class TensorValue:
     def contiguous(self): return self
     def clone(self): return T.copy(self)
     def copy(self): return T.copy(self)
-    def to(self, dtype): return T.cast(self, dtype)
+    def to(self, *args, **kwargs):
+        if len(args) == 1 and not kwargs and not isinstance(args[0], (str, TensorValue)):
+            return T.cast(self, args[0])
+        from .torch_functions import to
+        return to(self, *args, **kwargs)
     def astype(self, dtype): return T.cast(self, dtype)
     def type(self, dtype): return T.cast(self, dtype)
     def float(self): return T.cast(self, _dt.float32)
@@ -240,6 +272,12 @@ def _dim(dim, kw):
     if kw and set(kw) - {"keepdims"}:
         raise PyptoError(f"unexpected keyword argument(s): {', '.join(kw)}")
     return dim
+
+
+def _dtype_kw(x, kw):
+    """sum(dtype=...) / mean(dtype=...) as torch spells it: convert first."""
+    d = kw.pop("dtype", None)
+    return x if d is None else T.cast(x, d)
 
 
 def _keep(keepdim, kw):

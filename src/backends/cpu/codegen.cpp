@@ -4,6 +4,7 @@
 // (heap for big ones); global scratch is a pto::ScratchBuffer. All IR names are renamed into a
 // prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
 #include "backends/cpu/codegen.h"
+#include "ir/number_text.h"
 #include "pto/elem.hpp"
 
 #include <cmath>
@@ -11,6 +12,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <locale>
 #include <sstream>
 
 #include "ir/printer.h"
@@ -71,12 +73,17 @@ std::string int_literal(int64_t v) {
   return "int64_t(" + std::to_string(v) + "LL)";
 }
 
+// A string stream that writes numbers the same under every global C++ locale.
+std::ostringstream classic_stream() {
+  std::ostringstream s;
+  s.imbue(std::locale::classic());
+  return s;
+}
+
 std::string float_literal(double v) {
   if (std::isnan(v)) return "__builtin_nan(\"\")";
   if (std::isinf(v)) return v > 0 ? "__builtin_inf()" : "(-__builtin_inf())";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string s = buf;
+  std::string s = format_g(v, 17);  // locale-independent: never "2,5"
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   return v < 0 ? "(" + s + ")" : s;
 }
@@ -114,6 +121,11 @@ struct pto_heap_tile {
 }  // namespace
 
 )";
+
+// Every loop iteration first polls the runtime's stop flag (Ctrl-C): one relaxed load per tile
+// step. Returning (from the kernel, or from one parallel iteration) leaves tiles to their
+// destructors; the runtime reports the run as interrupted.
+constexpr const char* kStopCheck = "if (pto::stop_requested(args)) return;\n";
 
 class Gen {
  public:
@@ -642,6 +654,7 @@ class Gen {
              << "), [&](int64_t it_) {\n";
       ++indent_;
       line() << "const int64_t " << v << " = lo_" << sfx << " + it_ * sp_" << sfx << ";\n";
+      line() << kStopCheck;
       ++parallel_depth_;
       block(s.body);
       --parallel_depth_;
@@ -657,6 +670,7 @@ class Gen {
              << "); it_" << sfx << " < n_" << sfx << "; ++it_" << sfx << ") {\n";
       ++indent_;
       line() << "const int64_t " << v << " = lo_" << sfx << " + it_" << sfx << " * sp_" << sfx << ";\n";
+      line() << kStopCheck;
       block(s.body);
       --indent_;
       line() << "}\n";
@@ -665,7 +679,7 @@ class Gen {
   }
 
   const Program& p_;
-  std::ostringstream out_;
+  std::ostringstream out_ = classic_stream();
   int indent_ = 1;
   int parallel_depth_ = 0;
   int64_t stack_bytes_ = 0;  // bytes of stack tiles in scope at the current point

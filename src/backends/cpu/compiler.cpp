@@ -2,22 +2,22 @@
 // on disk, and calls them through the C ABI of include/pto/abi.h.
 //
 // Disk cache layout (one entry per key): <key>.cpp (the source, kept for error messages and
-// debugging), <key>.so, and <key>.sum ("<size> <sha256>" of the .so). Every file is written under
-// a unique temporary name and renamed into place, so a reader never sees a partial file and two
-// processes compiling the same kernel both succeed. An entry whose .so does not match its .sum
-// (truncated, overwritten, half-copied) is rebuilt.
+// debugging), <key>.so, <key>.sum ("<size> <sha256>" of the .so) and <key>.lock. kernel_cache.cpp
+// holds the trust rules (private directory, file owners and modes) and the cross-process lock.
+// Every file is written under a unique temporary name and renamed into place, so a reader never
+// sees a partial file. An entry whose .so does not match its .sum (truncated, half-copied) or fails
+// the ownership checks is rebuilt. Within a process one thread builds a key while others wait.
 #include "backends/cpu/compiler.h"
 
 #include <dlfcn.h>
-#include <spawn.h>
+#include <pthread.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -25,14 +25,14 @@
 #include <map>
 #include <mutex>
 #include <sstream>
-#include <thread>
 #include <vector>
 
 #include "backends/cpu/compiler_internal.h"
+#include "backends/cpu/kernel_cache.h"
 #include "pto/abi.h"
+#include "runtime/interrupt.h"
+#include "runtime/subprocess.h"
 #include "runtime/thread_pool.h"
-
-extern char** environ;
 
 namespace pypto::cpu {
 
@@ -51,15 +51,28 @@ using ir::Error;
 const std::vector<std::string> kFlags = {"-O3",     "-march=native",   "-std=c++17",          "-fPIC",
                                          "-shared", "-fno-math-errno", "-fvisibility=hidden", "-pipe"};
 
-std::mutex g_mu;  // guards the maps below
+// Guards everything below. Never held while a compiler runs, and taken around fork() (see
+// fork_prepare), so a child process never inherits it locked.
+std::mutex g_mu;
+std::condition_variable g_built;  // an entry finished building (or failed)
 std::string g_include_dir;
 std::map<std::string, std::string> g_compiler_ids;   // compiler command -> `--version` output
 std::map<std::string, std::string> g_header_hashes;  // include dir -> hash of its pto/ tree
 struct Entry {
-  std::mutex mu;  // held while this key compiles, so one process builds a kernel once
+  bool building = false;  // a thread of this process is compiling the key
   std::shared_ptr<CompiledKernel> kernel;
 };
-std::map<std::string, std::shared_ptr<Entry>> g_memory;
+std::map<std::string, Entry>* g_memory = new std::map<std::string, Entry>();  // leaked: see exit
+
+void fork_prepare() { g_mu.lock(); }
+void fork_parent() { g_mu.unlock(); }
+// The child has only the forking thread: no build is in progress there any more.
+void fork_child() {
+  new (&g_built) std::condition_variable();
+  for (auto& kv : *g_memory) kv.second.building = false;
+  g_mu.unlock();
+}
+[[maybe_unused]] const bool g_atfork = (pthread_atfork(&fork_prepare, &fork_parent, &fork_child), true);
 
 std::vector<std::string> split_words(const std::string& s) {
   std::vector<std::string> out;
@@ -81,48 +94,17 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// Runs argv (PATH lookup for argv[0]) with stdout+stderr captured. Returns the exit status, or -1
-// with `spawn_error` set when the program could not be started.
-int run_process(const std::vector<std::string>& argv, std::string& output, int& spawn_error) {
-  int fds[2];
-  if (pipe(fds) != 0) {
-    spawn_error = errno;
-    return -1;
-  }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addclose(&fa, fds[0]);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-  posix_spawn_file_actions_addclose(&fa, fds[1]);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(fds[1]);
-  if (rc != 0) {
-    close(fds[0]);
-    spawn_error = rc;
-    return -1;
-  }
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) output.append(buf, size_t(n));
-  close(fds[0]);
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  spawn_error = 0;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-}
-
 [[noreturn]] void no_compiler(const std::string& cxx, const std::string& why) {
   throw Error("no C++ compiler found (looked for '" + cxx + "'" + (why.empty() ? "" : ": " + why) +
               "); install g++ or set PYPTO_CXX, or run with backend='interp' / PYPTO_INTERPRET=1");
+}
+
+[[noreturn]] void timed_out(const std::vector<std::string>& argv, double seconds) {
+  std::ostringstream t;
+  t << seconds;
+  throw Error("the C++ compiler did not finish within " + t.str() +
+              " s and was killed (PYPTO_COMPILE_TIMEOUT sets the limit in seconds, 0 for none); command: " +
+              join(argv));
 }
 
 // `<cxx> --version`, once per compiler command per process; throws when it cannot run.
@@ -135,14 +117,14 @@ std::string compiler_identity(const std::string& cxx) {
   std::vector<std::string> argv = split_words(cxx);
   if (argv.empty()) no_compiler(cxx, "empty PYPTO_CXX");
   argv.push_back("--version");
-  std::string out;
-  int err = 0;
-  int rc = run_process(argv, out, err);
-  if (rc == -1) no_compiler(cxx, std::strerror(err));
-  if (rc != 0) no_compiler(cxx, "`" + join(argv) + "` exited with status " + std::to_string(rc));
+  const double timeout = runtime::compile_timeout_seconds();
+  runtime::ProcessResult r = runtime::run_process(argv, timeout);
+  if (r.status == -1) no_compiler(cxx, std::strerror(r.spawn_error));
+  if (r.timed_out) timed_out(argv, timeout);
+  if (r.status != 0) no_compiler(cxx, "`" + join(argv) + "` exited with status " + std::to_string(r.status));
   std::lock_guard<std::mutex> l(g_mu);
-  g_compiler_ids[cxx] = out;
-  return out;
+  g_compiler_ids[cxx] = r.output;
+  return r.output;
 }
 
 // A hash over every file of the header tree, so editing a header invalidates cached kernels.
@@ -194,24 +176,15 @@ const std::string& host_cpu_identity() {
 
 std::vector<std::string> all_flags(const std::string& inc) {
   std::vector<std::string> f = kFlags;
-  if (const char* extra = std::getenv("PYPTO_CXXFLAGS"))
-    for (auto& w : split_words(extra)) f.push_back(w);
+  if (const char* extra = std::getenv("PYPTO_CXXFLAGS")) {
+    for (auto& w : split_words(extra)) {
+      if (std::string why = refused_flag_reason(w); !why.empty())
+        throw Error("PYPTO_CXXFLAGS: refusing '" + w + "': " + why);
+      f.push_back(w);
+    }
+  }
   f.push_back("-I" + inc);
   return f;
-}
-
-bool ensure_dir(const std::string& d) {
-  std::error_code ec;
-  fs::create_directories(d, ec);
-  return fs::is_directory(d, ec) && access(d.c_str(), W_OK) == 0;
-}
-
-// A name no other thread or process uses: pid, a per-process counter and the time.
-std::string unique_suffix() {
-  static std::atomic<uint64_t> counter{0};
-  auto t = std::chrono::steady_clock::now().time_since_epoch().count();
-  return std::to_string(getpid()) + "." + std::to_string(counter.fetch_add(1)) + "." +
-         std::to_string(uint64_t(t) % 1000000007ULL);
 }
 
 bool read_file(const std::string& path, std::string& out) {
@@ -220,26 +193,6 @@ bool read_file(const std::string& path, std::string& out) {
   std::ostringstream ss;
   ss << in.rdbuf();
   out = ss.str();
-  return true;
-}
-
-// Writes `data` to `path` atomically (temporary file in the same directory, then rename).
-bool write_atomic(const std::string& path, const std::string& data) {
-  std::string tmp = path + ".tmp." + unique_suffix();
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return false;
-    out.write(data.data(), std::streamsize(data.size()));
-    out.flush();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return false;
-  }
   return true;
 }
 
@@ -265,9 +218,10 @@ std::shared_ptr<CompiledKernel> load(const std::string& path, std::string* error
   return k;
 }
 
-// The cached object for `key`, if present and intact.
+// The cached object for `key`, if present, intact and ours (see kernel_cache.h).
 std::shared_ptr<CompiledKernel> load_from_disk(const std::string& dir, const std::string& key) {
   const std::string so = dir + "/" + key + ".so", sum = dir + "/" + key + ".sum";
+  if (!trusted_cache_file(so) || !trusted_cache_file(sum)) return nullptr;
   std::string expected, data;
   if (!read_file(sum, expected) || !read_file(so, data)) return nullptr;
   if (checksum_line(data) != expected) return nullptr;  // truncated or foreign: rebuild
@@ -294,31 +248,49 @@ std::string truncate_output(const std::string& s) {
 
 std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string& key,
                                       const std::string& source, const std::string& cxx,
-                                      const std::vector<std::string>& flags) {
+                                      const std::vector<std::string>& flags, bool& found_on_disk) {
   const std::string src = dir + "/" + key + ".cpp", so = dir + "/" + key + ".so",
                     sum = dir + "/" + key + ".sum";
-  // Compile from the fixed source path so that concurrent builds produce identical objects.
-  if (!write_atomic(src, source)) throw Error("cannot write kernel source to " + src);
+  const double timeout = runtime::compile_timeout_seconds();
+  // One process at a time builds a key; whoever waited finds the finished entry on disk. The
+  // wait is bounded by the compile timeout plus a margin.
+  EntryLock lock(dir, key, timeout > 0 ? timeout + 60 : 0);
+  if (auto k = load_from_disk(dir, key)) {
+    found_on_disk = true;
+    return k;
+  }
+  // Compile from the fixed source path so that rebuilds produce identical objects.
+  if (!write_file_atomic(src, source, 0600)) throw Error("cannot write kernel source to " + src);
   const std::string tmp = dir + "/" + key + ".tmp." + unique_suffix() + ".so";
   std::vector<std::string> argv = split_words(cxx);
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.insert(argv.end(), {"-o", tmp, src});
-  std::string out;
-  int err = 0;
-  int rc = run_process(argv, out, err);
-  if (rc == -1) no_compiler(cxx, std::strerror(err));
-  if (rc != 0) {
+  runtime::ProcessResult r;
+  try {
+    r = runtime::run_process(argv, timeout);
+  } catch (...) {
     std::remove(tmp.c_str());
-    throw Error("C++ compilation of a generated kernel failed (exit status " + std::to_string(rc) + "):\n" +
-                truncate_output(out) + "command: " + join(argv) + "\nsource kept at " + src);
+    throw;
+  }
+  if (r.status == -1) no_compiler(cxx, std::strerror(r.spawn_error));
+  if (r.timed_out) {
+    std::remove(tmp.c_str());
+    timed_out(argv, timeout);
+  }
+  if (r.status != 0) {
+    std::remove(tmp.c_str());
+    throw Error("C++ compilation of a generated kernel failed (exit status " + std::to_string(r.status) + "):\n" +
+                truncate_output(r.output) + "command: " + join(argv) + "\nsource kept at " + src);
   }
   std::string data;
   if (!read_file(tmp, data)) throw Error("compiler produced no object at " + tmp);
-  if (std::rename(tmp.c_str(), so.c_str()) != 0) {
+  // The compiler created the object with the umask's mode; a kernel is ours alone.
+  if (chmod(tmp.c_str(), 0700) != 0 || std::rename(tmp.c_str(), so.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
     std::remove(tmp.c_str());
-    throw Error("cannot move the compiled kernel into the cache at " + so + ": " + std::strerror(errno));
+    throw Error("cannot move the compiled kernel into the cache at " + so + ": " + why);
   }
-  write_atomic(sum, checksum_line(data));  // best effort: without it the entry is simply rebuilt
+  write_file_atomic(sum, checksum_line(data), 0600);  // best effort: without it the entry is rebuilt
   std::string why;
   auto k = load(so, &why);
   if (!k) throw Error("cannot load the compiled kernel " + so + ": " + why);
@@ -326,9 +298,65 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
 }
 
 // Forwards the kernel's parallel loops to the runtime's pool.
-void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) { runtime::parallel_for(n, body, ctx); }
+void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) { runtime::parallel_for_costed(n, body, ctx); }
+
+// The headers next to the code that is running: an installed package ships them beside its module
+// (<package>/include); in a source tree the module sits in python/pypto and a tool or test binary
+// in build/, both below the tree's include/.
+std::string headers_beside_this_library() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&compile_cpp), &info) || !info.dli_fname) return "";
+  std::error_code ec;
+  fs::path here = fs::canonical(fs::path(info.dli_fname), ec).parent_path();
+  if (ec) return "";
+  for (const fs::path& cand : {here / "include", here.parent_path() / "include",
+                               here.parent_path().parent_path() / "include"})
+    if (fs::exists(cand / "pto" / "abi.h", ec)) return cand.string();
+  return "";
+}
 
 }  // namespace
+
+std::string refused_flag_reason(const std::string& flag) {
+  static const char* const kFloatSemantics[] = {
+      "-ffast-math", "-Ofast", "-funsafe-math-optimizations", "-ffinite-math-only", "-fno-honor-nans",
+      "-fno-honor-infinities", "-fassociative-math", "-freciprocal-math", "-fno-signed-zeros",
+      "-fcx-limited-range", "-fsingle-precision-constant", "-ffp-contract=fast", "-mdaz-ftz",
+      "-fno-trapping-math"};
+  for (const char* f : kFloatSemantics)
+    if (flag == f)
+      return "it changes floating-point semantics (NaN, inf, rounding), so kernels would no longer match "
+             "the interpreter and docs/isa.md";
+  static const char* const kAbiPrefixes[] = {"-m32", "-mx32", "-mabi=", "-fpack-struct", "-fshort-enums",
+                                             "-fshort-wchar", "-mno-sse", "-mgeneral-regs-only", "-o",
+                                             "-fvisibility-inlines", "-nostdlib", "-static"};
+  for (const char* f : kAbiPrefixes)
+    if (flag.rfind(f, 0) == 0)
+      return "it changes the kernel's ABI or output, which the runtime relies on";
+  if (flag.rfind("-fsanitize=", 0) == 0) {
+    // A sanitized kernel needs the sanitizer's runtime already in the process (loaded first).
+    const std::string list = flag.substr(11);
+    std::istringstream parts(list);
+    std::string s;
+    while (std::getline(parts, s, ',')) {
+      const char* probe = s == "address"                ? "__asan_init"
+                          : s == "thread"               ? "__tsan_init"
+                          : s == "memory"               ? "__msan_init"
+                          : s == "leak"                 ? "__lsan_do_leak_check"
+                          : (s == "undefined" || s == "float-divide-by-zero" || s == "integer" ||
+                             s == "signed-integer-overflow" || s == "bounds" || s == "alignment" ||
+                             s == "null" || s == "shift" || s == "vla-bound" || s == "return")
+                              ? "__ubsan_handle_add_overflow"
+                              : nullptr;
+      if (!probe) return "unknown sanitizer '" + s + "'";
+      if (!dlsym(RTLD_DEFAULT, probe))
+        return "this process does not run the '" + s +
+               "' sanitizer runtime, so a kernel built with it cannot be loaded (build pypto with the "
+               "sanitizer, as `make test-sanitize` does, or LD_PRELOAD the sanitizer's library)";
+    }
+  }
+  return "";
+}
 
 void set_include_dir(const std::string& dir) {
   std::lock_guard<std::mutex> l(g_mu);
@@ -341,51 +369,28 @@ std::string include_dir() {
     if (!g_include_dir.empty()) return g_include_dir;
   }
   if (const char* env = std::getenv("PYPTO_INCLUDE_DIR"); env && *env) return env;
-  // An installed package ships the headers next to its module: <dir of the module>/include.
-  Dl_info info;
-  if (dladdr(reinterpret_cast<void*>(&compile_cpp), &info) && info.dli_fname) {
-    fs::path inc = fs::path(info.dli_fname).parent_path() / "include";
-    std::error_code ec;
-    if (fs::exists(inc / "pto" / "abi.h", ec)) return inc.string();
-  }
-#ifdef PYPTO_SOURCE_INCLUDE_DIR
-  return PYPTO_SOURCE_INCLUDE_DIR;
-#else
-  return "include";
-#endif
-}
-
-std::string kernel_cache_dir() {
-  std::string dir;
-  if (const char* env = std::getenv("PYPTO_CACHE_DIR"); env && *env) {
-    dir = env;
-  } else if (const char* home = std::getenv("HOME"); home && *home) {
-    dir = std::string(home) + "/.cache/pypto";
-  }
-  if (!dir.empty() && ensure_dir(dir)) return dir;
-  // Unwritable or unknown: a private directory under /tmp still caches within this machine.
-  std::string fallback = "/tmp/pypto-cache-" + std::to_string(getuid());
-  if (ensure_dir(fallback)) return fallback;
-  throw Error("cannot create a kernel cache directory (tried '" + dir + "' and '" + fallback +
-              "'); set PYPTO_CACHE_DIR to a writable directory");
+  static const std::string beside = headers_beside_this_library();
+  return beside;
 }
 
 std::string kernel_path(const CompiledKernel& k) { return k.path; }
 
 void clear_memory_cache_for_testing() {
   std::lock_guard<std::mutex> l(g_mu);
-  g_memory.clear();
+  for (auto it = g_memory->begin(); it != g_memory->end();)
+    it = it->second.building ? std::next(it) : g_memory->erase(it);
 }
 
 CompileResult compile_cpp(const std::string& source) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string cxx = compiler_command();
-  const std::string id = compiler_identity(cxx);
   const std::string inc = include_dir();
-  if (!fs::exists(fs::path(inc) / "pto" / "abi.h"))
-    throw Error("the PTO headers are missing: no pto/abi.h under '" + inc +
-                "' (set PYPTO_INCLUDE_DIR, or reinstall pypto)");
+  if (inc.empty() || !fs::exists(fs::path(inc) / "pto" / "abi.h"))
+    throw Error("the PTO headers are missing: no pto/abi.h " +
+                (inc.empty() ? std::string("beside the pypto library") : "under '" + inc + "'") +
+                " (set PYPTO_INCLUDE_DIR, or reinstall pypto)");
   const std::vector<std::string> flags = all_flags(inc);
+  const std::string id = compiler_identity(cxx);
   Sha256 h;
   for (const std::string& part : {source, id, cxx, join(flags), host_cpu_identity(),
                                   std::to_string(PTO_HEADERS_VERSION), header_tree_hash(inc)}) {
@@ -394,28 +399,44 @@ CompileResult compile_cpp(const std::string& source) {
   }
   const std::string key = h.hex().substr(0, 32);
 
-  std::shared_ptr<Entry> e;
-  {
-    std::lock_guard<std::mutex> l(g_mu);
-    auto& slot = g_memory[key];
-    if (!slot) slot = std::make_shared<Entry>();
-    e = slot;
-  }
-  std::lock_guard<std::mutex> l(e->mu);
   CompileResult r;
-  if (e->kernel) {
-    r.kernel = e->kernel;
-    r.from_memory = true;
-  } else {
+  {
+    // Another thread building this key: wait for it (polling the stop flag) instead of building
+    // the same kernel twice.
+    std::unique_lock<std::mutex> l(g_mu);
+    Entry* e = &(*g_memory)[key];
+    while (e->building) {
+      g_built.wait_for(l, std::chrono::milliseconds(50));
+      if (runtime::stop_requested()) throw runtime::Interrupted();
+      e = &(*g_memory)[key];
+    }
+    if (e->kernel) {
+      r.kernel = e->kernel;
+      r.from_memory = true;
+      return r;
+    }
+    e->building = true;
+  }
+  auto finish = [&](std::shared_ptr<CompiledKernel> k) {
+    std::lock_guard<std::mutex> l(g_mu);
+    Entry& e = (*g_memory)[key];
+    e.building = false;
+    if (k) e.kernel = std::move(k);
+    g_built.notify_all();
+  };
+  try {
     const std::string dir = kernel_cache_dir();
     if (auto k = load_from_disk(dir, key)) {
       r.from_disk = true;
-      e->kernel = k;
+      r.kernel = k;
     } else {
-      e->kernel = build(dir, key, source, cxx, flags);
+      r.kernel = build(dir, key, source, cxx, flags, r.from_disk);
     }
-    r.kernel = e->kernel;
+  } catch (...) {
+    finish(nullptr);
+    throw;
   }
+  finish(r.kernel);
   r.compile_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -464,7 +485,10 @@ void run(const CompiledKernel& k, const runtime::RunArgs& args) {
   a.iscalars = iscal;
   a.fscalars = fscal;
   a.parallel_for = &forward_parallel_for;
+  static_assert(sizeof(std::atomic<int32_t>) == sizeof(int32_t), "the ABI reads the flag as an int32_t");
+  a.stop = reinterpret_cast<const int32_t*>(&runtime::stop_flag());
   k.fn(&a);
+  if (runtime::stop_requested()) throw runtime::Interrupted();
 }
 
 }  // namespace pypto::cpu

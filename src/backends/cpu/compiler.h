@@ -1,9 +1,10 @@
 // Compiles generated C++ into a shared object with the system compiler and loads it.
-// Compiler: $PYPTO_CXX, else `c++`. Flags: -O3 -march=native -std=c++17 -fPIC -shared.
-// Cache: in memory, then on disk under $PYPTO_CACHE_DIR (default ~/.cache/pypto), keyed by a hash
-// of the source, the compiler's identity (`c++ --version`), the flags and PTO_HEADERS_VERSION.
-// Writes go to a temporary file renamed into place, so concurrent processes never see a partial
-// object; an entry that fails to load or fails its checksum is rebuilt.
+// Compiler: $PYPTO_CXX, else `c++`, run with a time limit ($PYPTO_COMPILE_TIMEOUT seconds, default
+// 600). Flags: -O3 -march=native -std=c++17 -fPIC -shared plus $PYPTO_CXXFLAGS, which may not
+// change floating-point semantics or the ABI (refused with an error).
+// Cache: in memory, then on disk under a private directory (kernel_cache.h), keyed by a hash of the
+// source, the compiler's identity (`c++ --version`), the flags and the header tree. Concurrent
+// callers of one key, threads or processes, wait for a single build.
 #pragma once
 #include <memory>
 #include <string>
@@ -27,7 +28,8 @@ CompileResult compile_cpp(const std::string& source);
 // Runs the kernel on the runtime's thread pool.
 void run(const CompiledKernel& k, const runtime::RunArgs& args);
 
-// The directory holding the installed include/pto headers (set by the Python package at import).
+// The directory holding the include/pto headers: set_include_dir's, else $PYPTO_INCLUDE_DIR, else
+// found beside the library at run time (<package>/include, or the source tree's include/).
 void set_include_dir(const std::string& dir);
 std::string include_dir();
 

@@ -25,8 +25,11 @@ class Sha256 {
 };
 std::string sha256_hex(std::string_view data);
 
-// The cache directory in use ($PYPTO_CACHE_DIR, else ~/.cache/pypto), created if missing.
+// The cache directory in use (kernel_cache.h), created if missing; throws when it is not private.
 std::string kernel_cache_dir();
+// Why a word of $PYPTO_CXXFLAGS is refused ("" when accepted): flags that change floating-point
+// semantics or the kernel ABI, and sanitizers whose runtime this process does not run.
+std::string refused_flag_reason(const std::string& flag);
 // The shared object a compiled kernel was loaded from.
 std::string kernel_path(const CompiledKernel& k);
 // Forgets the in-memory cache, so the next compile_cpp consults the disk cache (tests only).

@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <locale>
 #include <sstream>
 
 #include "backends/interp/machine.h"
 #include "ir/printer.h"
 #include "runtime/arg_check.h"
+#include "runtime/interrupt.h"
 
 namespace pypto::interp {
 using namespace ir;
@@ -16,6 +18,7 @@ using namespace ir;
 namespace {
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream o;
+  o.imbue(std::locale::classic());
   o << "[";
   for (size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
   o << "]";
@@ -117,6 +120,7 @@ void Machine::exec_for(const StmtNode& s) {
         parallel_iterations(lo, hi, step, parallel_, std::hash<std::string>{}(s.var) ^ races_.depth());
     races_.enter(s.var, values);
     for (size_t k = 0; k < values.size(); ++k) {
+      if (runtime::stop_requested()) throw runtime::Interrupted();  // Ctrl-C, between iterations
       races_.iteration(k);
       env_[s.var] = ScalarValue{false, values[k], 0};
       exec_block(s.body);
@@ -128,6 +132,7 @@ void Machine::exec_for(const StmtNode& s) {
     const __int128 mag = step > 0 ? __int128(step) : -__int128(step);
     const __int128 trips = span > 0 ? (span + mag - 1) / mag : 0;
     for (__int128 t = 0; t < trips; ++t) {
+      if (runtime::stop_requested()) throw runtime::Interrupted();
       env_[s.var] = ScalarValue{false, int64_t(lo + t * step), 0};
       exec_block(s.body);
     }

@@ -1,0 +1,582 @@
+"""torch functions on traced tensors: `torch.*`, `torch.nn.functional.*` and tensor methods that
+PyPTO can express map to PyPTO operations (TensorValue.__torch_function__ and the tensor methods
+TensorValue does not define itself come here). A torch function with no mapping raises a
+PyptoError naming it, the line that called it and the nearest pypto operation.
+
+Real torch tensors met here (a module's weights, a table computed at trace time) become kernel
+inputs, as any array reached from a kernel does."""
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import sys
+
+from .. import dtypes as _dt
+from . import composite_ops as C
+from . import tensor_ops as T
+from .errors import PyptoError
+from .values import Opcode, TensorValue
+
+_table = None          # torch callable -> implementation
+_methods = {}          # tensor method name -> implementation (self first)
+
+
+def _torch():
+    return sys.modules["torch"]
+
+
+# --- implementations, with torch's argument names ------------------------------------------------
+
+def _alpha(x, alpha):
+    return x if alpha == 1 else T.binary(Opcode.TMUL, x, alpha)
+
+
+def add(input, other, *, alpha=1, out=None):  # noqa: A002
+    _no_out(out)
+    return T.binary(Opcode.TADD, input, _alpha(other, alpha))
+
+
+def sub(input, other, *, alpha=1, out=None):  # noqa: A002
+    _no_out(out)
+    return T.binary(Opcode.TSUB, input, _alpha(other, alpha))
+
+
+def rsub(input, other, *, alpha=1):  # noqa: A002
+    return T.binary(Opcode.TSUB, other, _alpha(input, alpha))
+
+
+def mul(input, other, *, out=None):  # noqa: A002
+    _no_out(out)
+    return T.binary(Opcode.TMUL, input, other)
+
+
+def div(input, other, *, rounding_mode=None, out=None):  # noqa: A002
+    _no_out(out)
+    if rounding_mode is None:
+        return T.binary(Opcode.TDIV, input, other)
+    if rounding_mode == "floor":
+        return T.floordiv(input, other)
+    if rounding_mode == "trunc":
+        q = T.binary(Opcode.TDIV, input, other)
+        t = T.where(T.compare(Opcode.TCMP_LT, q, 0), T.unary(Opcode.TNEG, T.unary(Opcode.TFLOOR, T.unary(
+            Opcode.TNEG, q))), T.unary(Opcode.TFLOOR, q))
+        dts = [x.dtype for x in (input, other) if isinstance(x, TensorValue)]
+        return T.cast(t, dts[0]) if dts and all(not d.is_floating_point for d in dts) else t
+    raise PyptoError(f"div: rounding_mode must be None, 'floor' or 'trunc', got {rounding_mode!r}")
+
+
+def _no_out(out):
+    if out is not None:
+        raise PyptoError("out= is not supported inside a kernel; assign the result instead (y[...] = f(x))")
+
+
+def _unary(op):
+    def f(input, *, out=None):  # noqa: A002
+        _no_out(out)
+        return T.unary(op, input)
+    return f
+
+
+def _activation(op):
+    def f(input, inplace=False):  # noqa: A002
+        return T.unary(op, input)
+    return f
+
+
+def square(input):  # noqa: A002
+    return T.binary(Opcode.TMUL, input, input)
+
+
+def _trig(name):
+    def f(input, *, out=None):  # noqa: A002
+        _no_out(out)
+        from .. import ops
+        fn = getattr(ops, name, None)
+        if fn is None:
+            raise PyptoError(f"torch.{name}: PyPTO has no {name} operation yet")
+        return fn(input)
+    return f
+
+
+def pow(input, exponent, *, out=None):  # noqa: A001,A002
+    _no_out(out)
+    return T.power(input, exponent)
+
+
+def clamp(input, min=None, max=None, *, out=None):  # noqa: A001,A002
+    _no_out(out)
+    return T.clamp(input, min, max)
+
+
+def where(condition, input=None, other=None):  # noqa: A002
+    if input is None or other is None:
+        raise PyptoError("torch.where(condition) (the indices of true elements) has a data-dependent size; "
+                         "use torch.where(condition, a, b)")
+    return T.where(condition, input, other)
+
+
+def masked_fill(input, mask, value):  # noqa: A002
+    return T.where(mask, value, input)
+
+
+def _cmp(op):
+    def f(input, other, *, out=None):  # noqa: A002
+        _no_out(out)
+        return T.compare(op, input, other)
+    return f
+
+
+def logical_not(input):  # noqa: A002
+    return T.logical_not(_as_bool(input))
+
+
+def logical_and(input, other):  # noqa: A002
+    return T.logical(Opcode.TAND, _as_bool(input), _as_bool(other))
+
+
+def logical_or(input, other):  # noqa: A002
+    return T.logical(Opcode.TOR, _as_bool(input), _as_bool(other))
+
+
+def _as_bool(x):
+    return x if not isinstance(x, TensorValue) or x.dtype is _dt.bool_ else T.compare(Opcode.TCMP_NE, x, 0)
+
+
+# reductions
+
+def _cast_opt(x, dtype):
+    return T.cast(x, dtype) if dtype is not None else x
+
+
+def _dims(dim):
+    return None if dim is None or dim == () or dim == [] else dim
+
+
+def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001,A002
+    return T.reduce("sum", _cast_opt(input, dtype), _dims(dim), keepdim)
+
+
+def mean(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    return T.mean(_cast_opt(input, dtype), _dims(dim), keepdim)
+
+
+def amax(input, dim=(), keepdim=False):  # noqa: A002
+    return T.reduce("max", input, _dims(dim), keepdim)
+
+
+def amin(input, dim=(), keepdim=False):  # noqa: A002
+    return T.reduce("min", input, _dims(dim), keepdim)
+
+
+def _minmax(kind, op, arg):
+    def f(input, dim=None, keepdim=False, *, out=None):  # noqa: A002
+        _no_out(out)
+        if isinstance(dim, TensorValue) or _torch_tensor(dim):
+            return T.binary(op, input, dim)   # torch.max(a, b): elementwise
+        if dim is None:
+            return T.reduce(kind, input, None, False)
+        values = T.reduce(kind, input, dim, keepdim)
+        return _torch().return_types.max((values, arg(input, dim, keepdim))) if kind == "max" else \
+            _torch().return_types.min((values, arg(input, dim, keepdim)))
+    return f
+
+
+def _torch_tensor(x):
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(x, t.Tensor)
+
+
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    if isinstance(unbiased, (int, bool)) and not isinstance(unbiased, bool) and dim is None:
+        dim, unbiased = unbiased, None
+    return C.var(input, _dims(dim), unbiased, keepdim, correction=correction)
+
+
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):  # noqa: A002
+    return C.std(input, _dims(dim), unbiased, keepdim, correction=correction)
+
+
+# linear algebra
+
+def matmul(input, other, *, out=None):  # noqa: A002
+    _no_out(out)
+    return T.matmul(input, other)
+
+
+def _rank(x, n, what):
+    shape = x.shape if isinstance(x, TensorValue) else tuple(x.shape)
+    if len(shape) != n:
+        raise PyptoError(f"{what} expects {n}-d tensors, got shape {tuple(shape)}")
+
+
+def mm(input, mat2, *, out=None):  # noqa: A002
+    _rank(input, 2, "torch.mm")
+    _rank(mat2, 2, "torch.mm")
+    return matmul(input, mat2, out=out)
+
+
+def bmm(input, mat2, *, out=None):  # noqa: A002
+    _rank(input, 3, "torch.bmm")
+    _rank(mat2, 3, "torch.bmm")
+    return matmul(input, mat2, out=out)
+
+
+def addmm(input, mat1, mat2, *, beta=1, alpha=1, out=None):  # noqa: A002
+    _no_out(out)
+    prod = _alpha(T.matmul(mat1, mat2), alpha)
+    return T.binary(Opcode.TADD, _alpha(input, beta), prod) if beta != 0 else prod
+
+
+def linear(input, weight, bias=None):  # noqa: A002
+    y = T.matmul(input, T.transpose(_tv(weight), -2, -1) if _ndim(weight) == 2 else weight)
+    return T.binary(Opcode.TADD, y, bias) if bias is not None else y
+
+
+def _tv(x):
+    """A traced tensor for x (real tensors become kernel inputs)."""
+    if isinstance(x, TensorValue):
+        return x
+    from .tracer import current
+    tr = current()
+    return T.wrap(tr, T.tensor_of(tr, x))
+
+
+def _ndim(x):
+    return len(x.shape)
+
+
+# nn.functional
+
+def softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+    if dim is None:
+        raise PyptoError("softmax: give dim (torch's implicit dim choice is deprecated)")
+    return T.softmax(_cast_opt(input, dtype), dim)
+
+
+def log_softmax(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
+    if dim is None:
+        raise PyptoError("log_softmax: give dim")
+    return T.log_softmax(_cast_opt(input, dtype), dim)
+
+
+def gelu(input, approximate="none"):  # noqa: A002
+    return T.gelu(input, approximate)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # noqa: A002
+    return T.layer_norm(input, normalized_shape, weight, bias, eps)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
+    if eps is None:  # torch's default: the machine epsilon of the input's dtype
+        eps = _torch().finfo(getattr(_torch(), input.dtype.name)).eps
+    return T.rms_norm(input, normalized_shape, weight, eps)
+
+
+def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
+    if training and p > 0:
+        raise PyptoError("dropout in training mode is not supported inside a kernel (it needs random numbers); "
+                         "call module.eval() or use p=0")
+    return input
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    if dropout_p:
+        raise PyptoError("scaled_dot_product_attention: dropout_p must be 0 inside a kernel")
+    q, k, v = _tv(query), _tv(key), _tv(value)
+    hq, hk = (q.shape[-3], k.shape[-3]) if q.ndim >= 3 and k.ndim >= 3 else (1, 1)
+    if hq != hk:
+        if not enable_gqa or hq % hk:
+            raise PyptoError(f"scaled_dot_product_attention: {hq} query heads and {hk} key/value heads need "
+                             "enable_gqa=True and a whole number of query heads per key head")
+        k = C.repeat_interleave(k, hq // hk, -3)
+        v = C.repeat_interleave(v, hq // hk, -3)
+    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = T.binary(Opcode.TMUL, T.matmul(q, T.transpose(k, -2, -1)), s)
+    L, S = q.shape[-2], k.shape[-2]
+    if is_causal:
+        if attn_mask is not None:
+            raise PyptoError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+        rows = T.unsqueeze(T.arange(0, L), 1)
+        cols = T.unsqueeze(T.arange(0, S), 0)
+        scores = T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf"))
+    elif attn_mask is not None:
+        m = _tv(attn_mask)
+        if m.dtype is _dt.bool_:
+            scores = T.where(m, scores, float("-inf"))
+        else:
+            scores = T.binary(Opcode.TADD, scores, m)
+    return T.matmul(T.softmax(scores, -1), v)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,  # noqa: A002
+              sparse=False):
+    from .. import ops
+    fn = getattr(ops, "embedding", None)
+    if fn is None:
+        raise PyptoError("embedding: PyPTO has no gather/embedding operation yet")
+    if max_norm is not None:
+        raise PyptoError("embedding: max_norm is not supported inside a kernel")
+    return fn(input, weight)
+
+
+def pad(input, pad, mode="constant", value=None):  # noqa: A002
+    return C.pad(input, pad, mode, value)
+
+
+# layout
+
+def _varargs(a):
+    return tuple(a[0]) if len(a) == 1 and isinstance(a[0], (tuple, list)) else tuple(a)
+
+
+def cat(tensors, dim=0, *, out=None):
+    _no_out(out)
+    return T.concat([_tv(t) for t in tensors], dim)
+
+
+def stack(tensors, dim=0, *, out=None):
+    _no_out(out)
+    return C.stack([_tv(t) for t in tensors], dim)
+
+
+def flatten(input, start_dim=0, end_dim=-1):  # noqa: A002
+    shape = list(input.shape)
+    if not shape:
+        return T.reshape(input, (1,))
+    s, e = start_dim % len(shape), end_dim % len(shape)
+    n = 1
+    for d in shape[s:e + 1]:
+        n *= d
+    return T.reshape(input, shape[:s] + [n] + shape[e + 1:])
+
+
+def unflatten(input, dim, sizes):  # noqa: A002
+    shape = list(input.shape)
+    d = dim % len(shape)
+    return T.reshape(input, shape[:d] + list(sizes) + shape[d + 1:])
+
+
+def repeat(input, *sizes):  # noqa: A002
+    """x.repeat(r0, r1, ...): tile the tensor (a broadcast of an interleaved view, then a reshape)."""
+    reps = [T.static_int(r, "repeats") for r in _varargs(sizes)]
+    shape = list(input.shape)
+    if len(reps) < len(shape):
+        raise PyptoError(f"repeat: {len(reps)} repeat counts for a tensor of rank {len(shape)}")
+    shape = [1] * (len(reps) - len(shape)) + shape
+    x = T.reshape(input, [v for s in shape for v in (1, s)])
+    x = T.broadcast_to(x, [v for r, s in zip(reps, shape) for v in (r, s)])
+    return T.reshape(x, [r * s for r, s in zip(reps, shape)])
+
+
+def expand(input, *sizes):  # noqa: A002
+    return T.broadcast_to(input, _varargs(sizes))
+
+
+def narrow(input, dim, start, length):  # noqa: A002
+    d = dim % input.ndim
+    return T.index(input, (slice(None),) * d + (slice(start, start + length),))
+
+
+def select(input, dim, index):  # noqa: A002
+    d = dim % input.ndim
+    return T.index(input, (slice(None),) * d + (index,))
+
+
+def unbind(input, dim=0):  # noqa: A002
+    return tuple(select(input, dim, i) for i in range(input.shape[dim]))
+
+
+def to(input, *args, **kwargs):  # noqa: A002
+    """x.to(dtype) / x.to(device) / x.to(other) / x.to(device, dtype): devices must be the CPU."""
+    dtype = kwargs.pop("dtype", None)
+    kwargs.pop("non_blocking", None)
+    kwargs.pop("copy", None)
+    kwargs.pop("memory_format", None)
+    device = kwargs.pop("device", None)
+    if kwargs:
+        raise PyptoError(f"to(): unexpected arguments {', '.join(kwargs)}")
+    t = sys.modules.get("torch")
+    for a in args:
+        if isinstance(a, TensorValue) or (t is not None and isinstance(a, t.Tensor)):
+            dtype = a.dtype
+        elif isinstance(a, str) or (t is not None and isinstance(a, t.device)):
+            device = a
+        elif isinstance(a, bool):
+            continue
+        else:
+            dtype = a
+    if device is not None and str(device).split(":")[0] != "cpu":
+        raise PyptoError(f"to({device!r}): a kernel runs on the CPU")
+    return T.cast(input, dtype) if dtype is not None else input
+
+
+def type_as(input, other):  # noqa: A002
+    return T.cast(input, other.dtype)
+
+
+def _like(fill):
+    def f(input, fill_value=None, *, dtype=None, **_):  # noqa: A002
+        value = fill if fill is not None else fill_value
+        d = dtype if dtype is not None else input.dtype
+        return T.full(input.shape, value, _dt.to_dtype(d)) if value is not None else T.empty(input.shape, d)
+    return f
+
+
+def _identity(input, *a, **k):  # noqa: A002
+    return input
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+def _entries():
+    """(implementation, names): each name is looked up in torch, torch.Tensor and
+    torch.nn.functional; those that exist map to the implementation."""
+    return [
+        (add, ["add", "__add__", "__iadd__"]), (sub, ["sub", "subtract", "__sub__", "__isub__"]),
+        (rsub, ["rsub", "__rsub__"]), (lambda a, b: add(b, a), ["__radd__"]),
+        (mul, ["mul", "multiply", "__mul__", "__imul__"]), (lambda a, b: mul(b, a), ["__rmul__"]),
+        (div, ["div", "divide", "true_divide", "__truediv__", "__itruediv__"]),
+        (lambda a, b: T.binary(Opcode.TDIV, b, a), ["__rtruediv__"]),
+        (lambda a, b: T.floordiv(a, b), ["floor_divide", "__floordiv__"]),
+        (lambda a, b: T.mod(a, b), ["remainder", "__mod__"]),
+        (pow, ["pow", "__pow__", "float_power"]), (lambda a, b: T.power(b, a), ["__rpow__"]),
+        (matmul, ["matmul", "__matmul__"]), (lambda a, b: T.matmul(b, a), ["__rmatmul__"]),
+        (mm, ["mm"]), (bmm, ["bmm"]), (addmm, ["addmm"]), (linear, ["linear"]),
+        (_unary(Opcode.TNEG), ["neg", "negative", "__neg__"]), (_unary(Opcode.TABS), ["abs", "absolute", "__abs__"]),
+        (_unary(Opcode.TEXP), ["exp"]), (_unary(Opcode.TLOG), ["log"]), (_unary(Opcode.TSQRT), ["sqrt"]),
+        (_unary(Opcode.TRSQRT), ["rsqrt"]), (_unary(Opcode.TTANH), ["tanh"]), (_unary(Opcode.TERF), ["erf"]),
+        (_unary(Opcode.TSIGMOID), ["sigmoid"]), (_unary(Opcode.TFLOOR), ["floor"]),
+        (_unary(Opcode.TRECIP), ["reciprocal"]), (square, ["square"]),
+        (_trig("sin"), ["sin"]), (_trig("cos"), ["cos"]),
+        (_activation(Opcode.TRELU), ["relu"]), (_activation(Opcode.TSILU), ["silu"]), (gelu, ["gelu"]),
+        (clamp, ["clamp", "clip"]), (lambda x, m: T.clamp(x, m, None), ["clamp_min"]),
+        (lambda x, m: T.clamp(x, None, m), ["clamp_max"]),
+        (lambda a, b, **k: T.binary(Opcode.TMAX, a, b), ["maximum", "fmax"]),
+        (lambda a, b, **k: T.binary(Opcode.TMIN, a, b), ["minimum", "fmin"]),
+        (where, ["where"]), (masked_fill, ["masked_fill"]),
+        (_cmp(Opcode.TCMP_EQ), ["eq", "__eq__"]), (_cmp(Opcode.TCMP_NE), ["ne", "not_equal", "__ne__"]),
+        (_cmp(Opcode.TCMP_LT), ["lt", "less", "__lt__"]), (_cmp(Opcode.TCMP_LE), ["le", "less_equal", "__le__"]),
+        (_cmp(Opcode.TCMP_GT), ["gt", "greater", "__gt__"]),
+        (_cmp(Opcode.TCMP_GE), ["ge", "greater_equal", "__ge__"]),
+        (logical_not, ["logical_not", "__invert__"]), (logical_and, ["logical_and", "__and__"]),
+        (logical_or, ["logical_or", "__or__"]),
+        (sum, ["sum"]), (mean, ["mean"]), (amax, ["amax"]), (amin, ["amin"]),
+        (_minmax("max", Opcode.TMAX, C.argmax), ["max"]), (_minmax("min", Opcode.TMIN, C.argmin), ["min"]),
+        (var, ["var"]), (std, ["std"]), (C.logsumexp, ["logsumexp"]), (C.any, ["any"]), (C.all, ["all"]),
+        (C.argmax, ["argmax"]), (C.argmin, ["argmin"]),
+        (softmax, ["softmax"]), (log_softmax, ["log_softmax"]), (layer_norm, ["layer_norm"]),
+        (rms_norm, ["rms_norm"]), (dropout, ["dropout"]), (scaled_dot_product_attention,
+                                                            ["scaled_dot_product_attention"]),
+        (embedding, ["embedding"]), (pad, ["pad"]),
+        (cat, ["cat", "concat", "concatenate"]), (stack, ["stack"]), (C.split, ["split"]), (C.chunk, ["chunk"]),
+        (unbind, ["unbind"]), (lambda x, *s: T.reshape(x, _varargs(s)), ["reshape", "view"]),
+        (lambda x, o: T.reshape(x, tuple(o.shape)), ["reshape_as", "view_as"]),
+        (T.transpose, ["transpose", "swapaxes", "swapdims"]), (lambda x, *d: T.permute(x, _varargs(d)), ["permute"]),
+        (lambda x: T.transpose(x, 0, 1) if x.ndim == 2 else x, ["t"]),
+        (T.unsqueeze, ["unsqueeze"]), (T.squeeze, ["squeeze"]), (flatten, ["flatten"]), (unflatten, ["unflatten"]),
+        (expand, ["expand"]), (lambda x, o: T.broadcast_to(x, tuple(o.shape)), ["expand_as"]),
+        (T.broadcast_to, ["broadcast_to"]), (repeat, ["repeat"]), (C.repeat_interleave, ["repeat_interleave"]),
+        (narrow, ["narrow"]), (select, ["select"]), (C.tril, ["tril"]), (C.triu, ["triu"]), (C.roll, ["roll"]),
+        (to, ["to"]), (type_as, ["type_as"]), (_identity, ["contiguous", "detach", "requires_grad_"]),
+        (lambda x, **k: T.copy(x), ["clone"]),
+        (_like(0), ["zeros_like"]), (_like(1), ["ones_like"]), (_like(None), ["full_like", "empty_like"]),
+        (lambda x, d=_dt.float32: T.cast(x, d), ["type"]),
+        (lambda x, n=-1: C.one_hot(x, n), ["one_hot"]),
+        (lambda x, i: T.index(x, i), ["__getitem__"]),
+    ]
+
+
+def _build():
+    global _table
+    torch = _torch()
+    import torch.nn.functional as F
+    table = {}
+    for impl, names in _entries():
+        for name in names:
+            _methods.setdefault(name, impl)
+            for ns in (torch, torch.Tensor, F, torch.special):
+                f = getattr(ns, name, None)
+                if f is not None and callable(f):
+                    table.setdefault(f, impl)
+    _table = table
+
+
+def dispatch(func, args, kwargs):
+    """TensorValue.__torch_function__: the PyPTO implementation of a torch function."""
+    if _table is None:
+        _build()
+    impl = _table.get(func)
+    if impl is None:
+        impl = _methods.get(getattr(func, "__name__", None)) if _is_tensor_method(func) else None
+    if impl is None:
+        raise unsupported(_name_of(func))
+    return impl(*args, **(kwargs or {}))
+
+
+def method(name):
+    """A tensor method TensorValue lacks (x.repeat, x.narrow...), or None."""
+    if _table is None:
+        if "torch" not in sys.modules:
+            return None
+        _build()
+    return _methods.get(name)
+
+
+def _is_tensor_method(func):
+    t = sys.modules.get("torch")
+    qual = getattr(func, "__qualname__", "")
+    return t is not None and (qual.startswith("Tensor.") or qual.startswith("TensorBase.") or
+                              getattr(func, "__objclass__", None) in (t.Tensor, t._C.TensorBase))
+
+
+def _name_of(func):
+    mod = getattr(func, "__module__", None) or ""
+    name = getattr(func, "__name__", repr(func))
+    if _is_tensor_method(func):
+        return f"torch.Tensor.{name}"
+    if mod.startswith("torch.nn.functional"):
+        return f"torch.nn.functional.{name}"
+    if mod in ("torch", "torch._C._VariableFunctions", "torch.functional", "") or mod.startswith("torch._C"):
+        return f"torch.{name}"
+    return f"{mod}.{name}"
+
+
+def unsupported(name):
+    """The error for a torch function PyPTO cannot express: the function, where it was called
+    from (when that is not the kernel's own line, which the walker adds) and the nearest pypto.X."""
+    from .. import ops, ops_composite
+    short = name.rsplit(".", 1)[-1].strip("_")
+    public = sorted(n for n in set(dir(ops)) | set(dir(ops_composite))
+                    if not n.startswith("_") and callable(getattr(ops, n, getattr(ops_composite, n, None))))
+    near = [short] if short in public else difflib.get_close_matches(short, public, n=1, cutoff=0.6)
+    msg = f"{name} is not supported inside a PyPTO kernel"
+    where = _caller_line()
+    if where:
+        msg += f" (called at {where})"
+    msg += f"; the nearest PyPTO operation is pypto.{near[0]}" if near else "; PyPTO has no counterpart"
+    return PyptoError(msg)
+
+
+_PKG = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _caller_line():
+    """file:line: source of the innermost user frame (None when the kernel's walked body made
+    the call: the walker names that line itself)."""
+    torch_dir = os.path.dirname(os.path.abspath(_torch().__file__))
+    f = sys._getframe(1)
+    while f is not None:
+        fn = os.path.abspath(f.f_code.co_filename)
+        if fn.startswith(_PKG):
+            if fn.startswith(os.path.join(_PKG, "frontend", "walker")) or \
+                    fn.startswith(os.path.join(_PKG, "frontend", "expressions")):
+                return None
+        elif not fn.startswith(torch_dir):
+            import linecache
+            line = linecache.getline(fn, f.f_lineno).strip()
+            return f"{fn}:{f.f_lineno}: {line}" if line else f"{fn}:{f.f_lineno}"
+        f = f.f_back
+    return None

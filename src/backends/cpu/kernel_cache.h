@@ -1,0 +1,46 @@
+// The on-disk kernel cache's trust rules. A shared object in the cache runs inside the process,
+// so the cache directory must be as private as the process itself: owned by the effective user,
+// writable by nobody else, reached through no directory another user could rename or replace
+// (sticky /tmp-like directories excepted) and through no symlink another user planted. Directories
+// are created 0700, files 0600 (0700 for shared objects). Entries are written under a unique name
+// and renamed into place, and one process at a time builds a given entry (an fcntl lock on
+// <key>.lock, which a fork()ed child does not inherit).
+#pragma once
+#include <sys/types.h>
+
+#include <string>
+
+namespace pypto::cpu {
+
+// The cache directory in use: $PYPTO_CACHE_DIR (created if missing), else ~/.cache/pypto, else a
+// private directory made with mkdtemp under $TMPDIR or /tmp for this process (removed at exit).
+// Throws ir::Error naming the directory and the problem when the chosen directory is not private.
+std::string kernel_cache_dir();
+
+// Checks a path before it is trusted as a private directory; "" when fine, else the reason.
+std::string private_dir_problem(const std::string& dir);
+
+// True when `path` is a regular file (not a symlink) owned by us and writable by nobody else.
+bool trusted_cache_file(const std::string& path);
+
+// Writes `data` to `path` atomically (unique temporary in the same directory, then rename).
+bool write_file_atomic(const std::string& path, const std::string& data, mode_t mode);
+
+// A name no other thread or process uses: pid, a per-process counter and the time.
+std::string unique_suffix();
+
+// Holds the cross-process build lock of one cache entry while alive. Waits (polling the calling
+// thread's stop flag, then throwing Interrupted) up to `wait_seconds` (<= 0: no limit), then
+// throws ir::Error naming the lock file.
+class EntryLock {
+ public:
+  EntryLock(const std::string& dir, const std::string& key, double wait_seconds);
+  ~EntryLock();
+  EntryLock(const EntryLock&) = delete;
+  EntryLock& operator=(const EntryLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace pypto::cpu

@@ -1,0 +1,133 @@
+// passes::autodiff: the backward's parameters (only what it reads), gradients checked on the
+// interpreter against hand-computed ones, the seed's tile loops, and the refusals.
+#include "passes/autodiff.h"
+
+#include "test_pass_util.h"
+
+using namespace pass_test;
+
+namespace {
+
+std::vector<std::string> param_names(const Program& p) {
+  std::vector<std::string> out;
+  for (auto& b : p.params) out.push_back(b->name);
+  return out;
+}
+
+int count_ops(const Program& p, Opcode code) {
+  int n = 0;
+  passes::walk(p.body, [&](const Stmt& s) { n += s->kind == StmtKind::OpStmt && s->op.code == code; });
+  return n;
+}
+
+}  // namespace
+
+// relu(x @ w + b): the ReLU mask comes from the saved output, so the matmul is not recomputed and
+// b is not read at all.
+TEST(PassAutodiff, FusedLinearReadsOnlyWhatItNeeds) {
+  Program fwd = parse_program(R"(
+func @fl(%x: f32[6, 5], %w: f32[5, 4], %b: f32[4], %y: f32[6, 4] out) {
+  alloc %t: f32[6, 4] gm
+  TMATMUL %t, %x, %w
+  alloc %t_1: f32[6, 4] gm
+  TADD %t_1, %t, %b
+  TRELU %y, %t_1
+}
+)");
+  passes::Backward bw = passes::autodiff(fwd);
+  verify(bw.program, Level::Tensor);
+  EXPECT_EQ(param_names(bw.program), (std::vector<std::string>{"x", "w", "y", "d_y", "d_x", "d_w", "d_b"}));
+  ASSERT_EQ(bw.args.size(), 4u);
+  EXPECT_EQ(bw.args[2].role, passes::Backward::Role::Saved);
+  EXPECT_EQ(bw.args[3].role, passes::Backward::Role::Cotangent);
+  EXPECT_EQ(bw.grads, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(count_ops(bw.program, Opcode::TMATMUL), 2);  // dx and dw; no recomputed x @ w
+}
+
+// y = x * w with w broadcast over rows: dx = dy * w, dw = column sums of dy * x.
+TEST(PassAutodiff, BroadcastGradientIsSummed) {
+  Program fwd = parse_program(R"(
+func @scale(%x: f32[3, 5], %w: f32[5], %y: f32[3, 5] out) {
+  TMUL %y, %x, %w
+}
+)");
+  passes::Backward bw = passes::autodiff(fwd);
+  auto d = run(bw.program, 7);  // x, w, d_y, d_x, d_w
+  ASSERT_EQ(d.size(), 5u);
+  for (int i = 0; i < 3; ++i)
+    for (int j = 0; j < 5; ++j) EXPECT_NEAR(d[3][i * 5 + j], d[2][i * 5 + j] * d[1][j], 1e-5);
+  for (int j = 0; j < 5; ++j) {
+    double s = 0;
+    for (int i = 0; i < 3; ++i) s += double(d[2][i * 5 + j]) * d[0][i * 5 + j];
+    EXPECT_NEAR(d[4][j], s, 1e-4);
+  }
+}
+
+// The seed's tile matmul: disjoint output tiles, a loop-carried `C_tile += A_tile @ B_tile`, ragged
+// edges, the result written into the argument C. dA = dC @ B^T and dB = A^T @ dC.
+TEST(PassAutodiff, SeedTileMatmul) {
+  Program fwd = parse_program(R"(
+func @mm(%A: f32[10, 7], %B: f32[7, 9], %C: f32[10, 9]) {
+  for %i = 0 to 10 step 4 {
+    for %j = 0 to 9 step 4 {
+      alloc %t: f32[4, 4] gm
+      TEXPANDS %t, 0.0f
+      for %k = 0 to 7 step 4 {
+        TMATMUL_ACC %t, %A[%i:4 valid min(4, (10 - %i)), %k:4 valid min(4, (7 - %k))], %B[%k:4 valid min(4, (7 - %k)), %j:4 valid min(4, (9 - %j))]
+      }
+      TMOV %C[%i:4 valid min(4, (10 - %i)), %j:4 valid min(4, (9 - %j))], %t
+    }
+  }
+}
+)");
+  passes::Backward bw = passes::autodiff(fwd);
+  EXPECT_EQ(bw.results, (std::vector<int>{2}));  // C is written: a result
+  auto d = run(bw.program, 3);                   // A, B, d_C, then the gradients of A, B and C's old value
+  ASSERT_EQ(d.size(), 6u);
+  const auto &A = d[0], &B = d[1], &dC = d[2], &dA = d[3], &dB = d[4], &dC_old = d[5];
+  for (int i = 0; i < 10; ++i)
+    for (int k = 0; k < 7; ++k) {
+      double s = 0;
+      for (int j = 0; j < 9; ++j) s += double(dC[i * 9 + j]) * B[k * 9 + j];
+      EXPECT_NEAR(dA[i * 7 + k], s, 1e-4);
+    }
+  for (int k = 0; k < 7; ++k)
+    for (int j = 0; j < 9; ++j) {
+      double s = 0;
+      for (int i = 0; i < 10; ++i) s += double(A[i * 7 + k]) * dC[i * 9 + j];
+      EXPECT_NEAR(dB[k * 9 + j], s, 1e-4);
+    }
+  for (float v : dC_old) EXPECT_EQ(v, 0.0f);  // C is overwritten: its old value does not matter
+}
+
+// p = p * x[i] carried across iterations: the derivative needs every intermediate p, which the
+// program overwrites. Refused, pointing to the manual route.
+TEST(PassAutodiff, RefusesNonLinearLoopCarriedValue) {
+  Program fwd = parse_program(R"(
+func @prod(%x: f32[3, 4], %p: f32[4] out) {
+  TEXPANDS %p, 1.0f
+  for %i = 0 to 3 {
+    alloc %t: f32[4] gm
+    TMUL %t, %p, %x[%i, 0:4]
+    TMOV %p, %t
+  }
+}
+)");
+  try {
+    passes::autodiff(fwd);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("defvjp"), std::string::npos) << m;
+    EXPECT_NE(m.find("%p"), std::string::npos) << m;
+  }
+}
+
+TEST(PassAutodiff, RefusesGather) {
+  Program fwd = parse_program(R"(
+func @g(%x: f32[8, 4], %idx: i32[8, 4], %y: f32[8, 4] out) {
+  TGATHER %y, %x, %idx
+}
+)");
+  EXPECT_THROW(passes::autodiff(fwd), Error);
+}

@@ -52,7 +52,8 @@ TEST(LoopCost, SmallLoopsStayOnTheCaller) {
       Record r(16);
       rt::parallel_for_costed(16, &Record::body, &r);
       EXPECT_TRUE(r.each_once());
-      if (rep > 0) stayed = stayed && r.threads.size() == 1 && *r.threads.begin() == std::this_thread::get_id();
+      if (rep > 0)
+        stayed = stayed && r.threads.size() == 1 && *r.threads.begin() == std::this_thread::get_id();
     }
   }
   EXPECT_TRUE(stayed);

@@ -21,8 +21,9 @@ from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, 
                   multiply, ne, neg, ones, ones_like, permute, pow, prange, reciprocal, relu, reshape,
                   rms_norm, rsqrt, sigmoid, silu, softmax, sqrt, squeeze, static_range, sub, subtract, sum,
                   tanh, transpose, true_divide, unsqueeze, where, zeros, zeros_like)
-from .ops_composite import (all, any, argmax, argmin, chunk, logsumexp, one_hot, pad, repeat_interleave,
-                            roll, split, stack, std, tril, triu, var)
+from .ops_composite import (all, any, argmax, argmin, chunk, embedding, flip, gather, index_add, index_select,
+                            logsumexp, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
+                            std, tril, triu, var)
 from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor

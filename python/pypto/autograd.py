@@ -171,14 +171,12 @@ def _custom_grads(kernel, args, out, grad):
 
 def wants_grad(args):
     """Whether a kernel call must record for autograd: a torch tensor that requires grad (grad
-    mode on), or a tensor from pypto.to_pto_tensor."""
-    torch = sys.modules.get("torch")
-    on = torch is not None and torch.is_grad_enabled()
+    mode on), or a tensor from pypto.to_pto_tensor. On every call's path: cheap checks first."""
     for a in args:
-        if type(a) is Tensor:
-            if a._autograd:
-                return True
-        elif on and getattr(a, "requires_grad", False) and isinstance(a, torch.Tensor):
+        rg = getattr(a, "requires_grad", None)  # torch tensors (and only they, of array kinds)
+        if rg:
+            return sys.modules["torch"].is_grad_enabled()
+        if rg is None and type(a) is Tensor and a._autograd:
             return True
     return False
 

@@ -17,6 +17,7 @@ _IMPLICIT_MISS = object()
 class CompiledKernel:
     def __init__(self, trace, backend, options, args, name):
         tr = trace.tr
+        self.index_sites = list(tr.index_sites)
         self.name = name
         self.backend = backend
         # the tensor-level program and its builder (autodiff reads both; the builder knows the
@@ -82,6 +83,7 @@ class CompiledKernel:
             return None
         run = self.kernel.run
         name = self.name
+        sites = self._index_sites
         sidx = tuple(self.scalar_idx)
         get = operator.itemgetter(*self.arg_only) if self.arg_only else (lambda args: ())
         single = len(self.arg_only) == 1
@@ -99,9 +101,15 @@ class CompiledKernel:
             try:
                 run(lst, [args[i] for i in sidx] if sidx else [])
             except PyptoError as e:
-                raise PyptoError(f"kernel '{name}' failed at run time: {e}") from None
+                raise PyptoError(f"kernel '{name}' failed at run time: {e}{sites(e)}") from None
             return out
         return fast
+
+    def _index_sites(self, err):
+        """For an index out of range: the kernel lines that index by tensors."""
+        if "MGATHER" not in str(err) and "MSCATTER" not in str(err) or not self.index_sites:
+            return ""
+        return "\n  indexing by tensors at " + "\n  and at ".join(self.index_sites)
 
     def compile(self):
         try:
@@ -161,7 +169,7 @@ class CompiledKernel:
         try:
             self.kernel.run(run_list, [args[i] for i in self.scalar_idx])
         except PyptoError as e:
-            raise PyptoError(f"kernel '{self.name}' failed at run time: {e}") from None
+            raise PyptoError(f"kernel '{self.name}' failed at run time: {e}{self._index_sites(e)}") from None
         return outs, objs
 
 

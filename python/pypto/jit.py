@@ -290,6 +290,8 @@ class JitFunction:
             if e.simple:
                 return e.run(args, ())
         e, imp = self._entry(args)
+        if imp and _autograd.wants_grad(imp):  # an implicit input (a module's weight) requires grad
+            return _autograd.call(self, args)
         return e.run(args, imp)
 
     def lower(self, *args, **kwargs):

@@ -5,6 +5,7 @@
 #include <climits>
 #include <locale>
 #include <sstream>
+#include <utility>
 
 #include "ir/builder_impl.h"
 
@@ -206,6 +207,7 @@ Expr Builder::begin_for(const std::string& hint, Expr lo, Expr hi, Expr step, bo
   f.hi = hi;
   f.step = step;
   f.parallel = parallel;
+  f.where = impl_->where;
   auto lb = bounds(lo, impl_->var_bounds);
   auto ub = impl_->upper_bound(hi, LLONG_MIN);
   if (lb && ub != LLONG_MIN) impl_->var_bounds[f.var] = Interval{lb->lo, std::max(lb->lo, ub - 1)};
@@ -219,8 +221,10 @@ void Builder::end_for() {
   Impl::Frame f = std::move(impl_->frames.back());
   impl_->frames.pop_back();
   impl_->var_bounds.erase(f.var);
+  std::string body_where = std::exchange(impl_->where, f.where);  // the loop is its header's line
   impl_->emit(for_loop(f.var, f.lo, f.hi, f.step, std::move(f.stmts),
                        f.parallel ? LoopKind::Parallel : LoopKind::Serial));
+  impl_->where = std::move(body_where);
 }
 
 void Builder::begin_if(Expr cond) {

@@ -17,6 +17,7 @@ struct Builder::Impl {
     std::string var;
     Expr lo, hi, step, cond;
     bool parallel = false;
+    std::string where;  // source location of the loop or if header
   };
 
   Program prog;
@@ -43,5 +44,7 @@ struct Builder::Impl {
 std::string shape_str(const std::vector<int64_t>& s);
 int normalize_dim(int dim, int rank, const char* what);
 Expr min_valid(const Expr& a, const Expr& b);
+// i64 iota of shape [1, .., n, .., 1] (rank r, n at dim d), for masks and index arithmetic.
+View iota_along(Builder& b, int64_t n, int r, int d);
 
 }  // namespace pypto::ir

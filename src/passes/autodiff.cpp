@@ -88,12 +88,22 @@ bool Differentiator::stale(const Buffer* b, const StmtNode* s, bool before_write
   auto it = bufs_.find(b);
   if (it == bufs_.end()) return false;
   const auto& si = stmts_.at(s);
+  const auto& own = it->second.loops_at_alloc;
   for (const StmtNode* w : it->second.writes) {
     const auto& wi = stmts_.at(w);
+    // A loop around both that carries b on a tape: each iteration's sweep starts from the value b
+    // had when the iteration began, so only an earlier write in the same iteration is a problem.
+    const StmtNode* taped = nullptr;
+    for (const StmtNode* loop : wi.loops)
+      if (std::find(si.loops.begin(), si.loops.end(), loop) != si.loops.end() && carried(loop).count(b))
+        taped = loop;
+    if (taped) {
+      if (wi.pos < si.pos || (before_write && w == s)) return true;
+      continue;
+    }
     if (wi.pos > si.pos || (before_write && w == s)) return true;
     for (const StmtNode* loop : wi.loops) {
       bool around_s = std::find(si.loops.begin(), si.loops.end(), loop) != si.loops.end();
-      const auto& own = it->second.loops_at_alloc;
       bool owns_b = std::find(own.begin(), own.end(), loop) != own.end();
       if (around_s && !owns_b) return true;
     }
@@ -111,11 +121,12 @@ bool Differentiator::overwritten(const Buffer* b) const {
   return false;
 }
 
-// Iterations must be swept last to first when one reads what an earlier one wrote into a buffer
-// that outlives the iteration; otherwise any order is right and the forward order is kept.
-bool Differentiator::needs_reversal(const StmtNode* loop) const {
-  std::set<const Buffer*> written, read;
-  std::vector<const StmtNode*> loops;
+// Buffers a loop carries from one iteration to the next: allocated outside it, written in it and
+// read in it (an in-place linear accumulator's own read excluded: it needs no value).
+const std::set<const Buffer*>& Differentiator::carried(const StmtNode* loop) const {
+  auto found = carried_.find(loop);
+  if (found != carried_.end()) return found->second;
+  std::set<const Buffer*> written, read, out;
   walk(loop->body, [&](const Stmt& s) {
     if (s->kind != StmtKind::OpStmt || s->op.args.empty()) return;
     if (auto d = view_of(s->op.args[0])) written.insert(d->buf.get());
@@ -123,11 +134,46 @@ bool Differentiator::needs_reversal(const StmtNode* loop) const {
   });
   for (const Buffer* b : written) {
     if (!read.count(b)) continue;
-    auto it = bufs_.find(b);
-    const auto& own = it->second.loops_at_alloc;
-    if (std::find(own.begin(), own.end(), loop) == own.end()) return true;
+    const auto& own = bufs_.at(b).loops_at_alloc;
+    if (std::find(own.begin(), own.end(), loop) == own.end()) out.insert(b);
   }
-  return false;
+  return carried_[loop] = out;
+}
+
+// Iterations must be swept last to first when one reads what an earlier one wrote.
+bool Differentiator::needs_reversal(const StmtNode* loop) const { return !carried(loop).empty(); }
+
+namespace {
+// Iteration number of a loop's variable: (v - lo) / step.
+Expr iteration(const Expr& v, const Expr& lo, const Expr& step) { return div(v - lo, step); }
+}  // namespace
+
+// The tape of a loop-carried buffer: one slot per iteration, holding its value as the iteration
+// begins; the sweep of that iteration replays the body from it. Needs a static trip count.
+BufferRef Differentiator::new_tape(const StmtNode* loop, const Buffer& b, const Env& env) {
+  Expr trips = div(substitute(loop->hi, env.vars) - substitute(loop->lo, env.vars) +
+                       substitute(loop->step, env.vars) - int_imm(1),
+                   substitute(loop->step, env.vars));
+  auto n = as_int(trips);
+  if (!n)
+    refuse(loop, "the loop carries %" + b.name + " from one iteration to the next, and its trip count (" +
+                     to_string(trips) + ") is not known at compile time, so its values cannot be kept");
+  auto tape = std::make_shared<Buffer>();
+  tape->name = b_.fresh_name("tape_" + b.name);
+  tape->dtype = b.dtype;
+  tape->shape = b.shape;
+  tape->shape.insert(tape->shape.begin(), std::max<int64_t>(*n, 1));
+  tape->space = Space::Global;
+  tape->kind = BufferKind::Temp;
+  b_.emit(alloc(tape));
+  return tape;
+}
+
+View Differentiator::tape_slot(const BufferRef& tape, const Expr& it) {
+  std::vector<Index> idx(1);
+  idx[0].kind = Index::Int;
+  idx[0].start = it;
+  return b_.slice(View::whole(tape), idx);
 }
 
 void Differentiator::refuse(const StmtNode* s, const std::string& why) const {
@@ -233,9 +279,16 @@ void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<co
       }
       case StmtKind::For: {
         Env inner = env;
-        Expr v = b_.begin_for(s->var, substitute(s->lo, env.vars), substitute(s->hi, env.vars),
-                              substitute(s->step, env.vars), s->loop_kind == LoopKind::Parallel);
+        std::vector<std::pair<const Buffer*, BufferRef>> tapes;
+        for (const Buffer* c : carried(s.get()))
+          tapes.push_back({c, tapes_[s.get()][c] = new_tape(s.get(), *c, env)});
+        Expr lo = substitute(s->lo, env.vars), step = substitute(s->step, env.vars);
+        Expr v =
+            b_.begin_for(s->var, lo, substitute(s->hi, env.vars), step, s->loop_kind == LoopKind::Parallel);
         inner.vars[s->var] = v;
+        for (auto& [c, tape] : tapes) {
+          b_.assign(tape_slot(tape, iteration(v, lo, step)), View::whole(env.bufs.at(c)));
+        }
         replay(s->body, inner, local);
         b_.end_for();
         break;
@@ -294,6 +347,17 @@ void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
           inner.vars[s->var] = lo + (trips - int_imm(1) - u) * step;
         } else {
           inner.vars[s->var] = b_.begin_for(s->var, lo, hi, step);
+        }
+        // The loop-carried values as this iteration began, from their tapes.
+        for (const Buffer* c : carried(s.get())) {
+          auto nb = std::make_shared<Buffer>(*c);
+          nb->name = b_.fresh_name(c->name);
+          nb->kind = BufferKind::Temp;
+          b_.emit(alloc(nb));
+          b_.assign(View::whole(nb),
+                    tape_slot(tapes_.at(s.get()).at(c), iteration(inner.vars[s->var], lo, step)));
+          inner.bufs[c] = nb;
+          origin_[nb.get()] = c;
         }
         std::set<const Buffer*> local;
         replay(s->body, inner, local);
@@ -544,6 +608,17 @@ Backward Differentiator::run() {
     out.grads.push_back(int(i));
   }
   std::set<const Buffer*> local;
+  // An output the kernel also reads (a value carried through it) is recomputed in a temporary:
+  // its saved value is only the last one.
+  for (auto& p : fwd_.params)
+    if (p->kind == BufferKind::Output && !bufs_[p.get()].reads.empty()) {
+      auto nb = std::make_shared<Buffer>(*p);
+      nb->name = b_.fresh_name(p->name + "_value");
+      nb->kind = BufferKind::Temp;
+      b_.emit(alloc(nb));
+      env.bufs[p.get()] = nb;
+      local.insert(p.get());
+    }
   replay(fwd_.body, env, local);
   sweep(fwd_.body, env);
   out.program = b_.finish(grads);

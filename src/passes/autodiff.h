@@ -16,11 +16,12 @@
 //    reductions, matmul (batched, transposed views, TMATMUL_ACC accumulators), casts, copies into
 //    views and slices, select, and thus every composite the builder decomposes (softmax, norms,
 //    concat, conv2d); loops over disjoint output tiles, accumulators updated linearly
-//    (`acc += a @ b`, `acc -= x`) and loop-carried values updated linearly.
+//    (`acc += a @ b`, `acc -= x`), and values carried across iterations and updated non-linearly
+//    (an online softmax): those are kept on a tape, one slot per iteration.
 //  * Refused, with ir::Error naming the statement (and its kernel line when the builder knew it):
-//    gathers/scatters (data-dependent indices), a derivative that needs a value the program has
-//    overwritten by then (a non-linear update of a loop-carried value, an argument read and then
-//    written). The message points to `defvjp`, the manual route.
+//    gathers/scatters (data-dependent indices), a loop-carried value in a loop whose trip count is
+//    not static (no tape to size), a derivative that needs a value the program has overwritten by
+//    then (an argument read and then written). The message points to `defvjp`, the manual route.
 #pragma once
 #include <functional>
 #include <string>

@@ -41,6 +41,9 @@ class Differentiator {
   bool stale(const ir::Buffer* b, const ir::StmtNode* s, bool before_write) const;
   bool overwritten(const ir::Buffer* b) const;  // written more than once (an earlier value dies)
   bool needs_reversal(const ir::StmtNode* loop) const;
+  const std::set<const ir::Buffer*>& carried(const ir::StmtNode* loop) const;
+  ir::BufferRef new_tape(const ir::StmtNode* loop, const ir::Buffer& b, const Env& env);
+  ir::View tape_slot(const ir::BufferRef& tape, const ir::Expr& iteration);
   [[noreturn]] void refuse(const ir::StmtNode* s, const std::string& why) const;
 
   // Building the backward.
@@ -71,6 +74,8 @@ class Differentiator {
   std::map<const ir::StmtNode*, const ir::StmtNode*> replayed_;  // backward op -> forward op
   std::map<const ir::Buffer*, const ir::Buffer*> origin_;        // backward buffer -> forward
   std::set<const ir::Buffer*> adjoint_buffers_;
+  mutable std::map<const ir::StmtNode*, std::set<const ir::Buffer*>> carried_;
+  std::map<const ir::StmtNode*, std::map<const ir::Buffer*, ir::BufferRef>> tapes_;  // the latest replay's
 };
 
 }  // namespace pypto::passes::ad

@@ -101,9 +101,9 @@ func @mm(%A: f32[10, 7], %B: f32[7, 9], %C: f32[10, 9]) {
 }
 
 // p = p * x[i] carried across iterations: the derivative needs every intermediate p, which the
-// program overwrites. Refused, pointing to the manual route.
-TEST(PassAutodiff, RefusesNonLinearLoopCarriedValue) {
-  Program fwd = parse_program(R"(
+// program overwrites; the loop keeps them on a tape. dx[i] = dp * prod(x) / x[i].
+TEST(PassAutodiff, LoopCarriedValueOnATape) {
+  const char* text = R"(
 func @prod(%x: f32[3, 4], %p: f32[4] out) {
   TEXPANDS %p, 1.0f
   for %i = 0 to 3 {
@@ -112,9 +112,23 @@ func @prod(%x: f32[3, 4], %p: f32[4] out) {
     TMOV %p, %t
   }
 }
-)");
+)";
+  passes::Backward bw = passes::autodiff(parse_program(text));
+  auto d = run(bw.program, 5);  // x, d_p, d_x
+  ASSERT_EQ(d.size(), 3u);
+  for (int j = 0; j < 4; ++j) {
+    double prod = 1;
+    for (int i = 0; i < 3; ++i) prod *= d[0][i * 4 + j];
+    for (int i = 0; i < 3; ++i) EXPECT_NEAR(d[2][i * 4 + j], d[1][j] * prod / d[0][i * 4 + j], 1e-4);
+  }
+  // With a trip count known only at run time there is no tape to size: refused, pointing to
+  // the manual route.
+  std::string dynamic = text;
+  dynamic.replace(dynamic.find("(%x: f32[3, 4], %p: f32[4] out)"), 31,
+                  "(%x: f32[3, 4], %p: f32[4] out, %n: i64)");
+  dynamic.replace(dynamic.find("to 3"), 4, "to %n");
   try {
-    passes::autodiff(fwd);
+    passes::autodiff(parse_program(dynamic.c_str()));
     FAIL() << "expected an error";
   } catch (const Error& e) {
     std::string m = e.what();

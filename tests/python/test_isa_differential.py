@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_isa_util import UNARY_DOMAIN, UNARY_REF, func, isa, rand, rand_int
+from test_isa_util import UNARY_DOMAIN, UNARY_REF, PyptoError, func, isa, rand, rand_int
 
 TOL = 2e-6
 
@@ -205,6 +205,27 @@ def test_gather_scatter():
                  "TLOAD %a, %x", "TLOAD %i, %gi", "TGATHER %d, %a, %i", "TSTORE %g, %d",
                  "TLOAD %c, %x", "TLOAD %b, %y", "TLOAD %j, %si", "TSCATTER %c, %b, %j", "TSTORE %s, %c"])
     compare(text, x=x, y=y, gi=np.array([[4], [0], [4], [2]], np.int32), si=np.array([[5], [1], [3]], np.int64))
+
+
+def test_indexed_rows():
+    """TSCATTER_ADD, MGATHER (a transposed table view), MSCATTER / MSCATTER_ADD into global memory,
+    rank-1 tables (each element a row), and the out-of-range error on both backends."""
+    x, y = rand((6, 5)), rand((3, 5))
+    text = func(["%x: f32[6, 5]", "%y: f32[3, 5]", "%v: f32[9]", "%ix: i32[3, 1]", "%jx: i64[1, 4]",
+                 "%a: f32[6, 5] out", "%g: f32[4, 6] out", "%s: f32[6, 5] out", "%vg: f32[4, 1] out"],
+                ["alloc %c: f32[6, 5] vec", "alloc %b: f32[3, 5] vec", "alloc %i: i32[3, 1] vec",
+                 "alloc %j: i64[1, 4] vec", "alloc %d: f32[4, 8] vec", "alloc %e: f32[4, 1] vec",
+                 "TLOAD %c, %x", "TLOAD %b, %y", "TLOAD %i, %ix", "TLOAD %j, %jx",
+                 "TSCATTER_ADD %c, %b, %i", "TSTORE %a, %c",
+                 "MGATHER %d, %x[0:6, 0:5] perm(1, 0), %j", "TSTORE %g, %d",
+                 "TSTORE %s, %c", "MSCATTER %s, %b, %i", "MSCATTER_ADD %s, %b, %i",
+                 "MGATHER %e, %v, %j", "TSTORE %vg, %e"])
+    compare(text, x=x, y=y, v=rand((9,)), ix=np.array([[5], [1], [5]], np.int32),
+            jx=np.array([[4, 0, 2, 2]], np.int64))
+    for backend in ["interp"] + (["cpu"] if cpu_available() else []):
+        with pytest.raises(PyptoError, match="MGATHER: index 5 is out of range for a dimension of size 5"):
+            isa.run(isa.parse(text), {"x": x, "y": y, "v": rand((9,)), "ix": np.array([[5], [1], [5]], np.int32),
+                                      "jx": np.array([[4, 0, 5, 2]], np.int64)}, backend=backend)
 
 
 def test_memory_batch():

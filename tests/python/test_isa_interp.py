@@ -64,6 +64,8 @@ def binary_case(op, form):
     if form in ("tile_scalar", "scalar_tile"):
         x, y = binary_inputs(op, (R, C), (1,))
         s = float(y[0])
+        if op == "TPOW" and form == "scalar_tile":
+            s = abs(s) + 0.5  # the scalar is the base here: a negative base gives NaN
         args = f"%a, {scalar_text(s)}" if form == "tile_scalar" else f"{scalar_text(s)}, %a"
         ref = BINARY_REF[op](x.astype(float), s) if form == "tile_scalar" else BINARY_REF[op](s, x.astype(float))
         return (func([f"%x: f32[{R}, {C}]"] + decl, body + [f"{op} %d, {args}", "TSTORE %o, %d"]),

@@ -521,6 +521,18 @@ class Gen {
       case Opcode::TPREFETCH:
         a[0] = gview(op, 0);
         break;
+      case Opcode::MGATHER:
+      case Opcode::MSCATTER:
+      case Opcode::MSCATTER_ADD: {
+        // Indexed rows: the kernel's argument block receives any out-of-range index (gather.hpp).
+        const size_t g = op.code == Opcode::MGATHER ? 1 : 0;
+        a[g] = gview(op, g);
+        if (std::get<View>(op.args[g]).rank() == 1) a[g] = "pto::as_column(" + a[g] + ")";
+        a[1 - g] = tile(op, 1 - g);
+        a[2] = tile(op, 2);
+        a.push_back("args");
+        break;
+      }
       default:
         if (oi.category == OpCategory::Sync) {
           for (size_t i = 0; i < a.size(); ++i) {

@@ -100,10 +100,6 @@ std::string attach() {
     if (rt.parallel && rt.thread_num && rt.num_threads && rt.max_threads && rt.in_parallel) {
       g_rt = rt;
       g_path = path;
-      // GNU libgomp's team does not survive fork(): a child goes back to PyPTO's own pool,
-      // which is fork-safe.
-      static bool at_fork = (pthread_atfork(nullptr, nullptr, &detach) == 0);
-      (void)at_fork;
       g_active.store(&g_rt, std::memory_order_release);
       return path;
     }

@@ -3,7 +3,7 @@
 #define PTO_ABI_H
 #include <stdint.h>
 
-#define PTO_HEADERS_VERSION 2
+#define PTO_HEADERS_VERSION 3
 
 #ifdef __cplusplus
 extern "C" {
@@ -12,6 +12,10 @@ extern "C" {
 /* Runs body(ctx, begin, end) over [0, n) split in contiguous chunks across the worker threads. */
 typedef void (*pto_loop_body)(void* ctx, int64_t begin, int64_t end);
 typedef void (*pto_parallel_for_fn)(int64_t n, pto_loop_body body, void* ctx);
+/* Reports a run-time error found by a kernel (an index out of range). The kernel carries on
+   safely (no out-of-bounds access) and the runtime raises the first report once it returns.
+   May be called from any worker thread. */
+typedef void (*pto_report_error_fn)(void* ctx, const char* message);
 
 typedef struct pto_kernel_args {
   void* const* data;               /* one pointer per tensor param, in Program.params order */
@@ -22,6 +26,8 @@ typedef struct pto_kernel_args {
   /* Non-zero (read atomically) asks the kernel to stop: it is polled at every loop iteration and
      the kernel returns early; the runtime then reports the run as interrupted. May be NULL. */
   const int32_t* stop;
+  pto_report_error_fn report_error;  /* may be null: errors are then not reported */
+  void* error_ctx;
 } pto_kernel_args;
 
 typedef void (*pto_kernel_fn)(const pto_kernel_args* args);

@@ -21,8 +21,9 @@ from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, 
                   multiply, ne, neg, ones, ones_like, permute, pow, prange, reciprocal, relu, reshape,
                   rms_norm, rsqrt, sigmoid, silu, softmax, sqrt, squeeze, static_range, sub, subtract, sum,
                   tanh, transpose, true_divide, unsqueeze, where, zeros, zeros_like)
-from .ops_composite import (all, any, argmax, argmin, chunk, logsumexp, one_hot, pad, repeat_interleave,
-                            roll, split, stack, std, tril, triu, var)
+from .ops_composite import (all, any, argmax, argmin, chunk, embedding, flip, gather, index_add, index_select,
+                            logsumexp, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
+                            std, tril, triu, var)
 from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor
@@ -59,6 +60,11 @@ def share_threads_with_torch(enable: bool = True):
 
 def num_threads() -> int:
     return _C.num_threads()
+
+
+def max_threads() -> int:
+    """The most threads set_num_threads accepts (8 per available core, at least 64)."""
+    return _C.max_threads()
 
 
 __version__ = "0.1.0"

@@ -17,6 +17,7 @@ _IMPLICIT_MISS = object()
 class CompiledKernel:
     def __init__(self, trace, backend, options, args, name):
         tr = trace.tr
+        self.index_sites = list(tr.index_sites)
         self.name = name
         self.backend = backend
         # the tensor-level program and its builder (autodiff reads both; the builder knows the
@@ -61,6 +62,11 @@ class CompiledKernel:
         for src in tr.inputs:
             kinds.append(interop.array_kind(args[src[1]] if src[0] == "arg" else src[2]))
         self.convs = [interop.run_converter(k) for k in kinds]
+        written = self.kernel.written()
+        # Inputs (by position in param order) that are torch tensors the kernel writes: checked
+        # against autograd's rules before the run, their version counters bumped after it.
+        self.written_torch = [j for j, k in enumerate(kinds) if k == interop.TORCH and written[j]]
+        self.written_names = [p[0] for p in params]
         self.arg_only = [k for _, k in self.plan] if all(kind == "a" for kind, _ in self.plan) else None
         self.single_out = self.template == ("out", 0)
         self.compile_seconds = 0.0
@@ -71,17 +77,19 @@ class CompiledKernel:
     def _make_fast(self):
         """A specialised call path for the common case (explicit array arguments only, all of one
         library, at most one returned output): fewer Python calls per kernel call."""
-        if self.arg_only is None or not self.simple or len(self.allocs) > 1:
+        if self.arg_only is None or not self.simple or len(self.allocs) > 1 or self.written_torch:
             return None
         if self.allocs and not self.single_out:
             return None
         if not self.allocs and self.template != ("static", None):
             return None
         torch_all = all(c is interop._torch_arg for c in self.convs)
+        torch_arg = interop._torch_arg
         if not torch_all and any(c is not None for c in self.convs):
             return None
         run = self.kernel.run
         name = self.name
+        sites = self._index_sites
         sidx = tuple(self.scalar_idx)
         get = operator.itemgetter(*self.arg_only) if self.arg_only else (lambda args: ())
         single = len(self.arg_only) == 1
@@ -91,7 +99,7 @@ class CompiledKernel:
             items = get(args)
             if single:
                 items = (items,)
-            lst = [(a.data_ptr(), a.stride()) for a in items] if torch_all else list(items)
+            lst = [torch_arg(a) for a in items] if torch_all else list(items)
             out = None
             if alloc is not None:
                 out, r = alloc()
@@ -99,9 +107,15 @@ class CompiledKernel:
             try:
                 run(lst, [args[i] for i in sidx] if sidx else [])
             except PyptoError as e:
-                raise PyptoError(f"kernel '{name}' failed at run time: {e}") from None
+                raise PyptoError(f"kernel '{name}' failed at run time: {e}{sites(e)}") from None
             return out
         return fast
+
+    def _index_sites(self, err):
+        """For an index out of range: the kernel lines that index by tensors."""
+        if "MGATHER" not in str(err) and "MSCATTER" not in str(err) or not self.index_sites:
+            return ""
+        return "\n  indexing by tensors at " + "\n  and at ".join(self.index_sites)
 
     def compile(self):
         try:
@@ -152,6 +166,9 @@ class CompiledKernel:
             objs = [args[i] for i in self.arg_only]
         else:
             objs = [args[k] if kind == "a" else implicit[k] for kind, k in self.plan]
+        for j in self.written_torch:
+            interop.check_torch_written(objs[j], f"kernel '{self.name}': argument {j + 1} "
+                                                 f"('{self.written_names[j]}')")
         run_list = [o if c is None else c(o) for c, o in zip(self.convs, objs)]
         outs = []
         for alloc in self.allocs:
@@ -161,7 +178,10 @@ class CompiledKernel:
         try:
             self.kernel.run(run_list, [args[i] for i in self.scalar_idx])
         except PyptoError as e:
-            raise PyptoError(f"kernel '{self.name}' failed at run time: {e}") from None
+            raise PyptoError(f"kernel '{self.name}' failed at run time: {e}{self._index_sites(e)}") from None
+        finally:
+            if self.written_torch:
+                interop.bump_versions([objs[j] for j in self.written_torch])
         return outs, objs
 
 

@@ -93,3 +93,47 @@ def chunk(x, chunks, dim=0):
 
 __all__ = ["tril", "triu", "var", "std", "logsumexp", "any", "all", "argmax", "argmin", "stack", "roll",
            "repeat_interleave", "one_hot", "pad", "split", "chunk"]
+
+
+# --- indexing by tensors ------------------------------------------------------------------------
+from .frontend import index_ops as _X  # noqa: E402
+
+
+@_op(_X.index_select)
+def index_select(x, dim, index):
+    """Slices of x along `dim` at the (0-d or 1-d) integer `index`; every index must be in range."""
+
+
+@_op(_X.embedding)
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,  # noqa: A002
+              sparse=False):
+    """Rows of `weight` at the integer tensor `input` (any shape): shape input.shape + (dim,)."""
+
+
+@_op(_X.gather)
+def gather(x, dim, index):
+    """torch.gather: out[i][j] = x[index[i][j]][j] (dim 0) and so on; index has x's rank."""
+
+
+@_op(_X.scatter)
+def scatter(x, dim, index, src=None, value=None, reduce=None):
+    """torch.scatter (out of place): a copy of x with src (or value) written at index along dim;
+    reduce='add' accumulates."""
+
+
+@_op(_X.scatter_add)
+def scatter_add(x, dim, index, src):
+    """torch.scatter_add (out of place)."""
+
+
+@_op(_X.index_add)
+def index_add(x, dim, index, source, alpha=1):
+    """A copy of x with alpha * source added at the positions `index` along dim (repeats accumulate)."""
+
+
+@_op(_X.flip)
+def flip(x, dims):
+    """Reverse the order of elements along `dims`."""
+
+
+__all__ += ["index_select", "embedding", "gather", "scatter", "scatter_add", "index_add", "flip"]

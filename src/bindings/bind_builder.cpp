@@ -471,6 +471,25 @@ void bind_builder(nb::module_& m) {
       .def("roll", &B::roll, "x"_a, "shift"_a, "dim"_a)
       .def("repeat_interleave", &B::repeat_interleave, "x"_a, "repeats"_a, "dim"_a)
       .def("one_hot", &B::one_hot, "idx"_a, "num_classes"_a)
+      .def("gather_rows", &B::gather_rows, "src"_a, "idx"_a)
+      .def("scatter_rows", &B::scatter_rows, "dst"_a, "src"_a, "idx"_a, "accumulate"_a)
+      .def("take", &B::take, "x"_a, "dim"_a, "idx"_a, "wrap_negative"_a)
+      .def(
+          "put",
+          [](B& b, const View& x, int dim, const View& idx, nb::handle v, bool acc, bool wrap) {
+            b.put(x, dim, idx, to_operand(v, ir::is_float(x.buf->dtype) ? ir::compute_dtype(x.buf->dtype) : DType::F32),
+                  acc, wrap);
+          },
+          "x"_a, "dim"_a, "idx"_a, "value"_a, "accumulate"_a, "wrap_negative"_a)
+      .def("gather_elements", &B::gather_elements, "x"_a, "dim"_a, "idx"_a)
+      .def(
+          "scatter_elements",
+          [](B& b, const View& x, int dim, const View& idx, nb::handle v, bool acc) {
+            return b.scatter_elements(
+                x, dim, idx, to_operand(v, ir::is_float(x.buf->dtype) ? ir::compute_dtype(x.buf->dtype) : DType::F32), acc);
+          },
+          "x"_a, "dim"_a, "idx"_a, "src"_a, "accumulate"_a)
+      .def("flip", &B::flip, "x"_a, "dims"_a)
       .def(
           "pad",
           [](B& b, const View& x, std::vector<int64_t> pads, nb::handle v) {

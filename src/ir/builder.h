@@ -84,6 +84,21 @@ class Builder {
   // Constant padding; pads: (before, after) per dimension from the last one backwards, as
   // torch.nn.functional.pad; negative amounts crop.
   View pad(const View& x, const std::vector<int64_t>& pads, Expr value);
+  // Indexing by tensors (builder_index.cpp). Indices are integer tensors checked when the kernel
+  // runs: an index out of range is an error on every backend, never a wild access.
+  // Row gather along the second-last dimension (rank 1: the elements): out[.., r, c] = src[.., idx[r], c].
+  View gather_rows(const View& src, const View& idx);
+  // dst[.., idx[r], c] = src[.., r, c] (accumulate: +=), in order of r.
+  void scatter_rows(const View& dst, const View& src, const View& idx, bool accumulate);
+  // x indexed along `dim` by idx (any rank): the result's dim is replaced by idx's shape
+  // (index_select, embedding, x[idx], x[:, idx]). wrap_negative: -1 is the last (Python indexing).
+  View take(const View& x, int dim, const View& idx, bool wrap_negative);
+  // x[.., idx, ..] = value (accumulate: +=, index_add / index_put with accumulate) along dim.
+  void put(const View& x, int dim, const View& idx, const Operand& value, bool accumulate, bool wrap_negative);
+  // torch.gather / torch.scatter(_add): elementwise along dim, index of the output's shape.
+  View gather_elements(const View& x, int dim, const View& idx);
+  View scatter_elements(const View& x, int dim, const View& idx, const Operand& src, bool accumulate);
+  View flip(const View& x, const std::vector<int>& dims);
   // NCHW or CHW input, OIHW weight. padding: {ph, pw}; same_padding computes it for stride 1.
   View conv2d(const View& x, const View& w, const View* bias, std::vector<int64_t> stride,
               std::vector<int64_t> padding, std::vector<int64_t> dilation, bool same_padding);

@@ -50,7 +50,7 @@ Index range_index(int64_t start, int64_t stop) {
 
 // i64 iota of shape [1, .., n, .., 1] (rank r, n at dim d): an arange stored into a [1, .., 1, n]
 // temporary, viewed with its last dimension moved to d.
-static View iota_along(Builder& b, int64_t n, int r, int d) {
+View iota_along(Builder& b, int64_t n, int r, int d) {
   std::vector<int64_t> shape(size_t(r), 1);
   shape.back() = n;
   View t = b.empty(shape, DType::I64);

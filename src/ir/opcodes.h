@@ -4,7 +4,8 @@
 //  * tensor level: operands are views of n-d tensors of any size (global or temporary);
 //    an op means "apply this instruction elementwise / per row / per matrix over the whole view".
 //  * tile level (the ISA proper): compute operands are local tiles (rank <= 2, static shape,
-//    runtime valid region); only TLOAD / TSTORE / TPREFETCH touch global memory.
+//    runtime valid region); only the Memory instructions (TLOAD / TSTORE / TPREFETCH and the
+//    indexed-row MGATHER / MSCATTER / MSCATTER_ADD) touch global memory.
 // The lowering pass (src/passes/tile_ops.cpp) turns the first into the second.
 // Semantics are written in docs/isa.md and defined executably by src/backends/interp.
 #pragma once
@@ -23,6 +24,9 @@ enum class OpCategory : uint8_t { Memory, Fill, Unary, Binary, Compare, Select, 
   X(TLOAD, Memory, 2)             \
   X(TSTORE, Memory, 2)            \
   X(TPREFETCH, Memory, 1)         \
+  X(MGATHER, Memory, 3)           \
+  X(MSCATTER, Memory, 3)          \
+  X(MSCATTER_ADD, Memory, 3)      \
   X(TEXPANDS, Fill, 2)            \
   X(TCI, Fill, 2)                 \
   X(TMOV, Unary, 2)               \
@@ -77,6 +81,7 @@ enum class OpCategory : uint8_t { Memory, Fill, Unary, Binary, Compare, Select, 
   X(TFILLPAD, Layout, 3)          \
   X(TGATHER, Gather, 3)           \
   X(TSCATTER, Gather, 3)          \
+  X(TSCATTER_ADD, Gather, 3)      \
   X(SET_FLAG, Sync, 3)            \
   X(WAIT_FLAG, Sync, 3)           \
   X(PIPE_BARRIER, Sync, 1)

@@ -174,7 +174,8 @@ class Verifier {
           fail("sync operands are integers");
       }
     }
-    if (info.category == OpCategory::Gather)
+    if (info.category == OpCategory::Gather || o.code == Opcode::MGATHER || o.code == Opcode::MSCATTER ||
+        o.code == Opcode::MSCATTER_ADD)
       if (const View* idx = as_view(o, 2); idx && idx->buf->dtype != DType::I32 && idx->buf->dtype != DType::I64)
         fail("gather/scatter index must be i32 or i64");
     if (level_ == Level::Tile) {
@@ -233,7 +234,9 @@ class Verifier {
     const OpcodeInfo& info = opcode_info(o.code);
     auto global_view = [&](size_t k) {
       const View* v = as_view(o, k);
-      if (!v || is_local(*v)) fail("operand " + std::to_string(k) + " of " + std::string(info.name) + " must be a global view");
+      if (!v || is_local(*v))
+        fail("operand " + std::to_string(k) + " of " + std::string(info.name) +
+             " must be a global view (a copy between local tiles is TMOV)");
       if (v->rank() > 2) fail("operand " + std::to_string(k) + ": global views of a tile instruction have rank <= 2");
     };
     auto tile = [&](size_t k) {
@@ -255,6 +258,17 @@ class Verifier {
     if (o.code == Opcode::TSTORE) {
       global_view(0);
       tile(1);
+      return;
+    }
+    if (o.code == Opcode::MGATHER || o.code == Opcode::MSCATTER || o.code == Opcode::MSCATTER_ADD) {
+      const size_t g = o.code == Opcode::MGATHER ? 1 : 0;
+      global_view(g);
+      tile(1 - g);
+      tile(2);
+      auto idx = as_view(o, 2)->buf->shape;
+      if (idx[0] != 1 && idx[1] != 1)
+        fail(std::string(info.name) + ": the index tile must be 1xN or Nx1, got " + std::to_string(idx[0]) + "x" +
+             std::to_string(idx[1]));
       return;
     }
     for (size_t k = 0; k < o.args.size(); ++k) tile(k);

@@ -86,6 +86,8 @@ class Lowerer {
       case OpCategory::Matrix:
         if (op.code == Opcode::TMATMUL || op.code == Opcode::TMATMUL_ACC) return matmul(op, out);
         break;
+      case OpCategory::Gather:
+        return indexed_rows(op, out);
       default:
         break;
     }
@@ -204,6 +206,52 @@ class Lowerer {
       body.push_back(op_stmt(Op{Opcode::TINSERT, {View::whole(d.buf), acc, r0, c0}}));
     } else {
       body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, n.dst_sel(ft)), acc}}));
+    }
+    emit(n, std::move(body), out);
+  }
+
+  // Tensor-level TGATHER d, src, idx (d[.., r, c] = src[.., idx[r], c]) and TSCATTER(_ADD) d, src,
+  // idx (d[.., idx[r], c] (+)= src[.., r, c]): a nest over the gathered (scattered) rows and column
+  // tiles; each iteration loads a 1 x R block of indices and moves whole rows with MGATHER /
+  // MSCATTER(_ADD) between a tile and the window of every indexable row of the other side.
+  void indexed_rows(const Op& op, std::vector<Stmt>& out) {
+    const bool gather = op.code == Opcode::TGATHER;
+    const View& d = std::get<View>(op.args[0]);
+    const View* s = std::get_if<View>(&op.args[1]);
+    const View* idx = std::get_if<View>(&op.args[2]);
+    if (!s || !idx || is_local(d) || is_local(*s) || is_local(*idx) || idx->rank() != 1 || d.rank() != s->rank())
+      throw Error(std::string(opcode_name(op.code)) +
+                  " at the tensor level takes global tensors of one rank and a rank-1 index tensor");
+    const View& rows_side = gather ? d : *s;  // the side indexed by r (its rows follow idx)
+    const View& table = gather ? *s : d;      // the side indexed by idx[r]
+    auto shape = rows_side.shape();
+    int r = int(shape.size());
+    const bool vec = r == 1;  // rank 1: every element is a row (the table window reads as a column)
+    const int rd = vec ? 0 : r - 2;
+    Nest n = nest(rows_side, elem_ext(shape), "g");
+    auto sel = n.dst_sel(rd);
+    auto [tr, tc] = tile_shape(sel, 2);
+    const int64_t count = vec ? tc : tr;  // indices per iteration
+    DType t_dt = compute_dtype(rows_side.buf->dtype);
+    std::vector<Stmt> body;
+    View it = tile("idx", idx->buf->dtype, 1, count);
+    body.push_back(op_stmt(Op{Opcode::TLOAD, {it, sub(*idx, {Sel{n.off[size_t(rd)], count, true, false}})}}));
+    std::vector<Sel> tsel;  // every row of the table, the nest's column tile, leading dims fixed
+    for (int k = 0; k < r; ++k)
+      tsel.push_back(k < rd    ? Sel{n.off[size_t(k)], 1, false, false}
+                     : k == rd ? Sel{int_imm(0), table.shape()[size_t(k)], true, false}
+                               : Sel{n.off[size_t(k)], tc, true, false});
+    View window = sub(table, tsel);
+    View t = tile("rows", t_dt, vec ? count : tr, vec ? 1 : tc);
+    View flat = vec ? tile("row", t_dt, 1, count) : t;  // a rank-1 side moves as one 1 x count row
+    if (gather) {
+      body.push_back(op_stmt(Op{Opcode::MGATHER, {t, window, it}}));
+      if (vec) body.push_back(op_stmt(Op{Opcode::TTRANS, {flat, t}}));
+      body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, sel), flat}}));
+    } else {
+      body.push_back(op_stmt(Op{Opcode::TLOAD, {flat, sub(*s, sel)}}));
+      if (vec) body.push_back(op_stmt(Op{Opcode::TTRANS, {t, flat}}));
+      body.push_back(op_stmt(Op{op.code == Opcode::TSCATTER ? Opcode::MSCATTER : Opcode::MSCATTER_ADD, {window, t, it}}));
     }
     emit(n, std::move(body), out);
   }

@@ -161,6 +161,19 @@ TEST(CpuCodegenOps, EveryOpcodeMatchesTheInterpreter) {
     P.emit(Opcode::TEXPANDS, {W(sc), F(0.5)});
     P.emit(Opcode::TSCATTER, {W(sc), W(a), W(idx)});  // idx is a permutation: every row written
     P.keep(sc);
+    auto sa = P.T(), mg = P.T();
+    P.emit(Opcode::TMOV, {W(sa), W(a)});
+    P.emit(Opcode::TSCATTER_ADD, {W(sa), W(b), W(idx)});
+    P.keep(sa);
+    P.emit(Opcode::MGATHER, {W(mg), W(B), W(idx)});  // rows of the global B in idx order
+    P.keep(mg);
+    View ms = clamped(P.out, I(P.block * kR), I(0), kR, kC);
+    P.emit(Opcode::MSCATTER, {ms, W(b), W(idx)});  // rows of b into the output block, permuted
+    ++P.block;
+    View ma = clamped(P.out, I(P.block * kR), I(0), kR, kC);
+    P.body.push_back(op(Opcode::TSTORE, {ma, W(a)}));
+    P.emit(Opcode::MSCATTER_ADD, {ma, W(b), W(idx)});
+    ++P.block;
     auto ci = P.T(kR, kC, DType::I32);
     P.emit(Opcode::TCI, {W(ci), I(-3)});
     P.keep(ci);

@@ -186,6 +186,46 @@ def test_scatter():
         run(text, x=x, y=y, ix=np.array([[0], [-1], [2]], np.int64))
 
 
+def test_scatter_add_accumulates_repeated_rows():
+    x, y = rand((6, 5)), rand((3, 5))
+    idx = np.array([[5], [1], [5]], np.int32)
+    text = func(["%x: f32[6, 5]", "%y: f32[3, 5]", "%ix: i32[3, 1]", "%o: f32[6, 5] out"],
+                ["alloc %a: f32[6, 5] vec", "alloc %b: f32[3, 5] vec", "alloc %i: i32[3, 1] vec",
+                 "TLOAD %a, %x", "TLOAD %b, %y", "TLOAD %i, %ix", "TSCATTER_ADD %a, %b, %i", "TSTORE %o, %a"])
+    ref = x.astype(float)
+    np.add.at(ref, idx[:, 0], y)
+    check(run(text, x=x, y=y, ix=idx)["o"], ref)
+
+
+def test_mgather_reads_rows_of_global_memory_and_checks_indices():
+    x = rand((50, 7))
+    idx = np.array([[49, 0, 3, 3]], np.int64)  # a 1 x N index vector
+    text = func(["%x: f32[50, 7]", "%ix: i64[1, 4]", "%o: f32[8, 8] out"],
+                ["alloc %i: i64[1, 4] vec", "alloc %d: f32[8, 8] vec",
+                 "TLOAD %i, %ix", "MGATHER %d, %x[0:50, 0:5], %i", "TSTORE %o, %d"])
+    check_region(run(text, x=x, ix=idx)["o"], x[idx[0], :5], 4, 5)
+    with pytest.raises(PyptoError, match="MGATHER: index 50 is out of range for a dimension of size 50"):
+        run(text, x=x, ix=np.array([[1, 50, 0, 0]], np.int64))
+
+
+def test_mscatter_and_mscatter_add_write_rows_of_global_memory():
+    y = rand((3, 4))
+    idx = np.array([[2], [0], [2]], np.int32)  # an N x 1 index vector
+    for op, acc in (("MSCATTER", False), ("MSCATTER_ADD", True)):
+        text = func(["%y: f32[3, 4]", "%ix: i32[3, 1]", "%o: f32[5, 4] out"],
+                    ["alloc %b: f32[3, 4] vec", "alloc %i: i32[3, 1] vec", "alloc %z: f32[5, 4] vec",
+                     "TEXPANDS %z, 1.0f", "TSTORE %o, %z",
+                     "TLOAD %b, %y", "TLOAD %i, %ix", f"{op} %o, %b, %i"])
+        ref = np.ones((5, 4))
+        if acc:
+            np.add.at(ref, idx[:, 0], y)
+        else:
+            ref[idx[:, 0]] = y  # in order: the last of the repeated rows wins
+        check(run(text, y=y, ix=idx)["o"], ref)
+        with pytest.raises(PyptoError, match=f"{op}: index -1 is out of range"):
+            run(text, y=y, ix=np.array([[0], [-1], [1]], np.int32))
+
+
 # ---- sync ---------------------------------------------------------------------------------------
 
 

@@ -160,7 +160,9 @@ class Gen:
         t = lambda: self.tile(sc)  # noqa: E731
         if cat == "memory":
             return {"TLOAD": lambda: [t(), self.gview(sc)], "TSTORE": lambda: [self.gview(sc), t()],
-                    "TPREFETCH": lambda: [self.gview(sc)]}[name]()
+                    "TPREFETCH": lambda: [self.gview(sc)], "MGATHER": lambda: [t(), self.gview(sc), t()],
+                    "MSCATTER": lambda: [self.gview(sc), t(), t()],
+                    "MSCATTER_ADD": lambda: [self.gview(sc), t(), t()]}[name]()
         if cat == "fill":
             return [t(), self.scalar(sc)]
         if cat in ("binary", "compare"):

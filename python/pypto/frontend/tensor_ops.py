@@ -388,7 +388,10 @@ def _index_item(it, dim_size):
 
 
 def index(x, key):
-    """x[key]: a view (no data movement)."""
+    """x[key]: a view (no data movement), or a gather when the key holds an index tensor."""
+    from . import index_ops
+    if index_ops.has_tensor_index(key):
+        return index_ops.getitem(x, key)
     tr = _find_tracer(x)
     v = tensor_of(tr, x)
     items = list(key) if isinstance(key, tuple) else [key]

@@ -109,6 +109,17 @@ class Tracer:
         self._keep = []                 # keeps objects in `paths`/`owned` alive (ids stay unique)
         self.param_index = {}           # buffer_id of a param view -> its position in `inputs`
         self.written = set()            # positions in `inputs` of the params the kernel stores into
+        self.cur_stmt = None            # (KernelSource, statement node) being walked
+        self.index_sites = []           # "file:line: text" of every indexing by tensors
+
+    def note_index_site(self):
+        """Remembers the statement being walked as one that indexes by tensors: a run-time index
+        error names it."""
+        if self.cur_stmt is not None:
+            src, node = self.cur_stmt
+            site = f"{src.filename}:{src.lineno(node)}: {src.line_text(node).strip()}"
+            if site not in self.index_sites:
+                self.index_sites.append(site)
 
     # --- context -------------------------------------------------------------------------------
     def __enter__(self):

@@ -149,7 +149,7 @@ class TensorValue:
     def __itruediv__(self, o): T.update(Opcode.TDIV, self, o); return self
 
     def __getitem__(self, key): return T.index(self, key)
-    def __setitem__(self, key, value): T.assign(T.index(self, key), value)
+    def __setitem__(self, key, value): X.setitem(self, key, value)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
@@ -161,7 +161,9 @@ class TensorValue:
         """Tensor methods defined by the torch mapping (x.repeat, x.narrow, x.type_as...)."""
         if name.startswith("__"):
             raise AttributeError(name)
-        from .torch_functions import method, unsupported
+        from .torch_functions import ATTRIBUTES, method, unsupported
+        if name in ATTRIBUTES:
+            return ATTRIBUTES[name]
         impl = method(name)
         if impl is None:
             import sys
@@ -226,6 +228,14 @@ class TensorValue:
     def argmax(self, dim=None, keepdim=False): return C.argmax(self, dim, keepdim)
     def argmin(self, dim=None, keepdim=False): return C.argmin(self, dim, keepdim)
     def roll(self, shifts, dims=None): return C.roll(self, shifts, dims)
+    def flip(self, dims): return X.flip(self, dims)
+    def index_select(self, dim, index): return X.index_select(self, dim, index)
+    def gather(self, dim, index): return X.gather(self, dim, index)
+    def scatter(self, dim, index, src=None, value=None, reduce=None): return X.scatter(self, dim, index, src, value, reduce)
+    def scatter_add(self, dim, index, src): return X.scatter_add(self, dim, index, src)
+    def index_add(self, dim, index, source, alpha=1): return X.index_add(self, dim, index, source, alpha)
+    def index_add_(self, dim, index, source, alpha=1): return X.index_add_(self, dim, index, source, alpha)
+    def index_put_(self, indices, values, accumulate=False): return X.index_put_(self, indices, values, accumulate)
     def repeat_interleave(self, repeats, dim=None): return C.repeat_interleave(self, repeats, dim)
     def split(self, split_size, dim=0): return C.split(self, split_size, dim)
     def chunk(self, chunks, dim=0): return C.chunk(self, chunks, dim)
@@ -286,3 +296,4 @@ def _keep(keepdim, kw):
 
 from . import tensor_ops as T  # noqa: E402  (the op implementations need TensorValue defined)
 from . import composite_ops as C  # noqa: E402
+from . import index_ops as X  # noqa: E402

@@ -76,7 +76,8 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
     def visit(self, node):
         h = _STMT_HANDLERS.get(type(node))
         self.cur_node = node
-        # autodiff names the kernel line of a statement it cannot differentiate
+        self.tr.cur_stmt = (self.src, node)  # where ops with run-time checks record their line
+        # autodiff's errors and run-time index checks name the kernel line of a statement
         self.tr.b.set_location(f"{self.src.filename}:{self.src.lineno(node)}: {self.src.line_text(node).strip()}")
         try:
             if h is None:
@@ -202,7 +203,8 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
             key = self.eval_index(target.slice)
             self.cur_node = target
             if isinstance(base, TensorValue):
-                T.assign(T.index(base, key), value)
+                from .index_ops import setitem
+                setitem(base, key, value)
             elif is_expr(base):
                 raise PyptoError("a run-time scalar cannot be assigned into")
             else:
@@ -261,7 +263,10 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
         elif isinstance(t, ast.Subscript):
             base = self.eval(t.value)
             key = self.eval_index(t.slice)
-            if isinstance(base, TensorValue):
+            from .index_ops import has_tensor_index, setitem
+            if isinstance(base, TensorValue) and has_tensor_index(key):  # x[idx] += v: read, combine, write back
+                setitem(base, key, self.binop(opt, T.index(base, key), self.eval(node.value)))
+            elif isinstance(base, TensorValue):
                 self.inplace(T.index(base, key), opt, node.value)
             else:
                 from .calls import check_mutation

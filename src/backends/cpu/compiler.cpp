@@ -315,6 +315,18 @@ std::string headers_beside_this_library() {
   return "";
 }
 
+// The first run-time error a kernel reports (from any worker thread); raised once it returns.
+struct KernelErrors {
+  std::mutex mu;
+  std::string first;
+};
+
+void collect_error(void* ctx, const char* message) {
+  auto* e = static_cast<KernelErrors*>(ctx);
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->first.empty()) e->first = message ? message : "kernel error";
+}
+
 }  // namespace
 
 std::string refused_flag_reason(const std::string& flag) {
@@ -329,7 +341,7 @@ std::string refused_flag_reason(const std::string& flag) {
              "the interpreter and docs/isa.md";
   static const char* const kAbiPrefixes[] = {"-m32", "-mx32", "-mabi=", "-fpack-struct", "-fshort-enums",
                                              "-fshort-wchar", "-mno-sse", "-mgeneral-regs-only", "-o",
-                                             "-fvisibility-inlines", "-nostdlib", "-static"};
+                                             "-nostdlib", "-static"};
   for (const char* f : kAbiPrefixes)
     if (flag.rfind(f, 0) == 0)
       return "it changes the kernel's ABI or output, which the runtime relies on";
@@ -487,8 +499,12 @@ void run(const CompiledKernel& k, const runtime::RunArgs& args) {
   a.parallel_for = &forward_parallel_for;
   static_assert(sizeof(std::atomic<int32_t>) == sizeof(int32_t), "the ABI reads the flag as an int32_t");
   a.stop = reinterpret_cast<const int32_t*>(&runtime::stop_flag());
+  KernelErrors errors;
+  a.report_error = &collect_error;
+  a.error_ctx = &errors;
   k.fn(&a);
   if (runtime::stop_requested()) throw runtime::Interrupted();
+  if (!errors.first.empty()) throw ir::Error(errors.first);
 }
 
 }  // namespace pypto::cpu

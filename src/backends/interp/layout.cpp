@@ -74,7 +74,8 @@ void exec_layout(Machine& m, const Op& op) {
       });
       break;
     }
-    case Opcode::TSCATTER: {
+    case Opcode::TSCATTER:
+    case Opcode::TSCATTER_ADD: {
       const Tile& idx = m.tile(op, 2);
       std::vector<int64_t> rows(size_t(src.vr));
       std::vector<Num> out(size_t(src.vr * src.vc));
@@ -86,8 +87,17 @@ void exec_layout(Machine& m, const Op& op) {
         rows[size_t(r)] = i;
         for (int64_t c = 0; c < src.vc; ++c) out[size_t(r * src.vc + c)] = m.get(op, src, r, c);
       }
-      for (int64_t r = 0; r < src.vr; ++r)  // in order: with repeated indices the last row wins
-        for (int64_t c = 0; c < src.vc; ++c) m.put(op, dst, rows[size_t(r)], c, out[size_t(r * src.vc + c)]);
+      // In order: with repeated indices the last row wins (TSCATTER) or all of them add up.
+      const bool add = op.code == Opcode::TSCATTER_ADD;
+      for (int64_t r = 0; r < src.vr; ++r)
+        for (int64_t c = 0; c < src.vc; ++c) {
+          const Num& v = out[size_t(r * src.vc + c)];
+          if (!add) {
+            m.put(op, dst, rows[size_t(r)], c, v);
+            continue;
+          }
+          m.put(op, dst, rows[size_t(r)], c, add_num(m.get(op, dst, rows[size_t(r)], c), v));
+        }
       break;
     }
     default:

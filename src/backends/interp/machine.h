@@ -22,6 +22,12 @@ namespace pypto::interp {
 using Num = ir::ScalarValue;
 inline Num inum(int64_t v) { return Num{false, v, 0}; }
 inline Num fnum(double v) { return Num{true, 0, v}; }
+// a + b before rounding to the destination (floats in double, integers wrapping): the
+// accumulation of TSCATTER_ADD / MSCATTER_ADD.
+inline Num add_num(const Num& a, const Num& b) {
+  if (a.is_float || b.is_float) return fnum(a.as_double() + b.as_double());
+  return inum(int64_t(uint64_t(a.i) + uint64_t(b.i)));
+}
 // Converts v to what an element of type t holds, by the rules of pto/elem.hpp (elem::cast):
 // floats round to nearest even, float -> int truncates and saturates (NaN -> 0), ints wrap to
 // their width, bool is != 0.

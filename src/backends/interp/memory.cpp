@@ -1,10 +1,42 @@
-// Memory instructions: TLOAD, TSTORE, TPREFETCH (the only ones that touch global views).
+// Memory instructions (the only ones that touch global views): TLOAD, TSTORE, TPREFETCH and the
+// indexed-row MGATHER, MSCATTER, MSCATTER_ADD.
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "backends/interp/machine.h"
 
 namespace pypto::interp {
 using namespace ir;
+
+namespace {
+// An index vector tile: 1 x N holds its indices along the row, N x 1 down the column.
+int64_t index_count(const Tile& idx) { return idx.R == 1 ? idx.vc : idx.vr; }
+
+// The r-th index, checked against a dimension of `rows` rows (the error every backend reports).
+int64_t row_index(Machine& m, const Op& op, const Tile& idx, int64_t r, int64_t rows) {
+  if (idx.dtype != DType::I32 && idx.dtype != DType::I64) m.fail(op, "index tile '" + idx.name + "' must be i32 or i64");
+  const int64_t i = (idx.R == 1 ? m.get(op, idx, 0, r) : m.get(op, idx, r, 0)).i;
+  if (i < 0 || i >= rows)
+    m.fail(op, std::string(opcode_name(op.code)) + ": index " + std::to_string(i) +
+                   " is out of range for a dimension of size " + std::to_string(rows));
+  return i;
+}
+
+// The table operand of an indexed-row instruction: a rank-1 view is a column (each element a row).
+GView table_view(Machine& m, const Op& op, size_t i) {
+  GView g = m.global_view(op, i);
+  if (std::get<View>(op.args[i]).rank() == 1) {
+    g.rows = g.cols;
+    g.cols = 1;
+    g.rdim = g.cdim;
+    g.rstep = g.cstep;
+    g.cdim = -1;
+    g.cstep = 0;
+  }
+  return g;
+}
+}  // namespace
 
 void exec_memory(Machine& m, const Op& op) {
   switch (op.code) {
@@ -33,6 +65,34 @@ void exec_memory(Machine& m, const Op& op) {
       if (g.rows > 0 && g.cols > 0) {
         for (int64_t i : {int64_t(0), g.rows - 1})
           for (int64_t j : {int64_t(0), g.cols - 1}) m.global_address(op, g, i, j);
+      }
+      break;
+    }
+    case Opcode::MGATHER: {
+      Tile& dst = m.tile(op, 0);
+      const GView g = table_view(m, op, 1);
+      const Tile& idx = m.tile(op, 2);
+      const int64_t n = index_count(idx), vc = std::min(g.cols, dst.C);
+      std::vector<int64_t> rows(size_t(std::max<int64_t>(n, 0)));
+      for (int64_t r = 0; r < n; ++r) rows[size_t(r)] = row_index(m, op, idx, r, g.rows);
+      m.set_valid(op, dst, n, vc);
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t j = 0; j < vc; ++j) m.put(op, dst, r, j, m.gread(op, g, rows[size_t(r)], j));
+      break;
+    }
+    case Opcode::MSCATTER:
+    case Opcode::MSCATTER_ADD: {
+      const GView g = table_view(m, op, 0);
+      const Tile& src = m.tile(op, 1);
+      const Tile& idx = m.tile(op, 2);
+      const int64_t n = std::min(src.vr, index_count(idx)), vc = std::min(g.cols, src.vc);
+      for (int64_t r = 0; r < n; ++r) {
+        const int64_t i = row_index(m, op, idx, r, g.rows);
+        for (int64_t j = 0; j < vc; ++j) {
+          Num v = m.get(op, src, r, j);
+          if (op.code == Opcode::MSCATTER_ADD) v = add_num(m.gread(op, g, i, j), v);
+          m.gwrite(op, g, i, j, v);
+        }
       }
       break;
     }

@@ -1,0 +1,150 @@
+"""Indexing by tensors while tracing: x[idx], x[:, idx], x[idx] = v, index_select, embedding,
+gather, scatter, index_add, flip. Each is a builder call (src/ir/builder_index.cpp); the indices
+are checked when the kernel runs (an index out of range raises PyptoError, never a wild access)."""
+from __future__ import annotations
+
+from .errors import PyptoError
+from .tensor_ops import _find_tracer, assign, index, operand, static_int, tensor_of, wrap
+from .values import TensorValue
+
+
+def _is_index_tensor(it):
+    if isinstance(it, TensorValue):
+        return True
+    from ..interop import is_array
+    return is_array(it) and not isinstance(it, (int, float))
+
+
+def has_tensor_index(key):
+    items = key if isinstance(key, tuple) else (key,)
+    return any(_is_index_tensor(it) for it in items)
+
+
+def _split_key(tr, v, key):
+    """The key with its one index tensor replaced by `:`, the view dimension that tensor indexes,
+    and the index tensor (a View)."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    pos = [k for k, it in enumerate(items) if _is_index_tensor(it)]
+    if len(pos) > 1:
+        raise PyptoError("indexing with more than one index tensor is not supported; index one dimension "
+                         "at a time")
+    k = pos[0]
+    idx = tensor_of(tr, items[k], "an index")
+    if idx.dtype == "bool":
+        raise PyptoError("indexing by a boolean mask is not supported (the result's size would depend on the "
+                         "data); use pypto.where(mask, x, fill)")
+    if idx.dtype.startswith("f"):
+        raise PyptoError(f"tensors used as indices must be integer tensors, got {idx.dtype}")
+    rank = len(v.shape)
+    dim = 0
+    used = sum(1 for it in items if it is not None and it is not Ellipsis)
+    for it in items[:k]:
+        if it is Ellipsis:
+            dim += rank - used
+        elif it is None or isinstance(it, slice):
+            dim += 1
+        # an integer index drops its dimension
+    items[k] = slice(None)
+    return tuple(items), dim, idx
+
+
+def getitem(x, key):
+    tr = _find_tracer(x)
+    v = tensor_of(tr, x)
+    rest, dim, idx = _split_key(tr, v, key)
+    base = index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
+    tr.note_index_site()
+    return wrap(tr, tr.b.take(base.bv, dim, idx, True))
+
+
+def setitem(x, key, value):
+    """x[key] = value: a store into a view, or a scatter when the key holds an index tensor."""
+    if not has_tensor_index(key):
+        return assign(index(x, key), value)
+    tr = _find_tracer(x, value)
+    v = tensor_of(tr, x)
+    rest, dim, idx = _split_key(tr, v, key)
+    base = index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
+    tr.note_index_site()
+    tr.b.put(base.bv, dim, idx, operand(tr, value), False, True)
+
+
+def index_select(x, dim, index_):
+    tr = _find_tracer(x, index_)
+    idx = tensor_of(tr, index_, "index")
+    if len(idx.shape) > 1:
+        raise PyptoError(f"index_select: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
+    tr.note_index_site()
+    return wrap(tr, tr.b.take(tensor_of(tr, x), static_int(dim, "dim"), idx, False))
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,  # noqa: A002
+              sparse=False):
+    if max_norm is not None:
+        raise PyptoError("embedding: max_norm is not supported")
+    tr = _find_tracer(input, weight)
+    w = tensor_of(tr, weight, "embedding weight")
+    if len(w.shape) != 2:
+        raise PyptoError(f"embedding: weight must be 2-d, got shape {tuple(w.shape)}")
+    tr.note_index_site()
+    return wrap(tr, tr.b.take(w, 0, tensor_of(tr, input, "embedding input"), False))
+
+
+def gather(x, dim, index_):
+    tr = _find_tracer(x, index_)
+    tr.note_index_site()
+    return wrap(tr, tr.b.gather_elements(tensor_of(tr, x), static_int(dim, "dim"), tensor_of(tr, index_, "index")))
+
+
+def scatter(x, dim, index_, src=None, value=None, reduce=None):
+    if reduce not in (None, "add", "sum"):
+        raise PyptoError(f"scatter: reduce={reduce!r} is not supported (None or 'add')")
+    if (src is None) == (value is None):
+        raise PyptoError("scatter: give exactly one of src and value")
+    tr = _find_tracer(x, index_, src)
+    s = operand(tr, src if src is not None else value)
+    tr.note_index_site()
+    return wrap(tr, tr.b.scatter_elements(tensor_of(tr, x), static_int(dim, "dim"), tensor_of(tr, index_, "index"), s,
+                                          reduce is not None))
+
+
+def scatter_add(x, dim, index_, src):
+    return scatter(x, dim, index_, src, reduce="add")
+
+
+def index_add(x, dim, index_, source, alpha=1):
+    """Out of place: a copy of x with source's slices added at the indexed positions."""
+    from .tensor_ops import copy
+    y = copy(x)
+    index_add_(y, dim, index_, source, alpha)
+    return y
+
+
+def index_add_(x, dim, index_, source, alpha=1):
+    tr = _find_tracer(x, index_, source)
+    idx = tensor_of(tr, index_, "index")
+    if len(idx.shape) > 1:
+        raise PyptoError(f"index_add: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
+    s = operand(tr, source)
+    if alpha != 1:
+        from .tensor_ops import binary
+        from .values import Opcode
+        s = operand(tr, binary(Opcode.TMUL, source, alpha))
+    tr.note_index_site()
+    tr.b.put(tensor_of(tr, x), static_int(dim, "dim"), idx, s, True, False)
+    return x
+
+
+def index_put_(x, indices, values, accumulate=False):
+    if not isinstance(indices, (tuple, list)) or len(indices) != 1:
+        raise PyptoError("index_put_: only a single index tensor is supported")
+    tr = _find_tracer(x, values)
+    tr.note_index_site()
+    tr.b.put(tensor_of(tr, x), 0, tensor_of(tr, indices[0], "index"), operand(tr, values), bool(accumulate), True)
+    return x
+
+
+def flip(x, dims):
+    tr = _find_tracer(x)
+    ds = dims if isinstance(dims, (tuple, list)) else (dims,)
+    return wrap(tr, tr.b.flip(tensor_of(tr, x), [static_int(d, "dims") for d in ds]))

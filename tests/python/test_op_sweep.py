@@ -1,0 +1,125 @@
+"""OpInfo-style sweep of the pypto ops: for every op in OPS, random inputs over each supported
+dtype and shapes 1 x 1 and ragged (with a broadcast second operand), compared with torch in
+float64 on the interpreter; the CPU backend then runs all ops of one dtype in a single kernel (one
+compile) and must agree with torch too. Unsupported dtypes and empty tensors raise PyptoError
+naming the op.
+
+Every op takes the same arguments (x, y, i, j): x the data (shape S), y a second operand that
+broadcasts against x (shape S[-1:]), i a vector of row indices into x (negative ones included),
+j an index tensor of x's shape along the last dimension (for gather/scatter)."""
+import numpy as np
+import pytest
+import torch
+
+import pypto
+from sweep_ops import OPS, ops_for
+
+SHAPES = {"one": (1, 1), "ragged": (7, 37)}
+FLOATS = ("float32", "float64")
+INTS = ("int32", "int64")
+
+
+def make_args(op, dtype, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    rows, cols = shape
+    if dtype in INTS:
+        x = rng.integers(1, 9, size=shape) * rng.choice([-1, 1], size=shape)
+        y = rng.integers(1, 9, size=(cols,))
+    elif dtype == "bool":
+        x = rng.random(shape) < 0.5
+        y = rng.random((cols,)) < 0.5
+    else:
+        x = rng.standard_normal(shape)
+        y = rng.standard_normal((cols,))
+        if op.domain == "pos":
+            x, y = np.abs(x) + 0.25, np.abs(y) + 0.25
+        elif op.domain == "unit":
+            x, y = np.tanh(x) * 0.9, np.tanh(y) * 0.9
+    np_dt = np.dtype(dtype if dtype != "bool" else np.bool_)
+    i = rng.integers(-rows, rows, size=(3,))
+    j = rng.integers(0, cols, size=shape)
+    return x.astype(np_dt), y.astype(np_dt), i.astype(np.int64), j.astype(np.int64)
+
+
+def torch_args(args):
+    x, y, i, j = args
+    conv = (lambda a: torch.tensor(a, dtype=torch.float64)) if x.dtype.kind == "f" else torch.tensor
+    return conv(x), conv(y), torch.tensor(i), torch.tensor(j)
+
+
+def flat(r):
+    if isinstance(r, (tuple, list)):
+        return [z for p in r for z in flat(p)]
+    return [r]
+
+
+def compare(name, got, want, tol):
+    got, want = flat(got), flat(want)
+    assert len(got) == len(want), f"{name}: {len(got)} results, expected {len(want)}"
+    for g, w in zip(got, want):
+        g = np.asarray(pypto.to_numpy(g) if not isinstance(g, np.ndarray) else g)
+        w = w.numpy() if isinstance(w, torch.Tensor) else np.asarray(w)
+        assert g.shape == w.shape, f"{name}: shape {g.shape}, expected {w.shape}"
+        if w.dtype == np.bool_ or w.dtype.kind in "iu":
+            np.testing.assert_array_equal(g.astype(np.float64), w.astype(np.float64), err_msg=name)
+            continue
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        np.testing.assert_array_equal(np.isnan(g64), np.isnan(w64), err_msg=f"{name}: NaN positions")
+        ok = ~np.isnan(w64)
+        np.testing.assert_array_equal(np.isinf(g64[ok]), np.isinf(w64[ok]), err_msg=f"{name}: inf positions")
+        fin = ok & np.isfinite(w64)
+        d = np.linalg.norm(g64[fin] - w64[fin]) / max(np.linalg.norm(w64[fin]), 1e-30)
+        assert d < tol, f"{name}: relative error {d:.3g} >= {tol:.1g}"
+
+
+def run(fn, backend, args):
+    def kernel(x, y, i, j):
+        return fn(x, y, i, j)
+    return pypto.jit(kernel, backend=backend)(*args)
+
+
+CASES = [(op, dt, s) for op in OPS for dt in op.dtypes for s in SHAPES]
+
+
+@pytest.mark.parametrize("op,dtype,shape", CASES, ids=[f"{o.name}-{d}-{s}" for o, d, s in CASES])
+def test_interp_matches_torch(op, dtype, shape):
+    args = make_args(op, dtype, SHAPES[shape])
+    want = op.ref(*torch_args(args))
+    compare(op.name, run(op.fn, "interp", args), want, op.tol)
+
+
+GROUPS = sorted({(dt, op.domain) for op in OPS for dt in op.dtypes})
+
+
+@pytest.mark.parametrize("dtype,domain", GROUPS, ids=[f"{d}-{m}" for d, m in GROUPS])
+def test_cpu_runs_every_op_in_one_kernel(dtype, domain):
+    ops = [op for op in ops_for(dtype) if op.domain == domain]
+    args = make_args(ops[0], dtype, SHAPES["ragged"])
+
+    def kernel(x, y, i, j):
+        out = []
+        for op in ops:
+            out.append(op.fn(x, y, i, j))
+        return tuple(out)
+
+    got = pypto.jit(kernel, backend="cpu")(*args)
+    want = torch_args(args)
+    for op, g in zip(ops, got):
+        compare(op.name, g, op.ref(*want), op.tol)
+
+
+BAD = [(op, dt) for op in OPS for dt in op.bad_dtypes]
+
+
+@pytest.mark.parametrize("op,dtype", BAD, ids=[f"{o.name}-{d}" for o, d in BAD])
+def test_unsupported_dtype_names_the_op(op, dtype):
+    args = make_args(op, dtype, SHAPES["ragged"])
+    with pytest.raises(pypto.PyptoError, match=op.error_name):
+        run(op.fn, "interp", args)
+
+
+@pytest.mark.parametrize("op", OPS[:: max(1, len(OPS) // 8)], ids=lambda o: o.name)
+def test_empty_tensor_is_a_clear_error(op):
+    x, y, i, j = make_args(op, op.dtypes[0], (2, 3))
+    with pytest.raises(pypto.PyptoError, match="empty|dimension|size|shape"):
+        run(op.fn, "interp", (x[:0], y, i, j[:0]))

@@ -48,10 +48,12 @@ def load(path):
 def needs_build(m, covers):
     """False for files read only at run time (the kernel headers, which the CPU backend compiles
     into each kernel): the copy is not rebuilt, and only Python tests can see such a mutant."""
+    if "build" in m:
+        return bool(m["build"])
     for c in covers:
         if any(fnmatch.fnmatch(m["file"], pat) for pat in c["files"]) and c.get("build") is False:
             return False
-    return m.get("build", True)
+    return True
 
 
 def selection(m, covers):

@@ -157,8 +157,8 @@ class Copy:
                 return False, "timeout (C++ tests)"
             if not ok:
                 failed = [ln.strip() for ln in out.splitlines() if "[  FAILED  ]" in ln]
-                return False, "C++: " + (failed[0] if failed else out.strip().splitlines()[-1:] and
-                                         out.strip().splitlines()[-1])
+                tail = out.strip().splitlines()
+                return False, "C++: " + (failed[0] if failed else (tail[-1] if tail else "exit status non-zero"))
         if pytest:
             left = max(1.0, deadline - time.monotonic())
             ok, to, out = self.sh([os.path.join(self.venv, "bin", "python"), "-m", "pytest", "-q", "-x",

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "ir/trip_count.h"
+
 namespace pypto::runtime {
 namespace {
 
@@ -60,11 +62,13 @@ struct Counter {
           walk(s->body, times);
           break;
         case ir::StmtKind::For: {
-          std::optional<int64_t> span = ir::as_int(s->hi - s->lo);
-          std::optional<int64_t> step = ir::as_int(s->step);
+          std::optional<int64_t> lo = ir::as_int(s->lo), hi = ir::as_int(s->hi), step = ir::as_int(s->step);
+          std::optional<int64_t> span = ir::as_int(s->hi - s->lo);  // constant even when lo and hi are not
           double trips = 1;
-          if (span && step && *step > 0)
-            trips = double(*span <= 0 ? 0 : (*span + *step - 1) / *step);
+          if (lo && hi && step)
+            trips = double(ir::trip_count(*lo, *hi, *step));
+          else if (span && step)
+            trips = double(ir::trip_count(0, *span, *step));
           else
             cost.exact = false;
           walk(s->body, times * trips);

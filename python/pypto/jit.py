@@ -18,10 +18,12 @@ import sys
 import threading
 import weakref
 from typing import NamedTuple
+from time import perf_counter_ns as _now
 
 import numpy as np
 
 from . import autograd as _autograd
+from . import profile as _profile
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
@@ -176,7 +178,7 @@ class JitFunction:
     _pypto_jit = True
 
     def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
-                 promote=True):
+                 promote=True, alignment=None):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
@@ -203,6 +205,12 @@ class JitFunction:
         self._n = len(params) - self._k0
         self._backend = backend or default_backend()  # PYPTO_INTERPRET is read when the kernel is made
         self._options = _options(fusion, tiles, parallel, double_buffer, promote)
+        self._made_with = dict(fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
+                               double_buffer=double_buffer, promote=promote, alignment=alignment)
+        if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool)
+                                      or alignment < 1 or alignment & (alignment - 1)):
+            raise PyptoError(f"alignment must be a power of two (bytes), got {alignment!r}")
+        self._alignment = alignment if alignment and alignment > 1 else None
         self._cache = {}
         self._static_args = set()
         self._static_reasons = {}  # arg index -> "file:line: why its value is needed at compile time"
@@ -279,35 +287,54 @@ class JitFunction:
         return e, imp
 
     def _compile(self, args, backend):
+        t0 = _now()
         src = self._source()
         trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
                              self._static_reasons)
         entry = CompiledKernel(trace, backend, self._options, args, src.name)
         entry.specialised = {self._names[i]: args[i] for i in sorted(self._static_args)
                              if i >= self._k0}
+        entry.built_at_ns = _now()
+        entry.build_seconds = (entry.built_at_ns - t0) / 1e9
         self._cache.setdefault(self._key(args), []).append(entry)
         return entry
 
     def __call__(self, *args, **kwargs):
         if _torch_compiling():  # a torch.library custom op in the graph (torch_ops.py)
             return _call_traced(self, args, kwargs)
+        t0 = _now()  # the call's wall time for get_last_profile (dynamo cannot trace clocks: after its check)
         if kwargs or len(args) != self._n:
             args = self._bind(args, kwargs)
         elif self._k0:
             args = (self._self,) + args
+        if self._alignment:
+            _profile.check_alignment(self, args[self._k0:])
         if _autograd.wants_grad(args):
+            _profile.forget()
             return _autograd.call(self, args)
         entries = self._cache.get(self._key(args))
         if entries is not None:
             e = entries[0]
             if e.fast is not None:
-                return e.fast(args)
+                out = e.fast(args)
+                _profile.record(e, t0, t0)
+                return out
             if e.simple:
-                return e.run(args, ())
+                out = e.run(args, ())
+                _profile.record(e, t0, t0)
+                return out
         e, imp = self._entry(args)
         if imp and _autograd.wants_grad(imp):  # an implicit input (a module's weight) requires grad
+            _profile.forget()
             return _autograd.call(self, args)
-        return e.run(args, imp)
+        t_run = _now()
+        out = e.run(args, imp)
+        _profile.record(e, t0, t_run)
+        return out
+
+    def with_options(self, **changes):
+        """A new kernel from the same function with some jit options changed (e.g. tiles=...)."""
+        return JitFunction(self.__wrapped__, **{**self._made_with, **changes})
 
     def lower(self, *args, **kwargs):
         """Trace and lower for these example arguments (without running); `.as_text(level)` shows
@@ -389,18 +416,21 @@ class _BoundKernel:
         return f"<bound pypto.jit kernel {self._kernel._func.__qualname__} of {self._self!r}>"
 
 
-def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True):
+def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
+        alignment=None):
     """Compile a Python function into a PyPTO kernel.
 
         @pypto.jit
         def f(x, w): ...
         @pypto.jit(fusion=True, backend="interp", tiles={"m": 64, "n": 64, "k": 64})
         def g(...): ...
+        @pypto.jit(alignment=64)   # array arguments whose address is not a multiple of 64 raise
+        def h(...): ...
         compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
     """
     def wrap(f):
         return JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                           double_buffer=double_buffer, promote=promote)
+                           double_buffer=double_buffer, promote=promote, alignment=alignment)
     if fn is None:
         return wrap
     return wrap(fn)

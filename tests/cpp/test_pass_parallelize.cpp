@@ -309,3 +309,18 @@ func @w(%A: f32[68, 8], %C: f32[68, 8] out) {
   }
 })");
 }
+
+// Two writes moving at different rates (rows i and 2i) overlap across iterations even though each
+// window is one step wide: serial.
+TEST(PassParallelize, WritesAtDifferentRatesStaySerial) {
+  const char* p = R"(
+func @rates(%A: f32[16, 8], %C: f32[40, 8] out) {
+  for %i = 0 to 16 step 4 {
+    alloc %x: f32[4, 8] vec
+    TLOAD %x, %A[%i:4, 0:8]
+    TSTORE %C[%i:4, 0:8], %x
+    TSTORE %C[((%i * 2) + 8):4, 0:8], %x
+  }
+})";
+  expect_parallelize(p, p);
+}

@@ -3,7 +3,8 @@ signature, and call the compiled kernel.
 
 Specialisation key: for arrays (rank, dtype, shape, device), for Python ints and floats only
 their type (they are run-time scalar parameters, not recompiles) unless the tracer learned that
-the kernel needs one as a compile-time value, for everything else the value (or identity).
+the kernel needs one as a compile-time value (a loop step, a shape, a static_range bound: an
+inferred meta-parameter, remembered per kernel), for everything else the value (or identity).
 Implicit inputs (arrays reached through closures, globals, attributes) and the Python constants
 read through them are re-read at every call and checked against the trace."""
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import sys
 import threading
 import weakref
+from typing import NamedTuple
 from time import perf_counter_ns as _now
 
 import numpy as np
@@ -125,6 +127,15 @@ def arg_key(a):
     return _static_key(a)
 
 
+class CacheInfo(NamedTuple):
+    """What `kernel.cache_info()` reports: `size` compiled variants; `specialised` maps each
+    argument the kernel specialises on its value to the kernel line that needed it at compile
+    time; `variants` lists, per compiled variant, the values of those arguments it was built for."""
+    size: int
+    specialised: dict
+    variants: list
+
+
 def _options(fusion, tiles, parallel, double_buffer, promote=True):
     o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer), "promote": bool(promote)}
     if fusion == "off":  # not even elementwise chains fuse
@@ -202,6 +213,7 @@ class JitFunction:
         self._alignment = alignment if alignment and alignment > 1 else None
         self._cache = {}
         self._static_args = set()
+        self._static_reasons = {}  # arg index -> "file:line: why its value is needed at compile time"
         self._unroll = set()
         self._src = None
         self._lock = threading.RLock()  # held while tracing and compiling: one trace per signature
@@ -277,8 +289,11 @@ class JitFunction:
     def _compile(self, args, backend):
         t0 = _now()
         src = self._source()
-        trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend)
+        trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
+                             self._static_reasons)
         entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        entry.specialised = {self._names[i]: args[i] for i in sorted(self._static_args)
+                             if i >= self._k0}
         entry.built_at_ns = _now()
         entry.build_seconds = (entry.built_at_ns - t0) / 1e9
         self._cache.setdefault(self._key(args), []).append(entry)
@@ -350,6 +365,15 @@ class JitFunction:
     @property
     def cache_size(self):
         return sum(len(v) for v in self._cache.values())
+
+    def cache_info(self):
+        """How many variants are compiled and why (see CacheInfo): an int argument the kernel
+        needs as a compile-time value (loop step, shape, static_range bound) is specialised on
+        its value, so each value seen is one variant."""
+        with self._lock:
+            entries = [e for v in self._cache.values() for e in v]
+            why = {self._names[i]: r for i, r in sorted(self._static_reasons.items())}
+            return CacheInfo(len(entries), why, [dict(getattr(e, "specialised", {})) for e in entries])
 
     # Identity equality, stated so torch's pytree can pass a kernel as a constant.
     def __eq__(self, other):

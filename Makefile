@@ -28,11 +28,13 @@ SHARED_SEED := $(firstword $(wildcard $(abspath ../shared/seed) /work/shared/see
 XDIST = $(shell $(VPY) -c 'import xdist' >/dev/null 2>&1 && echo '-n auto')
 PYENV = PYTHONPATH=$(CURDIR)/python
 
-.PHONY: setup configure build test test-cpp test-python demo bench format lint clean distclean help
+.PHONY: setup configure build test test-cpp test-python test-sanitize fuzz demo bench format lint clean distclean help
 
 help:
 	@echo "make demo   - set up, build, run the demo (python -m pypto.demo)"
 	@echo "make test   - set up, build, run C++ (GoogleTest) and Python (pytest) tests"
+	@echo "make test-sanitize - ASan+UBSan build of the C++ tests and a Python subset (slow)"
+	@echo "make fuzz   - the long fuzz run (FUZZ_INPUTS=10000 mutated ISA programs, random kernels)"
 	@echo "make setup | build | bench | format | lint | clean | distclean"
 
 # ---- set-up ---------------------------------------------------------------------------------------
@@ -102,6 +104,21 @@ test-cpp: build
 test-python: build
 	@mkdir -p $(TEST_CACHE); py_rc=0; $(RUN_PY_TESTS); exit $$py_rc
 
+# ASan + UBSan build (in build-sanitize/, with its own copy of the package) of the C++ tests and a
+# Python subset, generated kernels compiled with the same sanitizers. Not part of `make test`.
+test-sanitize: setup
+	@VENV='$(VENV_ABS)' BUILD='$(BUILD_ABS)-sanitize' scripts/test_sanitize.sh
+
+# The long run of tests/python/test_fuzz.py (make test runs a bounded one): new random inputs every
+# time; the summary goes to the terminal and to $(BUILD_DIR)/fuzz-report.txt (see docs/testing.md).
+FUZZ_INPUTS ?= 10000
+fuzz: build
+	@mkdir -p $(TEST_CACHE); rm -f $(BUILD_DIR)/fuzz-report.txt; \
+	$(PYENV) PYPTO_CACHE_DIR=$(TEST_CACHE) PYPTO_FUZZ_INPUTS=$(FUZZ_INPUTS) HYPOTHESIS_PROFILE=explore \
+	  PYPTO_FUZZ_REPORT=$(abspath $(BUILD_DIR))/fuzz-report.txt \
+	  $(VPY) -m pytest -q -s -p no:cacheprovider tests/python/test_fuzz.py; rc=$$?; \
+	cat $(BUILD_DIR)/fuzz-report.txt 2>/dev/null; exit $$rc
+
 # ---- run ------------------------------------------------------------------------------------------
 demo: build
 	@test -f python/pypto/demo.py || { echo "make demo: python/pypto/demo.py does not exist yet" >&2; exit 1; }
@@ -123,7 +140,7 @@ lint: $(VENV)/bin/clang-format
 
 # ---- cleaning -------------------------------------------------------------------------------------
 clean:
-	rm -rf $(BUILD_DIR) python/pypto/_C*.so
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-sanitize python/pypto/_C*.so
 
 distclean: clean
 	rm -rf $(VENV) dist *.egg-info .pytest_cache .hypothesis

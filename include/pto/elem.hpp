@@ -52,9 +52,9 @@ PTO_INLINE D cast(S x) {
     // Saturating, NaN -> 0. Every select is computed unconditionally (the conversion sees only
     // in-range values), so loops over it vectorise.
     using L = std::numeric_limits<D>;
-    constexpr S lo = S(L::min());         // -2^31 / -2^63: exact in float and double
-    constexpr S hi = -S(L::min());        // 2^31 / 2^63: the first value out of range
-    const S c = x == x ? x : S(0);        // NaN -> 0
+    constexpr S lo = S(L::min());   // -2^31 / -2^63: exact in float and double
+    constexpr S hi = -S(L::min());  // 2^31 / 2^63: the first value out of range
+    const S c = x == x ? x : S(0);  // NaN -> 0
     const S in = c < lo ? lo : (c < hi ? c : lo);
     D r = D(in);
     r = c >= hi ? L::max() : r;
@@ -107,14 +107,14 @@ PTO_INLINE T via_double(T x, F f) {
   else
     return cast<T>(f(double(x)));
 }
-#define PTO_ELEM_FLOAT_FN(name, body)                                                  \
-  template <class T>                                                                   \
-  PTO_INLINE T name(T x) {                                                             \
+#define PTO_ELEM_FLOAT_FN(name, body)                                                 \
+  template <class T>                                                                  \
+  PTO_INLINE T name(T x) {                                                            \
     return via_double(x, [](auto v) __attribute__((always_inline)) { return body; }); \
   }
-PTO_ELEM_FLOAT_FN(exp, math::exp(v))    // exp(-inf) = 0, exp(+inf) = +inf
-PTO_ELEM_FLOAT_FN(log, math::log(v))    // log(0) = -inf, log(x < 0) = NaN, log(+inf) = +inf
-PTO_ELEM_FLOAT_FN(sqrt, math::sqrt(v))  // sqrt(x < 0) = NaN
+PTO_ELEM_FLOAT_FN(exp, math::exp(v))                      // exp(-inf) = 0, exp(+inf) = +inf
+PTO_ELEM_FLOAT_FN(log, math::log(v))                      // log(0) = -inf, log(x < 0) = NaN, log(+inf) = +inf
+PTO_ELEM_FLOAT_FN(sqrt, math::sqrt(v))                    // sqrt(x < 0) = NaN
 PTO_ELEM_FLOAT_FN(rsqrt, decltype(v)(1) / math::sqrt(v))  // rsqrt(0) = +inf
 PTO_ELEM_FLOAT_FN(recip, decltype(v)(1) / v)              // recip(0) = +inf; of an int: 0 -> max
 PTO_ELEM_FLOAT_FN(tanh, math::tanh(v))                    // tanh(+-inf) = +-1

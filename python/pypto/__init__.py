@@ -67,4 +67,9 @@ def num_threads() -> int:
     return _C.num_threads()
 
 
+def max_threads() -> int:
+    """The most threads set_num_threads accepts (8 per available core, at least 64)."""
+    return _C.max_threads()
+
+
 __version__ = "0.1.0"

@@ -62,6 +62,11 @@ class CompiledKernel:
         for src in tr.inputs:
             kinds.append(interop.array_kind(args[src[1]] if src[0] == "arg" else src[2]))
         self.convs = [interop.run_converter(k) for k in kinds]
+        written = self.kernel.written()
+        # Inputs (by position in param order) that are torch tensors the kernel writes: checked
+        # against autograd's rules before the run, their version counters bumped after it.
+        self.written_torch = [j for j, k in enumerate(kinds) if k == interop.TORCH and written[j]]
+        self.written_names = [p[0] for p in params]
         self.arg_only = [k for _, k in self.plan] if all(kind == "a" for kind, _ in self.plan) else None
         self.single_out = self.template == ("out", 0)
         self.compile_seconds = 0.0
@@ -72,13 +77,14 @@ class CompiledKernel:
     def _make_fast(self):
         """A specialised call path for the common case (explicit array arguments only, all of one
         library, at most one returned output): fewer Python calls per kernel call."""
-        if self.arg_only is None or not self.simple or len(self.allocs) > 1:
+        if self.arg_only is None or not self.simple or len(self.allocs) > 1 or self.written_torch:
             return None
         if self.allocs and not self.single_out:
             return None
         if not self.allocs and self.template != ("static", None):
             return None
         torch_all = all(c is interop._torch_arg for c in self.convs)
+        torch_arg = interop._torch_arg
         if not torch_all and any(c is not None for c in self.convs):
             return None
         run = self.kernel.run
@@ -93,7 +99,7 @@ class CompiledKernel:
             items = get(args)
             if single:
                 items = (items,)
-            lst = [(a.data_ptr(), a.stride()) for a in items] if torch_all else list(items)
+            lst = [torch_arg(a) for a in items] if torch_all else list(items)
             out = None
             if alloc is not None:
                 out, r = alloc()
@@ -160,6 +166,9 @@ class CompiledKernel:
             objs = [args[i] for i in self.arg_only]
         else:
             objs = [args[k] if kind == "a" else implicit[k] for kind, k in self.plan]
+        for j in self.written_torch:
+            interop.check_torch_written(objs[j], f"kernel '{self.name}': argument {j + 1} "
+                                                 f"('{self.written_names[j]}')")
         run_list = [o if c is None else c(o) for c, o in zip(self.convs, objs)]
         outs = []
         for alloc in self.allocs:
@@ -170,6 +179,9 @@ class CompiledKernel:
             self.kernel.run(run_list, [args[i] for i in self.scalar_idx])
         except PyptoError as e:
             raise PyptoError(f"kernel '{self.name}' failed at run time: {e}{self._index_sites(e)}") from None
+        finally:
+            if self.written_torch:
+                interop.bump_versions([objs[j] for j in self.written_torch])
         return outs, objs
 
 

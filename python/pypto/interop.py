@@ -93,7 +93,40 @@ def run_arg(x):
 
 
 def _torch_arg(x):
+    if x.is_neg() or x.is_conj():
+        # A lazily negated (torch._neg_view) or conjugated view: its memory holds the un-negated
+        # values. Read the resolved copy, kept alive by the tuple's third item.
+        x = x.resolve_conj().resolve_neg()
+        return (x.data_ptr(), x.stride(), x)
     return (x.data_ptr(), x.stride())
+
+
+def check_torch_written(x, what, recording=False):
+    """Refuse, as torch's own in-place operations do, a kernel write that autograd could not see
+    or that would land in the wrong values. `recording`: the call is being recorded by autograd
+    (which sees the write: only a leaf is refused then)."""
+    from .frontend.errors import AutogradError, PyptoError
+    torch = _torch()
+    if x.requires_grad and (recording or torch.is_grad_enabled()):
+        if x.is_leaf:
+            raise AutogradError(f"{what}: the kernel writes a leaf tensor that requires grad (torch refuses "
+                                "in-place operations on it too); write under torch.no_grad() or pass a tensor "
+                                "that does not require grad")
+        if not recording:
+            raise AutogradError(f"{what}: the kernel writes a tensor that requires grad, a write autograd "
+                                "cannot record; write under torch.no_grad() or into a tensor that does not "
+                                "require grad")
+    if x.is_neg() or x.is_conj():
+        raise PyptoError(f"{what}: the kernel writes a lazily negated or conjugated view (torch._neg_view, "
+                         ".conj()); pass x.resolve_neg() / x.resolve_conj()")
+
+
+def bump_versions(xs):
+    """Tell autograd that the kernel wrote these tensors (as an in-place torch op would), so a
+    backward that saved one of them raises instead of using the new values."""
+    inc = _torch().autograd.graph.increment_version
+    for x in xs:
+        inc(x)
 
 
 def _pypto_arg(x):

@@ -128,6 +128,20 @@ nb::dlpack::dtype dlpack_from_dtype(ir::DType t) {
   return d;
 }
 
+bool is_writable(nb::handle h) {
+  PyObject* o = h.ptr();
+  if (PyObject_CheckBuffer(o)) {
+    Py_buffer v;
+    if (PyObject_GetBuffer(o, &v, PyBUF_RECORDS) == 0) {
+      PyBuffer_Release(&v);
+      return true;
+    }
+    PyErr_Clear();  // read-only, or a layout the buffer protocol cannot describe: ask DLPack
+  }
+  nb::ndarray<> w;
+  return nb::try_cast<nb::ndarray<>>(h, w, false);
+}
+
 runtime::TensorArg to_tensor_arg(const AnyArray& a) {
   if (a.device_type() != nb::device::cpu::value)
     throw ir::Error(std::string("unsupported array device '") + device_name(a.device_type()) +

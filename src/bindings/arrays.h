@@ -18,6 +18,10 @@ using AnyArray = nanobind::ndarray<nanobind::ro>;
 // i64 bool only).
 runtime::TensorArg to_tensor_arg(const AnyArray& a);
 
+// Whether the caller's array may be written (false for read-only NumPy arrays, arrays over
+// immutable buffers such as bytes, and DLPack exports flagged read-only).
+bool is_writable(nanobind::handle array);
+
 // DLPack dtype -> ir::DType, or ir::Error("unsupported array dtype ...").
 ir::DType dtype_from_dlpack(nanobind::dlpack::dtype t);
 

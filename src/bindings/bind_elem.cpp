@@ -18,14 +18,17 @@ void bind_elem(nb::module_& m) {
   using U = double (*)(double);
   using B = double (*)(double, double);
   static const std::map<std::string, U> unary = {
-      {"exp", &e::exp<double>},       {"log", &e::log<double>},     {"sqrt", &e::sqrt<double>},
-      {"rsqrt", &e::rsqrt<double>},   {"recip", &e::recip<double>}, {"tanh", &e::tanh<double>},
-      {"sigmoid", &e::sigmoid<double>}, {"erf", &e::erf<double>},   {"gelu", &e::gelu<double>},
-      {"gelu_tanh", &e::gelu_tanh<double>}, {"silu", &e::silu<double>}, {"floor", &e::floor<double>},
-      {"relu", &e::relu<double>},     {"abs", &e::abs<double>},     {"neg", &e::neg<double>},
+      {"exp", &e::exp<double>},         {"log", &e::log<double>},
+      {"sqrt", &e::sqrt<double>},       {"rsqrt", &e::rsqrt<double>},
+      {"recip", &e::recip<double>},     {"tanh", &e::tanh<double>},
+      {"sigmoid", &e::sigmoid<double>}, {"erf", &e::erf<double>},
+      {"gelu", &e::gelu<double>},       {"gelu_tanh", &e::gelu_tanh<double>},
+      {"silu", &e::silu<double>},       {"floor", &e::floor<double>},
+      {"relu", &e::relu<double>},       {"abs", &e::abs<double>},
+      {"neg", &e::neg<double>},
   };
   static const std::map<std::string, B> binary = {
-      {"max", &e::max<double>}, {"min", &e::min<double>}, {"pow", &e::pow<double>},
+      {"max", &e::max<double>}, {"min", &e::min<double>},           {"pow", &e::pow<double>},
       {"div", &e::div<double>}, {"floormod", &e::floormod<double>},
   };
   m.def(
@@ -54,7 +57,8 @@ void bind_elem(nb::module_& m) {
       },
       "Integer division of pto/elem.hpp (x // 0 == 0), in int64.");
   m.def(
-      "elem_cast", [](const std::string& dtype, double x) -> int64_t {
+      "elem_cast",
+      [](const std::string& dtype, double x) -> int64_t {
         if (dtype == "int32") return e::cast<int32_t>(x);
         if (dtype == "int64") return e::cast<int64_t>(x);
         throw ir::Error("elem_cast: dtype must be int32 or int64, got '" + dtype + "'");

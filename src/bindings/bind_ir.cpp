@@ -16,6 +16,7 @@
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "runtime/arg_check.h"
 
 namespace nb = nanobind;
 
@@ -49,7 +50,9 @@ std::vector<ir::ScalarValue> to_scalars(const nb::list& xs) {
 }
 
 // `keep` holds the imported arrays (and so the caller's memory) alive for the run.
-runtime::RunArgs to_run_args(const nb::list& tensors, const nb::list& scalars, std::vector<AnyArray>& keep) {
+// `written`: per param, whether the program writes it (those must be writable arrays).
+runtime::RunArgs to_run_args(const nb::list& tensors, const nb::list& scalars, std::vector<AnyArray>& keep,
+                             const std::vector<bool>& written) {
   runtime::RunArgs args;
   for (size_t i = 0; i < tensors.size(); ++i) {
     AnyArray a;
@@ -59,6 +62,7 @@ runtime::RunArgs to_run_args(const nb::list& tensors, const nb::list& scalars, s
                       std::string(nb::str(nb::handle(tensors[i].type()).attr("__qualname__")).c_str()));
     try {
       args.tensors.push_back(to_tensor_arg(a));
+      if (i < written.size() && written[i]) args.tensors.back().read_only = !is_writable(tensors[i]);
     } catch (const ir::Error& e) {
       throw ir::Error("tensor argument " + std::to_string(i) + ": " + e.what());
     }
@@ -66,24 +70,6 @@ runtime::RunArgs to_run_args(const nb::list& tensors, const nb::list& scalars, s
   }
   args.scalars = to_scalars(scalars);
   return args;
-}
-
-// The CPU backend trusts its arguments, so they are checked here as the interpreter checks them.
-void check_args(const ir::Program& p, const runtime::RunArgs& a) {
-  if (a.tensors.size() != p.params.size())
-    throw ir::Error("program '" + p.name + "' takes " + std::to_string(p.params.size()) +
-                    " tensor arguments, got " + std::to_string(a.tensors.size()));
-  for (size_t i = 0; i < p.params.size(); ++i) {
-    const ir::Buffer& b = *p.params[i];
-    const runtime::TensorArg& t = a.tensors[i];
-    if (t.dtype != b.dtype || t.shape != b.shape)
-      throw ir::Error("tensor argument " + std::to_string(i) + " ('" + b.name +
-                      "') does not match the param's dtype " + std::string(ir::dtype_name(b.dtype)) +
-                      " and shape");
-  }
-  if (a.scalars.size() != p.scalars.size())
-    throw ir::Error("program '" + p.name + "' takes " + std::to_string(p.scalars.size()) +
-                    " scalar arguments, got " + std::to_string(a.scalars.size()));
 }
 
 ir::Level parse_level(const std::string& s) {
@@ -160,7 +146,7 @@ void bind_ir(nb::module_& m) {
       "interpret",
       [](const ir::Program& p, const nb::list& tensors, const nb::list& scalars) {
         std::vector<AnyArray> keep;
-        runtime::RunArgs args = to_run_args(tensors, scalars, keep);
+        runtime::RunArgs args = to_run_args(tensors, scalars, keep, runtime::written_params(p));
         interruptible_without_gil([&] { interp::interpret(p, args); });
       },
       nb::arg("program"), nb::arg("tensors"), nb::arg("scalars") = nb::list(),
@@ -172,8 +158,8 @@ void bind_ir(nb::module_& m) {
       "cpu_run",
       [](const ir::Program& p, const nb::list& tensors, const nb::list& scalars) {
         std::vector<AnyArray> keep;
-        runtime::RunArgs args = to_run_args(tensors, scalars, keep);
-        check_args(p, args);
+        runtime::RunArgs args = to_run_args(tensors, scalars, keep, runtime::written_params(p));
+        runtime::check_args(p, args, runtime::written_params(p));  // the CPU backend trusts its arguments
         interruptible_without_gil([&] {
           const cpu::CompileResult r = cpu::compile_cpp(cpu::generate_cpp(p));
           cpu::run(*r.kernel, args);

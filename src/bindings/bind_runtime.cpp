@@ -77,11 +77,15 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
     keep.reserve(n);
     args.tensors.reserve(n);
     const auto& params = k.lowered().tensor.params;
+    const std::vector<bool>& written = k.written();
     for (size_t i = 0; i < n; ++i) {
       nb::handle h = ts[i];
       // Fast form for tensors whose dtype and shape the caller already matched against the
       // kernel's signature: (data pointer, strides in elements). Saves a DLPack round trip.
-      if (PyTuple_CheckExact(h.ptr()) && PyTuple_GET_SIZE(h.ptr()) == 2 && i < params.size()) {
+      // Torch tensors come this way; they are always writable.
+      // A third item, if any, only keeps memory alive (a resolved copy of a torch negative view).
+      if (PyTuple_CheckExact(h.ptr()) && (PyTuple_GET_SIZE(h.ptr()) == 2 || PyTuple_GET_SIZE(h.ptr()) == 3) &&
+          i < params.size()) {
         runtime::TensorArg t;
         t.data = reinterpret_cast<void*>(PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(h.ptr(), 0)));
         t.dtype = params[i]->dtype;
@@ -100,6 +104,7 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
         throw ir::Error("tensor argument " + std::to_string(i) +
                         ": expected an array (NumPy, PyTorch or DLPack), got " + py_type_name(h));
       args.tensors.push_back(to_tensor_arg(a));
+      if (i < written.size() && written[i]) args.tensors.back().read_only = !is_writable(h);
       keep.push_back(std::move(a));
     }
   }
@@ -162,6 +167,8 @@ void bind_runtime(nb::module_& m) {
             return out;
           },
           "The program's tensor params in calling order: (name, dtype, shape, 'param'|'output').")
+      .def("written", [](const Kernel& k) { return k.written(); },
+           "Per tensor param, whether the kernel writes it.")
       .def("scalar_params", [](const Kernel& k) {
         nb::list out;
         for (auto& s : k.lowered().tensor.scalars)

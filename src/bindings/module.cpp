@@ -1,6 +1,8 @@
 // The pypto._C extension module: ties the binding files together and turns the core's
 // pypto::ir::Error into the Python exception pypto.PyptoError (a ValueError).
 #include <nanobind/nanobind.h>
+#include <cstdlib>
+#include <string>
 
 #include "ir/types.h"
 
@@ -15,6 +17,13 @@ void bind_elem(nb::module_& m);
 
 NB_MODULE(_C, m) {
   m.doc() = "PyPTO core: IR builder, passes, interpreter and CPU backend";
+  // pypto releases its compiled kernels at exit (jit.py); objects the program itself still holds
+  // when the interpreter stops (a traceback, torch.compile's caches) are not leaks of the
+  // bindings, so nanobind's report of them is off unless PYPTO_LEAK_WARNINGS=1 asks for it.
+  {
+    const char* w = std::getenv("PYPTO_LEAK_WARNINGS");
+    nb::set_leak_warnings(w != nullptr && std::string(w) == "1");
+  }
   static nb::object error_type = nb::steal(PyErr_NewExceptionWithDoc(
       "pypto.PyptoError", "An error in a PyPTO kernel: shapes, dtypes, unsupported constructs, or IR.",
       PyExc_ValueError, nullptr));

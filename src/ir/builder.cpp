@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "ir/builder_impl.h"
+#include "ir/structural.h"
 
 namespace pypto::ir {
 
@@ -280,6 +281,45 @@ View Builder::arange(Expr start, int64_t n, Expr step, DType dtype) {
 
 // --- views -----------------------------------------------------------------------------------
 
+namespace {
+// Python's rule for a slice bound `e` on a dimension of length `len`: a negative bound counts
+// from the end (and clamps at 0). A bound past the end needs no clamp here: the slice's extent is
+// max(stop - start, 0) with stop <= len. Run-time bounds of unknown sign become a select; the
+// two branches are returned for the static-size bound.
+struct SliceBound {
+  Expr value, if_negative, if_not_negative;  // the branches are null unless value is a select
+};
+SliceBound normalize_bound(const Expr& e, const Expr& len, const VarBounds& vb) {
+  if (auto c = as_int(e)) {
+    if (*c >= 0) return {e, nullptr, nullptr};
+    if (auto n = as_int(len)) return {int_imm(std::max<int64_t>(*c + *n, 0)), nullptr, nullptr};
+    return {max(e + len, int_imm(0)), nullptr, nullptr};
+  }
+  auto b = bounds(e, vb);
+  if (b && b->lo >= 0) return {e, nullptr, nullptr};
+  Expr wrapped = max(e + len, int_imm(0));
+  if (b && b->hi < 0) return {wrapped, nullptr, nullptr};
+  return {select(cmp(ExprOp::Lt, e, int_imm(0)), wrapped, e), wrapped, e};
+}
+}  // namespace
+
+void Builder::Impl::require_in_range(const Expr& k, const Expr& len, int dim) {
+  auto kb = bounds(k, var_bounds);
+  auto lb = bounds(len, var_bounds);
+  if (kb && lb && kb->lo >= 0 && kb->hi < lb->lo) return;
+  IndexCheck c;
+  c.index = k;
+  c.length = len;
+  c.dim = dim;
+  for (auto& f : frames) {
+    if (f.kind == Frame::For) c.scopes.push_back(CheckScope{f.var, f.lo, f.hi, f.step, nullptr});
+    else if (f.kind == Frame::Then) c.scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, f.cond});
+    else if (f.kind == Frame::Else) c.scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, logic_not(f.cond)});
+  }
+  c.where = where;
+  prog.index_checks.push_back(std::move(c));
+}
+
 View Builder::slice(const View& v, const std::vector<Index>& idx) {
   int r = v.rank();
   int consumed = 0;
@@ -288,6 +328,7 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
   if (consumed > r)
     throw Error("too many indices for a tensor of shape " + shape_str(v.shape()) + ": " + std::to_string(consumed) +
                 " given");
+  const VarBounds& vb = impl_->var_bounds;
   View out = v;
   std::vector<int> dims;
   std::vector<int> new_axes;  // positions in the result that are new size-1 axes
@@ -299,15 +340,21 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
     }
     int bd = v.dims[p];
     int64_t n = v.size[bd];
-    Expr V = v.valid[bd];
+    Expr V = v.valid[bd];  // the dimension's length as Python sees it
     if (ix.kind == Index::Int) {
       Expr i = ix.start;
-      if (auto c = as_int(i)) {
-        int64_t k = *c < 0 ? *c + n : *c;
-        if (k < 0 || k >= n)
+      auto c = as_int(i);
+      auto cv = as_int(V);
+      if (c && cv) {
+        int64_t k = *c < 0 ? *c + *cv : *c;
+        if (k < 0 || k >= *cv)
           throw Error("index " + std::to_string(*c) + " is out of range for dimension " + std::to_string(p) +
-                      " of size " + std::to_string(n));
+                      " of size " + std::to_string(*cv));
         i = int_imm(k);
+      } else {
+        auto b = bounds(i, vb);
+        if (!(b && b->lo >= 0)) i = (b && b->hi < 0) ? i + V : ir::select(cmp(ExprOp::Lt, i, int_imm(0)), i + V, i);
+        impl_->require_in_range(i, V, p);
       }
       out.offset[bd] = v.offset[bd] + i * int_imm(v.step[bd]);
       out.size[bd] = 1;
@@ -316,26 +363,29 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
     } else {
       int64_t s = ix.step;
       if (s <= 0) throw Error("slice steps must be positive compile-time integers");
-      auto norm = [&](Expr e) {
-        if (auto c = as_int(e)) {
-          int64_t k = *c < 0 ? std::max<int64_t>(*c + n, 0) : std::min(*c, n);
-          return int_imm(k);
-        }
-        return e;
+      SliceBound st = ix.start ? normalize_bound(ix.start, V, vb) : SliceBound{int_imm(0), nullptr, nullptr};
+      SliceBound sp = ix.stop ? normalize_bound(ix.stop, V, vb) : SliceBound{V, nullptr, nullptr};
+      auto extent = [&](const Expr& a, const Expr& e) {
+        Expr len = min(e, V) - a;
+        auto lb = bounds(len, vb);
+        if (!lb || lb->lo < 0) len = max(len, int_imm(0));  // an empty slice stays empty
+        return s == 1 ? len : div(len + int_imm(s - 1), int_imm(s));
       };
-      Expr st = ix.start ? norm(ix.start) : int_imm(0);
-      Expr en = ix.stop ? min(norm(ix.stop), V) : V;
-      Expr len = en - st;
-      auto lb = bounds(len, impl_->var_bounds);
-      if (!lb || lb->lo < 0) len = max(len, int_imm(0));  // an empty slice stays empty
-      Expr ext = s == 1 ? len : div(len + int_imm(s - 1), int_imm(s));
-      int64_t hi = impl_->upper_bound(ext, n);
+      Expr ext = extent(st.value, sp.value);
+      // The static size bounds every branch of a run-time sign test separately: interval
+      // arithmetic over the select itself would lose the start/stop correlation.
+      int64_t hi = 0;
+      for (const Expr& a : {st.if_negative, st.if_not_negative, st.if_negative ? nullptr : st.value})
+        for (const Expr& e : {sp.if_negative, sp.if_not_negative, sp.if_negative ? nullptr : sp.value})
+          if (a && e) hi = std::max(hi, impl_->upper_bound(extent(a, e), n));
       int64_t static_size = std::min(hi, (n + s - 1) / s);
       if (static_size <= 0)
         throw Error("slice selects no elements of dimension " + std::to_string(p) + " (size " + std::to_string(n) + ")");
-      out.offset[bd] = v.offset[bd] + st * int_imm(v.step[bd]);
+      out.offset[bd] = v.offset[bd] + st.value * int_imm(v.step[bd]);
       out.size[bd] = static_size;
       out.step[bd] = v.step[bd] * s;
+      // (the per-branch bound holds, but interval arithmetic over the select cannot see it)
+      if (impl_->upper_bound(ext, LLONG_MAX) > static_size) ext = min(ext, int_imm(static_size));
       auto c = as_int(ext);
       out.valid[bd] = (c && *c >= static_size) ? int_imm(static_size) : ext;
       dims.push_back(bd);
@@ -575,19 +625,21 @@ void Builder::matmul_acc(const View& dst, const View& a, const View& b) {
   bool ok = sd.size() == batch.size();
   for (size_t i = 0; ok && i < sd.size(); ++i) ok = batch[i] <= sd[i] && (batch[i] == sd[i] || i + 2 >= sd.size());
   if (!ok) throw Error("cannot accumulate a product of shape " + shape_str(batch) + " into a tensor of shape " + shape_str(sd));
-  impl_->emit_op(Opcode::TMATMUL_ACC, {dst, a, b});
+  impl_->emit_op(Opcode::TMATMUL_ACC, {dst, impl_->unaliased(dst, a), impl_->unaliased(dst, b)});
 }
 
 // --- stores ----------------------------------------------------------------------------------
 
 namespace {
-// dst[...] = src must broadcast src to dst's shape; the valid-region rule also lets a smaller
-// edge value land in a larger static tile (and the reverse), covering the common valid region.
+// dst[...] = src (and dst op= src) broadcasts src to dst's shape as NumPy does: each dimension
+// of src equals dst's or is 1. The valid-region rule adds one case in the last two dimensions: a
+// larger static tile may cover a smaller (edge) destination, storing its valid part. A smaller
+// source is refused, as NumPy refuses it: it would leave part of the destination unwritten.
 void check_store(const std::vector<int64_t>& dst, const std::vector<int64_t>& src, const char* what) {
   bool ok = src.size() <= dst.size();
   for (size_t i = 0; ok && i < src.size(); ++i) {
     int64_t s = src[src.size() - 1 - i], d = dst[dst.size() - 1 - i];
-    ok = s == d || s == 1 || i < 2;  // the last two dims follow the valid-region rule
+    ok = s == d || s == 1 || (i < 2 && s > d);
   }
   if (!ok)
     throw Error(std::string(what) + ": cannot store a tensor of shape " + shape_str(src) + " into a slice of shape " +
@@ -595,10 +647,22 @@ void check_store(const std::vector<int64_t>& dst, const std::vector<int64_t>& sr
 }
 }  // namespace
 
+// A source that reads the destination's buffer through another window (x[1:] = x[:-1],
+// x[...] = x.T) is copied first, so the store computes as if the right side were read whole
+// before any element is written (NumPy's rule). The same window is read and written in
+// lockstep by every instruction, so it needs no copy.
+Operand Builder::Impl::unaliased(const View& dst, const Operand& src) {
+  const View* v = std::get_if<View>(&src);
+  if (!v || v->buf != dst.buf || structural::equal(*v, dst)) return src;
+  View t = new_temp(v->shape(), v->buf->dtype, v->valid_shape(), "copy");
+  emit_op(Opcode::TMOV, {t, *v});
+  return t;
+}
+
 void Builder::assign(const View& dst, const Operand& src) {
   if (auto v = as_view(src)) {
     check_store(dst.shape(), v->shape(), "assignment");
-    impl_->emit_op(Opcode::TMOV, {dst, src});
+    impl_->emit_op(Opcode::TMOV, {dst, impl_->unaliased(dst, src)});
   } else {
     impl_->emit_op(Opcode::TEXPANDS, {dst, src});
   }
@@ -608,7 +672,7 @@ void Builder::update(Opcode op, const View& dst, const Operand& src) {
   auto cat = opcode_info(op).category;
   if (cat != OpCategory::Binary) throw Error("in-place update needs a binary op");
   if (auto v = as_view(src)) check_store(dst.shape(), v->shape(), "in-place update");
-  impl_->emit_op(op, {dst, dst, src});
+  impl_->emit_op(op, {dst, dst, impl_->unaliased(dst, src)});
 }
 
 Program Builder::finish(const std::vector<View>& outputs) {

@@ -27,6 +27,10 @@ struct Builder::Impl {
   std::string where;     // source location of the statements being built
   std::map<const StmtNode*, std::string> locations;
 
+  // Python's index rule at run time: `k` must satisfy 0 <= k < len; records a host-side check
+  // unless the bounds prove it.
+  void require_in_range(const Expr& k, const Expr& len, int dim);
+
   std::string fresh(const std::string& hint);
   void emit(Stmt s) {
     if (!where.empty()) locations[s.get()] = where;
@@ -36,6 +40,8 @@ struct Builder::Impl {
   // A new Temp in global scratch, declared in the current block, viewed whole with `valid` extents.
   View new_temp(const std::vector<int64_t>& shape, DType dtype, const std::vector<Expr>& valid,
                 const std::string& hint = "t");
+  // `src`, or a copy of it when it reads dst's buffer through another window (see builder.cpp).
+  Operand unaliased(const View& dst, const Operand& src);
   // Static upper bound of an index expression (the best one known), or fallback.
   int64_t upper_bound(const Expr& e, int64_t fallback) const;
 };

@@ -279,20 +279,16 @@ std::optional<Interval> linear_bounds(const Linear& l) {
   return Interval{int64_t(lo), int64_t(hi)};
 }
 
-Expr fold_float(ExprOp op, DType t, double a, double b) {
-  double r = 0;
-  switch (op) {
-    case ExprOp::Add: r = a + b; break;
-    case ExprOp::Sub: r = a - b; break;
-    case ExprOp::Mul: r = a * b; break;
-    case ExprOp::Div: r = a / b; break;
-    case ExprOp::Mod: r = pto::elem::floormod(a, b); break;
-    case ExprOp::Min: r = pto::elem::min(a, b); break;
-    case ExprOp::Max: r = pto::elem::max(a, b); break;
-    default: break;
-  }
-  return float_imm(r, t);
+// Constant operands fold through the one scalar evaluator (eval, expr_analysis.cpp), so a folded
+// constant is exactly what the interpreter would compute at run time (and, through pto/elem.hpp,
+// what compiled code computes).
+Expr fold_const(ExprOp op, DType t, std::vector<Expr> args) {
+  const ScalarValue v = eval(make_raw(op, t, std::move(args)), ScalarEnv{});
+  if (is_float(t)) return float_imm(v.as_double(), t);
+  return detail::make_int(v.i, t == DType::I32 || t == DType::Bool ? t : DType::I64);
 }
+
+Expr fold_float(ExprOp op, DType t, const Expr& a, const Expr& b) { return fold_const(op, t, {a, b}); }
 
 Expr minmax(ExprOp op, const Expr& a0, const Expr& b0) {
   Expr a = a0, b = b0;
@@ -300,7 +296,7 @@ Expr minmax(ExprOp op, const Expr& a0, const Expr& b0) {
   bool is_min = op == ExprOp::Min;
   if (is_const(a) && is_const(b)) {
     if (is_int_dtype(t)) return int_imm(is_min ? std::min(a->ival, b->ival) : std::max(a->ival, b->ival));
-    return fold_float(op, t, *as_float(a), *as_float(b));
+    return fold_float(op, t, a, b);
   }
   if (expr_equal(a, b)) return a;
   if (is_int_dtype(t)) {
@@ -352,7 +348,7 @@ Expr arith(ExprOp op, const Expr& a, const Expr& b) {
       default: break;
     }
   } else {
-    if (is_const(a) && is_const(b)) return fold_float(op, t, *as_float(a), *as_float(b));
+    if (is_const(a) && is_const(b)) return fold_float(op, t, a, b);
     Expr x = a, y = b;
     switch (op) {
       case ExprOp::Add:
@@ -379,7 +375,7 @@ Expr div_mod(ExprOp op, const Expr& a, const Expr& b) {
   DType t = promote(a->dtype, b->dtype);
   bool is_div = op == ExprOp::Div;
   if (!is_int_dtype(t)) {
-    if (is_const(a) && is_const(b) && *as_float(b) != 0) return fold_float(op, t, *as_float(a), *as_float(b));
+    if (is_const(a) && is_const(b) && *as_float(b) != 0) return fold_float(op, t, a, b);
     if (is_div && is_one(b) && a->dtype == t) return a;
     return make_raw(op, t, {a, b});
   }
@@ -473,17 +469,7 @@ Expr cmp(ExprOp op, const Expr& a, const Expr& b) {
   if (op != ExprOp::Lt && op != ExprOp::Le && op != ExprOp::Eq && op != ExprOp::Ne)
     throw Error("cmp: not a comparison operator");
   auto decide = [&](bool r) { return int_imm(r ? 1 : 0); };
-  if (is_const(a) && is_const(b)) {
-    bool r;
-    if (a->op == ExprOp::Int && b->op == ExprOp::Int) {
-      int64_t x = a->ival, y = b->ival;
-      r = op == ExprOp::Lt ? x < y : op == ExprOp::Le ? x <= y : op == ExprOp::Eq ? x == y : x != y;
-    } else {
-      double x = *as_float(a), y = *as_float(b);
-      r = op == ExprOp::Lt ? x < y : op == ExprOp::Le ? x <= y : op == ExprOp::Eq ? x == y : x != y;
-    }
-    return decide(r);
-  }
+  if (is_const(a) && is_const(b)) return decide(fold_const(op, DType::I64, {a, b})->ival != 0);
   if (is_int_dtype(a->dtype) && is_int_dtype(b->dtype)) {
     if (auto d = linear_bounds(add_lin(linearize(a), linearize(b), -1))) {
       switch (op) {
@@ -538,13 +524,8 @@ Expr cast(const Expr& a, DType t) {
   check(a, "cast");
   if (a->dtype == t) return a;
   if (is_const(a)) {
-    if (t == DType::Bool) return detail::make_int(*as_float(a) != 0 ? 1 : 0, DType::Bool);
-    if (is_float(t)) return float_imm(*as_float(a), t);
     // float -> int saturates (NaN -> 0), int -> i32 wraps: pto::elem::cast, as at run time.
-    const bool f = a->op != ExprOp::Int;
-    const int64_t v = t == DType::I32 ? (f ? pto::elem::cast<int32_t>(a->fval) : pto::elem::cast<int32_t>(a->ival))
-                                      : (f ? pto::elem::cast<int64_t>(a->fval) : a->ival);
-    return detail::make_int(v, t);
+    return fold_const(ExprOp::Cast, t, {a});
   }
   return make_raw(ExprOp::Cast, t, {a});
 }
@@ -553,10 +534,7 @@ Expr unary_math(ExprOp op, const Expr& a) {
   check(a, "unary_math");
   if (op != ExprOp::Sqrt && op != ExprOp::Exp && op != ExprOp::Log) throw Error("unary_math: not sqrt/exp/log");
   DType t = detail::result_dtype(op, DType::F32, {a});
-  if (auto v = as_float(a)) {
-    double r = op == ExprOp::Sqrt ? pto::elem::sqrt(*v) : op == ExprOp::Exp ? pto::elem::exp(*v) : pto::elem::log(*v);
-    return float_imm(r, t);
-  }
+  if (is_const(a)) return fold_const(op, t, {a});
   return make_raw(op, t, {a});
 }
 

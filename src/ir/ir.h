@@ -115,11 +115,31 @@ struct ScalarParam {
   template <class F> void for_each_field(F&& f) const { f(name); f(dtype); }
 };
 
+// Where an IndexCheck applies: inside a loop (`var` set: for var = lo to hi step step) or inside
+// a branch (`cond` must hold).
+struct CheckScope {
+  std::string var;
+  Expr lo, hi, step, cond;
+};
+
+// A run-time integer index the builder could not prove in range: wherever `scopes` execute,
+// 0 <= index < length must hold. The runtime evaluates it on the host before the kernel runs
+// (runtime/index_checks.h), over each loop nest's whole range at once, and raises naming `where`.
+struct IndexCheck {
+  Expr index, length;
+  int dim = 0;
+  std::vector<CheckScope> scopes;  // outermost first
+  std::string where;  // the kernel's "file:line: source text" (Builder::set_location)
+};
+
 struct Program {
   std::string name;
   std::vector<BufferRef> params;        // Param and Output buffers, in calling order
   std::vector<ScalarParam> scalars;     // runtime scalar arguments
   std::vector<Stmt> body;
+  // Host-side preconditions of a tensor-level program, derived from its body and the kernel's
+  // source lines: not part of the program's identity (equality, hashing, text form).
+  std::vector<IndexCheck> index_checks;
   template <class F> void for_each_field(F&& f) const { f(name); f(params); f(scalars); f(body); }
 };
 

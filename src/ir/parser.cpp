@@ -73,6 +73,21 @@ class Lexer {
  public:
   explicit Lexer(std::string_view src) : s_(src) {}
 
+  // The character at pos_ for a message: printable ASCII quoted, a control byte in hex, anything
+  // else as its whole UTF-8 sequence (half a sequence would make the message invalid UTF-8).
+  std::string char_text() const {
+    const auto c = static_cast<unsigned char>(s_[pos_]);
+    if (c >= 0x20 && c < 0x7F) return "'" + std::string(1, char(c)) + "'";
+    if (c < 0x80) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "0x%02X", unsigned(c));
+      return buf;
+    }
+    size_t n = 1;
+    while (pos_ + n < s_.size() && (static_cast<unsigned char>(s_[pos_ + n]) & 0xC0) == 0x80) ++n;
+    return "'" + std::string(s_.substr(pos_, n)) + "'";
+  }
+
   std::vector<Token> run() {
     std::vector<Token> out;
     for (;;) {
@@ -101,7 +116,7 @@ class Lexer {
           if (s_.compare(pos_, 2, p) == 0) t.text = p;
         if (t.text.empty()) {
           if (std::string_view("()[]{},:<>!+-*/%=").find(c) == std::string_view::npos)
-            fail(t, std::string("unexpected character '") + c + "'");
+            fail(t, "unexpected character " + char_text());
           t.text = std::string(1, c);
         }
         for (size_t i = 0; i < t.text.size(); ++i) advance();
@@ -224,7 +239,8 @@ void check_utf8(std::string_view text) {
 
 class Parser {
  public:
-  Parser(std::string_view text, bool program_mode) : toks_((check_utf8(text), Lexer(text).run())), program_mode_(program_mode) {
+  Parser(std::string_view text, bool program_mode)
+      : toks_((check_utf8(text), Lexer(text).run())), program_mode_(program_mode) {
     scopes_.emplace_back();
   }
 

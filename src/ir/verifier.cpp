@@ -238,7 +238,9 @@ class Verifier {
     const OpcodeInfo& info = opcode_info(o.code);
     auto global_view = [&](size_t k) {
       const View* v = as_view(o, k);
-      if (!v || is_local(*v)) fail("operand " + std::to_string(k) + " of " + std::string(info.name) + " must be a global view");
+      if (!v || is_local(*v))
+        fail("operand " + std::to_string(k) + " of " + std::string(info.name) +
+             " must be a global view (a copy between local tiles is TMOV)");
       if (v->rank() > 2) fail("operand " + std::to_string(k) + ": global views of a tile instruction have rank <= 2");
     };
     auto tile = [&](size_t k) {

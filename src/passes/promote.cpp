@@ -18,10 +18,14 @@ std::vector<Stmt> rewrite(const std::vector<Stmt>& body, const std::map<const Bu
       auto it = repl.find(n->buffer.get());
       if (it != repl.end()) n->buffer = it->second;
     }
+    // A promoted temporary is referenced whole (promote_small_temps admits only such views). As a
+    // tile its valid region is run-time state that each instruction sets, so the view's valid
+    // extents are dropped: a tile-level instruction takes whole tiles, and a valid extent left on
+    // it would turn an all-local instruction into one that no backend accepts.
     for (auto& a : n->op.args)
       if (auto v = std::get_if<View>(&a)) {
         auto it = repl.find(v->buf.get());
-        if (it != repl.end()) v->buf = it->second;
+        if (it != repl.end()) *v = View::whole(it->second);
       }
     n->body = rewrite(s->body, repl);
     n->orelse = rewrite(s->orelse, repl);

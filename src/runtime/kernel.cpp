@@ -1,53 +1,17 @@
 // Kernel: lowers a tensor-level program once, then checks arguments and runs it on a backend.
 #include "runtime/kernel.h"
-#include "ir/number_text.h"
-
-#include <cmath>
 
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
 #include "ir/printer.h"
+#include "runtime/arg_check.h"
+#include "runtime/index_checks.h"
 
 namespace pypto::runtime {
 namespace {
 
 using ir::Error;
-
-std::string type_text(ir::DType t, const std::vector<int64_t>& shape) {
-  std::string s = std::string(ir::dtype_name(t)) + "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-void check_args(const ir::Program& p, const RunArgs& args) {
-  if (args.tensors.size() != p.params.size())
-    throw Error("kernel '" + p.name + "' takes " + std::to_string(p.params.size()) + " tensor argument" +
-                (p.params.size() == 1 ? "" : "s") + ", got " + std::to_string(args.tensors.size()));
-  for (size_t i = 0; i < p.params.size(); ++i) {
-    const ir::Buffer& b = *p.params[i];
-    const TensorArg& t = args.tensors[i];
-    // Messages are built only on failure: this check runs on every call of a cached kernel.
-    auto who = [&] { return "argument " + std::to_string(i + 1) + " ('" + b.name + "')"; };
-    if (t.dtype != b.dtype || t.shape != b.shape)
-      throw Error(who() + ": expected " + type_text(b.dtype, b.shape) + ", got " +
-                  type_text(t.dtype, t.shape));
-    if (t.strides.size() != t.shape.size())
-      throw Error(who() + ": has " + std::to_string(t.strides.size()) + " strides for " +
-                  std::to_string(t.shape.size()) + " dimensions");
-    if (!t.data && b.numel() > 0) throw Error(who() + ": null data pointer");
-  }
-  if (args.scalars.size() != p.scalars.size())
-    throw Error("kernel '" + p.name + "' takes " + std::to_string(p.scalars.size()) + " scalar argument" +
-                (p.scalars.size() == 1 ? "" : "s") + ", got " + std::to_string(args.scalars.size()));
-  for (size_t j = 0; j < p.scalars.size(); ++j) {
-    const ir::ScalarParam& s = p.scalars[j];
-    const ir::ScalarValue& v = args.scalars[j];
-    if (!ir::is_float(s.dtype) && v.is_float && v.f != std::floor(v.f))
-      throw Error("scalar argument '" + s.name + "': expected an integer (" +
-                  std::string(ir::dtype_name(s.dtype)) + "), got " + ir::format_g(v.f));
-  }
-}
 
 // Integral floats passed for integer scalars are normalised so every backend sees an int.
 const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& storage) {
@@ -66,7 +30,7 @@ const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& st
 }  // namespace
 
 Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes::PipelineOptions& options)
-    : lowered_(passes::lower(tensor_program, options)), backend_(backend) {}
+    : lowered_(passes::lower(tensor_program, options)), backend_(backend), written_(written_params(lowered_.isa)) {}
 
 std::string Kernel::as_text(const std::string& level) const {
   if (level == "tensor") return ir::print(lowered_.tensor);
@@ -99,9 +63,10 @@ double Kernel::compile() {
 
 void Kernel::run(const RunArgs& args) {
   const ir::Program& p = lowered_.isa;
-  check_args(p, args);
+  check_args(p, args, written_);
   RunArgs storage;
   const RunArgs& a = normalised(p, args, storage);
+  check_indices(lowered_.tensor, a);
   if (backend_ == Backend::Interp) {
     interp::interpret(p, a);
     return;

@@ -3,6 +3,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "passes/pipeline.h"
 #include "runtime/tensor_arg.h"
@@ -25,10 +26,13 @@ class Kernel {
   // Compiles now (cpu); returns seconds spent, 0 when it came from a cache.
   double compile();
   bool compiled_from_cache() const { return from_cache_; }
+  // Per tensor param, whether the kernel writes it (runtime/arg_check.h).
+  const std::vector<bool>& written() const { return written_; }
 
  private:
   passes::Lowered lowered_;
   Backend backend_;
+  std::vector<bool> written_;
   std::string source_;
   std::shared_ptr<cpu::CompiledKernel> native_;
   bool from_cache_ = false;

@@ -3,6 +3,7 @@
 #include "runtime/openmp_bridge.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -61,7 +62,20 @@ bool is_openmp_library(const std::string& path) {
 
 std::string g_path;  // the runtime found before: attaching again is a flag, not a search
 
+// libgomp is not fork-safe: a child whose parent ran OpenMP teams hangs in its next
+// GOMP_parallel. A forked child runs its parallel loops on PyPTO's own pool (which restarts there).
+namespace {
+std::atomic<bool> g_forked{false};
+void after_fork_in_child() {
+  g_forked.store(true);
+  g_active.store(nullptr);
+  new (&g_mu) std::mutex();
+}
+[[maybe_unused]] const bool g_atfork = (pthread_atfork(nullptr, nullptr, &after_fork_in_child), true);
+}  // namespace
+
 std::string attach() {
+  if (g_forked.load()) return "";
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_rt.parallel != nullptr) {
     g_active.store(&g_rt, std::memory_order_release);

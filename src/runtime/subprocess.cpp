@@ -47,8 +47,10 @@ void kill_group(pid_t pid) {
 
 int wait_status(pid_t pid) {
   int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  int rc;
+  while ((rc = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
+  if (rc < 0) return 0;  // already reaped (SIGCHLD ignored): status unknown
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
@@ -115,12 +117,15 @@ ProcessResult run_process(const std::vector<std::string>& argv, double timeout_s
       drain(fds[0], r.output);
       hung_up = (p.revents & (POLLHUP | POLLERR)) != 0;
     }
-    int status = 0;
-    pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) {
-      drain(fds[0], r.output);
-      r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    // Seen exited but not yet reaped, so that its process group id cannot be reused meanwhile.
+    siginfo_t info = {};
+    const int w = waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT);
+    if ((w == 0 && info.si_pid == pid) || (w < 0 && errno == ECHILD)) {
       kill(-pid, SIGKILL);  // leftovers of the group (a daemonised grandchild) must not linger
+      drain(fds[0], r.output);
+      // With SIGCHLD ignored the child is reaped by the kernel and its status is lost: report
+      // success and let the caller judge by what the program left behind.
+      r.status = w < 0 ? 0 : wait_status(pid);
       break;
     }
     if (stop_requested()) {

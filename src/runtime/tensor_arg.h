@@ -13,6 +13,7 @@ struct TensorArg {
   ir::DType dtype = ir::DType::F32;
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;  // in elements, as DLPack
+  bool read_only = false;        // the caller's memory may not be written (a kernel writing it is refused)
 };
 
 // Arguments of one kernel call: one TensorArg per Program param (inputs and outputs, in order)

@@ -2,6 +2,7 @@
 // compared with a C++ reference in double and with the reference interpreter on the same inputs.
 #include <cstring>
 
+#include "ir/verifier.h"
 #include "test_cpu_codegen_util.h"
 
 namespace cpu_test {
@@ -303,15 +304,25 @@ TEST(CpuCodegen, StackBudgetMovesTilesToHeap) {
 }
 
 // TLOAD/TSTORE between two whole local tiles are tile copies.
-TEST(CpuCodegen, LoadAndStoreBetweenLocalTilesAreMoves) {
+// Code generation never rewrites an instruction: a TLOAD/TSTORE between local tiles is refused
+// (as the verifier refuses it), not silently turned into a TMOV.
+TEST(CpuCodegen, LoadAndStoreBetweenLocalTilesAreRefused) {
   auto A = param("A", {8, 8});
-  auto t = tile("t", 8, 8), x = tile("x", 8, 8), y = tile("y", 8, 8);
-  std::string src = pypto::cpu::generate_cpp(
-      program("local_copy", {A},
-              {alloc(t), alloc(x), alloc(y), op(Opcode::TLOAD, {W(t), W(A)}), op(Opcode::TLOAD, {W(x), W(t)}),
-               op(Opcode::TSTORE, {W(y), W(x)}), op(Opcode::TSTORE, {W(A), W(y)})}));
-  EXPECT_NE(src.find("pto::TMOV(t_x, t_t);"), std::string::npos) << src;
-  EXPECT_NE(src.find("pto::TMOV(t_y, t_x);"), std::string::npos) << src;
+  auto t = tile("t", 8, 8), x = tile("x", 8, 8);
+  for (Opcode code : {Opcode::TLOAD, Opcode::TSTORE}) {
+    Program p = program("local_copy", {A},
+                        {alloc(t), alloc(x), op(Opcode::TLOAD, {W(t), W(A)}), op(code, {W(x), W(t)}),
+                         op(Opcode::TSTORE, {W(A), W(x)})});
+    try {
+      pypto::cpu::generate_cpp(p);
+      ADD_FAILURE() << "expected an error";
+    } catch (const pypto::ir::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("must be a global view; a copy between local tiles is TMOV"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_THROW(pypto::ir::verify(p, pypto::ir::Level::Tile), pypto::ir::Error);
+  }
 }
 
 // IR names that are not C++ identifiers, or are keywords, or collide after sanitising.

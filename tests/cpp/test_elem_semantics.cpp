@@ -56,7 +56,7 @@ TEST(ElemSemantics, FloatToIntSaturatesNanIsZero) {
   EXPECT_EQ(e::cast<int64_t>(std::nanf("")), 0);
   EXPECT_EQ(e::cast<int32_t>(2147483648.0f), INT32_MAX);
   EXPECT_EQ(e::cast<int32_t>(int64_t(1) << 32 | 5), 5);  // int -> int wraps
-  EXPECT_EQ(e::cast<uint8_t>(kNaN), 1);                   // NaN is true
+  EXPECT_EQ(e::cast<uint8_t>(kNaN), 1);                  // NaN is true
   EXPECT_EQ(e::cast<uint8_t>(-0.0), 0);
 }
 
@@ -80,7 +80,8 @@ void check_special_values() {
     EXPECT_EQ(f(inf), inf);
     EXPECT_TRUE(std::isnan(f(nan)));
   }
-  for (T (*f)(T) : {&e::exp<T>, &e::log<T>, &e::tanh<T>, &e::sigmoid<T>, &e::erf<T>, &e::sqrt<T>, &e::relu<T>})
+  for (T (*f)(T) :
+       {&e::exp<T>, &e::log<T>, &e::tanh<T>, &e::sigmoid<T>, &e::erf<T>, &e::sqrt<T>, &e::relu<T>})
     EXPECT_TRUE(std::isnan(f(nan)));
   EXPECT_TRUE(std::isnan(e::max(nan, T(1))));
   EXPECT_TRUE(std::isnan(e::max(T(1), nan)));
@@ -95,7 +96,8 @@ TEST(ElemSemantics, SpecialValuesDouble) { check_special_values<double>(); }
 // GELU has one formula: ½ x erfc(-x/√2) (equal to ½ x (1 + erf(x/√2)), without its cancellation).
 TEST(ElemSemantics, GeluOneFormula) {
   for (double x : {-30.0, -8.0, -3.0, -0.5, 0.7, 4.0, 50.0})
-    EXPECT_NEAR(e::gelu(x) / (0.5 * x * std::erfc(-x / std::sqrt(2.0))), 1.0, 1e-11) << x;  // erfc amplifies by x^2
+    EXPECT_NEAR(e::gelu(x) / (0.5 * x * std::erfc(-x / std::sqrt(2.0))), 1.0, 1e-11)
+        << x;  // erfc amplifies by x^2
   EXPECT_EQ(e::gelu(0.0), 0.0);
   // The negative tail keeps its relative accuracy, where 1 + erf(x/√2) would be 0.
   EXPECT_GT(e::gelu(-30.0), -1e-190);
@@ -106,8 +108,8 @@ TEST(ElemSemantics, GeluOneFormula) {
 // exactly the element functions' values at the special inputs, whole rows and scalar tails alike.
 TEST(ElemSemantics, CpuFloatKernelsAgreeOnSpecialValues) {
   const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
-  const std::vector<float> xs = {-inf, inf, nan, 0.0f, -0.0f, -1.0f, 1.0f, -200.5f, 200.5f, 1e-40f, -1e-40f, 88.8f,
-                                 -104.0f, 3.4e38f, -3.4e38f, 20.5f, -20.5f};
+  const std::vector<float> xs = {-inf,   inf,     nan,   0.0f,    -0.0f,   -1.0f,    1.0f,  -200.5f, 200.5f,
+                                 1e-40f, -1e-40f, 88.8f, -104.0f, 3.4e38f, -3.4e38f, 20.5f, -20.5f};
   constexpr int C = 20;  // not a multiple of the SIMD width: the tail runs too
   pto::Tile<float, 1, C> src, dst;
   for (int c = 0; c < C; ++c) src.data[c] = xs[size_t(c) % xs.size()];
@@ -122,8 +124,8 @@ TEST(ElemSemantics, CpuFloatKernelsAgreeOnSpecialValues) {
         EXPECT_EQ(got, want) << name << "(" << src.data[c] << ")";
     }
   };
-#define PTO_CHECK(OP, fn)  \
-  pto::OP(dst, src);       \
+#define PTO_CHECK(OP, fn) \
+  pto::OP(dst, src);      \
   check(#OP, &e::fn<float>);
   PTO_CHECK(TEXP, exp)
   PTO_CHECK(TLOG, log)

@@ -3,6 +3,7 @@
 // cross-process build lock.
 #include <gtest/gtest.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -125,6 +126,20 @@ TEST(RuntimeRobustness, ProcessEndIsSeenWhileItsPipeStaysOpen) {
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.status, 3);
   EXPECT_NE(r.output.find("done"), std::string::npos);
+  EXPECT_LT(seconds_since(t0), 10.0);
+}
+
+// With SIGCHLD ignored the kernel reaps children itself: the wait must still end at once.
+TEST(RuntimeRobustness, ProcessEndIsSeenWithSigchldIgnored) {
+  struct sigaction ignore = {}, old = {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGCHLD, &ignore, &old);
+  const auto t0 = Clock::now();
+  rt::ProcessResult r = rt::run_process({"sh", "-c", "echo hi"}, 20);
+  sigaction(SIGCHLD, &old, nullptr);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.output.find("hi"), std::string::npos);
   EXPECT_LT(seconds_since(t0), 10.0);
 }
 

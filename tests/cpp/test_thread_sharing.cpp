@@ -85,6 +85,10 @@ TEST(LoopCost, AnExceptionInTheMeasuredIterationReachesTheCaller) {
 TEST(OpenMPBridge, LoopsRunOnALoadedRuntime) {
   void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL);
   if (gomp == nullptr) GTEST_SKIP() << "no libgomp on this machine";
+  // Two team threads whatever OMP_NUM_THREADS says.
+  auto set_threads = reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads"));
+  ASSERT_NE(set_threads, nullptr);
+  set_threads(2);
   EXPECT_NE(rt::openmp::attach().find("libgomp"), std::string::npos);
   ASSERT_TRUE(rt::openmp::attached());
   rt::set_num_threads(2);

@@ -10,57 +10,10 @@ import numpy as np
 import pytest
 
 import pypto
-from isa_edge_util import (COMPARE, FLOAT_BINARY, FLOAT_UNARY, FLOATS, INT_BINARY, INT_UNARY, INTS, NP,
-                           edge_array, float_ref, int_ref, mismatch, sat_int, wrap)
+from isa_edge_util import (COMPARE, FLOAT_BINARY, FLOAT_UNARY, FLOATS, INT_BINARY, INT_UNARY, INTS, NP, C,
+                           R, edge_array, float_ref, int_ref, mismatch, program_text, sat_int, wrap)
 
-R, C = 3, 21  # C is no multiple of a SIMD width: vector bodies and scalar tails both run
 RTOL = {"f32": {"interp": 2e-6, "cpu": 1e-5}, "f64": {"interp": 1e-12, "cpu": 1e-12}}
-SCALARS = {"f32": ["2.5f", "-0.0f", "inff", "nanf"], "f64": ["2.5", "-inf", "nan", "1e300"],
-           "i32": ["2.5", "-7", "0", "nan", "3e10"], "i64": ["2.5", "-7", "0", "nan", "-1e30"]}
-REDUCE = ("TROWSUM", "TROWMAX", "TROWMIN", "TCOLSUM", "TCOLMAX", "TCOLMIN")
-
-
-def unary_ops(dt):
-    return list(INT_UNARY) if dt in INTS else list(FLOAT_UNARY)
-
-
-def binary_ops(dt):
-    return list(INT_BINARY) if dt in INTS else list(FLOAT_BINARY)
-
-
-def program_text(dt):
-    """All instructions of one dtype; returns (text, [(output, kind, op, extra)])."""
-    outs, body = [], []
-    body += [f"alloc %ta: {dt}[{R}, {C}] vec", f"alloc %tb: {dt}[{R}, {C}] vec", "TLOAD %ta, %a", "TLOAD %tb, %b"]
-
-    def emit(name, odt, shape, instr, kind, op, extra=None):
-        r, c = shape
-        body.extend([f"alloc %t_{name}: {odt}[{r}, {c}] vec", instr.replace("DST", f"%t_{name}"),
-                     f"TSTORE %{name}, %t_{name}"])
-        outs.append((name, odt, shape, kind, op, extra))
-
-    for op in unary_ops(dt):
-        emit(f"u_{op}", dt, (R, C), f"{op} DST, %ta", "unary", op)
-    for op in binary_ops(dt):
-        emit(f"b_{op}", dt, (R, C), f"{op} DST, %ta, %tb", "binary", op)
-    for op in COMPARE:
-        emit(f"c_{op}", "bool", (R, C), f"{op} DST, %ta, %tb", "compare", op)
-    for k, s in enumerate(SCALARS[dt]):  # scalars are converted to the tile's type first
-        emit(f"s_add{k}", dt, (R, C), f"TADD DST, %ta, {s}", "scalar", "TADD", s)
-        emit(f"s_div{k}", dt, (R, C), f"TDIV DST, {s}, %ta", "rscalar", "TDIV", s)
-    for odt in ("f32", "f64", "i32", "i64", "bool"):
-        if odt != dt:
-            emit(f"v_{odt}", odt, (R, C), "TCVT DST, %ta", "convert", None, odt)
-    for op in REDUCE:
-        shape = (R, 1) if op.startswith("TROW") else (1, C)
-        emit(f"r_{op}", dt, shape, f"{op} DST, %ta", "reduce", op)
-    if dt in INTS:
-        body += [f"alloc %tm: {dt}[{C}, {R}] vec", "TTRANS %tm, %tb"]
-        emit("m_TMATMUL", dt, (R, R), "TMATMUL DST, %ta, %tm", "matmul", "TMATMUL")
-    params = [f"%a: {dt}[{R}, {C}]", f"%b: {dt}[{R}, {C}]"]
-    params += [f"%{o[0]}: {o[1]}[{o[2][0]}, {o[2][1]}] out" for o in outs]
-    text = f"func @edge_{dt}({', '.join(params)}) {{\n" + "".join(f"  {line}\n" for line in body) + "}\n"
-    return text, outs
 
 
 def scalar_value(text, dt):

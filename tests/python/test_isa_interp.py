@@ -324,9 +324,9 @@ def test_tensor_level_program_rejected():
 def test_argument_errors():
     text = func(["%x: f32[4, 4]", "%o: f32[4, 4] out"],
                 ["alloc %t: f32[4, 4] vec", "TLOAD %t, %x", "TSTORE %o, %t"])
-    with pytest.raises(PyptoError, match=r"'x'.*shape \[4, 5\], expected \[4, 4\]"):
+    with pytest.raises(PyptoError, match=r"'x'.*expected f32\[4, 4\], got f32\[4, 5\]"):
         run(text, x=rand((4, 5)))
-    with pytest.raises(PyptoError, match=r"'x'.*dtype f64, expected f32"):
+    with pytest.raises(PyptoError, match=r"'x'.*expected f32\[4, 4\], got f64\[4, 4\]"):
         run(text, x=rand((4, 4), dtype=np.float64))
     with pytest.raises(PyptoError, match="unsupported array dtype uint8"):
         run(text, x=np.ones((4, 4), np.uint8))

@@ -171,6 +171,43 @@ def test_fork_while_another_thread_compiles(tmp_path):
     assert "child status 0" in r.stdout, r.stdout + r.stderr
 
 
+def test_fork_after_parallel_loops_on_torch_threads(tmp_path):
+    # Once torch is imported parallel loops run on its OpenMP threads; libgomp hangs in a forked
+    # child whose parent used them, so the child must fall back to PyPTO's own pool.
+    r = run_child(tmp_path, """
+        import os, time
+        import numpy as np
+        import torch
+        import pypto
+
+        @pypto.jit
+        def g(x, out):
+            for i in pypto.prange(0, x.shape[0], 8):
+                out[i:i+8, :] = pypto.exp(x[i:i+8, :])
+
+        x = np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)
+        out = np.full_like(x, np.nan)
+        g(x, out)
+        pid = os.fork()
+        if pid == 0:
+            out2 = np.full_like(x, np.nan)
+            g(x, out2)
+            os._exit(0 if np.allclose(out2, np.exp(x), rtol=1e-5) else 1)
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(pid, 9)
+            print("child hung")
+            raise SystemExit(1)
+        print("child status", os.waitstatus_to_exitcode(status))
+    """)
+    assert r.returncode == 0 and "child status 0" in r.stdout, r.stdout + r.stderr
+
+
 @pytest.mark.parametrize("backend", ["cpu", "interp"])
 def test_sigint_interrupts_a_long_kernel(tmp_path, backend):
     r = run_child(tmp_path, f"""
@@ -327,9 +364,6 @@ def test_cache_dir_or_symlink_of_another_user_is_refused(tmp_path):
 def test_no_home_uses_a_private_temporary_cache(tmp_path):
     tmp = tmp_path / "tmp"
     tmp.mkdir()
-    env_home = tmp_path / "home"
-    env_home.mkdir()
-    env_home.chmod(0o500)  # ~/.cache cannot be created (unless we are root)
     code = KERNEL + """
     import os, stat
     made = [d for d in os.listdir(os.environ["TMPDIR"]) if d.startswith("pypto-cache-")]
@@ -346,8 +380,6 @@ def test_no_home_uses_a_private_temporary_cache(tmp_path):
     assert "ok True" in r.stdout, r.stdout
     assert "temp dirs ['pypto-cache-" in r.stdout and "mode 0o700" in r.stdout, r.stdout
     assert not list(tmp.iterdir()), "the temporary cache outlived its process"
-    assert not Path(f"/tmp/pypto-cache-{os.getuid()}").exists() or \
-        Path(f"/tmp/pypto-cache-{os.getuid()}").stat().st_mtime < script.stat().st_mtime
 
 
 def test_cache_files_are_private_under_umask_0(tmp_path):

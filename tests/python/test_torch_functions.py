@@ -85,6 +85,20 @@ def test_scaled_dot_product_attention():
         _close(g, r)
 
 
+def introspect(x):
+    y = x.float() if x.is_floating_point() else x
+    if y.requires_grad or y.is_cuda or not y.is_contiguous():
+        y = y * 0
+    return y * y.element_size(), torch.max(y, dim=-1).values
+
+
+def test_tensor_introspection_as_torch_code_asks():
+    x = torch.randn(3, 5, dtype=torch.float64)
+    got = pypto.jit(introspect, backend="interp")(x)
+    _close(got[0], x.float() * 4)
+    _close(got[1], x.float().max(-1).values)
+
+
 def uses_cumsum(x):
     return torch.cumsum(x, 0)
 

@@ -16,6 +16,11 @@ class ArgumentError(PyptoError, TypeError):
     """A kernel called with the wrong arguments (count or names)."""
 
 
+class AutogradError(PyptoError, RuntimeError):
+    """A kernel write that torch's autograd rules forbid (a leaf that requires grad): a
+    RuntimeError, as torch's own in-place operations raise, and a PyptoError."""
+
+
 class Restart(Exception):
     """Internal: trace again with more loops unrolled or more scalar arguments made static."""
 

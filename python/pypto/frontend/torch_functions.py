@@ -486,6 +486,9 @@ def _entries():
         (lambda x, d=_dt.float32: T.cast(x, d), ["type"]),
         (lambda x, n=-1: C.one_hot(x, n), ["one_hot"]),
         (lambda x, i: T.index(x, i), ["__getitem__"]),
+        (lambda x: x.dtype.is_floating_point, ["is_floating_point"]),
+        (lambda x, **k: True, ["is_contiguous"]), (lambda x: x.dtype.itemsize, ["element_size"]),
+        (lambda x: -1, ["get_device"]),
     ]
 
 
@@ -514,6 +517,11 @@ def dispatch(func, args, kwargs):
     if impl is None:
         raise unsupported(_name_of(func))
     return impl(*args, **(kwargs or {}))
+
+
+# What torch code asks a tensor about itself (a traced tensor lives on the CPU, needs no grad).
+ATTRIBUTES = {"requires_grad": False, "is_cuda": False, "is_sparse": False, "is_quantized": False,
+              "is_meta": False, "grad": None, "is_leaf": True}
 
 
 def method(name):

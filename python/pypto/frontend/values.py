@@ -161,7 +161,9 @@ class TensorValue:
         """Tensor methods defined by the torch mapping (x.repeat, x.narrow, x.type_as...)."""
         if name.startswith("__"):
             raise AttributeError(name)
-        from .torch_functions import method, unsupported
+        from .torch_functions import ATTRIBUTES, method, unsupported
+        if name in ATTRIBUTES:
+            return ATTRIBUTES[name]
         impl = method(name)
         if impl is None:
             import sys

@@ -77,7 +77,7 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
         h = _STMT_HANDLERS.get(type(node))
         self.cur_node = node
         self.tr.cur_stmt = (self.src, node)  # where ops with run-time checks record their line
-        # autodiff names the kernel line of a statement it cannot differentiate
+        # autodiff's errors and run-time index checks name the kernel line of a statement
         self.tr.b.set_location(f"{self.src.filename}:{self.src.lineno(node)}: {self.src.line_text(node).strip()}")
         try:
             if h is None:

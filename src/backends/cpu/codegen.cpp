@@ -99,10 +99,15 @@ namespace {
 // float -> int casts) come from pto/elem.hpp, as in the IR's folding and evaluation.
 static inline int64_t pto_nonneg(int64_t a) { return a < 0 ? 0 : a; }
 // Number of iterations of `for (v = lo; step > 0 ? v < hi : v > hi; v += step)`.
+// In unsigned arithmetic: bounds near INT64_MAX/MIN must not overflow (a `v += step` that wraps
+// would loop for ever); a count beyond INT64_MAX saturates.
 static inline int64_t pto_trip(int64_t lo, int64_t hi, int64_t step) {
-  if (step > 0) return hi > lo ? (hi - lo + step - 1) / step : 0;
-  if (step < 0) return lo > hi ? (lo - hi - step - 1) / (-step) : 0;
-  return 0;
+  unsigned long long d, s;
+  if (step > 0 && hi > lo) d = (unsigned long long)hi - (unsigned long long)lo, s = (unsigned long long)step;
+  else if (step < 0 && lo > hi) d = (unsigned long long)lo - (unsigned long long)hi, s = 0ull - (unsigned long long)step;
+  else return 0;
+  unsigned long long n = d / s + (d % s != 0);
+  return n > 0x7fffffffffffffffull ? 0x7fffffffffffffffll : (int64_t)n;
 }
 // Owns a tile too big for a thread's stack; `new T` leaves the data uninitialised, as on the stack.
 template <class T>
@@ -507,13 +512,12 @@ class Gen {
     switch (op.code) {
       case Opcode::TLOAD:
       case Opcode::TSTORE: {
-        // A "load" or "store" between two whole local tiles (memory planning may place a small
-        // temp in a local buffer) is a tile copy: TMOV has exactly that meaning.
+        // Code generation never rewrites an instruction: a copy between local tiles is TMOV, and
+        // a TLOAD/TSTORE whose global operand is a local tile is refused, as the verifier does.
         const size_t g = op.code == Opcode::TLOAD ? 1 : 0;
-        if (is_local_view(op, g)) {
-          line() << "pto::TMOV(" << tile(op, 0) << ", " << tile(op, 1) << ");\n";
-          return;
-        }
+        if (is_local_view(op, g))
+          fail_op(op, "operand " + std::to_string(g) + " of " + std::string(oi.name) +
+                          " must be a global view; a copy between local tiles is TMOV");
         a[g] = gview(op, g);
         a[1 - g] = tile(op, 1 - g);
         break;
@@ -670,16 +674,9 @@ class Gen {
       line() << "});\n";
       --indent_;
       line() << "}\n";
-    } else if (st.c && *st.c > 0) {
-      line() << "for (int64_t " << v << " = " << lo.s << ", hi_" << sfx << " = " << hi.s << "; " << v
-             << " < hi_" << sfx << "; " << v << " += " << st.s << ") {\n";
-      ++indent_;
-      line() << kStopCheck;
-      --indent_;
-      scoped(s.body);
-      line() << "}\n";
     } else {
-      // Unknown or negative step: count iterations, as the trip count is well defined either way.
+      // Count iterations (the trip count is well defined for any step, and `v += step` near
+      // INT64_MAX would wrap); `v = lo + it * step` stays in range on every iteration that runs.
       line() << "for (int64_t lo_" << sfx << " = " << lo.s << ", sp_" << sfx << " = " << st.s << ", it_"
              << sfx << " = 0, n_" << sfx << " = pto_trip(lo_" << sfx << ", " << hi.s << ", sp_" << sfx
              << "); it_" << sfx << " < n_" << sfx << "; ++it_" << sfx << ") {\n";

@@ -341,7 +341,7 @@ std::string refused_flag_reason(const std::string& flag) {
              "the interpreter and docs/isa.md";
   static const char* const kAbiPrefixes[] = {"-m32", "-mx32", "-mabi=", "-fpack-struct", "-fshort-enums",
                                              "-fshort-wchar", "-mno-sse", "-mgeneral-regs-only", "-o",
-                                             "-fvisibility-inlines", "-nostdlib", "-static"};
+                                             "-nostdlib", "-static"};
   for (const char* f : kAbiPrefixes)
     if (flag.rfind(f, 0) == 0)
       return "it changes the kernel's ABI or output, which the runtime relies on";

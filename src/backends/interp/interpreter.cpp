@@ -9,6 +9,7 @@
 
 #include "backends/interp/machine.h"
 #include "ir/printer.h"
+#include "runtime/arg_check.h"
 #include "runtime/interrupt.h"
 
 namespace pypto::interp {
@@ -40,22 +41,10 @@ const void* element_key(const GlobalBuf& b, int64_t a) {
 }  // namespace
 
 Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
-  if (args.tensors.size() != p.params.size())
-    throw Error("program '" + p.name + "' takes " + std::to_string(p.params.size()) +
-                " tensor arguments, got " + std::to_string(args.tensors.size()));
+  runtime::check_args(p, args, runtime::written_params(p));
   for (size_t k = 0; k < p.params.size(); ++k) {
     const Buffer& b = *p.params[k];
     const runtime::TensorArg& t = args.tensors[k];
-    const std::string who = "argument " + std::to_string(k) + " ('" + b.name + "')";
-    if (t.dtype != b.dtype)
-      throw Error(who + " has dtype " + std::string(dtype_name(t.dtype)) + ", expected " +
-                  std::string(dtype_name(b.dtype)));
-    if (t.shape != b.shape)
-      throw Error(who + " has shape " + shape_str(t.shape) + ", expected " + shape_str(b.shape));
-    if (t.strides.size() != t.shape.size())
-      throw Error(who + " has " + std::to_string(t.strides.size()) + " strides for rank " +
-                  std::to_string(t.shape.size()));
-    if (!t.data && b.numel() > 0) throw Error(who + " has a null data pointer");
     auto g = std::make_unique<GlobalBuf>();
     g->name = b.name;
     g->dtype = b.dtype;
@@ -65,20 +54,11 @@ Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
     g->strides = t.strides;
     globals_[b.name] = std::move(g);
   }
-  if (args.scalars.size() != p.scalars.size())
-    throw Error("program '" + p.name + "' takes " + std::to_string(p.scalars.size()) +
-                " scalar arguments, got " + std::to_string(args.scalars.size()));
   for (size_t k = 0; k < p.scalars.size(); ++k) {
     const ScalarParam& sp = p.scalars[k];
     ScalarValue v = args.scalars[k];
-    if (is_float(sp.dtype)) {
-      v = round_to(sp.dtype, fnum(v.as_double()));
-    } else {
-      if (v.is_float)
-        throw Error("scalar argument '" + sp.name + "' must be an integer (" +
-                    std::string(dtype_name(sp.dtype)) + "), got a float");
-      v = ScalarValue{false, v.i, 0};
-    }
+    if (is_float(sp.dtype)) v = round_to(sp.dtype, fnum(v.as_double()));
+    else v = ScalarValue{false, v.is_float ? int64_t(v.f) : v.i, 0};  // check_args: an integral value
     env_[sp.name] = v;
   }
 }
@@ -147,9 +127,13 @@ void Machine::exec_for(const StmtNode& s) {
     }
     races_.leave();
   } else {
-    for (int64_t i = lo; step > 0 ? i < hi : i > hi; i += step) {
+    // The trip count in 128 bits: `i += step` near INT64_MAX must not wrap.
+    const __int128 span = step > 0 ? __int128(hi) - lo : __int128(lo) - hi;
+    const __int128 mag = step > 0 ? __int128(step) : -__int128(step);
+    const __int128 trips = span > 0 ? (span + mag - 1) / mag : 0;
+    for (__int128 t = 0; t < trips; ++t) {
       if (runtime::stop_requested()) throw runtime::Interrupted();
-      env_[s.var] = ScalarValue{false, i, 0};
+      env_[s.var] = ScalarValue{false, int64_t(lo + t * step), 0};
       exec_block(s.body);
     }
   }

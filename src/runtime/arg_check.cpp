@@ -1,0 +1,160 @@
+// The one argument check: see arg_check.h.
+#include "runtime/arg_check.h"
+
+#include "ir/number_text.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+
+namespace pypto::runtime {
+namespace {
+
+using ir::Error;
+
+std::string type_text(ir::DType t, const std::vector<int64_t>& shape) {
+  std::string s = std::string(ir::dtype_name(t)) + "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+int64_t numel(const TensorArg& t) {
+  int64_t n = 1;
+  for (int64_t s : t.shape) n *= s;
+  return n;
+}
+
+// Byte range [lo, hi) that the tensor's elements occupy.
+struct Span {
+  uintptr_t lo, hi;
+};
+Span span_of(const TensorArg& t) {
+  const int64_t es = int64_t(ir::dtype_bytes(t.dtype));
+  int64_t lo = 0, hi = 0;
+  for (size_t d = 0; d < t.shape.size(); ++d) {
+    int64_t reach = (t.shape[d] - 1) * t.strides[d];
+    (reach < 0 ? lo : hi) += reach;
+  }
+  auto base = reinterpret_cast<uintptr_t>(t.data);
+  return Span{base + uintptr_t(lo * es), base + uintptr_t(hi * es + es)};
+}
+
+// Dimensions of size > 1 ordered by |stride|, as (|stride|, size).
+std::vector<std::pair<int64_t, int64_t>> layout_of(const TensorArg& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;
+  for (size_t d = 0; d < t.shape.size(); ++d)
+    if (t.shape[d] > 1) dims.emplace_back(std::llabs(t.strides[d]), t.shape[d]);
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
+// No element is reachable through two index tuples: each stride clears the extent of the
+// smaller ones (a sufficient test; it holds for every layout NumPy and torch make without
+// as_strided, and fails for stride 0).
+bool elements_distinct(const TensorArg& t) {
+  int64_t extent = 1;
+  for (auto [stride, size] : layout_of(t)) {
+    if (stride < extent) return false;
+    extent = stride * size;
+  }
+  return true;
+}
+
+// Whether two arguments may share an element. Both viewing one array with the same strides
+// (column blocks of one matrix, say) are told apart exactly; otherwise intersecting byte ranges
+// count as overlap.
+bool may_overlap(const TensorArg& a, const TensorArg& b) {
+  Span sa = span_of(a), sb = span_of(b);
+  if (sa.hi <= sb.lo || sb.hi <= sa.lo) return false;
+  if (a.dtype != b.dtype || a.strides != b.strides || !elements_distinct(a)) return true;
+  const int64_t es = int64_t(ir::dtype_bytes(a.dtype));
+  int64_t delta = (reinterpret_cast<intptr_t>(b.data) - reinterpret_cast<intptr_t>(a.data));
+  if (delta % es) return true;
+  delta /= es;
+  // Split the element offset of b from a along the strides, largest first, into per-dimension
+  // index offsets; the boxes [0, shape) and [off, off + shape) must meet in every dimension.
+  std::vector<size_t> order(a.shape.size());
+  for (size_t d = 0; d < order.size(); ++d) order[d] = d;
+  std::sort(order.begin(), order.end(),
+            [&](size_t x, size_t y) { return std::llabs(a.strides[x]) > std::llabs(a.strides[y]); });
+  bool meet = true;
+  for (size_t d : order) {
+    int64_t st = a.strides[d];
+    if (st == 0 || a.shape[d] == 1) continue;
+    int64_t off = delta / st;  // toward zero; the remainder must go to smaller strides
+    delta -= off * st;
+    if (std::llabs(off) >= a.shape[d]) meet = false;
+  }
+  if (delta != 0) return true;  // not on the common lattice: stay conservative
+  return meet;
+}
+
+}  // namespace
+
+std::vector<bool> written_params(const ir::Program& p) {
+  std::vector<bool> out(p.params.size(), false);
+  std::function<void(const std::vector<ir::Stmt>&)> walk = [&](const std::vector<ir::Stmt>& body) {
+    for (const ir::Stmt& s : body) {
+      if (!s) continue;
+      walk(s->body);
+      walk(s->orelse);
+      if (s->kind != ir::StmtKind::OpStmt || s->op.args.empty()) continue;
+      // Operand 0 is the destination, except for a prefetch (a hint) and sync instructions.
+      if (s->op.code == ir::Opcode::TPREFETCH || ir::opcode_info(s->op.code).category == ir::OpCategory::Sync)
+        continue;
+      const ir::View* dst = std::get_if<ir::View>(&s->op.args[0]);
+      if (!dst || !dst->buf) continue;
+      for (size_t i = 0; i < p.params.size(); ++i)
+        if (p.params[i] == dst->buf || p.params[i]->name == dst->buf->name) out[i] = true;
+    }
+  };
+  walk(p.body);
+  return out;
+}
+
+void check_args(const ir::Program& p, const RunArgs& args, const std::vector<bool>& written) {
+  if (args.tensors.size() != p.params.size())
+    throw Error("kernel '" + p.name + "' takes " + std::to_string(p.params.size()) + " tensor argument" +
+                (p.params.size() == 1 ? "" : "s") + ", got " + std::to_string(args.tensors.size()));
+  // Messages are built only on failure: this check runs on every call of a cached kernel.
+  auto who = [&](size_t i) { return "argument " + std::to_string(i + 1) + " ('" + p.params[i]->name + "')"; };
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const ir::Buffer& b = *p.params[i];
+    const TensorArg& t = args.tensors[i];
+    if (t.dtype != b.dtype || t.shape != b.shape)
+      throw Error(who(i) + ": expected " + type_text(b.dtype, b.shape) + ", got " +
+                  type_text(t.dtype, t.shape));
+    if (t.strides.size() != t.shape.size())
+      throw Error(who(i) + ": has " + std::to_string(t.strides.size()) + " strides for " +
+                  std::to_string(t.shape.size()) + " dimensions");
+    if (!t.data && b.numel() > 0) throw Error(who(i) + ": null data pointer");
+    if (i >= written.size() || !written[i]) continue;
+    if (t.read_only) throw Error(who(i) + ": the kernel writes this argument, but its memory is read-only");
+    if (!elements_distinct(t))
+      throw Error(who(i) +
+                  ": the kernel writes this argument, but its strides reach one element through "
+                  "several indices (a stride-0 view such as broadcast_to or expand); pass a copy");
+  }
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    if (i >= written.size() || !written[i] || numel(args.tensors[i]) == 0) continue;
+    for (size_t j = 0; j < p.params.size(); ++j) {
+      if (j == i || (j < i && written[j]) || numel(args.tensors[j]) == 0) continue;
+      if (may_overlap(args.tensors[i], args.tensors[j]))
+        throw Error(who(i) + ": the kernel writes this argument, and it shares memory with " + who(j) +
+                    "; pass arrays that do not overlap (or a copy)");
+    }
+  }
+  if (args.scalars.size() != p.scalars.size())
+    throw Error("kernel '" + p.name + "' takes " + std::to_string(p.scalars.size()) + " scalar argument" +
+                (p.scalars.size() == 1 ? "" : "s") + ", got " + std::to_string(args.scalars.size()));
+  for (size_t j = 0; j < p.scalars.size(); ++j) {
+    const ir::ScalarParam& s = p.scalars[j];
+    const ir::ScalarValue& v = args.scalars[j];
+    if (!ir::is_float(s.dtype) && v.is_float && v.f != std::floor(v.f))
+      throw Error("scalar argument '" + s.name + "': expected an integer (" +
+                  std::string(ir::dtype_name(s.dtype)) + "), got " + ir::format_g(v.f));
+  }
+}
+
+}  // namespace pypto::runtime

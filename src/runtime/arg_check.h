@@ -1,0 +1,20 @@
+// The one check of a kernel's arguments, used by every entry point (runtime::Kernel, the
+// interpreter, the bindings' direct ISA runs): count, dtype, shape, strides and data of each
+// tensor, integer scalars, and for every tensor the program writes: writable memory, no element
+// reachable twice (stride 0, as broadcast_to/expand make), no overlap with any other argument.
+#pragma once
+#include <vector>
+
+#include "ir/ir.h"
+#include "runtime/tensor_arg.h"
+
+namespace pypto::runtime {
+
+// Per tensor param, whether some instruction of `p` writes it (it is an instruction's
+// destination).
+std::vector<bool> written_params(const ir::Program& p);
+
+// Throws ir::Error naming the argument and the problem. `written` is written_params(p).
+void check_args(const ir::Program& p, const RunArgs& args, const std::vector<bool>& written);
+
+}  // namespace pypto::runtime

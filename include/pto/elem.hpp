@@ -142,27 +142,18 @@ PTO_INLINE T floor(T x) {
     return math::floor(x);
 }
 // Rounding to an integral value; integers are integral already.
-template <class T>
-PTO_INLINE T ceil(T x) {
-  if constexpr (is_int_v<T>)
-    return x;
-  else
-    return math::ceil(x);
-}
-template <class T>
-PTO_INLINE T round(T x) {  // half to even, as torch.round and numpy.round: round(2.5) = 2
-  if constexpr (is_int_v<T>)
-    return x;
-  else
-    return math::rint(x);
-}
-template <class T>
-PTO_INLINE T trunc(T x) {
-  if constexpr (is_int_v<T>)
-    return x;
-  else
-    return math::trunc(x);
-}
+#define PTO_ELEM_ROUNDING_FN(name, core) \
+  template <class T>                     \
+  PTO_INLINE T name(T x) {               \
+    if constexpr (is_int_v<T>)           \
+      return x;                          \
+    else                                 \
+      return math::core(x);              \
+  }
+PTO_ELEM_ROUNDING_FN(ceil, ceil)
+PTO_ELEM_ROUNDING_FN(round, rint)  // half to even, as torch.round and numpy.round: round(2.5) = 2
+PTO_ELEM_ROUNDING_FN(trunc, trunc)
+#undef PTO_ELEM_ROUNDING_FN
 template <class T>
 PTO_INLINE T sign(T x) {  // -1, 0 or 1; sign(-0.0) = 0, sign(NaN) = NaN
   if constexpr (is_int_v<T>)

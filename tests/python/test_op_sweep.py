@@ -88,7 +88,10 @@ def test_interp_matches_torch(op, dtype, shape):
     compare(op.name, run(op.fn, "interp", args), want, op.tol)
 
 
-GROUPS = sorted({(dt, op.domain) for op in OPS for dt in op.dtypes})
+# The CPU backend compiles one kernel per group; float64 and int32 differ from float32 and int64
+# only in the tile type, so (to keep make test lean) they run on the interpreter only.
+CPU_DTYPES = ("float32", "int64", "bool")
+GROUPS = sorted({(dt, op.domain) for op in OPS for dt in op.dtypes if dt in CPU_DTYPES})
 
 
 @pytest.mark.parametrize("dtype,domain", GROUPS, ids=[f"{d}-{m}" for d, m in GROUPS])

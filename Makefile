@@ -28,11 +28,12 @@ SHARED_SEED := $(firstword $(wildcard $(abspath ../shared/seed) /work/shared/see
 XDIST = $(shell $(VPY) -c 'import xdist' >/dev/null 2>&1 && echo '-n auto')
 PYENV = PYTHONPATH=$(CURDIR)/python
 
-.PHONY: setup configure build test test-cpp test-python test-sanitize fuzz demo bench format lint clean distclean help
+.PHONY: setup configure build test test-cpp test-python test-sanitize fuzz mutate demo bench format lint clean distclean help
 
 help:
 	@echo "make demo   - set up, build, run the demo (python -m pypto.demo)"
 	@echo "make test   - set up, build, run C++ (GoogleTest) and Python (pytest) tests"
+	@echo "make mutate - mutation testing: tests/mutants.toml on a private copy (MUTATE_ARGS=--only ID,...)"
 	@echo "make test-sanitize - ASan+UBSan build of the C++ tests and a Python subset (slow)"
 	@echo "make fuzz   - the long fuzz run (FUZZ_INPUTS=10000 mutated ISA programs, random kernels)"
 	@echo "make setup | build | bench | format | lint | clean | distclean"
@@ -103,6 +104,12 @@ test-cpp: build
 
 test-python: build
 	@mkdir -p $(TEST_CACHE); py_rc=0; $(RUN_PY_TESTS); exit $$py_rc
+
+# Mutation testing (docs/testing.md): each mutant of tests/mutants.toml is applied to a private copy
+# of the tree (build/mutate: its own build dir and ccache), rebuilt, and the tests covering its file
+# run; survivors are printed. Fails when fewer than 95% of the counted mutants are killed.
+mutate: setup
+	$(VPY) tools/mutate.py --venv $(VENV_ABS) $(MUTATE_ARGS)
 
 # ASan + UBSan build (in build-sanitize/, with its own copy of the package) of the C++ tests and a
 # Python subset, generated kernels compiled with the same sanitizers. Not part of `make test`.

@@ -263,11 +263,23 @@ TEST(CpuIsaFill, ExpandsAndCi) {
 }
 
 // ---- sync / parallel -------------------------------------------------------------------------------------
-TEST(CpuIsaSync, NoOps) {
+// One CPU thread runs the instructions in order, so the sync instructions are no-ops: between a
+// load, a compute and a store, for any pipe and event numbers, they change no value.
+TEST(CpuIsaSync, NoOpsLeaveTheDataFlowAlone) {
+  std::vector<float> in(4 * 8), out(4 * 8, kNaN);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = 0.5f * float(i) - 3.0f;
+  Tile<float, 4, 8> t;
+  TLOAD(t, gview(in.data(), 8, 1, 4, 8));
   SET_FLAG(0, 2, 1);
   WAIT_FLAG(0, 2, 1);
-  PIPE_BARRIER(3);
-  SUCCEED();
+  TMUL(t, t, 2.0f);
+  for (int pipe = 0; pipe < 4; ++pipe) PIPE_BARRIER(pipe);
+  SET_FLAG(2, 1, 7);
+  WAIT_FLAG(2, 1, 7);
+  TSTORE(gview(out.data(), 8, 1, 4, 8), t);
+  for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(out[i], 2.0f * in[i]) << i;
+  EXPECT_EQ(t.vr, 4);
+  EXPECT_EQ(t.vc, 8);
 }
 
 // A stand-in for the runtime's pool: splits [0, n) into chunks run on fresh threads.

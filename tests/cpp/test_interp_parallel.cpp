@@ -45,12 +45,15 @@ TEST(InterpParallel, SettingsAndOrders) {
   ASSERT_TRUE(kShuffledByDefault);
   {
     OrderEnv env("in-order");
-    EXPECT_EQ(parallel_iterations(0, 10, 3, parallel_settings_from_env(), 7), (std::vector<int64_t>{0, 3, 6, 9}));
+    EXPECT_EQ(parallel_iterations(0, 10, 3, parallel_settings_from_env(), 7),
+              (std::vector<int64_t>{0, 3, 6, 9}));
   }
   {
     OrderEnv env("reverse");
-    EXPECT_EQ(parallel_iterations(0, 10, 3, parallel_settings_from_env(), 7), (std::vector<int64_t>{9, 6, 3, 0}));
-    EXPECT_EQ(parallel_iterations(5, -1, -2, parallel_settings_from_env(), 7), (std::vector<int64_t>{1, 3, 5}));
+    EXPECT_EQ(parallel_iterations(0, 10, 3, parallel_settings_from_env(), 7),
+              (std::vector<int64_t>{9, 6, 3, 0}));
+    EXPECT_EQ(parallel_iterations(5, -1, -2, parallel_settings_from_env(), 7),
+              (std::vector<int64_t>{1, 3, 5}));
   }
   for (const char* bad : {"shufle", "shuffle:", "shuffle:x1", "1"}) {
     OrderEnv env(bad);

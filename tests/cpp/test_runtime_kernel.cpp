@@ -78,8 +78,9 @@ TEST(RuntimeKernel, CompileReportsCaching) {
   EXPECT_EQ(ki.compile(), 0.0);
 }
 
-// The per-call cost of a cached kernel on a tiny input: argument checks plus the native call.
-TEST(RuntimeKernel, DispatchOverhead) {
+// A cached kernel called again and again computes the same thing every time, into fresh output.
+// (Its per-call cost is measured by bench/system.py's dispatch case, not here.)
+TEST(RuntimeKernel, RepeatedCallsOfACachedKernel) {
   REQUIRE_PTO_HEADERS();
   Builder b("tiny_add");
   View x = b.add_param("x", DType::F32, {4, 4});
@@ -90,12 +91,12 @@ TEST(RuntimeKernel, DispatchOverhead) {
   RunArgs a{{X.arg(), Y.arg(), Z.arg()}, {}};
   k.run(a);
   for (size_t i = 0; i < Z.data.size(); ++i) ASSERT_EQ(Z.data[i], X.data[i] + Y.data[i]);
-  const int reps = 20000;
-  auto t0 = std::chrono::steady_clock::now();
-  for (int r = 0; r < reps; ++r) k.run(a);
-  double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
-  std::printf("[ measure  ] Kernel::run of a cached 4x4 add: %.2f us per call\n", us);
-  EXPECT_LT(us, 1000.0);  // sanity only
+  for (int r = 0; r < 50; ++r) {
+    std::fill(Z.data.begin(), Z.data.end(), std::numeric_limits<float>::quiet_NaN());
+    X.data[size_t(r % 16)] += 1.0f;
+    k.run(a);
+    for (size_t i = 0; i < Z.data.size(); ++i) ASSERT_EQ(Z.data[i], X.data[i] + Y.data[i]) << r;
+  }
 }
 
 TEST(RuntimeKernel, TextAtEveryLevel) {

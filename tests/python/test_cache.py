@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pytest
 
-_C = pytest.importorskip("pypto._C")
-if not hasattr(_C, "Kernel") or not hasattr(_C, "Builder"):
-    pytest.skip("pypto._C has no Kernel/Builder bindings yet", allow_module_level=True)
-import pypto  # noqa: E402
+import pypto
+from pypto import _C
+from pypto_testutil import requires_compiler
 
 # relu(x @ w + b) through the builder; compile() reports whether the object came from a cache.
 CHILD = textwrap.dedent(
@@ -137,6 +136,7 @@ def cache(tmp_path):
     return d
 
 
+@requires_compiler
 def test_second_process_starts_warm_from_disk(cache):
     cold = _run(cache)
     assert cold["from_cache"] is False
@@ -149,6 +149,7 @@ def test_second_process_starts_warm_from_disk(cache):
     print(f"cold {cold['seconds'] * 1e3:.0f} ms, warm {warm['seconds'] * 1e3:.0f} ms (build + lower + compile)")
 
 
+@requires_compiler
 def test_two_processes_compile_the_same_kernel_at_once(cache):
     procs = [_start(cache) for _ in range(2)]
     results = [_finish(p) for p in procs]
@@ -159,6 +160,7 @@ def test_two_processes_compile_the_same_kernel_at_once(cache):
     assert _snapshot(cache) == before
 
 
+@requires_compiler
 def test_truncated_cache_entry_is_rebuilt(cache):
     _run(cache)
     objects = _check_entries(cache)
@@ -188,7 +190,7 @@ def test_missing_compiler_is_a_clear_error(cache):
     assert "Segmentation fault" not in proc.stderr
 
 
-@pytest.mark.skipif(not hasattr(pypto, "jit"), reason="pypto.jit is not available yet")
+@requires_compiler
 def test_jit_kernels_start_warm_from_disk(cache):
     _run(cache, JIT_CHILD)
     _check_entries(cache)

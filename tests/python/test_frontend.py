@@ -400,7 +400,7 @@ def test_lower_levels():
     low = jit(tile_matmul, "cpu").lower(x, x, x)
     for level in ("tensor", "tile", "isa", "source"):
         assert low.as_text(level)
-    with pytest.raises(pypto.PyptoError):
+    with pytest.raises(pypto.PyptoError, match="unknown level 'bogus'; expected one of tensor, tile, isa, source"):
         low.as_text("bogus")
 
 

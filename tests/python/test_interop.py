@@ -179,5 +179,5 @@ def test_target_and_threads():
     pypto.set_num_threads(1)
     assert pypto.num_threads() == 1
     pypto.set_num_threads(n)
-    with pytest.raises(pypto.PyptoError):
+    with pytest.raises(pypto.PyptoError, match="set_num_threads: need at least 1 thread, got 0"):
         pypto.set_num_threads(0)

@@ -273,7 +273,7 @@ def test_half_precision_loads_and_stores():
 
 
 def test_bfloat16_via_torch():
-    torch = pytest.importorskip("torch")
+    import torch
     x = torch.from_numpy(rand((4, 12))).to(torch.bfloat16)
     text = func(["%x: bf16[4, 12]", "%o: bf16[4, 12] out", "%p: f32[4, 12] out"],
                 ["alloc %t: f32[4, 12] vec", "TLOAD %t, %x", "TMUL %t, %t, 1.3f", "TSTORE %o, %t",
@@ -285,7 +285,7 @@ def test_bfloat16_via_torch():
 
 
 def test_torch_inputs_and_integer_memory():
-    torch = pytest.importorskip("torch")
+    import torch
     x = torch.randint(-100, 100, (5, 5), dtype=torch.int64)
     text = func(["%x: i64[5, 5]", "%o: i64[5, 5] out"],
                 ["alloc %t: i64[5, 5] vec", "TLOAD %t, %x", "TADD %t, %t, %t", "TSTORE %o, %t"])

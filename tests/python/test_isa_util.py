@@ -3,10 +3,9 @@ NumPy references and comparisons. Holds no tests itself."""
 import math
 
 import numpy as np
-import pytest
 
-pypto = pytest.importorskip("pypto")
-from pypto import _C, isa  # noqa: E402
+import pypto
+from pypto import _C, isa
 
 PyptoError = _C.PyptoError
 RNG = np.random.default_rng(1234)

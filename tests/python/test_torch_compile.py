@@ -8,7 +8,7 @@ import textwrap
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # a hard dependency (Makefile PY_PKGS): a missing torch must fail, not skip
 
 import torch.nn.functional as F  # noqa: E402
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+import torch  # a hard dependency (Makefile PY_PKGS): a missing torch must fail, not skip
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 

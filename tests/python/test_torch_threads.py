@@ -6,9 +6,8 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
-pytest.importorskip("torch")
+import torch  # noqa: F401 - a hard dependency (Makefile PY_PKGS): a missing torch must fail, not skip
 
 SCRIPT = textwrap.dedent("""
     import os, sys

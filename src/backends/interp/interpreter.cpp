@@ -30,8 +30,8 @@ std::string tile_element(const Tile& t, int64_t r, int64_t c) {
 }
 
 std::string global_element(const GlobalBuf& b, int64_t a) {
-  return "element " + std::to_string(a) + (b.external ? " (in strides)" : " (row-major)") + " of '" +
-         b.name + "'";
+  return "element " + std::to_string(a) + (b.external ? " (in strides)" : " (row-major)") + " of '" + b.name +
+         "'";
 }
 
 // The element's address identifies it across views (and across aliasing caller tensors).

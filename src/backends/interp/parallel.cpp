@@ -56,7 +56,9 @@ std::string RaceChecker::access(const void* key, size_t alloc_depth, bool write)
     Loop& l = loops_[d];
     Seen& s = l.seen[key];
     const int64_t me = l.ordinal;
-    const auto it = [&](int64_t ord) { return "iteration " + l.var + "=" + std::to_string(l.values[size_t(ord)]); };
+    const auto it = [&](int64_t ord) {
+      return "iteration " + l.var + "=" + std::to_string(l.values[size_t(ord)]);
+    };
     const std::string head = "race in parallel loop '" + l.var + "': " + it(me);
     if (s.writer >= 0 && s.writer != me)
       return head + (write ? " writes" : " reads") + " an element that " + it(s.writer) + " wrote";

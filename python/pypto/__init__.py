@@ -32,6 +32,7 @@ from .ops_math import (absolute, arctan2, atan2, cbrt, ceil, ceil_div, clip, cop
 from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor
+from .profile import Profile, TilePoint, get_last_profile, tile_curve
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)
 
@@ -44,7 +45,8 @@ except ModuleNotFoundError as _e:  # pragma: no cover - only while the module is
 
 def target():
     """What the start-up analysis found about this machine: arch, cores, caches (bytes), SIMD
-    features, vector width in bytes, and the thread pool size."""
+    features, vector width in bytes, the preferred alignment of inputs in bytes (alignment:
+    a cache line or the vector width, whichever is larger), and the thread pool size."""
     return _C.target()
 
 

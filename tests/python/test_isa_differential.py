@@ -139,16 +139,26 @@ def test_fill_and_scalars():
     compare(text, s=2.5, n=-3)
 
 
-def test_reduce_expand_batch():
-    text = func(["%x: f32[5, 7]"] + [f"%o_{op}: f32[8, 1] out" for op in ["TROWSUM", "TROWMAX", "TROWMIN"]]
-                + [f"%o_{op}: f32[1, 16] out" for op in ["TCOLSUM", "TCOLMAX", "TCOLMIN"]]
-                + ["%re: f32[8, 16] out", "%ce: f32[8, 16] out"],
-                ["alloc %a: f32[8, 16] vec", "alloc %r: f32[8, 1] vec", "alloc %c: f32[1, 16] vec",
-                 "alloc %e: f32[8, 16] vec", "TLOAD %a, %x"]
+@pytest.mark.parametrize("dt", ["f32", "i32"])
+def test_reduce_expand_batch(dt):
+    """Mixed-sign, all-positive and all-negative data: a max (min) starting from 0 instead of
+    -inf / the type's lowest (+inf / highest) shows on the one-signed inputs."""
+    text = func([f"%x: {dt}[5, 7]"] + [f"%o_{op}: {dt}[8, 1] out" for op in ["TROWSUM", "TROWMAX", "TROWMIN"]]
+                + [f"%o_{op}: {dt}[1, 16] out" for op in ["TCOLSUM", "TCOLMAX", "TCOLMIN"]]
+                + [f"%re: {dt}[8, 16] out", f"%ce: {dt}[8, 16] out"],
+                [f"alloc %a: {dt}[8, 16] vec", f"alloc %r: {dt}[8, 1] vec", f"alloc %c: {dt}[1, 16] vec",
+                 f"alloc %e: {dt}[8, 16] vec", "TLOAD %a, %x"]
                 + sum(([f"{op} %r, %a", f"TSTORE %o_{op}, %r"] for op in ["TROWSUM", "TROWMAX", "TROWMIN"]), [])
                 + sum(([f"{op} %c, %a", f"TSTORE %o_{op}, %c"] for op in ["TCOLSUM", "TCOLMAX", "TCOLMIN"]), [])
                 + ["TROWEXPAND %e, %r", "TSTORE %re, %e", "TCOLEXPAND %e, %c", "TSTORE %ce, %e"])
-    compare(text, x=rand((5, 7)))
+    x = rand((5, 7)) if dt == "f32" else rand_int((5, 7), -50, 50)
+    for data in (x, np.abs(x) + (x == 0), -np.abs(x) - (x == 0)):
+        ref = compare(text, x=data)
+        want = data.astype(np.float64)
+        np.testing.assert_allclose(ref["o_TROWMAX"][:5, 0], want.max(1), rtol=1e-6)
+        np.testing.assert_allclose(ref["o_TROWMIN"][:5, 0], want.min(1), rtol=1e-6)
+        np.testing.assert_allclose(ref["o_TCOLMAX"][0, :7], want.max(0), rtol=1e-6)
+        np.testing.assert_allclose(ref["o_TCOLMIN"][0, :7], want.min(0), rtol=1e-6)
 
 
 def test_matmul_batch():

@@ -87,7 +87,8 @@ def test_tnot_and_logic():
     compare(text, x=rand_int((5, 7), 0, 2).astype(np.float32), y=rand_int((5, 7), 0, 2).astype(np.float32))
 
 
-ARITH = ["TADD", "TSUB", "TMUL", "TDIV", "TMAX", "TMIN"]
+ARITH = ["TADD", "TSUB", "TMUL", "TDIV", "TMAX", "TMIN", "TATAN2", "THYPOT", "TCOPYSIGN", "TFMOD", "TREM",
+         "TFLOORDIV"]
 CMP = ["TCMP_LT", "TCMP_LE", "TCMP_GT", "TCMP_GE", "TCMP_EQ", "TCMP_NE"]
 FORMS = {  # tile b's shape, the source of b, how the op reads its operands
     "tile_tile": ("8, 8", "6, 8", "%a, %b"),
@@ -231,6 +232,26 @@ def test_indexed_rows():
         with pytest.raises(PyptoError, match="MGATHER: index 5 is out of range for a dimension of size 5"):
             isa.run(isa.parse(text), {"x": x, "y": y, "v": rand((9,)), "ix": np.array([[5], [1], [5]], np.int32),
                                       "jx": np.array([[4, 0, 5, 2]], np.int64)}, backend=backend)
+
+
+def test_argsort():
+    x = rand((5, 37))
+    x[1, 3] = x[1, 9] = x[2, 4]  # ties keep their order
+    for desc in (0, 1):
+        text = func(["%x: f32[5, 37]", "%o: i64[5, 37] out"],
+                    ["alloc %a: f32[8, 40] vec", "alloc %d: i64[8, 40] vec", "TLOAD %a, %x",
+                     f"TARGSORT %d, %a, {desc}", "TSTORE %o, %d"])
+        compare(text, x=x)
+
+
+def test_integer_gcd_floordiv_rem():
+    a = rand_int((4, 6), -40, 40)
+    b = rand_int((4, 6), -9, 10)  # zeros included: x // 0 == x % 0 == 0, gcd(x, 0) == |x|
+    body = ["alloc %a: i32[4, 6] vec", "alloc %b: i32[4, 6] vec", "alloc %d: i32[4, 6] vec",
+            "TLOAD %a, %x", "TLOAD %b, %y"]
+    for op in ("TGCD", "TFLOORDIV", "TREM", "TFMOD"):
+        text = func(["%x: i32[4, 6]", "%y: i32[4, 6]", "%o: i32[4, 6] out"], body + [f"{op} %d, %a, %b", "TSTORE %o, %d"])
+        compare(text, x=a, y=b)
 
 
 def test_memory_batch():

@@ -88,3 +88,19 @@ def transformer_block(x, ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_1
 @pypto.jit
 def matmul_scaling(a, b):
     return pypto.matmul(a, b)
+
+
+# The everyday ops of bench/op_cases.py.
+@pypto.jit
+def embedding(ids, table):
+    return pypto.embedding(ids, table)
+
+
+@pypto.jit
+def topk_values(x):
+    return pypto.topk(x, 50, -1)[0]
+
+
+@pypto.jit
+def cumsum(x):
+    return pypto.cumsum(x, -1)

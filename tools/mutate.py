@@ -48,10 +48,12 @@ def load(path):
 def needs_build(m, covers):
     """False for files read only at run time (the kernel headers, which the CPU backend compiles
     into each kernel): the copy is not rebuilt, and only Python tests can see such a mutant."""
+    if "build" in m:
+        return bool(m["build"])
     for c in covers:
         if any(fnmatch.fnmatch(m["file"], pat) for pat in c["files"]) and c.get("build") is False:
             return False
-    return m.get("build", True)
+    return True
 
 
 def selection(m, covers):
@@ -155,8 +157,8 @@ class Copy:
                 return False, "timeout (C++ tests)"
             if not ok:
                 failed = [ln.strip() for ln in out.splitlines() if "[  FAILED  ]" in ln]
-                return False, "C++: " + (failed[0] if failed else out.strip().splitlines()[-1:] and
-                                         out.strip().splitlines()[-1])
+                tail = out.strip().splitlines()
+                return False, "C++: " + (failed[0] if failed else (tail[-1] if tail else "exit status non-zero"))
         if pytest:
             left = max(1.0, deadline - time.monotonic())
             ok, to, out = self.sh([os.path.join(self.venv, "bin", "python"), "-m", "pytest", "-q", "-x",

@@ -5,7 +5,11 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__GNUC__) || defined(__clang__)
+#if defined(__CUDACC__)  // the element functions (pto/elem.hpp) serve host and device code alike
+#define PTO_INLINE __host__ __device__ __forceinline__
+#define PTO_NOINLINE __noinline__
+#define PTO_RESTRICT __restrict__
+#elif defined(__GNUC__) || defined(__clang__)
 #define PTO_INLINE inline __attribute__((always_inline))
 #define PTO_NOINLINE __attribute__((noinline))
 #define PTO_RESTRICT __restrict__

@@ -123,6 +123,15 @@ PTO_ELEM_FLOAT_FN(erf, math::erf(v))                      // erf(+-inf) = +-1
 PTO_ELEM_FLOAT_FN(gelu, math::gelu(v))                    // x/2 (1 + erf(x/sqrt2)); (-inf) = -0
 PTO_ELEM_FLOAT_FN(gelu_tanh, math::gelu_tanh(v))          // tanh form; (-inf) = -0
 PTO_ELEM_FLOAT_FN(silu, math::silu(v))                    // x sigmoid(x); (-inf) = -0
+PTO_ELEM_FLOAT_FN(sin, math::sin(v))                      // sin(+-inf) = NaN
+PTO_ELEM_FLOAT_FN(cos, math::cos(v))                      // cos(+-inf) = NaN
+PTO_ELEM_FLOAT_FN(tan, math::tan(v))                      // tan(+-inf) = NaN
+PTO_ELEM_FLOAT_FN(exp2, math::exp2(v))                    // 2^x, exact for integral x in range
+PTO_ELEM_FLOAT_FN(expm1, math::expm1(v))                  // e^x - 1, accurate near 0
+PTO_ELEM_FLOAT_FN(log2, math::log2(v))                    // log2(0) = -inf, (x < 0) = NaN
+PTO_ELEM_FLOAT_FN(log10, math::log10(v))                  // log10(0) = -inf, (x < 0) = NaN
+PTO_ELEM_FLOAT_FN(log1p, math::log1p(v))                  // log(1 + x), accurate near 0; (-1) = -inf
+PTO_ELEM_FLOAT_FN(cbrt, math::cbrt(v))                    // real cube root: cbrt(-8) = -2
 #undef PTO_ELEM_FLOAT_FN
 
 template <class T>
@@ -131,6 +140,26 @@ PTO_INLINE T floor(T x) {
     return x;
   else
     return math::floor(x);
+}
+// Rounding to an integral value; integers are integral already.
+#define PTO_ELEM_ROUNDING_FN(name, core) \
+  template <class T>                     \
+  PTO_INLINE T name(T x) {               \
+    if constexpr (is_int_v<T>)           \
+      return x;                          \
+    else                                 \
+      return math::core(x);              \
+  }
+PTO_ELEM_ROUNDING_FN(ceil, ceil)
+PTO_ELEM_ROUNDING_FN(round, rint)  // half to even, as torch.round and numpy.round: round(2.5) = 2
+PTO_ELEM_ROUNDING_FN(trunc, trunc)
+#undef PTO_ELEM_ROUNDING_FN
+template <class T>
+PTO_INLINE T sign(T x) {  // -1, 0 or 1; sign(-0.0) = 0, sign(NaN) = NaN
+  if constexpr (is_int_v<T>)
+    return T((x > T(0)) - (x < T(0)));
+  else
+    return x != x ? x : T((x > T(0)) - (x < T(0)));
 }
 template <class T>
 PTO_INLINE T relu(T x) {
@@ -227,6 +256,49 @@ PTO_INLINE T pow(T a, T b) {
     return math::pow(a, b);
   }
 }
+// Float functions of two arguments; of integers: computed in double, converted back.
+template <class T, class F>
+PTO_INLINE T via_double2(T a, T b, F f) {
+  if constexpr (is_float_v<T>)
+    return f(a, b);
+  else
+    return cast<T>(f(double(a), double(b)));
+}
+template <class T>
+PTO_INLINE T atan2(T a, T b) {  // the angle of (b, a) in [-pi, pi]
+  return via_double2(a, b, [](auto x, auto y) __attribute__((always_inline)) { return math::atan2(x, y); });
+}
+template <class T>
+PTO_INLINE T hypot(T a, T b) {  // sqrt(a^2 + b^2) without overflow; hypot(inf, NaN) = inf
+  return via_double2(a, b, [](auto x, auto y) __attribute__((always_inline)) { return math::hypot(x, y); });
+}
+template <class T>
+PTO_INLINE T copysign(T a, T b) {  // |a| with the sign of b (of -0.0 and NaN too)
+  if constexpr (is_int_v<T>)
+    return b < T(0) ? neg(abs(a)) : abs(a);
+  else
+    return math::copysign(a, b);
+}
+// fmod: the remainder of truncating division (sign of the dividend): rem. remainder (torch) and
+// Python's %: floormod. Both: x % 0 == 0 for integers, NaN for floats.
+template <class T>
+PTO_INLINE T fmod(T a, T b) {
+  return rem(a, b);
+}
+// Greatest common divisor of |a| and |b| (gcd(0, 0) = 0), as torch.gcd; integers only in the
+// front end (floats: the same Euclid steps on integral values).
+template <class T>
+PTO_INLINE T gcd(T a, T b) {
+  a = abs(a);
+  b = abs(b);
+  while (b != T(0)) {
+    const T t = rem(a, b);
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
 template <class T>
 PTO_INLINE T land(T a, T b) {
   return T((a != T(0)) & (b != T(0)));

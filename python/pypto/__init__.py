@@ -21,12 +21,18 @@ from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, 
                   multiply, ne, neg, ones, ones_like, permute, pow, prange, reciprocal, relu, reshape,
                   rms_norm, rsqrt, sigmoid, silu, softmax, sqrt, squeeze, static_range, sub, subtract, sum,
                   tanh, transpose, true_divide, unsqueeze, where, zeros, zeros_like)
-from .ops_composite import (all, any, argmax, argmin, chunk, embedding, flip, gather, index_add, index_select,
+from .ops_composite import (all, any, argmax, argmin, argsort, chunk, sort, topk, cummax, cummin, cumprod, cumsum, embedding, flip, gather, index_add, index_select,
                             logsumexp, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
                             std, tril, triu, var)
+from .ops_math import (absolute, arctan2, atan2, cbrt, ceil, ceil_div, clip, copysign, cos, equal, exp2, expm1,
+                       fix, floor_divide, fmod, gcd, greater, greater_equal, hardsigmoid, hardswish, hypot,
+                       isfinite, isinf, isnan, leaky_relu, less, less_equal, log1p, log2, log10, logical_and,
+                       logical_not, logical_or, logical_xor, lrelu, mish, mod, negative, not_equal, prelu,
+                       remainder, round, sign, signbit, sin, softplus, tan, trunc)
 from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor
+from .profile import Profile, TilePoint, get_last_profile, tile_curve
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)
 
@@ -39,7 +45,8 @@ except ModuleNotFoundError as _e:  # pragma: no cover - only while the module is
 
 def target():
     """What the start-up analysis found about this machine: arch, cores, caches (bytes), SIMD
-    features, vector width in bytes, and the thread pool size."""
+    features, vector width in bytes, the preferred alignment of inputs in bytes (alignment:
+    a cache line or the vector width, whichever is larger), and the thread pool size."""
     return _C.target()
 
 

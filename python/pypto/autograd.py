@@ -16,7 +16,9 @@ this module moves arrays between it and its callers:
 """
 from __future__ import annotations
 
+import atexit
 import sys
+import weakref
 
 import numpy as np
 
@@ -182,6 +184,15 @@ def wants_grad(args):
 
 
 _function = None
+_live_records = weakref.WeakSet()  # recorded calls (in torch graphs, in .metadata) not yet freed
+
+
+@atexit.register
+def _release_records():
+    """A graph or an output still alive at exit holds its call's compiled kernels; drop them
+    before the interpreter tears the bindings down (nanobind would report them as leaked)."""
+    for r in list(_live_records):
+        r.__dict__.clear()
 
 
 def _torch_function_class():
@@ -228,6 +239,7 @@ class _TorchCall:
     torch's graph, which the garbage collector cannot see): what backward needs is saved."""
 
     def __init__(self, kernel, entry, full, imp):
+        _live_records.add(self)
         self.kernel = kernel
         self.entry = entry
         self.full = full
@@ -321,6 +333,7 @@ class Metadata:
     """What a kernel output from to_pto_tensor arguments carries: enough to run its backward."""
 
     def __init__(self, kernel, entry, full, imp, outs):
+        _live_records.add(self)
         self.kernel, self.entry, self.full, self.imp, self.outs = kernel, entry, full, imp, outs
 
 

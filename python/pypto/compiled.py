@@ -70,6 +70,9 @@ class CompiledKernel:
         self.arg_only = [k for _, k in self.plan] if all(kind == "a" for kind, _ in self.plan) else None
         self.single_out = self.template == ("out", 0)
         self.compile_seconds = 0.0
+        self.build_seconds = 0.0  # trace + lower + compile (set by JitFunction._compile)
+        self.built_at_ns = 0      # perf_counter_ns when it was built
+        self._cost = None
         if backend == "cpu":
             self.compile()
         self.fast = self._make_fast()
@@ -110,6 +113,12 @@ class CompiledKernel:
                 raise PyptoError(f"kernel '{name}' failed at run time: {e}{sites(e)}") from None
             return out
         return fast
+
+    def cost(self):
+        """(flops, bytes, exact) counted from the tensor-level IR, once (runtime/kernel_cost.h)."""
+        if self._cost is None:
+            self._cost = tuple(self.kernel.cost())
+        return self._cost
 
     def _index_sites(self, err):
         """For an index out of range: the kernel lines that index by tensors."""

@@ -88,7 +88,7 @@ def to_dtype(x) -> dtype:
     if isinstance(x, str):
         d = _BY_NAME.get(x)
         if d is None:
-            raise ValueError(f"unsupported dtype '{x}' (supported: {', '.join(d.name for d in ALL)})")
+            raise _unsupported(repr(x))
         return d
     if isinstance(x, _C.DType):
         return _BY_C[x]
@@ -101,14 +101,21 @@ def to_dtype(x) -> dtype:
     tm = _torch_map()
     if tm and x in tm:
         return tm[x]
+    if type(x).__module__ == "torch" and type(x).__name__ == "dtype":  # torch.int8, torch.complex64...
+        raise _unsupported(str(x))
     try:
         npd = np.dtype(x)
     except TypeError:
         raise TypeError(f"not a dtype: {x!r}") from None
     d = _BY_NP.get(npd)
     if d is None:
-        raise ValueError(f"unsupported dtype {npd} (supported: {', '.join(d.name for d in ALL)})")
+        raise _unsupported(str(npd))
     return d
+
+
+def _unsupported(name):
+    from .frontend.errors import PyptoError  # (a ValueError)
+    return PyptoError(f"unsupported dtype {name} (supported: {', '.join(d.name for d in ALL)})")
 
 
 def result_float(d: dtype) -> dtype:

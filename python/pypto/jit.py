@@ -3,7 +3,8 @@ signature, and call the compiled kernel.
 
 Specialisation key: for arrays (rank, dtype, shape, device), for Python ints and floats only
 their type (they are run-time scalar parameters, not recompiles) unless the tracer learned that
-the kernel needs one as a compile-time value, for everything else the value (or identity).
+the kernel needs one as a compile-time value (a loop step, a shape, a static_range bound: an
+inferred meta-parameter, remembered per kernel), for everything else the value (or identity).
 Implicit inputs (arrays reached through closures, globals, attributes) and the Python constants
 read through them are re-read at every call and checked against the trace."""
 from __future__ import annotations
@@ -16,10 +17,13 @@ import os
 import sys
 import threading
 import weakref
+from typing import NamedTuple
+from time import perf_counter_ns as _now
 
 import numpy as np
 
 from . import autograd as _autograd
+from . import profile as _profile
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
@@ -123,6 +127,15 @@ def arg_key(a):
     return _static_key(a)
 
 
+class CacheInfo(NamedTuple):
+    """What `kernel.cache_info()` reports: `size` compiled variants; `specialised` maps each
+    argument the kernel specialises on its value to the kernel line that needed it at compile
+    time; `variants` lists, per compiled variant, the values of those arguments it was built for."""
+    size: int
+    specialised: dict
+    variants: list
+
+
 def _options(fusion, tiles, parallel, double_buffer, promote=True):
     o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer), "promote": bool(promote)}
     if fusion == "off":  # not even elementwise chains fuse
@@ -165,7 +178,7 @@ class JitFunction:
     _pypto_jit = True
 
     def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
-                 promote=True):
+                 promote=True, alignment=None):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
@@ -192,8 +205,15 @@ class JitFunction:
         self._n = len(params) - self._k0
         self._backend = backend or default_backend()  # PYPTO_INTERPRET is read when the kernel is made
         self._options = _options(fusion, tiles, parallel, double_buffer, promote)
+        self._made_with = dict(fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
+                               double_buffer=double_buffer, promote=promote, alignment=alignment)
+        if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool)
+                                      or alignment < 1 or alignment & (alignment - 1)):
+            raise PyptoError(f"alignment must be a power of two (bytes), got {alignment!r}")
+        self._alignment = alignment if alignment and alignment > 1 else None
         self._cache = {}
         self._static_args = set()
+        self._static_reasons = {}  # arg index -> "file:line: why its value is needed at compile time"
         self._unroll = set()
         self._src = None
         self._lock = threading.RLock()  # held while tracing and compiling: one trace per signature
@@ -267,32 +287,54 @@ class JitFunction:
         return e, imp
 
     def _compile(self, args, backend):
+        t0 = _now()
         src = self._source()
-        trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend)
+        trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
+                             self._static_reasons)
         entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        entry.specialised = {self._names[i]: args[i] for i in sorted(self._static_args)
+                             if i >= self._k0}
+        entry.built_at_ns = _now()
+        entry.build_seconds = (entry.built_at_ns - t0) / 1e9
         self._cache.setdefault(self._key(args), []).append(entry)
         return entry
 
     def __call__(self, *args, **kwargs):
         if _torch_compiling():  # a torch.library custom op in the graph (torch_ops.py)
             return _call_traced(self, args, kwargs)
+        t0 = _now()  # the call's wall time for get_last_profile (dynamo cannot trace clocks: after its check)
         if kwargs or len(args) != self._n:
             args = self._bind(args, kwargs)
         elif self._k0:
             args = (self._self,) + args
+        if self._alignment:
+            _profile.check_alignment(self, args[self._k0:])
         if _autograd.wants_grad(args):
+            _profile.forget()
             return _autograd.call(self, args)
         entries = self._cache.get(self._key(args))
         if entries is not None:
             e = entries[0]
             if e.fast is not None:
-                return e.fast(args)
+                out = e.fast(args)
+                _profile.record(e, t0, t0)
+                return out
             if e.simple:
-                return e.run(args, ())
+                out = e.run(args, ())
+                _profile.record(e, t0, t0)
+                return out
         e, imp = self._entry(args)
         if imp and _autograd.wants_grad(imp):  # an implicit input (a module's weight) requires grad
+            _profile.forget()
             return _autograd.call(self, args)
-        return e.run(args, imp)
+        t_run = _now()
+        out = e.run(args, imp)
+        _profile.record(e, t0, t_run)
+        return out
+
+    def with_options(self, **changes):
+        """A new kernel from the same function with some jit options changed (e.g. tiles=...)."""
+        return JitFunction(self.__wrapped__, **{**self._made_with, **changes})
 
     def lower(self, *args, **kwargs):
         """Trace and lower for these example arguments (without running); `.as_text(level)` shows
@@ -323,6 +365,15 @@ class JitFunction:
     @property
     def cache_size(self):
         return sum(len(v) for v in self._cache.values())
+
+    def cache_info(self):
+        """How many variants are compiled and why (see CacheInfo): an int argument the kernel
+        needs as a compile-time value (loop step, shape, static_range bound) is specialised on
+        its value, so each value seen is one variant."""
+        with self._lock:
+            entries = [e for v in self._cache.values() for e in v]
+            why = {self._names[i]: r for i, r in sorted(self._static_reasons.items())}
+            return CacheInfo(len(entries), why, [dict(getattr(e, "specialised", {})) for e in entries])
 
     # Identity equality, stated so torch's pytree can pass a kernel as a constant.
     def __eq__(self, other):
@@ -365,18 +416,21 @@ class _BoundKernel:
         return f"<bound pypto.jit kernel {self._kernel._func.__qualname__} of {self._self!r}>"
 
 
-def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True):
+def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
+        alignment=None):
     """Compile a Python function into a PyPTO kernel.
 
         @pypto.jit
         def f(x, w): ...
         @pypto.jit(fusion=True, backend="interp", tiles={"m": 64, "n": 64, "k": 64})
         def g(...): ...
+        @pypto.jit(alignment=64)   # array arguments whose address is not a multiple of 64 raise
+        def h(...): ...
         compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
     """
     def wrap(f):
         return JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                           double_buffer=double_buffer, promote=promote)
+                           double_buffer=double_buffer, promote=promote, alignment=alignment)
     if fn is None:
         return wrap
     return wrap(fn)

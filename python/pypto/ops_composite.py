@@ -95,6 +95,44 @@ __all__ = ["tril", "triu", "var", "std", "logsumexp", "any", "all", "argmax", "a
            "repeat_interleave", "one_hot", "pad", "split", "chunk"]
 
 
+@_op(C.cumsum)
+def cumsum(x, dim=None, dtype=None):
+    """Inclusive cumulative sum along `dim` (ints and bool accumulate in int64, as torch)."""
+
+
+@_op(C.cumprod)
+def cumprod(x, dim=None, dtype=None):
+    """Inclusive cumulative product along `dim`."""
+
+
+@_op(C.cummax)
+def cummax(x, dim):
+    """(values, int64 indices) of the running maximum along `dim`, as torch.cummax."""
+
+
+@_op(C.cummin)
+def cummin(x, dim):
+    """(values, int64 indices) of the running minimum along `dim`."""
+
+
+@_op(C.sort)
+def sort(x, dim=-1, descending=False, stable=True):
+    """(values, int64 indices) sorted along `dim`; stable; NaN last (first when descending), as torch."""
+
+
+@_op(C.argsort)
+def argsort(x, dim=-1, descending=False, stable=True):
+    """The int64 indices that sort x along `dim` (stable)."""
+
+
+@_op(C.topk)
+def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
+    """(values, int64 indices) of the k largest (or smallest) along `dim`, in sorted order."""
+
+
+__all__ += ["cumsum", "cumprod", "cummax", "cummin", "sort", "argsort", "topk"]
+
+
 # --- indexing by tensors ------------------------------------------------------------------------
 from .frontend import index_ops as _X  # noqa: E402
 

@@ -153,6 +153,15 @@ class Tensor:
         arr, _ = as_numpy_storage(value, self._dtype, copy=False)
         self._data[key] = arr
 
+    # pypto operations as methods (eager): t.sin(), t.argmax(1), t.index_select(0, idx), ...
+    def __getattr__(self, name):
+        if not name.startswith("_"):
+            import pypto
+            op = getattr(pypto, name, None)
+            if callable(op) and getattr(op, "__module__", "") in ("pypto.ops", "pypto.ops_composite", "pypto.ops_math"):
+                return lambda *args, **kwargs: op(self, *args, **kwargs)
+        raise AttributeError(f"'pypto.Tensor' object has no attribute '{name}'")
+
     def __repr__(self):
         body = np.array2string(self.numpy(), separator=", ", prefix="pypto.Tensor(")
         return f"pypto.Tensor({body}, dtype={self._dtype.name})"

@@ -319,7 +319,7 @@ def _stand_in(shape, tdtype):
 
 def _trace(kernel, kargs):
     return trace_kernel(kernel._source(), kernel._names, kargs, kernel._static_args, kernel._unroll,
-                        kernel._backend)
+                        kernel._backend, kernel._static_reasons)
 
 
 # --- the call while torch compiles ---------------------------------------------------------------

@@ -471,6 +471,8 @@ void bind_builder(nb::module_& m) {
       .def("roll", &B::roll, "x"_a, "shift"_a, "dim"_a)
       .def("repeat_interleave", &B::repeat_interleave, "x"_a, "repeats"_a, "dim"_a)
       .def("one_hot", &B::one_hot, "idx"_a, "num_classes"_a)
+      .def("scan", &B::scan, "combine"_a, "x"_a, "dim"_a)
+      .def("scan_extreme", &B::scan_extreme, "combine"_a, "x"_a, "dim"_a)
       .def("gather_rows", &B::gather_rows, "src"_a, "idx"_a)
       .def("scatter_rows", &B::scatter_rows, "dst"_a, "src"_a, "idx"_a, "accumulate"_a)
       .def("take", &B::take, "x"_a, "dim"_a, "idx"_a, "wrap_negative"_a)
@@ -490,6 +492,9 @@ void bind_builder(nb::module_& m) {
           },
           "x"_a, "dim"_a, "idx"_a, "src"_a, "accumulate"_a)
       .def("flip", &B::flip, "x"_a, "dims"_a)
+      .def("argsort", &B::argsort, "x"_a, "dim"_a, "descending"_a)
+      .def("sort", &B::sort, "x"_a, "dim"_a, "descending"_a)
+      .def("topk", &B::topk, "x"_a, "k"_a, "dim"_a, "largest"_a)
       .def(
           "pad",
           [](B& b, const View& x, std::vector<int64_t> pads, nb::handle v) {

@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "bindings/gil.h"
 #include "ir/ir.h"
 #include "runtime/kernel.h"
+#include "runtime/kernel_cost.h"
 #include "runtime/target.h"
 #include "runtime/loop_cost.h"
 #include "runtime/openmp_bridge.h"
@@ -167,6 +169,13 @@ void bind_runtime(nb::module_& m) {
             return out;
           },
           "The program's tensor params in calling order: (name, dtype, shape, 'param'|'output').")
+      .def(
+          "cost",
+          [](const Kernel& k) {
+            runtime::KernelCost c = runtime::count_cost(k.lowered().tensor);
+            return nb::make_tuple(c.flops, c.bytes, c.exact);
+          },
+          "(flops, bytes, exact) counted from the tensor-level program (runtime/kernel_cost.h).")
       .def("written", [](const Kernel& k) { return k.written(); },
            "Per tensor param, whether the kernel writes it.")
       .def("scalar_params", [](const Kernel& k) {
@@ -190,6 +199,8 @@ void bind_runtime(nb::module_& m) {
         d["caches"] = caches;
         d["simd"] = nb::cast(t.simd);
         d["vector_bytes"] = t.vector_bytes;
+        // Preferred input alignment: a cache line, or the vector width where that is wider.
+        d["alignment"] = std::max<int64_t>(64, t.vector_bytes);
         d["num_threads"] = runtime::num_threads();
         return d;
       },

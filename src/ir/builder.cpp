@@ -84,6 +84,7 @@ std::vector<Expr> broadcast_valid(const std::vector<int64_t>& out, const std::ve
 bool is_unary_float_op(Opcode op) {
   switch (op) {
     case Opcode::TMOV: case Opcode::TNEG: case Opcode::TABS: case Opcode::TRELU: case Opcode::TNOT:
+    case Opcode::TCEIL: case Opcode::TROUND: case Opcode::TTRUNC: case Opcode::TSIGN:
       return false;
     default:
       return true;
@@ -476,7 +477,10 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
   DType base = va ? va->buf->dtype : vb->buf->dtype;
   DType t = promote(operand_dtype(a, base), operand_dtype(b, base));
   if (cat == OpCategory::Compare || op == Opcode::TAND || op == Opcode::TOR) t = DType::Bool;
-  else if ((op == Opcode::TDIV || op == Opcode::TPOW) && !is_float(t)) t = DType::F32;
+  else if ((op == Opcode::TDIV || op == Opcode::TPOW || op == Opcode::TATAN2 || op == Opcode::THYPOT ||
+            op == Opcode::TCOPYSIGN) && !is_float(t))
+    t = DType::F32;
+  if (op == Opcode::TGCD && is_float(t)) throw Error("gcd: needs integer tensors, got " + std::string(dtype_name(t)));
   View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));
   impl_->emit_op(op, {out, a, b});
   return out;

@@ -81,6 +81,10 @@ class Builder {
   View roll(const View& x, int64_t shift, int dim);
   View repeat_interleave(const View& x, int64_t repeats, int dim);
   View one_hot(const View& idx, int64_t num_classes);  // i64, a new last dimension
+  // Inclusive scans along dim (cumsum: TADD, cumprod: TMUL; integers and bool accumulate in i64).
+  View scan(Opcode combine, const View& x, int dim);
+  // cummax (TMAX) / cummin (TMIN) along dim: {values, i64 indices}; ties and NaN take the later index.
+  std::pair<View, View> scan_extreme(Opcode combine, const View& x, int dim);
   // Constant padding; pads: (before, after) per dimension from the last one backwards, as
   // torch.nn.functional.pad; negative amounts crop.
   View pad(const View& x, const std::vector<int64_t>& pads, Expr value);
@@ -99,6 +103,11 @@ class Builder {
   View gather_elements(const View& x, int dim, const View& idx);
   View scatter_elements(const View& x, int dim, const View& idx, const Operand& src, bool accumulate);
   View flip(const View& x, const std::vector<int>& dims);
+  // Sorting along dim (stable; NaN last ascending, first descending, as torch): the i64 indices
+  // (argsort), the values and indices (sort), or the first k of a descending/ascending sort (topk).
+  View argsort(const View& x, int dim, bool descending);
+  std::pair<View, View> sort(const View& x, int dim, bool descending);
+  std::pair<View, View> topk(const View& x, int64_t k, int dim, bool largest);
   // NCHW or CHW input, OIHW weight. padding: {ph, pw}; same_padding computes it for stride 1.
   View conv2d(const View& x, const View& w, const View* bias, std::vector<int64_t> stride,
               std::vector<int64_t> padding, std::vector<int64_t> dilation, bool same_padding);

@@ -216,6 +216,39 @@ View Builder::scatter_elements(const View& x, int dim, const View& idx, const Op
   return r == 1 ? out : reshape(out, x.shape());
 }
 
+View Builder::argsort(const View& x, int dim, bool descending) {
+  int r = x.rank();
+  if (r == 0) throw Error("sort: needs a tensor of at least 1 dimension");
+  if (x.buf->dtype == DType::Bool) throw Error("sort: not supported for bool tensors");
+  int d = normalize_dim(dim, r, "sort");
+  std::vector<int> perm;  // the sorted dimension last (a view)
+  for (int i = 0; i < r; ++i)
+    if (i != d) perm.push_back(i);
+  perm.push_back(d);
+  View xp = permute(x, perm);
+  View out = impl_->new_temp(xp.shape(), DType::I64, xp.valid_shape(), "order");
+  impl_->emit_op(Opcode::TARGSORT, {out, xp, int_imm(descending ? 1 : 0)});
+  return permute(out, inverse_perm(perm));
+}
+
+std::pair<View, View> Builder::sort(const View& x, int dim, bool descending) {
+  View idx = argsort(x, dim, descending);
+  return {gather_elements(x, dim, idx), idx};
+}
+
+std::pair<View, View> Builder::topk(const View& x, int64_t k, int dim, bool largest) {
+  int r = x.rank();
+  int d = normalize_dim(dim, r, "topk");
+  int64_t n = x.shape()[size_t(d)];
+  if (k < 1 || k > n)
+    throw Error("topk: k = " + std::to_string(k) + " is out of range for a dimension of size " + std::to_string(n));
+  std::vector<Index> first(size_t(d) + 1);
+  first[size_t(d)].start = int_imm(0);
+  first[size_t(d)].stop = int_imm(k);
+  View idx = copy(slice(argsort(x, d, largest), first));
+  return {gather_elements(x, d, idx), idx};
+}
+
 View Builder::flip(const View& x, const std::vector<int>& dims) {
   View cur = x;
   std::vector<bool> seen(size_t(x.rank()), false);

@@ -216,6 +216,60 @@ View Builder::repeat_interleave(const View& x, int64_t repeats, int dim) {
   return out;
 }
 
+// Scans run as log2(n) passes of the Hillis-Steele form: pass k combines every element with the
+// one k places before it (a shifted view), so each pass is one elementwise instruction over the
+// whole tensor, parallel across every other dimension and tiled like any elementwise op.
+static Index span(int64_t a, int64_t b) { return range_index(a, b); }
+
+View Builder::scan(Opcode combine, const View& x, int dim) {
+  int r = x.rank();
+  if (r == 0) throw Error("scan: needs a tensor of at least 1 dimension");
+  int d = normalize_dim(dim, r, "scan");
+  DType t = x.buf->dtype;
+  if (!is_float(t)) t = DType::I64;
+  View cur = t == x.buf->dtype ? copy(x) : cast(x, t);
+  int64_t n = x.shape()[size_t(d)];
+  for (int64_t k = 1; k < n; k *= 2) {
+    View next = empty(x.shape(), t);
+    std::vector<Index> head(size_t(d) + 1), tail(size_t(d) + 1), prev(size_t(d) + 1);
+    head[size_t(d)] = span(0, k);
+    tail[size_t(d)] = span(k, n);
+    prev[size_t(d)] = span(0, n - k);
+    assign(slice(next, head), slice(cur, head));
+    impl_->emit_op(combine, {slice(next, tail), slice(cur, tail), slice(cur, prev)});
+    cur = next;
+  }
+  return cur;
+}
+
+std::pair<View, View> Builder::scan_extreme(Opcode combine, const View& x, int dim) {
+  int r = x.rank();
+  if (r == 0) throw Error("scan: needs a tensor of at least 1 dimension");
+  if (x.buf->dtype == DType::Bool) throw Error("cummax/cummin: not supported for bool tensors");
+  int d = normalize_dim(dim, r, "scan");
+  int64_t n = x.shape()[size_t(d)];
+  View val = copy(x);
+  View idx = broadcast_to(iota_along(*this, n, r, d), x.shape());
+  Opcode keep_later = combine == Opcode::TMAX ? Opcode::TCMP_GE : Opcode::TCMP_LE;
+  for (int64_t k = 1; k < n; k *= 2) {
+    std::vector<Index> head(size_t(d) + 1), tail(size_t(d) + 1), prev(size_t(d) + 1);
+    head[size_t(d)] = span(0, k);
+    tail[size_t(d)] = span(k, n);
+    prev[size_t(d)] = span(0, n - k);
+    View own = slice(val, tail), earlier = slice(val, prev);
+    View later = binary(keep_later, own, earlier);
+    if (is_float(x.buf->dtype)) later = binary(Opcode::TOR, later, binary(Opcode::TCMP_NE, own, own));
+    View nv = empty(x.shape(), x.buf->dtype), ni = empty(x.shape(), DType::I64);
+    assign(slice(nv, head), slice(val, head));
+    assign(slice(ni, head), slice(idx, head));
+    assign(slice(nv, tail), select(later, own, earlier));
+    assign(slice(ni, tail), select(later, slice(idx, tail), slice(idx, prev)));
+    val = nv;
+    idx = ni;
+  }
+  return {val, idx};
+}
+
 View Builder::one_hot(const View& idx, int64_t num_classes) {
   if (is_float(idx.buf->dtype) || idx.buf->dtype == DType::Bool)
     throw Error("one_hot: needs an integer index tensor, got " + std::string(dtype_name(idx.buf->dtype)));

@@ -46,6 +46,19 @@ enum class OpCategory : uint8_t { Memory, Fill, Unary, Binary, Compare, Select, 
   X(TSILU, Unary, 2)              \
   X(TFLOOR, Unary, 2)             \
   X(TNOT, Unary, 2)               \
+  X(TSIN, Unary, 2)               \
+  X(TCOS, Unary, 2)               \
+  X(TTAN, Unary, 2)               \
+  X(TEXP2, Unary, 2)              \
+  X(TEXPM1, Unary, 2)             \
+  X(TLOG2, Unary, 2)              \
+  X(TLOG10, Unary, 2)             \
+  X(TLOG1P, Unary, 2)             \
+  X(TCBRT, Unary, 2)              \
+  X(TCEIL, Unary, 2)              \
+  X(TROUND, Unary, 2)             \
+  X(TTRUNC, Unary, 2)             \
+  X(TSIGN, Unary, 2)              \
   X(TADD, Binary, 3)              \
   X(TSUB, Binary, 3)              \
   X(TMUL, Binary, 3)              \
@@ -55,6 +68,13 @@ enum class OpCategory : uint8_t { Memory, Fill, Unary, Binary, Compare, Select, 
   X(TPOW, Binary, 3)              \
   X(TAND, Binary, 3)              \
   X(TOR, Binary, 3)               \
+  X(TATAN2, Binary, 3)            \
+  X(THYPOT, Binary, 3)            \
+  X(TCOPYSIGN, Binary, 3)         \
+  X(TFMOD, Binary, 3)             \
+  X(TREM, Binary, 3)              \
+  X(TFLOORDIV, Binary, 3)         \
+  X(TGCD, Binary, 3)              \
   X(TCMP_LT, Compare, 3)          \
   X(TCMP_LE, Compare, 3)          \
   X(TCMP_GT, Compare, 3)          \
@@ -82,6 +102,7 @@ enum class OpCategory : uint8_t { Memory, Fill, Unary, Binary, Compare, Select, 
   X(TGATHER, Gather, 3)           \
   X(TSCATTER, Gather, 3)          \
   X(TSCATTER_ADD, Gather, 3)      \
+  X(TARGSORT, Gather, 3)          \
   X(SET_FLAG, Sync, 3)            \
   X(WAIT_FLAG, Sync, 3)           \
   X(PIPE_BARRIER, Sync, 1)

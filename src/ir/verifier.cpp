@@ -34,7 +34,7 @@ const char* operand_kinds(Opcode op) {
   }
   switch (op) {
     case Opcode::TEXTRACT: case Opcode::TINSERT: return "vvss";
-    case Opcode::TFILLPAD: return "vvs";
+    case Opcode::TFILLPAD: case Opcode::TARGSORT: return "vvs";
     default: return "vvvv";  // remaining categories take views only (counts come from the table)
   }
 }
@@ -222,6 +222,10 @@ class Verifier {
         same(1, t, "the destination");
         break;
       case OpCategory::Gather:
+        if (o.code == Opcode::TARGSORT) {  // indices (i32/i64) of a source of any dtype
+          if (t != DType::I32 && t != DType::I64) fail("TARGSORT writes i32 or i64 indices, not " + std::string(dtype_name(t)));
+          break;
+        }
         same(1, t, "the destination");
         break;
       default:
@@ -311,6 +315,10 @@ class Verifier {
     if (o.code == Opcode::TRESHAPE) {
       auto d = shape(0), s = shape(1);
       want(d[0] * d[1] == s[0] * s[1], "element counts differ: " + sh(d) + " vs " + sh(s));
+    }
+    if (o.code == Opcode::TARGSORT) {
+      auto d = shape(0), s = shape(1);
+      want(d == s, "dst must have src's shape " + sh(s) + ", got " + sh(d));
     }
     if (o.code == Opcode::TGATHER) {
       auto idx = shape(2);

@@ -255,7 +255,6 @@ void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<co
         auto nb = std::make_shared<Buffer>(*s->buffer);
         nb->name = b_.fresh_name(s->buffer->name);
         env.bufs[s->buffer.get()] = nb;
-        origin_[nb.get()] = s->buffer.get();
         local.insert(s->buffer.get());
         b_.emit(alloc(nb));
         break;
@@ -357,7 +356,6 @@ void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
           b_.assign(View::whole(nb),
                     tape_slot(tapes_.at(s.get()).at(c), iteration(inner.vars[s->var], lo, step)));
           inner.bufs[c] = nb;
-          origin_[nb.get()] = c;
         }
         std::set<const Buffer*> local;
         replay(s->body, inner, local);
@@ -581,7 +579,6 @@ Backward Differentiator::run() {
     const Buffer& p = *fwd_.params[i];
     View v = b_.add_param(p.name, p.dtype, p.shape);
     env.bufs[&p] = v.buf;
-    origin_[v.buf.get()] = &p;
     bool result = std::find(out.results.begin(), out.results.end(), int(i)) != out.results.end();
     roles.push_back({v.buf, {result ? Backward::Role::Saved : Backward::Role::Input, int(i)}});
   }

@@ -72,7 +72,6 @@ class Differentiator {
   std::map<const ir::Buffer*, BufInfo> bufs_;
   std::map<const ir::Buffer*, ir::BufferRef> adj_;               // forward buffer -> its adjoint now
   std::map<const ir::StmtNode*, const ir::StmtNode*> replayed_;  // backward op -> forward op
-  std::map<const ir::Buffer*, const ir::Buffer*> origin_;        // backward buffer -> forward
   std::set<const ir::Buffer*> adjoint_buffers_;
   mutable std::map<const ir::StmtNode*, std::set<const ir::Buffer*>> carried_;
   std::map<const ir::StmtNode*, std::map<const ir::Buffer*, ir::BufferRef>> tapes_;  // the latest replay's

@@ -87,6 +87,7 @@ class Lowerer {
         if (op.code == Opcode::TMATMUL || op.code == Opcode::TMATMUL_ACC) return matmul(op, out);
         break;
       case OpCategory::Gather:
+        if (op.code == Opcode::TARGSORT) return argsort(op, out);
         return indexed_rows(op, out);
       default:
         break;
@@ -254,6 +255,25 @@ class Lowerer {
       body.push_back(op_stmt(Op{op.code == Opcode::TSCATTER ? Opcode::MSCATTER : Opcode::MSCATTER_ADD, {window, t, it}}));
     }
     emit(n, std::move(body), out);
+  }
+
+  // TARGSORT over the last dimension: blocks of whole rows, each sorted in one tile.
+  void argsort(const Op& op, std::vector<Stmt>& out) {
+    const View& d = std::get<View>(op.args[0]);
+    const View* x = std::get_if<View>(&op.args[1]);
+    if (!x || is_local(d) || is_local(*x) || x->shape() != d.shape())
+      throw Error("TARGSORT at the tensor level takes global tensors of one shape");
+    auto shape = d.shape();
+    int r = int(shape.size());
+    std::vector<int64_t> ext(size_t(r), 1);
+    ext[size_t(r - 1)] = shape.back();
+    if (r >= 2) ext[size_t(r - 2)] = std::max<int64_t>(1, std::min(shape[size_t(r - 2)], ts_.elem_rows * ts_.elem_cols / shape.back()));
+    Nest n = nest(d, ext, "s");
+    auto sel = n.dst_sel(std::max(r - 2, 0));
+    auto [tr, tc] = tile_shape(sel, 2);
+    View xt = tile("x", compute_dtype(x->buf->dtype), tr, tc), it = tile("order", d.buf->dtype, tr, tc);
+    emit(n, {op_stmt(Op{Opcode::TLOAD, {xt, sub(*x, sel)}}), op_stmt(Op{Opcode::TARGSORT, {it, xt, op.args[2]}}),
+             op_stmt(Op{Opcode::TSTORE, {sub(d, sel), it}})}, out);
   }
 
   void matmul(const Op& op, std::vector<Stmt>& out) {

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "ir/trip_count.h"
+
 namespace pypto::runtime {
 namespace {
 
@@ -50,8 +52,7 @@ void walk(const ir::IndexCheck& c, size_t depth, ir::ScalarEnv& env, int64_t& bu
   int64_t lo = as_int(ir::eval(s.lo, env)), hi = as_int(ir::eval(s.hi, env));
   int64_t step = as_int(ir::eval(s.step, env));
   if (hi <= lo || step <= 0) return;
-  // The trip count in 128 bits: `v += step` near INT64_MAX must not wrap.
-  __int128 trips = (__int128(hi) - lo + step - 1) / step;
+  const __int128 trips = ir::trip_count(lo, hi, step);
   for (__int128 t = 0; t < trips; ++t) {
     if (--budget < 0)
       throw Error(

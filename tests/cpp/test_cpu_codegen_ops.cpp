@@ -10,7 +10,7 @@ namespace cpu_test {
 namespace {
 
 constexpr int64_t kR = 8, kC = 8;  // every result gets a kR x 16 block of the output
-constexpr int kBlocks = 96;
+constexpr int kBlocks = 160;
 
 struct OpsProgram {
   std::vector<BufferRef> params;
@@ -59,12 +59,17 @@ TEST(CpuCodegenOps, EveryOpcodeMatchesTheInterpreter) {
 
   for (Opcode u : {Opcode::TMOV, Opcode::TNEG, Opcode::TABS, Opcode::TEXP, Opcode::TLOG, Opcode::TSQRT,
                    Opcode::TRSQRT, Opcode::TRECIP, Opcode::TRELU, Opcode::TTANH, Opcode::TSIGMOID,
-                   Opcode::TERF, Opcode::TGELU, Opcode::TGELU_TANH, Opcode::TSILU, Opcode::TFLOOR}) {
+                   Opcode::TERF, Opcode::TGELU, Opcode::TGELU_TANH, Opcode::TSILU, Opcode::TFLOOR, Opcode::TSIN,
+                   Opcode::TCOS, Opcode::TTAN, Opcode::TEXP2, Opcode::TEXPM1, Opcode::TLOG2, Opcode::TLOG10,
+                   Opcode::TLOG1P, Opcode::TCBRT, Opcode::TCEIL, Opcode::TROUND, Opcode::TTRUNC, Opcode::TSIGN}) {
     auto d = P.T();
-    P.emit(u, {W(d), W(u == Opcode::TLOG || u == Opcode::TSQRT || u == Opcode::TRSQRT ? a : b)});
+    const bool positive = u == Opcode::TLOG || u == Opcode::TSQRT || u == Opcode::TRSQRT || u == Opcode::TLOG2 ||
+                          u == Opcode::TLOG10 || u == Opcode::TLOG1P;
+    P.emit(u, {W(d), W(positive ? a : b)});
     P.keep(d);
   }
-  for (Opcode o : {Opcode::TADD, Opcode::TSUB, Opcode::TMUL, Opcode::TDIV, Opcode::TMAX, Opcode::TMIN}) {
+  for (Opcode o : {Opcode::TADD, Opcode::TSUB, Opcode::TMUL, Opcode::TDIV, Opcode::TMAX, Opcode::TMIN, Opcode::TATAN2,
+                   Opcode::THYPOT, Opcode::TCOPYSIGN, Opcode::TFMOD, Opcode::TREM, Opcode::TFLOORDIV}) {
     auto d = P.T(), e = P.T(), f = P.T();
     P.emit(o, {W(d), W(a), W(b)});
     P.emit(o, {W(e), W(b), F(0.75)});    // tile, scalar
@@ -174,6 +179,12 @@ TEST(CpuCodegenOps, EveryOpcodeMatchesTheInterpreter) {
     P.body.push_back(op(Opcode::TSTORE, {ma, W(a)}));
     P.emit(Opcode::MSCATTER_ADD, {ma, W(b), W(idx)});
     ++P.block;
+    auto order = P.T(kR, kC, DType::I64);
+    P.emit(Opcode::TARGSORT, {W(order), W(b), I(1)});
+    P.keep(order);
+    auto gi = P.T(kR, 1, DType::I32);
+    P.emit(Opcode::TGCD, {W(gi), W(idx), I(6)});  // an integer-only instruction
+    P.keep(gi);
     auto ci = P.T(kR, kC, DType::I32);
     P.emit(Opcode::TCI, {W(ci), I(-3)});
     P.keep(ci);

@@ -345,3 +345,32 @@ func @rows(%A: f32[6, 8], %B: f32[4, 8], %C: f32[6, 8] out, %D: f32[4, 8] out) {
 })";
   expect_fuse(p, fuse_full, p);
 }
+
+// A group that read a buffer through one window must not write it through another (here shifted by
+// a row): fused tile by tile, the second tile would read a row the first already overwrote.
+TEST(PassFuse, WriteThroughAnotherWindowOfAReadBufferEndsTheGroup) {
+  Program p = parse_program(R"(
+func @shift(%A: f32[9, 8], %C: f32[9, 8] out, %D: f32[8, 8] out) {
+  if (1 < 2) {
+    TMOV %C, %A
+  }
+  TMUL %D, %C[0:8, 0:8], 2.0f
+  TADD %C[1:8, 0:8], %D, 1.0f
+})");
+  EXPECT_TRUE(equivalent(p, fuse_full(p)));
+}
+
+// A conversion to f16 inside a chain rounds: it must not join a group computing in f32 tiles.
+TEST(PassFuse, NarrowingConversionRoundsBetweenGroups) {
+  Program p = parse_program(R"(
+func @h(%A: f32[8, 8], %C: f32[8, 8] out) {
+  alloc %t: f32[8, 8] gm
+  alloc %h: f16[8, 8] gm
+  alloc %u: f32[8, 8] gm
+  TMUL %t, %A, 3.0f
+  TCVT %h, %t
+  TCVT %u, %h
+  TADD %C, %u, 1.0f
+})");
+  EXPECT_TRUE(equivalent(p, fuse_full(p)));
+}

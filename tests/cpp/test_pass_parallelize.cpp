@@ -309,3 +309,20 @@ func @w(%A: f32[68, 8], %C: f32[68, 8] out) {
   }
 })");
 }
+
+// Two writes moving at different rates (rows i and 2i): at i = 0 both fit in one step's window,
+// yet iteration 4 writes rows 8-9 (2i) which iteration 8 writes too (i): serial.
+TEST(PassParallelize, WritesAtDifferentRatesStaySerial) {
+  const char* p = R"(
+func @rates(%A: f32[16, 8], %C: f32[32, 8] out) {
+  for %i = 0 to 16 step 4 {
+    alloc %x: f32[4, 8] vec
+    alloc %y: f32[2, 8] vec
+    TLOAD %x, %A[%i:4, 0:8]
+    TLOAD %y, %A[%i:2, 0:8]
+    TSTORE %C[%i:4, 0:8], %x
+    TSTORE %C[(%i * 2):2, 0:8], %y
+  }
+})";
+  expect_parallelize(p, p);
+}

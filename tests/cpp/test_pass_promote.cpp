@@ -106,6 +106,16 @@ func @big(%A: f32[8, 8], %C: f32[8, 16] out, %D: f32[8, 8] out) {
 })");
 }
 
+// Few rows but more columns than one tile holds: not promoted either.
+TEST(PassPromote, TooWideNotPromoted) {
+  expect_not_promoted(R"(
+func @wide(%C: f32[1, 16] out) {
+  alloc %t: f32[1, 16] gm
+  TEXPANDS %t, 1.0f
+  TMOV %C, %t
+})");
+}
+
 // Only rank-2 temporaries are promoted; parameters and outputs never move.
 TEST(PassPromote, OtherRanksAndParametersNotPromoted) {
   expect_not_promoted(R"(

@@ -319,3 +319,25 @@ func @bad(%A: f32[4, 1], %C: f32[4, 8] out) {
         << e.what();
   }
 }
+
+// A source with fewer rows than the destination (and more than one, so no broadcast): the tiles
+// past its end see a valid extent clamped at 0, not a negative one, so they write nothing; the
+// rows it covers are computed.
+TEST(PassTileOps, SourceShorterThanTheDestination) {
+  Program p = parse_program(R"(
+func @short(%A: f32[12, 8], %B: f32[2, 8], %C: f32[12, 8] out) {
+  TADD %C, %A, %B
+})");
+  auto got = run(p, 3);
+  const auto& a = got[0];
+  const auto& b = got[1];
+  const auto& c = got[2];
+  for (int r = 0; r < 12; ++r)
+    for (int k = 0; k < 8; ++k) {
+      const size_t i = size_t(r * 8 + k);
+      if (r < 2)
+        EXPECT_EQ(c[i], a[i] + b[i]) << r << " " << k;
+      else
+        EXPECT_TRUE(std::isnan(c[i])) << r << " " << k;
+    }
+}

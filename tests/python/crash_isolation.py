@@ -13,6 +13,7 @@ import os
 import pickle
 import select
 import signal
+import sys
 import time
 import traceback
 
@@ -47,6 +48,12 @@ def _run_in_child(item, nextitem):
     if pid == 0:  # child: run the test, send the reports, leave without running atexit handlers
         os.close(rfd)
         code = 0
+        # GNU OpenMP (torch's intra-op runtime) is not fork-safe: a child that enters a parallel
+        # region after the parent has run one waits forever on the parent's thread team. Torch on
+        # one thread runs its loops inline; PyPTO's own pool re-forms after fork (runtime).
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            torch.set_num_threads(1)
         try:
             reports = runtestprotocol(item, log=False, nextitem=nextitem)
             data = [item.config.hook.pytest_report_to_serializable(config=item.config, report=r) for r in reports]

@@ -87,7 +87,8 @@ def test_tnot_and_logic():
     compare(text, x=rand_int((5, 7), 0, 2).astype(np.float32), y=rand_int((5, 7), 0, 2).astype(np.float32))
 
 
-ARITH = ["TADD", "TSUB", "TMUL", "TDIV", "TMAX", "TMIN"]
+ARITH = ["TADD", "TSUB", "TMUL", "TDIV", "TMAX", "TMIN", "TATAN2", "THYPOT", "TCOPYSIGN", "TFMOD", "TREM",
+         "TFLOORDIV"]
 CMP = ["TCMP_LT", "TCMP_LE", "TCMP_GT", "TCMP_GE", "TCMP_EQ", "TCMP_NE"]
 FORMS = {  # tile b's shape, the source of b, how the op reads its operands
     "tile_tile": ("8, 8", "6, 8", "%a, %b"),
@@ -138,16 +139,26 @@ def test_fill_and_scalars():
     compare(text, s=2.5, n=-3)
 
 
-def test_reduce_expand_batch():
-    text = func(["%x: f32[5, 7]"] + [f"%o_{op}: f32[8, 1] out" for op in ["TROWSUM", "TROWMAX", "TROWMIN"]]
-                + [f"%o_{op}: f32[1, 16] out" for op in ["TCOLSUM", "TCOLMAX", "TCOLMIN"]]
-                + ["%re: f32[8, 16] out", "%ce: f32[8, 16] out"],
-                ["alloc %a: f32[8, 16] vec", "alloc %r: f32[8, 1] vec", "alloc %c: f32[1, 16] vec",
-                 "alloc %e: f32[8, 16] vec", "TLOAD %a, %x"]
+@pytest.mark.parametrize("dt", ["f32", "i32"])
+def test_reduce_expand_batch(dt):
+    """Mixed-sign, all-positive and all-negative data: a max (min) starting from 0 instead of
+    -inf / the type's lowest (+inf / highest) shows on the one-signed inputs."""
+    text = func([f"%x: {dt}[5, 7]"] + [f"%o_{op}: {dt}[8, 1] out" for op in ["TROWSUM", "TROWMAX", "TROWMIN"]]
+                + [f"%o_{op}: {dt}[1, 16] out" for op in ["TCOLSUM", "TCOLMAX", "TCOLMIN"]]
+                + [f"%re: {dt}[8, 16] out", f"%ce: {dt}[8, 16] out"],
+                [f"alloc %a: {dt}[8, 16] vec", f"alloc %r: {dt}[8, 1] vec", f"alloc %c: {dt}[1, 16] vec",
+                 f"alloc %e: {dt}[8, 16] vec", "TLOAD %a, %x"]
                 + sum(([f"{op} %r, %a", f"TSTORE %o_{op}, %r"] for op in ["TROWSUM", "TROWMAX", "TROWMIN"]), [])
                 + sum(([f"{op} %c, %a", f"TSTORE %o_{op}, %c"] for op in ["TCOLSUM", "TCOLMAX", "TCOLMIN"]), [])
                 + ["TROWEXPAND %e, %r", "TSTORE %re, %e", "TCOLEXPAND %e, %c", "TSTORE %ce, %e"])
-    compare(text, x=rand((5, 7)))
+    x = rand((5, 7)) if dt == "f32" else rand_int((5, 7), -50, 50)
+    for data in (x, np.abs(x) + (x == 0), -np.abs(x) - (x == 0)):
+        ref = compare(text, x=data)
+        want = data.astype(np.float64)
+        np.testing.assert_allclose(ref["o_TROWMAX"][:5, 0], want.max(1), rtol=1e-6)
+        np.testing.assert_allclose(ref["o_TROWMIN"][:5, 0], want.min(1), rtol=1e-6)
+        np.testing.assert_allclose(ref["o_TCOLMAX"][0, :7], want.max(0), rtol=1e-6)
+        np.testing.assert_allclose(ref["o_TCOLMIN"][0, :7], want.min(0), rtol=1e-6)
 
 
 def test_matmul_batch():
@@ -221,6 +232,26 @@ def test_indexed_rows():
         with pytest.raises(PyptoError, match="MGATHER: index 5 is out of range for a dimension of size 5"):
             isa.run(isa.parse(text), {"x": x, "y": y, "v": rand((9,)), "ix": np.array([[5], [1], [5]], np.int32),
                                       "jx": np.array([[4, 0, 5, 2]], np.int64)}, backend=backend)
+
+
+def test_argsort():
+    x = rand((5, 37))
+    x[1, 3] = x[1, 9] = x[2, 4]  # ties keep their order
+    for desc in (0, 1):
+        text = func(["%x: f32[5, 37]", "%o: i64[5, 37] out"],
+                    ["alloc %a: f32[8, 40] vec", "alloc %d: i64[8, 40] vec", "TLOAD %a, %x",
+                     f"TARGSORT %d, %a, {desc}", "TSTORE %o, %d"])
+        compare(text, x=x)
+
+
+def test_integer_gcd_floordiv_rem():
+    a = rand_int((4, 6), -40, 40)
+    b = rand_int((4, 6), -9, 10)  # zeros included: x // 0 == x % 0 == 0, gcd(x, 0) == |x|
+    body = ["alloc %a: i32[4, 6] vec", "alloc %b: i32[4, 6] vec", "alloc %d: i32[4, 6] vec",
+            "TLOAD %a, %x", "TLOAD %b, %y"]
+    for op in ("TGCD", "TFLOORDIV", "TREM", "TFMOD"):
+        text = func(["%x: i32[4, 6]", "%y: i32[4, 6]", "%o: i32[4, 6] out"], body + [f"{op} %d, %a, %b", "TSTORE %o, %d"])
+        compare(text, x=a, y=b)
 
 
 def test_memory_batch():

@@ -103,6 +103,17 @@ def test_compare_into_bool_tile(op):
     np.testing.assert_array_equal(out, BINARY_REF[op](a, b).astype(bool))
 
 
+def test_integer_gcd_floordiv_remainders():
+    a = rand_int((4, 5), -50, 50)
+    b = rand_int((4, 5), 1, 9) * np.where(rand_int((4, 5), 0, 2) == 0, -1, 1).astype(np.int32)
+    body = ["alloc %a: i32[4, 5] vec", "alloc %b: i32[4, 5] vec", "alloc %d: i32[4, 5] vec",
+            "TLOAD %a, %x", "TLOAD %b, %y"]
+    for op, ref in [("TGCD", np.gcd(a, b)), ("TFLOORDIV", a // b), ("TREM", a % b), ("TFMOD", np.fmod(a, b))]:
+        text = func(["%x: i32[4, 5]", "%y: i32[4, 5]", "%o: i32[4, 5] out"],
+                    body + [f"{op} %d, %a, %b", "TSTORE %o, %d"])
+        np.testing.assert_array_equal(run(text, x=a, y=b)["o"], ref, err_msg=op)
+
+
 def test_integer_binary_ops():
     a = rand_int((4, 5), -50, 50)
     b = rand_int((4, 5), 1, 9) * np.where(rand_int((4, 5), 0, 2) == 0, -1, 1).astype(np.int32)

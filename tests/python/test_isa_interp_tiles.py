@@ -197,6 +197,17 @@ def test_scatter_add_accumulates_repeated_rows():
     check(run(text, x=x, y=y, ix=idx)["o"], ref)
 
 
+def test_argsort_rows_stable_with_nan_placement():
+    x = np.array([[3, 1, np.nan, 1, -2, 7], [0, 0, 5, -1, np.nan, 2]], np.float32)
+    for desc in (0, 1):
+        text = func(["%x: f32[2, 6]", "%o: i64[2, 6] out"],
+                    ["alloc %a: f32[4, 8] vec", "alloc %d: i64[4, 8] vec", "TLOAD %a, %x",
+                     f"TARGSORT %d, %a, {desc}", "TSTORE %o, %d"])
+        import torch
+        ref = torch.sort(torch.tensor(x), dim=1, descending=bool(desc), stable=True).indices.numpy()
+        np.testing.assert_array_equal(run(text, x=x)["o"], ref)
+
+
 def test_mgather_reads_rows_of_global_memory_and_checks_indices():
     x = rand((50, 7))
     idx = np.array([[49, 0, 3, 3]], np.int64)  # a 1 x N index vector

@@ -89,9 +89,23 @@ UNARY_REF = {
     "TSILU": lambda x: x * sigmoid(x),
     "TFLOOR": np.floor,
     "TNOT": lambda x: (x == 0).astype(np.float64),
+    "TSIN": np.sin,
+    "TCOS": np.cos,
+    "TTAN": np.tan,
+    "TEXP2": np.exp2,
+    "TEXPM1": np.expm1,
+    "TLOG2": np.log2,
+    "TLOG10": np.log10,
+    "TLOG1P": np.log1p,
+    "TCBRT": np.cbrt,
+    "TCEIL": np.ceil,
+    "TROUND": np.round,  # halves to even, as the instruction
+    "TTRUNC": np.trunc,
+    "TSIGN": np.sign,
 }
 # Inputs inside each function's domain.
-UNARY_DOMAIN = {"TLOG": (0.1, 4.0), "TSQRT": (0.1, 4.0), "TRSQRT": (0.1, 4.0)}
+UNARY_DOMAIN = {"TLOG": (0.1, 4.0), "TSQRT": (0.1, 4.0), "TRSQRT": (0.1, 4.0), "TLOG2": (0.1, 4.0),
+                "TLOG10": (0.1, 4.0), "TLOG1P": (-0.9, 3.0), "TTAN": (-1.2, 1.2)}
 
 BINARY_REF = {
     "TADD": np.add,
@@ -109,7 +123,15 @@ BINARY_REF = {
     "TCMP_GE": lambda a, b: (a >= b).astype(np.float64),
     "TCMP_EQ": lambda a, b: (a == b).astype(np.float64),
     "TCMP_NE": lambda a, b: (a != b).astype(np.float64),
+    "TATAN2": np.arctan2,
+    "THYPOT": np.hypot,
+    "TCOPYSIGN": np.copysign,
+    "TFMOD": np.fmod,
+    "TREM": np.remainder,
+    "TFLOORDIV": np.floor_divide,
 }
+# Integer-only instructions, tested on integer tiles (test_isa_interp.py, test_isa_differential.py).
+INT_BINARY_REF = {"TGCD": np.gcd}
 
 
 def binary_inputs(op, shape_a, shape_b):

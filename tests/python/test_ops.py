@@ -249,6 +249,34 @@ def test_matmul_operator_transposed(backend):
     assert_close(jit(at_operator, backend)(a, b), np.matmul(*f64(a, b.T)))
 
 
+def mixed_add(a, b):
+    return a + b, b * a
+
+
+def test_mixed_float_dtypes_promote(backend):
+    """f64 with f32 computes in f64 (as NumPy): an f32 result would lose the f64 operand's bits."""
+    a = rand(M, N, dtype=np.float64) * (1 + 1e-12)
+    b = rand(M, N)
+    s, p = jit(mixed_add, backend)(a, b)
+    assert s.dtype == np.float64 and p.dtype == np.float64
+    assert_close(s, a + b.astype(np.float64), 1e-13)
+    assert_close(p, a * b.astype(np.float64), 1e-13)
+
+
+def strided(x):
+    return x[::2, ::3] * 1.5, x[1::3, 2::5] + 1.0, x[5:, 7::2], x[-3:, -5:-1] * 2.0, x[-1]
+
+
+def test_layout_strided_and_negative_slices(backend):
+    x = rand(M, N)
+    outs = jit(strided, backend)(x)
+    x64 = x.astype(np.float64)
+    refs = (x64[::2, ::3] * 1.5, x64[1::3, 2::5] + 1.0, x64[5:, 7::2], x64[-3:, -5:-1] * 2.0, x64[-1])
+    for o, r in zip(outs, refs):
+        assert o.shape == r.shape
+        assert_close(o, r)
+
+
 def layouts(x, y):
     return (x.transpose(0, 1), pypto.permute(y, (2, 0, 1)), y.reshape(12, 5), pypto.reshape(x[:30], (3, 10, N)),
             pypto.concat([x, x[:, :10]], dim=1), pypto.cat([x[:3], x], 0), y.T)

@@ -101,6 +101,52 @@ inline void TSCATTER_ADD(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, const T
   TSCATTER<true>(dst, src, idx);
 }
 
+namespace detail {
+// a sorts before b: ascending with NaN the greatest (last), or descending (NaN first).
+template <class T>
+PTO_INLINE bool sorts_before(T a, T b, bool desc) {
+  if (desc) {
+    T t = a;
+    a = b;
+    b = t;
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (b != b) return a == a;
+  }
+  return a < b;
+}
+}  // namespace detail
+
+// dst[r, :] = the stable permutation that sorts src[r, :src.vc] (ascending, or descending when
+// desc != 0); a bottom-up merge sort over an index scratch row. dst.valid = src.vr x src.vc.
+template <class D, int RD, int CD, class T, int R, int C>
+inline void TARGSORT(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t desc) {
+  const int64_t vr = detail::imin(src.vr, RD), n = detail::imin(src.vc, CD);
+  ScratchBuffer<int64_t> buf(2 * n);
+  for (int64_t r = 0; r < vr; ++r) {
+    const T* x = src.data + r * C;
+    int64_t* a = buf.data();
+    int64_t* b = buf.data() + n;
+    for (int64_t i = 0; i < n; ++i) a[i] = i;
+    for (int64_t w = 1; w < n; w *= 2) {
+      for (int64_t lo = 0; lo < n; lo += 2 * w) {
+        const int64_t mid = detail::imin(lo + w, n), hi = detail::imin(lo + 2 * w, n);
+        int64_t i = lo, j = mid, k = lo;
+        while (i < mid && j < hi) b[k++] = detail::sorts_before(x[a[j]], x[a[i]], desc != 0) ? a[j++] : a[i++];
+        while (i < mid) b[k++] = a[i++];
+        while (j < hi) b[k++] = a[j++];
+      }
+      int64_t* t = a;
+      a = b;
+      b = t;
+    }
+    D* d = dst.data + r * CD;
+    for (int64_t i = 0; i < n; ++i) d[i] = D(a[i]);
+  }
+  dst.vr = int(vr);
+  dst.vc = int(n);
+}
+
 // dst[r,:] = src[idx_r,:] for the n indices of idx; dst.valid = n x src.vc (clamped to dst).
 template <class D, int RD, int CD, class U, class I, int RI, int CI>
 inline void MGATHER(Tile<D, RD, CD>& dst, GlobalView<U> src, const Tile<I, RI, CI>& idx,

@@ -172,3 +172,55 @@ def chunk(x, chunks, dim=0):
         raise PyptoError(f"chunk: dim {d} is out of range for a tensor of rank {rank}")
     n = v.shape[d % rank]
     return split(x, -(-n // c), dim)
+
+
+def _scan(op, x, dim, dtype=None):
+    from .tensor_ops import cast
+    from .values import Opcode
+    tr = _find_tracer(x)
+    if dim is None:
+        raise PyptoError("cumsum/cumprod: dim must be given")
+    v = tensor_of(tr, x)
+    if dtype is not None:
+        v = tensor_of(tr, cast(wrap(tr, v), dtype))
+    return wrap(tr, tr.b.scan(getattr(Opcode, op), v, static_int(dim, "dim")))
+
+
+def cumsum(x, dim=None, dtype=None):
+    return _scan("TADD", x, dim, dtype)
+
+
+def cumprod(x, dim=None, dtype=None):
+    return _scan("TMUL", x, dim, dtype)
+
+
+def _scan_extreme(op, x, dim):
+    from .values import Opcode
+    tr = _find_tracer(x)
+    values, indices = tr.b.scan_extreme(getattr(Opcode, op), tensor_of(tr, x), static_int(dim, "dim"))
+    return wrap(tr, values), wrap(tr, indices)
+
+
+def cummax(x, dim):
+    return _scan_extreme("TMAX", x, dim)
+
+
+def cummin(x, dim):
+    return _scan_extreme("TMIN", x, dim)
+
+
+def sort(x, dim=-1, descending=False, stable=True):
+    tr = _find_tracer(x)
+    values, indices = tr.b.sort(tensor_of(tr, x), static_int(dim, "dim"), bool(descending))
+    return wrap(tr, values), wrap(tr, indices)
+
+
+def argsort(x, dim=-1, descending=False, stable=True):
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.argsort(tensor_of(tr, x), static_int(dim, "dim"), bool(descending)))
+
+
+def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
+    tr = _find_tracer(x)
+    values, indices = tr.b.topk(tensor_of(tr, x), static_int(k, "k"), static_int(dim, "dim"), bool(largest))
+    return wrap(tr, values), wrap(tr, indices)

@@ -147,8 +147,8 @@ class ControlFlow:
                 raise PyptoError("range() bounds must be integers, got a float")
         lo, hi, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
         lo, hi, step = (v.value if is_expr(v) and v.is_const else v for v in (lo, hi, step))
-        if is_expr(step):
-            raise PyptoError("a loop step must be a compile-time integer")
+        if is_expr(step):  # a scalar argument becomes a compile-time constant (trace.py restarts)
+            raise NeedsConcrete(step, "a loop step must be a compile-time integer")
         if step == 0:
             raise PyptoError("range() arg 3 must not be zero")
         const = not is_expr(lo) and not is_expr(hi)
@@ -162,7 +162,7 @@ class ControlFlow:
         key = self.loop_key(node)
         unroll = kind is ops.static_range or key in self.tr.unroll
         if kind is ops.static_range and trip is None:
-            raise PyptoError("pypto.static_range needs bounds known at compile time")
+            raise NeedsConcrete(hi - lo, "pypto.static_range needs bounds known at compile time")
         if step < 0 and not const:
             raise PyptoError("loops with a negative step need bounds known at compile time")
         if unroll or step < 0 or (trip is not None and trip <= 1 and kind is not ops.prange):
@@ -193,7 +193,10 @@ class ControlFlow:
             self.check_python_names(before, carried, frame, outer, node)
             tr.b.end_for()
         except NeedsConcrete as e:
-            if e.expr is None or frame.vars & set(e.expr.vars()):
+            # A scalar argument in the value is specialised first (at the top): unrolling alone
+            # could not make it concrete, and unrolling may not be needed once it is.
+            needed = set(e.expr.vars()) if e.expr is not None else set()
+            if e.expr is None or (frame.vars & needed and not needed & tr.scalar_vars.keys()):
                 self.unroll_or_fail(frame, e)
             raise
         finally:

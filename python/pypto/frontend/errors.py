@@ -24,10 +24,11 @@ class AutogradError(PyptoError, RuntimeError):
 class Restart(Exception):
     """Internal: trace again with more loops unrolled or more scalar arguments made static."""
 
-    def __init__(self, unroll=None, static_arg=None):
+    def __init__(self, unroll=None, static_arg=None, why=None):
         super().__init__("restart")
         self.unroll = unroll
         self.static_arg = static_arg
+        self.why = why  # "file:line: what needed the value", for kernel.cache_info()
 
 
 class NeedsConcrete(Exception):

@@ -161,16 +161,13 @@ def power(a, b):
 
 
 def floordiv(a, b):
-    q = unary(Opcode.TFLOOR, binary(Opcode.TDIV, a, b))
-    dts = [x.dtype for x in (a, b) if isinstance(x, TensorValue)]
-    if dts and all(not d.is_floating_point for d in dts) and all(
-            not isinstance(x, float) for x in (a, b)):
-        return cast(q, dts[0])
-    return q
+    """a // b: exact for integers (TFLOORDIV), floor(a / b) for floats."""
+    return binary(Opcode.TFLOORDIV, a, b)
 
 
 def mod(a, b):
-    return binary(Opcode.TSUB, a, binary(Opcode.TMUL, floordiv(a, b), b))
+    """a % b with the divisor's sign, as Python (TREM)."""
+    return binary(Opcode.TREM, a, b)
 
 
 def gelu(x, approximate="none"):

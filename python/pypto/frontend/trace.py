@@ -29,9 +29,11 @@ def is_scalar_arg(v):
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and not interop.is_array(v)
 
 
-def trace_kernel(src, names, args, static_args, unroll, backend):
+def trace_kernel(src, names, args, static_args, unroll, backend, static_reasons=None):
     """Trace `src` with positional values `args` (named `names`). `static_args` and `unroll` are
-    sets the caller keeps: restarts add to them so later signatures start from what was learned."""
+    sets the caller keeps: restarts add to them so later signatures start from what was learned.
+    `static_reasons` (a dict the caller keeps, optional) gets, per specialised argument index,
+    the kernel line that needed its value."""
     for _ in range(MAX_RESTARTS):
         tr = Tracer(src.func.__name__, unroll, static_args, backend)
         try:
@@ -42,6 +44,8 @@ def trace_kernel(src, names, args, static_args, unroll, backend):
                 unroll.add(r.unroll)
             if r.static_arg is not None:
                 static_args.add(r.static_arg)
+                if static_reasons is not None:
+                    static_reasons[r.static_arg] = r.why
     raise PyptoError(f"kernel '{src.name}': tracing did not settle after {MAX_RESTARTS} attempts")
 
 
@@ -71,12 +75,15 @@ def _trace_once(tr, src, names, args):
 
 
 def _resolve_at_top(tr, src, e):
+    """A value needed at trace time is only known at run time: an int/float argument it depends
+    on becomes a compile-time constant (an inferred meta-parameter, like Triton's tl.constexpr;
+    its value joins the cache key), else the kernel line is reported."""
+    where_src = getattr(e, "src", None) or src
+    node = e.node if e.node is not None else src.fdef
     if e.expr is not None:
         args = sorted({tr.scalar_vars[v] for v in e.expr.vars() if v in tr.scalar_vars})
         if args:
-            raise Restart(static_arg=args[0])
-    where_src = getattr(e, "src", None) or src
-    node = e.node if e.node is not None else src.fdef
+            raise Restart(static_arg=args[0], why=f"{where_src.filename}:{where_src.lineno(node)}: {e.what}")
     value = f": {e.expr} is only known when the kernel runs" if e.expr is not None else ""
     raise KernelSourceError(where_src.where(node, f"{e.what}{value}"))
 

@@ -121,6 +121,32 @@ Num unary(Opcode code, T x) {
       return num(e::floor(x));
     case Opcode::TNOT:
       return num(e::lnot(x));
+    case Opcode::TSIN:
+      return num(e::sin(x));
+    case Opcode::TCOS:
+      return num(e::cos(x));
+    case Opcode::TTAN:
+      return num(e::tan(x));
+    case Opcode::TEXP2:
+      return num(e::exp2(x));
+    case Opcode::TEXPM1:
+      return num(e::expm1(x));
+    case Opcode::TLOG2:
+      return num(e::log2(x));
+    case Opcode::TLOG10:
+      return num(e::log10(x));
+    case Opcode::TLOG1P:
+      return num(e::log1p(x));
+    case Opcode::TCBRT:
+      return num(e::cbrt(x));
+    case Opcode::TCEIL:
+      return num(e::ceil(x));
+    case Opcode::TROUND:
+      return num(e::round(x));
+    case Opcode::TTRUNC:
+      return num(e::trunc(x));
+    case Opcode::TSIGN:
+      return num(e::sign(x));
     default:
       return fnum(NAN);
   }
@@ -148,6 +174,20 @@ Num binary(Opcode code, T a, T b) {
       return num(e::land(a, b));
     case Opcode::TOR:
       return num(e::lor(a, b));
+    case Opcode::TATAN2:
+      return num(e::atan2(a, b));
+    case Opcode::THYPOT:
+      return num(e::hypot(a, b));
+    case Opcode::TCOPYSIGN:
+      return num(e::copysign(a, b));
+    case Opcode::TFMOD:
+      return num(e::fmod(a, b));
+    case Opcode::TREM:
+      return num(e::floormod(a, b));
+    case Opcode::TFLOORDIV:
+      return num(e::floordiv(a, b));
+    case Opcode::TGCD:
+      return num(e::gcd(a, b));
     case Opcode::TCMP_LT:
       return inum(e::lt(a, b));
     case Opcode::TCMP_LE:

@@ -9,6 +9,7 @@
 
 #include "backends/interp/machine.h"
 #include "ir/printer.h"
+#include "ir/trip_count.h"
 #include "runtime/arg_check.h"
 #include "runtime/interrupt.h"
 
@@ -127,11 +128,7 @@ void Machine::exec_for(const StmtNode& s) {
     }
     races_.leave();
   } else {
-    // The trip count in 128 bits: `i += step` near INT64_MAX must not wrap.
-    const __int128 span = step > 0 ? __int128(hi) - lo : __int128(lo) - hi;
-    const __int128 mag = step > 0 ? __int128(step) : -__int128(step);
-    const __int128 trips = span > 0 ? (span + mag - 1) / mag : 0;
-    for (__int128 t = 0; t < trips; ++t) {
+    for (__int128 t = 0, trips = trip_count(lo, hi, step); t < trips; ++t) {
       if (runtime::stop_requested()) throw runtime::Interrupted();
       env_[s.var] = ScalarValue{false, int64_t(lo + t * step), 0};
       exec_block(s.body);

@@ -74,6 +74,30 @@ void exec_layout(Machine& m, const Op& op) {
       });
       break;
     }
+    case Opcode::TARGSORT: {
+      // A stable sort of each row's valid part; NaN after +inf (ascending) or first (descending).
+      const bool desc = m.int_scalar(op, 2) != 0;
+      std::vector<Num> row(size_t(src.vc));
+      std::vector<int64_t> order(size_t(src.vc));
+      std::vector<Num> out(size_t(src.vr * src.vc));
+      auto key_less = [](const Num& a, const Num& b) {  // a < b, NaN the greatest
+        if (!a.is_float) return a.i < b.i;
+        if (b.f != b.f) return a.f == a.f;
+        return a.f < b.f;
+      };
+      for (int64_t r = 0; r < src.vr; ++r) {
+        for (int64_t c = 0; c < src.vc; ++c) {
+          row[size_t(c)] = m.get(op, src, r, c);
+          order[size_t(c)] = c;
+        }
+        std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+          return desc ? key_less(row[size_t(b)], row[size_t(a)]) : key_less(row[size_t(a)], row[size_t(b)]);
+        });
+        for (int64_t c = 0; c < src.vc; ++c) out[size_t(r * src.vc + c)] = inum(order[size_t(c)]);
+      }
+      commit(m, op, dst, src.vr, src.vc, [&](int64_t r, int64_t c) { return out[size_t(r * src.vc + c)]; });
+      break;
+    }
     case Opcode::TSCATTER:
     case Opcode::TSCATTER_ADD: {
       const Tile& idx = m.tile(op, 2);

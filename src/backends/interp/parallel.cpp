@@ -6,6 +6,7 @@
 #include <random>
 
 #include "ir/ir.h"
+#include "ir/trip_count.h"
 
 namespace pypto::interp {
 
@@ -32,10 +33,7 @@ ParallelSettings parallel_settings_from_env() {
 std::vector<int64_t> parallel_iterations(int64_t lo, int64_t hi, int64_t step, const ParallelSettings& s,
                                          uint64_t salt) {
   std::vector<int64_t> values;
-  // (stepping by trip count: `i += step` near INT64_MAX must not wrap)
-  const __int128 span = step > 0 ? __int128(hi) - lo : __int128(lo) - hi;
-  const __int128 mag = step > 0 ? __int128(step) : -__int128(step);
-  for (__int128 t = 0; span > 0 && t * mag < span; ++t) values.push_back(int64_t(lo + t * step));
+  for (__int128 t = 0, n = ir::trip_count(lo, hi, step); t < n; ++t) values.push_back(int64_t(lo + t * step));
   if (s.order == ParallelOrder::Reverse) {
     std::reverse(values.begin(), values.end());
   } else if (s.order == ParallelOrder::Shuffle) {

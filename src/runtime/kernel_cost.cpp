@@ -1,0 +1,106 @@
+#include "runtime/kernel_cost.h"
+
+#include <algorithm>
+
+#include "ir/trip_count.h"
+
+namespace pypto::runtime {
+namespace {
+
+struct Counter {
+  KernelCost cost;
+
+  // Elements of a view's valid region; the static window where an extent is not constant.
+  double elements(const ir::View& v) {
+    double n = 1;
+    std::vector<ir::Expr> valid = v.valid_shape();
+    std::vector<int64_t> shape = v.shape();
+    for (size_t d = 0; d < shape.size(); ++d) {
+      std::optional<int64_t> c = d < valid.size() ? ir::as_int(valid[d]) : std::nullopt;
+      if (!c) cost.exact = false;
+      n *= double(c ? *c : shape[d]);
+    }
+    return n;
+  }
+
+  double op_flops(const ir::Op& op) {
+    auto view = [&](size_t i) -> const ir::View* {
+      return i < op.args.size() ? std::get_if<ir::View>(&op.args[i]) : nullptr;
+    };
+    const ir::View* dst = view(0);
+    if (!dst) return 0;
+    switch (ir::opcode_info(op.code).category) {
+      case ir::OpCategory::Matrix: {
+        const ir::View* a = view(1);
+        if (!a || a->rank() == 0) return 0;
+        std::vector<int64_t> ashape = a->shape();
+        std::optional<int64_t> k = ir::as_int(a->valid_shape().back());
+        if (!k) cost.exact = false;
+        double mn = elements(*dst);
+        double f = 2 * mn * double(k ? *k : ashape.back());
+        return op.code == ir::Opcode::TMATMUL_BIAS ? f + mn : f;
+      }
+      case ir::OpCategory::Unary:
+        return op.code == ir::Opcode::TMOV ? 0 : elements(*dst);
+      case ir::OpCategory::Binary:
+      case ir::OpCategory::Compare:
+      case ir::OpCategory::Select:
+        return elements(*dst);
+      case ir::OpCategory::Reduce: {
+        const ir::View* src = view(1);
+        return src ? elements(*src) : 0;
+      }
+      default:
+        return 0;
+    }
+  }
+
+  void walk(const std::vector<ir::Stmt>& body, double times) {
+    for (const ir::Stmt& s : body) {
+      switch (s->kind) {
+        case ir::StmtKind::Seq:
+          walk(s->body, times);
+          break;
+        case ir::StmtKind::For: {
+          std::optional<int64_t> lo = ir::as_int(s->lo), hi = ir::as_int(s->hi), step = ir::as_int(s->step);
+          std::optional<int64_t> span = ir::as_int(s->hi - s->lo);  // constant even when lo and hi are not
+          double trips = 1;
+          if (lo && hi && step)
+            trips = double(ir::trip_count(*lo, *hi, *step));
+          else if (span && step)
+            trips = double(ir::trip_count(0, *span, *step));
+          else
+            cost.exact = false;
+          walk(s->body, times * trips);
+          break;
+        }
+        case ir::StmtKind::If: {  // the costlier branch: an upper bound
+          cost.exact = false;
+          double before = cost.flops;
+          walk(s->body, times);
+          double then_flops = cost.flops - before;
+          cost.flops = before;
+          walk(s->orelse, times);
+          cost.flops = before + std::max(then_flops, cost.flops - before);
+          break;
+        }
+        case ir::StmtKind::OpStmt:
+          cost.flops += times * op_flops(s->op);
+          break;
+        default:
+          break;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+KernelCost count_cost(const ir::Program& p) {
+  Counter c;
+  c.walk(p.body, 1);
+  for (const ir::BufferRef& b : p.params) c.cost.bytes += double(b->numel()) * ir::dtype_bytes(b->dtype);
+  return c.cost;
+}
+
+}  // namespace pypto::runtime

@@ -1,0 +1,23 @@
+// The arithmetic a kernel does and the global memory it touches, counted once from its
+// tensor-level program (pypto.get_last_profile reports them next to the measured time).
+#pragma once
+#include <cstdint>
+
+#include "ir/ir.h"
+
+namespace pypto::runtime {
+
+struct KernelCost {
+  // matmul: 2*M*N*K (+M*N for a bias); elementwise, compare, select: one per element written;
+  // reductions: one per element read; copies, fills, layout and memory instructions: none.
+  double flops = 0;
+  // The global params' sizes: every input read once and every output written once.
+  double bytes = 0;
+  // False when a loop trip count or an extent was not a constant (then the count uses one trip
+  // of such a loop and the static window sizes: an estimate).
+  bool exact = true;
+};
+
+KernelCost count_cost(const ir::Program& tensor_program);
+
+}  // namespace pypto::runtime

@@ -35,8 +35,6 @@ def torch_mix(x, w, b):
 
 
 def test_torch_functions_map_to_pypto_ops():
-    if not hasattr(pypto, "sin"):  # the ops issue adds sin/cos; until then this line uses abs only
-        pytest.skip("pypto.sin has not landed")
     torch.manual_seed(0)
     x, w, b = torch.randn(4, 8), torch.randn(18, 8), torch.randn(18)
     k = pypto.jit(torch_mix, backend="interp")
@@ -99,8 +97,22 @@ def test_tensor_introspection_as_torch_code_asks():
     _close(got[1], x.float().max(-1).values)
 
 
-def uses_cumsum(x):
-    return torch.cumsum(x, 0)
+def uses_nansum(x):
+    return torch.nansum(x, 0)
+
+
+def uses_new_ops(x, w, ids):
+    return torch.cumsum(x, 0) + torch.log1p(x.abs()) * torch.sin(x) + F.embedding(ids, w)
+
+
+@pytest.mark.parametrize("backend_name", ["interp", "cpu"])
+def test_scans_math_and_embedding_map_to_pypto_ops(backend_name):
+    torch.manual_seed(1)
+    x, w = torch.randn(6, 5, dtype=torch.float64), torch.randn(7, 5, dtype=torch.float64)
+    ids = torch.tensor([0, 3, 6, 3, 1, 2])
+    got = pypto.jit(uses_new_ops, backend=backend_name)(x, w, ids)
+    want = torch.cumsum(x, 0) + torch.log1p(x.abs()) * torch.sin(x) + w[ids]
+    _close(got, want)
 
 
 class Helper(nn.Module):
@@ -111,10 +123,10 @@ class Helper(nn.Module):
 def test_unsupported_torch_function_names_it_the_line_and_the_nearest_op():
     x = torch.randn(3, 4)
     with pytest.raises(pypto.PyptoError) as e:
-        pypto.jit(uses_cumsum, backend="interp")(x)
+        pypto.jit(uses_nansum, backend="interp")(x)
     msg = str(e.value)
-    assert "torch.cumsum is not supported inside a PyPTO kernel" in msg
-    assert "return torch.cumsum(x, 0)" in msg and "test_torch_functions.py" in msg
+    assert "torch.nansum is not supported inside a PyPTO kernel" in msg
+    assert "return torch.nansum(x, 0)" in msg and "test_torch_functions.py" in msg
     assert "pypto.sum" in msg
     # called from module code that runs as plain Python: that line is named too
     with pytest.raises(pypto.PyptoError) as e:

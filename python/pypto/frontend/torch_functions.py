@@ -88,14 +88,25 @@ def square(input):  # noqa: A002
     return T.binary(Opcode.TMUL, input, input)
 
 
-def _trig(name):
+def _public(name):
+    """The public pypto.X of that name (the package, not one of its modules: ops live in several)."""
+    return getattr(sys.modules[__name__.split(".")[0]], name, None)
+
+
+def _math(name):
     def f(input, *, out=None):  # noqa: A002
         _no_out(out)
-        from .. import ops
-        fn = getattr(ops, name, None)
+        fn = _public(name)
         if fn is None:
             raise PyptoError(f"torch.{name}: PyPTO has no {name} operation yet")
         return fn(input)
+    return f
+
+
+def _scan(name):
+    def f(input, dim, *, dtype=None, out=None):  # noqa: A002
+        _no_out(out)
+        return _public(name)(input, dim, dtype=dtype)
     return f
 
 
@@ -313,8 +324,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,  # noqa: A002
               sparse=False):
-    from .. import ops
-    fn = getattr(ops, "embedding", None)
+    fn = _public("embedding")
     if fn is None:
         raise PyptoError("embedding: PyPTO has no gather/embedding operation yet")
     if max_norm is not None:
@@ -450,7 +460,11 @@ def _entries():
         (_unary(Opcode.TRSQRT), ["rsqrt"]), (_unary(Opcode.TTANH), ["tanh"]), (_unary(Opcode.TERF), ["erf"]),
         (_unary(Opcode.TSIGMOID), ["sigmoid"]), (_unary(Opcode.TFLOOR), ["floor"]),
         (_unary(Opcode.TRECIP), ["reciprocal"]), (square, ["square"]),
-        (_trig("sin"), ["sin"]), (_trig("cos"), ["cos"]),
+        (_math("sin"), ["sin"]), (_math("cos"), ["cos"]), (_math("tan"), ["tan"]),
+        (_math("exp2"), ["exp2"]), (_math("expm1"), ["expm1"]), (_math("log2"), ["log2"]),
+        (_math("log10"), ["log10"]), (_math("log1p"), ["log1p"]), (_math("ceil"), ["ceil"]),
+        (_math("trunc"), ["trunc", "fix"]), (_math("sign"), ["sign"]),
+        (_scan("cumsum"), ["cumsum"]), (_scan("cumprod"), ["cumprod"]),
         (_activation(Opcode.TRELU), ["relu"]), (_activation(Opcode.TSILU), ["silu"]), (gelu, ["gelu"]),
         (clamp, ["clamp", "clip"]), (lambda x, m: T.clamp(x, m, None), ["clamp_min"]),
         (lambda x, m: T.clamp(x, None, m), ["clamp_max"]),

@@ -18,15 +18,15 @@ typedef void (*pto_parallel_for_fn)(int64_t n, pto_loop_body body, void* ctx);
 typedef void (*pto_report_error_fn)(void* ctx, const char* message);
 
 typedef struct pto_kernel_args {
-  void* const* data;               /* one pointer per tensor param, in Program.params order */
-  const int64_t* const* strides;   /* per tensor param: element strides, one per dimension */
-  const int64_t* iscalars;         /* per scalar param (integer value; unused for float params) */
-  const double* fscalars;          /* per scalar param (float value; unused for integer params) */
+  void* const* data;             /* one pointer per tensor param, in Program.params order */
+  const int64_t* const* strides; /* per tensor param: element strides, one per dimension */
+  const int64_t* iscalars;       /* per scalar param (integer value; unused for float params) */
+  const double* fscalars;        /* per scalar param (float value; unused for integer params) */
   pto_parallel_for_fn parallel_for;
   /* Non-zero (read atomically) asks the kernel to stop: it is polled at every loop iteration and
      the kernel returns early; the runtime then reports the run as interrupted. May be NULL. */
   const int32_t* stop;
-  pto_report_error_fn report_error;  /* may be null: errors are then not reported */
+  pto_report_error_fn report_error; /* may be null: errors are then not reported */
   void* error_ctx;
 } pto_kernel_args;
 

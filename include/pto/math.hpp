@@ -201,11 +201,11 @@ PTO_INLINE double pow(double a, double b) { return __builtin_pow(a, b); }
 
 // The C library's correctly rounded (or nearly) cores, called element by element: sin, cos, ...
 // (the compiler does not vectorise them without -ffast-math; exact results matter more here).
-#define PTO_LIBM_1(name)                                                    \
-  PTO_INLINE float name(float x) { return __builtin_##name##f(x); }       \
+#define PTO_LIBM_1(name)                                            \
+  PTO_INLINE float name(float x) { return __builtin_##name##f(x); } \
   PTO_INLINE double name(double x) { return __builtin_##name(x); }
-#define PTO_LIBM_2(name)                                                             \
-  PTO_INLINE float name(float a, float b) { return __builtin_##name##f(a, b); }    \
+#define PTO_LIBM_2(name)                                                        \
+  PTO_INLINE float name(float a, float b) { return __builtin_##name##f(a, b); } \
   PTO_INLINE double name(double a, double b) { return __builtin_##name(a, b); }
 PTO_LIBM_1(sin)
 PTO_LIBM_1(cos)
@@ -217,7 +217,7 @@ PTO_LIBM_1(log10)
 PTO_LIBM_1(log1p)
 PTO_LIBM_1(cbrt)
 PTO_LIBM_1(ceil)
-PTO_LIBM_1(rint)   // round half to even (the default rounding mode)
+PTO_LIBM_1(rint)  // round half to even (the default rounding mode)
 PTO_LIBM_1(trunc)
 PTO_LIBM_2(atan2)
 PTO_LIBM_2(hypot)

@@ -479,7 +479,8 @@ void bind_builder(nb::module_& m) {
       .def(
           "put",
           [](B& b, const View& x, int dim, const View& idx, nb::handle v, bool acc, bool wrap) {
-            b.put(x, dim, idx, to_operand(v, ir::is_float(x.buf->dtype) ? ir::compute_dtype(x.buf->dtype) : DType::F32),
+            b.put(x, dim, idx,
+                  to_operand(v, ir::is_float(x.buf->dtype) ? ir::compute_dtype(x.buf->dtype) : DType::F32),
                   acc, wrap);
           },
           "x"_a, "dim"_a, "idx"_a, "value"_a, "accumulate"_a, "wrap_negative"_a)
@@ -488,7 +489,9 @@ void bind_builder(nb::module_& m) {
           "scatter_elements",
           [](B& b, const View& x, int dim, const View& idx, nb::handle v, bool acc) {
             return b.scatter_elements(
-                x, dim, idx, to_operand(v, ir::is_float(x.buf->dtype) ? ir::compute_dtype(x.buf->dtype) : DType::F32), acc);
+                x, dim, idx,
+                to_operand(v, ir::is_float(x.buf->dtype) ? ir::compute_dtype(x.buf->dtype) : DType::F32),
+                acc);
           },
           "x"_a, "dim"_a, "idx"_a, "src"_a, "accumulate"_a)
       .def("flip", &B::flip, "x"_a, "dims"_a)

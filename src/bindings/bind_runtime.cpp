@@ -15,9 +15,9 @@
 #include "ir/ir.h"
 #include "runtime/kernel.h"
 #include "runtime/kernel_cost.h"
-#include "runtime/target.h"
 #include "runtime/loop_cost.h"
 #include "runtime/openmp_bridge.h"
+#include "runtime/target.h"
 #include "runtime/thread_pool.h"
 
 namespace pypto::bindings {
@@ -152,8 +152,7 @@ void bind_runtime(nb::module_& m) {
            "may also be a tuple (data_pointer, strides) for an array already known to match the param.")
       .def("as_text", &Kernel::as_text, "level"_a, "levels: \"tensor\", \"tile\", \"isa\", \"source\" (cpu)")
       .def(
-          "compile",
-          [](Kernel& k) { return interruptible_without_gil([&] { return k.compile(); }); },
+          "compile", [](Kernel& k) { return interruptible_without_gil([&] { return k.compile(); }); },
           "Compile now (cpu backend); returns the seconds spent, 0 when it came from a cache.")
       .def("compiled_from_cache", &Kernel::compiled_from_cache)
       .def_prop_ro("backend",
@@ -176,8 +175,9 @@ void bind_runtime(nb::module_& m) {
             return nb::make_tuple(c.flops, c.bytes, c.exact);
           },
           "(flops, bytes, exact) counted from the tensor-level program (runtime/kernel_cost.h).")
-      .def("written", [](const Kernel& k) { return k.written(); },
-           "Per tensor param, whether the kernel writes it.")
+      .def(
+          "written", [](const Kernel& k) { return k.written(); },
+          "Per tensor param, whether the kernel writes it.")
       .def("scalar_params", [](const Kernel& k) {
         nb::list out;
         for (auto& s : k.lowered().tensor.scalars)

@@ -25,8 +25,8 @@ std::string shape_str(const std::vector<int64_t>& s) {
 int normalize_dim(int dim, int rank, const char* what) {
   int d = dim < 0 ? dim + rank : dim;
   if (d < 0 || d >= rank) {
-    throw Error(std::string(what) + ": dimension " + std::to_string(dim) + " is out of range for a tensor of rank " +
-                std::to_string(rank));
+    throw Error(std::string(what) + ": dimension " + std::to_string(dim) +
+                " is out of range for a tensor of rank " + std::to_string(rank));
   }
   return d;
 }
@@ -83,8 +83,15 @@ std::vector<Expr> broadcast_valid(const std::vector<int64_t>& out, const std::ve
 
 bool is_unary_float_op(Opcode op) {
   switch (op) {
-    case Opcode::TMOV: case Opcode::TNEG: case Opcode::TABS: case Opcode::TRELU: case Opcode::TNOT:
-    case Opcode::TCEIL: case Opcode::TROUND: case Opcode::TTRUNC: case Opcode::TSIGN:
+    case Opcode::TMOV:
+    case Opcode::TNEG:
+    case Opcode::TABS:
+    case Opcode::TRELU:
+    case Opcode::TNOT:
+    case Opcode::TCEIL:
+    case Opcode::TROUND:
+    case Opcode::TTRUNC:
+    case Opcode::TSIGN:
       return false;
     default:
       return true;
@@ -201,7 +208,8 @@ Expr Builder::add_scalar_param(const std::string& name, DType dtype) {
 
 Expr Builder::begin_for(const std::string& hint, Expr lo, Expr hi, Expr step, bool parallel) {
   auto s = as_int(step);
-  if (!s || *s <= 0) throw Error("a loop step must be a positive compile-time integer, got " + to_string(step));
+  if (!s || *s <= 0)
+    throw Error("a loop step must be a positive compile-time integer, got " + to_string(step));
   Impl::Frame f;
   f.kind = Impl::Frame::For;
   f.var = impl_->fresh(hint.empty() ? "i" : hint);
@@ -246,11 +254,14 @@ void Builder::begin_else() {
 
 void Builder::end_if() {
   auto kind = impl_->frames.back().kind;
-  if (kind != Impl::Frame::Then && kind != Impl::Frame::Else) throw Error("end_if without a matching begin_if");
+  if (kind != Impl::Frame::Then && kind != Impl::Frame::Else)
+    throw Error("end_if without a matching begin_if");
   Impl::Frame f = std::move(impl_->frames.back());
   impl_->frames.pop_back();
-  if (kind == Impl::Frame::Then) impl_->emit(if_then(f.cond, std::move(f.stmts)));
-  else impl_->emit(if_then(f.cond, std::move(f.then_stmts), std::move(f.stmts)));
+  if (kind == Impl::Frame::Then)
+    impl_->emit(if_then(f.cond, std::move(f.stmts)));
+  else
+    impl_->emit(if_then(f.cond, std::move(f.then_stmts), std::move(f.stmts)));
 }
 
 // Index arithmetic stays inline (no Let) so bounds analysis sees through names like `end_i`.
@@ -260,7 +271,8 @@ Expr Builder::let(const std::string&, Expr value) { return value; }
 
 View Builder::empty(std::vector<int64_t> shape, DType dtype) {
   for (auto s : shape)
-    if (s <= 0) throw Error("cannot create a tensor of shape " + shape_str(shape) + ": every dimension must be >= 1");
+    if (s <= 0)
+      throw Error("cannot create a tensor of shape " + shape_str(shape) + ": every dimension must be >= 1");
   return impl_->new_temp(shape, dtype, {});
 }
 
@@ -312,9 +324,12 @@ void Builder::Impl::require_in_range(const Expr& k, const Expr& len, int dim) {
   c.length = len;
   c.dim = dim;
   for (auto& f : frames) {
-    if (f.kind == Frame::For) c.scopes.push_back(CheckScope{f.var, f.lo, f.hi, f.step, nullptr});
-    else if (f.kind == Frame::Then) c.scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, f.cond});
-    else if (f.kind == Frame::Else) c.scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, logic_not(f.cond)});
+    if (f.kind == Frame::For)
+      c.scopes.push_back(CheckScope{f.var, f.lo, f.hi, f.step, nullptr});
+    else if (f.kind == Frame::Then)
+      c.scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, f.cond});
+    else if (f.kind == Frame::Else)
+      c.scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, logic_not(f.cond)});
   }
   c.where = where;
   prog.index_checks.push_back(std::move(c));
@@ -326,8 +341,8 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
   for (auto& ix : idx)
     if (ix.kind != Index::NewAxis) ++consumed;
   if (consumed > r)
-    throw Error("too many indices for a tensor of shape " + shape_str(v.shape()) + ": " + std::to_string(consumed) +
-                " given");
+    throw Error("too many indices for a tensor of shape " + shape_str(v.shape()) + ": " +
+                std::to_string(consumed) + " given");
   const VarBounds& vb = impl_->var_bounds;
   View out = v;
   std::vector<int> dims;
@@ -353,7 +368,8 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
         i = int_imm(k);
       } else {
         auto b = bounds(i, vb);
-        if (!(b && b->lo >= 0)) i = (b && b->hi < 0) ? i + V : ir::select(cmp(ExprOp::Lt, i, int_imm(0)), i + V, i);
+        if (!(b && b->lo >= 0))
+          i = (b && b->hi < 0) ? i + V : ir::select(cmp(ExprOp::Lt, i, int_imm(0)), i + V, i);
         impl_->require_in_range(i, V, p);
       }
       out.offset[bd] = v.offset[bd] + i * int_imm(v.step[bd]);
@@ -380,7 +396,8 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
           if (a && e) hi = std::max(hi, impl_->upper_bound(extent(a, e), n));
       int64_t static_size = std::min(hi, (n + s - 1) / s);
       if (static_size <= 0)
-        throw Error("slice selects no elements of dimension " + std::to_string(p) + " (size " + std::to_string(n) + ")");
+        throw Error("slice selects no elements of dimension " + std::to_string(p) + " (size " +
+                    std::to_string(n) + ")");
       out.offset[bd] = v.offset[bd] + st.value * int_imm(v.step[bd]);
       out.size[bd] = static_size;
       out.step[bd] = v.step[bd] * s;
@@ -422,8 +439,9 @@ View Builder::transpose(const View& v, int d0, int d1) {
 
 View Builder::squeeze(const View& v, int dim) {
   int d = normalize_dim(dim, v.rank(), "squeeze");
-  if (v.shape()[d] != 1) throw Error("squeeze: dimension " + std::to_string(dim) + " has size " +
-                                     std::to_string(v.shape()[d]) + ", not 1");
+  if (v.shape()[d] != 1)
+    throw Error("squeeze: dimension " + std::to_string(dim) + " has size " + std::to_string(v.shape()[d]) +
+                ", not 1");
   View out = v;
   out.dims.erase(out.dims.begin() + d);
   return out;
@@ -451,10 +469,13 @@ View Builder::broadcast_to(const View& v, std::vector<int64_t> shape) {
 // --- compute ---------------------------------------------------------------------------------
 
 View Builder::unary(Opcode op, const View& x) {
-  if (opcode_info(op).category != OpCategory::Unary) throw Error(std::string(opcode_name(op)) + " is not a unary op");
+  if (opcode_info(op).category != OpCategory::Unary)
+    throw Error(std::string(opcode_name(op)) + " is not a unary op");
   DType t = x.buf->dtype;
-  if (op == Opcode::TNOT) t = DType::Bool;
-  else if (is_unary_float_op(op) && !is_float(t)) t = DType::F32;
+  if (op == Opcode::TNOT)
+    t = DType::Bool;
+  else if (is_unary_float_op(op) && !is_float(t))
+    t = DType::F32;
   View out = impl_->new_temp(x.shape(), t, x.valid_shape());
   impl_->emit_op(op, {out, x});
   return out;
@@ -476,11 +497,14 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
     }
   DType base = va ? va->buf->dtype : vb->buf->dtype;
   DType t = promote(operand_dtype(a, base), operand_dtype(b, base));
-  if (cat == OpCategory::Compare || op == Opcode::TAND || op == Opcode::TOR) t = DType::Bool;
+  if (cat == OpCategory::Compare || op == Opcode::TAND || op == Opcode::TOR)
+    t = DType::Bool;
   else if ((op == Opcode::TDIV || op == Opcode::TPOW || op == Opcode::TATAN2 || op == Opcode::THYPOT ||
-            op == Opcode::TCOPYSIGN) && !is_float(t))
+            op == Opcode::TCOPYSIGN) &&
+           !is_float(t))
     t = DType::F32;
-  if (op == Opcode::TGCD && is_float(t)) throw Error("gcd: needs integer tensors, got " + std::string(dtype_name(t)));
+  if (op == Opcode::TGCD && is_float(t))
+    throw Error("gcd: needs integer tensors, got " + std::string(dtype_name(t)));
   View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));
   impl_->emit_op(op, {out, a, b});
   return out;
@@ -497,8 +521,10 @@ View Builder::select(const Operand& cond, const Operand& a, const Operand& b) {
       views.push_back(v);
     }
   DType base = DType::F32;
-  if (auto v = as_view(a)) base = v->buf->dtype;
-  else if (auto w = as_view(b)) base = w->buf->dtype;
+  if (auto v = as_view(a))
+    base = v->buf->dtype;
+  else if (auto w = as_view(b))
+    base = w->buf->dtype;
   DType t = promote(operand_dtype(a, base), operand_dtype(b, base));
   View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));
   impl_->emit_op(Opcode::TSEL, {out, cond, a, b});
@@ -568,19 +594,22 @@ View Builder::mean(const View& x, std::vector<int> dims, bool keepdim) {
   View src = is_float(x.buf->dtype) ? x : cast(x, DType::F32);
   View s = reduce(Opcode::TROWSUM, src, dims, keepdim);
   // Multiply by 1/count (a constant folded here, or one scalar division per call).
-  Expr inv = as_int(count) ? float_imm(1.0 / double(*as_int(count))) : div(float_imm(1.0), ir::cast(count, DType::F32));
+  Expr inv = as_int(count) ? float_imm(1.0 / double(*as_int(count)))
+                           : div(float_imm(1.0), ir::cast(count, DType::F32));
   return binary(Opcode::TMUL, s, inv);
 }
 
 View Builder::matmul(const View& a0, const View& b0) {
   if (a0.rank() == 0 || b0.rank() == 0) throw Error("matmul: operands must have at least one dimension");
-  if (a0.buf->dtype == DType::Bool || b0.buf->dtype == DType::Bool) throw Error("matmul: bool tensors are not supported");
+  if (a0.buf->dtype == DType::Bool || b0.buf->dtype == DType::Bool)
+    throw Error("matmul: bool tensors are not supported");
   bool a1 = a0.rank() == 1, b1 = b0.rank() == 1;
   View a = a1 ? unsqueeze(a0, 0) : a0;
   View b = b1 ? unsqueeze(b0, 1) : b0;
   auto sa = a.shape(), sb = b.shape();
   if (sa.back() != sb[sb.size() - 2])
-    throw Error("matmul: inner dimensions do not match: " + shape_str(a0.shape()) + " @ " + shape_str(b0.shape()));
+    throw Error("matmul: inner dimensions do not match: " + shape_str(a0.shape()) + " @ " +
+                shape_str(b0.shape()));
   std::vector<int64_t> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
   std::vector<int64_t> batch;
   try {
@@ -612,19 +641,23 @@ View Builder::matmul(const View& a0, const View& b0) {
 }
 
 void Builder::matmul_acc(const View& dst, const View& a, const View& b) {
-  if (a.rank() < 2 || b.rank() < 2 || dst.rank() < 2) throw Error("matmul accumulate needs operands of rank >= 2");
+  if (a.rank() < 2 || b.rank() < 2 || dst.rank() < 2)
+    throw Error("matmul accumulate needs operands of rank >= 2");
   auto sa = a.shape(), sb = b.shape();
   if (sa.back() != sb[sb.size() - 2])
     throw Error("matmul: inner dimensions do not match: " + shape_str(sa) + " @ " + shape_str(sb));
-  std::vector<int64_t> batch =
-      broadcast_shapes(std::vector<int64_t>(sa.begin(), sa.end() - 2), std::vector<int64_t>(sb.begin(), sb.end() - 2));
+  std::vector<int64_t> batch = broadcast_shapes(std::vector<int64_t>(sa.begin(), sa.end() - 2),
+                                                std::vector<int64_t>(sb.begin(), sb.end() - 2));
   batch.push_back(sa[sa.size() - 2]);
   batch.push_back(sb.back());
   auto sd = dst.shape();
   // PTO's valid-region rule: a static tile may accumulate a smaller (edge) product.
   bool ok = sd.size() == batch.size();
-  for (size_t i = 0; ok && i < sd.size(); ++i) ok = batch[i] <= sd[i] && (batch[i] == sd[i] || i + 2 >= sd.size());
-  if (!ok) throw Error("cannot accumulate a product of shape " + shape_str(batch) + " into a tensor of shape " + shape_str(sd));
+  for (size_t i = 0; ok && i < sd.size(); ++i)
+    ok = batch[i] <= sd[i] && (batch[i] == sd[i] || i + 2 >= sd.size());
+  if (!ok)
+    throw Error("cannot accumulate a product of shape " + shape_str(batch) + " into a tensor of shape " +
+                shape_str(sd));
   impl_->emit_op(Opcode::TMATMUL_ACC, {dst, impl_->unaliased(dst, a), impl_->unaliased(dst, b)});
 }
 
@@ -642,8 +675,8 @@ void check_store(const std::vector<int64_t>& dst, const std::vector<int64_t>& sr
     ok = s == d || s == 1 || (i < 2 && s > d);
   }
   if (!ok)
-    throw Error(std::string(what) + ": cannot store a tensor of shape " + shape_str(src) + " into a slice of shape " +
-                shape_str(dst));
+    throw Error(std::string(what) + ": cannot store a tensor of shape " + shape_str(src) +
+                " into a slice of shape " + shape_str(dst));
 }
 }  // namespace
 
@@ -679,9 +712,8 @@ Program Builder::finish(const std::vector<View>& outputs) {
   if (impl_->frames.size() != 1) throw Error("finish: a loop or if is still open");
   auto& root = impl_->frames[0].stmts;
   for (const View& v : outputs) {
-    auto it = std::find_if(root.begin(), root.end(), [&](const Stmt& s) {
-      return s->kind == StmtKind::Alloc && s->buffer == v.buf;
-    });
+    auto it = std::find_if(root.begin(), root.end(),
+                           [&](const Stmt& s) { return s->kind == StmtKind::Alloc && s->buffer == v.buf; });
     if (v.is_whole() && v.buf->kind == BufferKind::Temp && it != root.end()) {
       root.erase(it);
       v.buf->kind = BufferKind::Output;

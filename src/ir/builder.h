@@ -16,9 +16,9 @@ namespace pypto::ir {
 // One entry of a subscript, after the front end has expanded `...`.
 struct Index {
   enum Kind { Int, Slice, NewAxis } kind = Slice;
-  Expr start;            // Int: the index; Slice: start (null = 0)
-  Expr stop;             // Slice: stop (null = end); clamped to the dimension as in Python
-  int64_t step = 1;      // Slice: static positive step
+  Expr start;        // Int: the index; Slice: start (null = 0)
+  Expr stop;         // Slice: stop (null = end); clamped to the dimension as in Python
+  int64_t step = 1;  // Slice: static positive step
 };
 
 class Builder {
@@ -46,10 +46,10 @@ class Builder {
   // --- views (no data movement) --------------------------------------------------------------
   View slice(const View& v, const std::vector<Index>& idx);
   View permute(const View& v, std::vector<int> perm);
-  View transpose(const View& v, int d0, int d1);   // negative dims allowed
+  View transpose(const View& v, int d0, int d1);  // negative dims allowed
   View unsqueeze(const View& v, int dim);
   View squeeze(const View& v, int dim);
-  View reshape(const View& v, std::vector<int64_t> shape);  // -1 allowed; copies when not a view
+  View reshape(const View& v, std::vector<int64_t> shape);       // -1 allowed; copies when not a view
   View broadcast_to(const View& v, std::vector<int64_t> shape);  // a copy
 
   // --- compute (each returns a new Temp) ----------------------------------------------------
@@ -61,7 +61,7 @@ class Builder {
   // Reduce over `dims` (negative allowed; empty = all) with TROWSUM/TROWMAX/TROWMIN semantics.
   View reduce(Opcode row_op, const View& x, std::vector<int> dims, bool keepdim);
   View mean(const View& x, std::vector<int> dims, bool keepdim);
-  View matmul(const View& a, const View& b);  // 1-d and batched operands as numpy.matmul
+  View matmul(const View& a, const View& b);                       // 1-d and batched operands as numpy.matmul
   void matmul_acc(const View& dst, const View& a, const View& b);  // dst += a @ b
   View softmax(const View& x, int dim);
   View log_softmax(const View& x, int dim);
@@ -69,8 +69,8 @@ class Builder {
   View rms_norm(const View& x, int normalized_dims, const View* weight, double eps);
   View concat(const std::vector<View>& xs, int dim);
   // Composites of builder_ops.cpp (masks, statistics, selection by value, layout).
-  View tril(const View& x, int64_t k);                 // keep x[.., i, j] where j - i <= k, else 0
-  View triu(const View& x, int64_t k);                 // keep x[.., i, j] where j - i >= k, else 0
+  View tril(const View& x, int64_t k);  // keep x[.., i, j] where j - i <= k, else 0
+  View triu(const View& x, int64_t k);  // keep x[.., i, j] where j - i >= k, else 0
   View variance(const View& x, std::vector<int> dims, double correction, bool keepdim);  // empty dims = all
   View logsumexp(const View& x, std::vector<int> dims, bool keepdim);
   View any(const View& x, std::vector<int> dims, bool keepdim);  // bool result
@@ -98,7 +98,8 @@ class Builder {
   // (index_select, embedding, x[idx], x[:, idx]). wrap_negative: -1 is the last (Python indexing).
   View take(const View& x, int dim, const View& idx, bool wrap_negative);
   // x[.., idx, ..] = value (accumulate: +=, index_add / index_put with accumulate) along dim.
-  void put(const View& x, int dim, const View& idx, const Operand& value, bool accumulate, bool wrap_negative);
+  void put(const View& x, int dim, const View& idx, const Operand& value, bool accumulate,
+           bool wrap_negative);
   // torch.gather / torch.scatter(_add): elementwise along dim, index of the output's shape.
   View gather_elements(const View& x, int dim, const View& idx);
   View scatter_elements(const View& x, int dim, const View& idx, const Operand& src, bool accumulate);
@@ -113,8 +114,8 @@ class Builder {
               std::vector<int64_t> padding, std::vector<int64_t> dilation, bool same_padding);
 
   // --- stores ---------------------------------------------------------------------------------
-  void assign(const View& dst, const Operand& src);                    // dst[...] = src
-  void update(Opcode op, const View& dst, const Operand& src);         // dst op= src (in place)
+  void assign(const View& dst, const Operand& src);             // dst[...] = src
+  void update(Opcode op, const View& dst, const Operand& src);  // dst op= src (in place)
 
   // Finish: the Views returned by the kernel. A returned Temp that is whole and allocated at the
   // top level becomes an Output param; anything else is copied into a fresh Output.
@@ -122,7 +123,7 @@ class Builder {
 
   // --- for program transformations (passes/autodiff) -----------------------------------------
   std::string fresh_name(const std::string& hint);  // a name not yet used in this program
-  void emit(Stmt s);                                  // append an already-built statement
+  void emit(Stmt s);                                // append an already-built statement
   // Source location of the statements built from now on (the front end sets the kernel's line);
   // `location(s)` finds it again for a statement of the finished program ("" when unknown).
   void set_location(std::string where);

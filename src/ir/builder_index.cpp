@@ -76,7 +76,8 @@ static View unflatten(Builder& b, const View& v, int d, const std::vector<int64_
 
 View Builder::gather_rows(const View& src, const View& idx) {
   check_index(idx, "gather");
-  if (idx.rank() != 1) throw Error("gather_rows: the index tensor must have rank 1, got " + shape_str(idx.shape()));
+  if (idx.rank() != 1)
+    throw Error("gather_rows: the index tensor must have rank 1, got " + shape_str(idx.shape()));
   int r = src.rank();
   if (r < 1) throw Error("gather: cannot index a 0-d tensor");
   int rd = r == 1 ? 0 : r - 2;
@@ -91,7 +92,8 @@ View Builder::gather_rows(const View& src, const View& idx) {
 
 void Builder::scatter_rows(const View& dst, const View& src, const View& idx, bool accumulate) {
   check_index(idx, accumulate ? "index_add" : "index_put");
-  if (idx.rank() != 1) throw Error("scatter_rows: the index tensor must have rank 1, got " + shape_str(idx.shape()));
+  if (idx.rank() != 1)
+    throw Error("scatter_rows: the index tensor must have rank 1, got " + shape_str(idx.shape()));
   int r = dst.rank();
   int rd = r == 1 ? 0 : r - 2;
   auto want = dst.shape();
@@ -124,7 +126,8 @@ View Builder::take(const View& x, int dim, const View& idx, bool wrap_negative) 
   return idx.rank() == 1 ? g : unflatten(*this, g, d, idx.shape());
 }
 
-void Builder::put(const View& x, int dim, const View& idx, const Operand& value, bool accumulate, bool wrap_negative) {
+void Builder::put(const View& x, int dim, const View& idx, const Operand& value, bool accumulate,
+                  bool wrap_negative) {
   check_index(idx, accumulate ? "index_add" : "index_put");
   int r = x.rank();
   if (r == 0) throw Error("index_put: cannot index a 0-d tensor with a tensor");
@@ -172,7 +175,8 @@ static View linear_index(Builder& b, const std::vector<int64_t>& xs, int d, cons
   for (int k = 0; k < r; ++k) {
     if (k == d) continue;
     int64_t stride = numel({xs.begin() + k + 1, xs.end()});
-    lin = b.binary(Opcode::TADD, lin, b.binary(Opcode::TMUL, iota_along(b, is[size_t(k)], r, k), int_imm(stride)));
+    lin = b.binary(Opcode::TADD, lin,
+                   b.binary(Opcode::TMUL, iota_along(b, is[size_t(k)], r, k), int_imm(stride)));
   }
   return flatten_all(b, lin);
 }
@@ -203,7 +207,8 @@ View Builder::scatter_elements(const View& x, int dim, const View& idx, const Op
     std::vector<Index> part(static_cast<size_t>(r));
     for (int k = 0; k < r; ++k) {
       if (v->shape()[size_t(k)] < idx.shape()[size_t(k)])
-        throw Error("scatter: src " + shape_str(v->shape()) + " is smaller than the index " + shape_str(idx.shape()));
+        throw Error("scatter: src " + shape_str(v->shape()) + " is smaller than the index " +
+                    shape_str(idx.shape()));
       part[size_t(k)].start = int_imm(0);
       part[size_t(k)].stop = int_imm(idx.shape()[size_t(k)]);
     }
@@ -241,7 +246,8 @@ std::pair<View, View> Builder::topk(const View& x, int64_t k, int dim, bool larg
   int d = normalize_dim(dim, r, "topk");
   int64_t n = x.shape()[size_t(d)];
   if (k < 1 || k > n)
-    throw Error("topk: k = " + std::to_string(k) + " is out of range for a dimension of size " + std::to_string(n));
+    throw Error("topk: k = " + std::to_string(k) + " is out of range for a dimension of size " +
+                std::to_string(n));
   std::vector<Index> first(size_t(d) + 1);
   first[size_t(d)].start = int_imm(0);
   first[size_t(d)].stop = int_imm(k);

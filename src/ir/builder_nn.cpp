@@ -26,8 +26,9 @@ View Builder::log_softmax(const View& x, int dim) {
 
 namespace {
 std::vector<int> last_dims(int rank, int n, const char* what) {
-  if (n < 1 || n > rank) throw Error(std::string(what) + ": normalized_shape has " + std::to_string(n) +
-                                     " dimensions but the input has rank " + std::to_string(rank));
+  if (n < 1 || n > rank)
+    throw Error(std::string(what) + ": normalized_shape has " + std::to_string(n) +
+                " dimensions but the input has rank " + std::to_string(rank));
   std::vector<int> d;
   for (int i = rank - n; i < rank; ++i) d.push_back(i);
   return d;
@@ -77,8 +78,8 @@ View Builder::concat(const std::vector<View>& xs, int dim) {
     if (int(s.size()) != r) throw Error("concat: all tensors must have the same rank");
     for (int i = 0; i < r; ++i)
       if (i != d && s[i] != shape[i])
-        throw Error("concat: shapes " + shape_str(shape) + " and " + shape_str(s) + " differ outside dimension " +
-                    std::to_string(dim));
+        throw Error("concat: shapes " + shape_str(shape) + " and " + shape_str(s) +
+                    " differ outside dimension " + std::to_string(dim));
     total += s[d];
   }
   shape[d] = total;
@@ -111,7 +112,8 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape) {
   }
   if (infer >= 0 && known > 0 && n % known == 0) shape[infer] = n / known;
   int64_t m = std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<int64_t>());
-  if (m != n) throw Error("reshape: cannot reshape a tensor of shape " + shape_str(src) + " into " + shape_str(shape));
+  if (m != n)
+    throw Error("reshape: cannot reshape a tensor of shape " + shape_str(src) + " into " + shape_str(shape));
   // Drop size-1 dims from both sides, remembering where they go: size-1 dims are free.
   std::vector<int64_t> s1, d1;
   View cur = v;
@@ -132,19 +134,21 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape) {
   size_t pre = 0;
   while (pre < s1.size() && pre < d1.size() && s1[pre] == d1[pre]) ++pre;
   size_t suf = 0;
-  while (suf < s1.size() - pre && suf < d1.size() - pre && s1[s1.size() - 1 - suf] == d1[d1.size() - 1 - suf]) ++suf;
+  while (suf < s1.size() - pre && suf < d1.size() - pre && s1[s1.size() - 1 - suf] == d1[d1.size() - 1 - suf])
+    ++suf;
   size_t ns = s1.size() - pre - suf, nd = d1.size() - pre - suf;
   bool split = ns == 1 && nd == 2, merge = ns == 2 && nd == 1;
   if (!split && !merge)
-    throw Error("reshape from " + shape_str(src) + " to " + shape_str(shape) +
-                " is not supported yet: split one dimension in two or merge two adjacent dimensions per reshape");
+    throw Error(
+        "reshape from " + shape_str(src) + " to " + shape_str(shape) +
+        " is not supported yet: split one dimension in two or merge two adjacent dimensions per reshape");
   View out = empty(shape, v.buf->dtype);
   View target = out;
   for (int i = int(shape.size()) - 1; i >= 0; --i)
     if (shape[i] == 1) target = squeeze(target, i);
   // split: cur[.., a*B:(a+1)*B, ..] -> target[.., a, :, ..]; merge: the reverse.
-  const View& wide = split ? cur : target;   // the side with one dimension of A*B
-  const View& tall = split ? target : cur;   // the side with dimensions A, B
+  const View& wide = split ? cur : target;  // the side with one dimension of A*B
+  const View& tall = split ? target : cur;  // the side with dimensions A, B
   int64_t A = split ? d1[pre] : s1[pre];
   int64_t B = split ? d1[pre + 1] : s1[pre + 1];
   Expr a = begin_for("r", int_imm(0), int_imm(A), int_imm(1));
@@ -154,8 +158,10 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape) {
   ti[pre].kind = Index::Int;
   ti[pre].start = a;
   View w = slice(wide, wi), t = slice(tall, ti);
-  if (split) assign(t, w);
-  else assign(w, t);
+  if (split)
+    assign(t, w);
+  else
+    assign(w, t);
   end_for();
   return out;
 }
@@ -169,8 +175,8 @@ View Builder::conv2d(const View& x, const View& w, const View* bias, std::vector
   int64_t C = xs[r - 3], H = xs[r - 2], W = xs[r - 1];
   int64_t O = ws[0], kh = ws[2], kw = ws[3];
   if (ws[1] != C)
-    throw Error("conv2d: weight " + shape_str(ws) + " expects " + std::to_string(ws[1]) + " input channels, input " +
-                shape_str(xs) + " has " + std::to_string(C));
+    throw Error("conv2d: weight " + shape_str(ws) + " expects " + std::to_string(ws[1]) +
+                " input channels, input " + shape_str(xs) + " has " + std::to_string(C));
   if (stride.size() != 2 || dilation.size() != 2) throw Error("conv2d: stride and dilation need two values");
   if (stride[0] < 1 || stride[1] < 1 || dilation[0] < 1 || dilation[1] < 1)
     throw Error("conv2d: stride and dilation must be >= 1");
@@ -180,7 +186,8 @@ View Builder::conv2d(const View& x, const View& w, const View* bias, std::vector
     int64_t th = dilation[0] * (kh - 1), tw = dilation[1] * (kw - 1);
     pt = th / 2, pb = th - pt, pl = tw / 2, pr = tw - pl;  // the extra row/column goes last (as torch)
   } else {
-    if (padding.size() != 2 || padding[0] < 0 || padding[1] < 0) throw Error("conv2d: padding needs two values >= 0");
+    if (padding.size() != 2 || padding[0] < 0 || padding[1] < 0)
+      throw Error("conv2d: padding needs two values >= 0");
     pt = pb = padding[0];
     pl = pr = padding[1];
   }

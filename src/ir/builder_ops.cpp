@@ -61,7 +61,8 @@ View iota_along(Builder& b, int64_t n, int r, int d) {
 }
 
 View Builder::tril(const View& x, int64_t k) {
-  if (x.rank() < 2) throw Error("tril: needs a tensor of at least 2 dimensions, got shape " + shape_str(x.shape()));
+  if (x.rank() < 2)
+    throw Error("tril: needs a tensor of at least 2 dimensions, got shape " + shape_str(x.shape()));
   auto s = x.shape();
   int64_t n = s[s.size() - 2], m = s.back();
   View diff = binary(Opcode::TSUB, iota_along(*this, m, 2, 1), iota_along(*this, n, 2, 0));  // j - i
@@ -69,7 +70,8 @@ View Builder::tril(const View& x, int64_t k) {
 }
 
 View Builder::triu(const View& x, int64_t k) {
-  if (x.rank() < 2) throw Error("triu: needs a tensor of at least 2 dimensions, got shape " + shape_str(x.shape()));
+  if (x.rank() < 2)
+    throw Error("triu: needs a tensor of at least 2 dimensions, got shape " + shape_str(x.shape()));
   auto s = x.shape();
   int64_t n = s[s.size() - 2], m = s.back();
   View diff = binary(Opcode::TSUB, iota_along(*this, m, 2, 1), iota_along(*this, n, 2, 0));
@@ -293,8 +295,8 @@ View Builder::pad(const View& x, const std::vector<int64_t>& pads, Expr value) {
     int64_t before = pads[2 * p], after = pads[2 * p + 1], n = shape[d];
     os[d] = n + before + after;
     if (os[d] < 1)
-      throw Error("pad: padding " + std::to_string(before) + ", " + std::to_string(after) + " leaves dimension " +
-                  std::to_string(d) + " of size " + std::to_string(n) + " empty");
+      throw Error("pad: padding " + std::to_string(before) + ", " + std::to_string(after) +
+                  " leaves dimension " + std::to_string(d) + " of size " + std::to_string(n) + " empty");
     int64_t s0 = std::max<int64_t>(0, -before), s1 = n - std::max<int64_t>(0, -after);
     if (s1 <= s0) {  // everything of x is cropped in this dimension: only the fill remains
       empty_source = true;

@@ -35,17 +35,32 @@ DType promote(DType a, DType b) {
 
 DType result_dtype(ExprOp op, DType t, const std::vector<Expr>& args) {
   switch (op) {
-    case ExprOp::Int: case ExprOp::Float: case ExprOp::Var: case ExprOp::Cast:
+    case ExprOp::Int:
+    case ExprOp::Float:
+    case ExprOp::Var:
+    case ExprOp::Cast:
       return t;
-    case ExprOp::Add: case ExprOp::Sub: case ExprOp::Mul: case ExprOp::Div: case ExprOp::Mod:
-    case ExprOp::Min: case ExprOp::Max:
+    case ExprOp::Add:
+    case ExprOp::Sub:
+    case ExprOp::Mul:
+    case ExprOp::Div:
+    case ExprOp::Mod:
+    case ExprOp::Min:
+    case ExprOp::Max:
       return args.size() == 2 ? promote(args[0]->dtype, args[1]->dtype) : t;
-    case ExprOp::Lt: case ExprOp::Le: case ExprOp::Eq: case ExprOp::Ne: case ExprOp::And:
-    case ExprOp::Or: case ExprOp::Not:
+    case ExprOp::Lt:
+    case ExprOp::Le:
+    case ExprOp::Eq:
+    case ExprOp::Ne:
+    case ExprOp::And:
+    case ExprOp::Or:
+    case ExprOp::Not:
       return DType::I64;
     case ExprOp::Select:
       return args.size() == 3 ? promote(args[1]->dtype, args[2]->dtype) : t;
-    case ExprOp::Sqrt: case ExprOp::Exp: case ExprOp::Log:
+    case ExprOp::Sqrt:
+    case ExprOp::Exp:
+    case ExprOp::Log:
       // Float math keeps a float argument's (compute) type; an integer argument computes in f32,
       // PyPTO's default float.
       return args.size() == 1 && is_float(args[0]->dtype) ? compute_dtype(args[0]->dtype) : DType::F32;
@@ -117,12 +132,21 @@ double round_to(double v, DType t) {
 }
 
 bool is_int_const(const Expr& e) { return e->op == ExprOp::Int; }
-bool is_zero(const Expr& e) { return (e->op == ExprOp::Int && e->ival == 0) || (e->op == ExprOp::Float && e->fval == 0); }
-bool is_one(const Expr& e) { return (e->op == ExprOp::Int && e->ival == 1) || (e->op == ExprOp::Float && e->fval == 1); }
+bool is_zero(const Expr& e) {
+  return (e->op == ExprOp::Int && e->ival == 0) || (e->op == ExprOp::Float && e->fval == 0);
+}
+bool is_one(const Expr& e) {
+  return (e->op == ExprOp::Int && e->ival == 1) || (e->op == ExprOp::Float && e->fval == 1);
+}
 bool is_boolean_valued(const Expr& e) {
   switch (e->op) {
-    case ExprOp::Lt: case ExprOp::Le: case ExprOp::Eq: case ExprOp::Ne: case ExprOp::And:
-    case ExprOp::Or: case ExprOp::Not:
+    case ExprOp::Lt:
+    case ExprOp::Le:
+    case ExprOp::Eq:
+    case ExprOp::Ne:
+    case ExprOp::And:
+    case ExprOp::Or:
+    case ExprOp::Not:
       return true;
     case ExprOp::Int:
       return e->ival == 0 || e->ival == 1;
@@ -147,7 +171,9 @@ Linear add_lin(const Linear& a, const Linear& b, int64_t sb = 1) {
   r.c = wadd(a.c, wmul(sb, b.c));
   size_t i = 0, j = 0;
   while (i < a.terms.size() || j < b.terms.size()) {
-    int c = i == a.terms.size() ? 1 : j == b.terms.size() ? -1 : detail::compare(a.terms[i].atom, b.terms[j].atom);
+    int c = i == a.terms.size()   ? 1
+            : j == b.terms.size() ? -1
+                                  : detail::compare(a.terms[i].atom, b.terms[j].atom);
     if (c < 0) {
       r.terms.push_back(a.terms[i++]);
     } else if (c > 0) {
@@ -201,7 +227,8 @@ Expr build_linear(const Linear& l) {
   for (const auto& t : l.terms) (t.k > 0 ? pos : neg).push_back(&t);
   int64_t c = l.c;
   Expr acc;
-  for (const Term* t : pos) acc = acc ? make_raw(ExprOp::Add, DType::I64, {acc, term(*t, false)}) : term(*t, false);
+  for (const Term* t : pos)
+    acc = acc ? make_raw(ExprOp::Add, DType::I64, {acc, term(*t, false)}) : term(*t, false);
   size_t first_neg = 0;
   if (!acc) {
     if (neg.empty()) return int_imm(c);
@@ -336,8 +363,10 @@ Expr arith(ExprOp op, const Expr& a, const Expr& b) {
   DType t = promote(a->dtype, b->dtype);
   if (is_int_dtype(t)) {
     switch (op) {
-      case ExprOp::Add: return from_linear(add_lin(linearize(a), linearize(b)));
-      case ExprOp::Sub: return from_linear(add_lin(linearize(a), linearize(b), -1));
+      case ExprOp::Add:
+        return from_linear(add_lin(linearize(a), linearize(b)));
+      case ExprOp::Sub:
+        return from_linear(add_lin(linearize(a), linearize(b), -1));
       case ExprOp::Mul: {
         if (is_int_const(b)) return from_linear(scale_lin(linearize(a), b->ival));
         if (is_int_const(a)) return from_linear(scale_lin(linearize(b), a->ival));
@@ -345,7 +374,8 @@ Expr arith(ExprOp op, const Expr& a, const Expr& b) {
         if (detail::compare(y, x) < 0) std::swap(x, y);
         return make_raw(op, t, {x, y});
       }
-      default: break;
+      default:
+        break;
     }
   } else {
     if (is_const(a) && is_const(b)) return fold_float(op, t, a, b);
@@ -364,7 +394,8 @@ Expr arith(ExprOp op, const Expr& a, const Expr& b) {
         if (is_one(x) && y->dtype == t) return y;
         if (order_first(y, x)) std::swap(x, y);
         break;
-      default: break;
+      default:
+        break;
     }
     return make_raw(op, t, {x, y});
   }
@@ -390,7 +421,8 @@ Expr div_mod(ExprOp op, const Expr& a, const Expr& b) {
     // (k*q + r) // k == q + r // k: pull out the terms whose coefficients k divides.
     Linear q, r;
     r.c = l.c;
-    for (const auto& tm : l.terms) (tm.k % k == 0 ? q.terms.push_back({tm.atom, tm.k / k}) : r.terms.push_back(tm));
+    for (const auto& tm : l.terms)
+      (tm.k % k == 0 ? q.terms.push_back({tm.atom, tm.k / k}) : r.terms.push_back(tm));
     if (r.terms.empty()) {
       q.c = detail::floordiv(r.c, k);
       return from_linear(q);
@@ -473,10 +505,22 @@ Expr cmp(ExprOp op, const Expr& a, const Expr& b) {
   if (is_int_dtype(a->dtype) && is_int_dtype(b->dtype)) {
     if (auto d = linear_bounds(add_lin(linearize(a), linearize(b), -1))) {
       switch (op) {
-        case ExprOp::Lt: if (d->hi < 0) return decide(true); if (d->lo >= 0) return decide(false); break;
-        case ExprOp::Le: if (d->hi <= 0) return decide(true); if (d->lo > 0) return decide(false); break;
-        case ExprOp::Eq: if (d->lo == 0 && d->hi == 0) return decide(true); if (d->lo > 0 || d->hi < 0) return decide(false); break;
-        default: if (d->lo == 0 && d->hi == 0) return decide(false); if (d->lo > 0 || d->hi < 0) return decide(true); break;
+        case ExprOp::Lt:
+          if (d->hi < 0) return decide(true);
+          if (d->lo >= 0) return decide(false);
+          break;
+        case ExprOp::Le:
+          if (d->hi <= 0) return decide(true);
+          if (d->lo > 0) return decide(false);
+          break;
+        case ExprOp::Eq:
+          if (d->lo == 0 && d->hi == 0) return decide(true);
+          if (d->lo > 0 || d->hi < 0) return decide(false);
+          break;
+        default:
+          if (d->lo == 0 && d->hi == 0) return decide(false);
+          if (d->lo > 0 || d->hi < 0) return decide(true);
+          break;
       }
     }
   }
@@ -532,7 +576,8 @@ Expr cast(const Expr& a, DType t) {
 
 Expr unary_math(ExprOp op, const Expr& a) {
   check(a, "unary_math");
-  if (op != ExprOp::Sqrt && op != ExprOp::Exp && op != ExprOp::Log) throw Error("unary_math: not sqrt/exp/log");
+  if (op != ExprOp::Sqrt && op != ExprOp::Exp && op != ExprOp::Log)
+    throw Error("unary_math: not sqrt/exp/log");
   DType t = detail::result_dtype(op, DType::F32, {a});
   if (is_const(a)) return fold_const(op, t, {a});
   return make_raw(op, t, {a});
@@ -545,22 +590,55 @@ Expr make_expr(ExprOp op, DType t, std::vector<Expr> args) {
       if (!x) throw Error("make_expr: null argument");
   };
   switch (op) {
-    case ExprOp::Int: case ExprOp::Float: case ExprOp::Var:
+    case ExprOp::Int:
+    case ExprOp::Float:
+    case ExprOp::Var:
       throw Error("make_expr: leaves are made by int_imm / float_imm / var");
-    case ExprOp::Add: need(2); return args[0] + args[1];
-    case ExprOp::Sub: need(2); return args[0] - args[1];
-    case ExprOp::Mul: need(2); return args[0] * args[1];
-    case ExprOp::Div: need(2); return div(args[0], args[1]);
-    case ExprOp::Mod: need(2); return mod(args[0], args[1]);
-    case ExprOp::Min: need(2); return min(args[0], args[1]);
-    case ExprOp::Max: need(2); return max(args[0], args[1]);
-    case ExprOp::Lt: case ExprOp::Le: case ExprOp::Eq: case ExprOp::Ne:
-      need(2); return cmp(op, args[0], args[1]);
-    case ExprOp::And: case ExprOp::Or: need(2); return logic(op, args[0], args[1]);
-    case ExprOp::Not: need(1); return logic_not(args[0]);
-    case ExprOp::Select: need(3); return select(args[0], args[1], args[2]);
-    case ExprOp::Cast: need(1); return cast(args[0], t);
-    case ExprOp::Sqrt: case ExprOp::Exp: case ExprOp::Log: need(1); return unary_math(op, args[0]);
+    case ExprOp::Add:
+      need(2);
+      return args[0] + args[1];
+    case ExprOp::Sub:
+      need(2);
+      return args[0] - args[1];
+    case ExprOp::Mul:
+      need(2);
+      return args[0] * args[1];
+    case ExprOp::Div:
+      need(2);
+      return div(args[0], args[1]);
+    case ExprOp::Mod:
+      need(2);
+      return mod(args[0], args[1]);
+    case ExprOp::Min:
+      need(2);
+      return min(args[0], args[1]);
+    case ExprOp::Max:
+      need(2);
+      return max(args[0], args[1]);
+    case ExprOp::Lt:
+    case ExprOp::Le:
+    case ExprOp::Eq:
+    case ExprOp::Ne:
+      need(2);
+      return cmp(op, args[0], args[1]);
+    case ExprOp::And:
+    case ExprOp::Or:
+      need(2);
+      return logic(op, args[0], args[1]);
+    case ExprOp::Not:
+      need(1);
+      return logic_not(args[0]);
+    case ExprOp::Select:
+      need(3);
+      return select(args[0], args[1], args[2]);
+    case ExprOp::Cast:
+      need(1);
+      return cast(args[0], t);
+    case ExprOp::Sqrt:
+    case ExprOp::Exp:
+    case ExprOp::Log:
+      need(1);
+      return unary_math(op, args[0]);
   }
   throw Error("make_expr: unknown operator");
 }

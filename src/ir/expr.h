@@ -17,12 +17,28 @@
 namespace pypto::ir {
 
 enum class ExprOp : uint8_t {
-  Int, Float, Var,                      // leaves
-  Add, Sub, Mul, Div, Mod, Min, Max,    // arithmetic (Div: floor for ints, true for floats)
-  Lt, Le, Eq, Ne, And, Or, Not,         // logic; results are i64 0/1
-  Select,                               // args: cond, then, else
-  Cast,                                 // args: value; dtype is the target
-  Sqrt, Exp, Log,                       // float scalar math (folded when constant)
+  Int,
+  Float,
+  Var,  // leaves
+  Add,
+  Sub,
+  Mul,
+  Div,
+  Mod,
+  Min,
+  Max,  // arithmetic (Div: floor for ints, true for floats)
+  Lt,
+  Le,
+  Eq,
+  Ne,
+  And,
+  Or,
+  Not,     // logic; results are i64 0/1
+  Select,  // args: cond, then, else
+  Cast,    // args: value; dtype is the target
+  Sqrt,
+  Exp,
+  Log,  // float scalar math (folded when constant)
 };
 
 struct ExprNode;
@@ -30,14 +46,22 @@ using Expr = std::shared_ptr<const ExprNode>;
 
 struct ExprNode {
   ExprOp op;
-  DType dtype;           // I64 for index math, F32/F64 for float scalars, Bool unused (I64 0/1)
-  int64_t ival = 0;      // Int
-  double fval = 0;       // Float
-  std::string name;      // Var
+  DType dtype;       // I64 for index math, F32/F64 for float scalars, Bool unused (I64 0/1)
+  int64_t ival = 0;  // Int
+  double fval = 0;   // Float
+  std::string name;  // Var
   std::vector<Expr> args;
 
   // The field list, declared once: structural equality and hashing are derived from it.
-  template <class F> void for_each_field(F&& f) const { f(op); f(dtype); f(ival); f(fval); f(name); f(args); }
+  template <class F>
+  void for_each_field(F&& f) const {
+    f(op);
+    f(dtype);
+    f(ival);
+    f(fval);
+    f(name);
+    f(args);
+  }
 };
 
 // Leaves
@@ -53,12 +77,12 @@ Expr div(const Expr& a, const Expr& b);
 Expr mod(const Expr& a, const Expr& b);
 Expr min(const Expr& a, const Expr& b);
 Expr max(const Expr& a, const Expr& b);
-Expr cmp(ExprOp op, const Expr& a, const Expr& b);  // Lt, Le, Eq, Ne
+Expr cmp(ExprOp op, const Expr& a, const Expr& b);    // Lt, Le, Eq, Ne
 Expr logic(ExprOp op, const Expr& a, const Expr& b);  // And, Or
 Expr logic_not(const Expr& a);
 Expr select(const Expr& c, const Expr& a, const Expr& b);
 Expr cast(const Expr& a, DType t);
-Expr unary_math(ExprOp op, const Expr& a);  // Sqrt, Exp, Log
+Expr unary_math(ExprOp op, const Expr& a);                   // Sqrt, Exp, Log
 Expr make_expr(ExprOp op, DType t, std::vector<Expr> args);  // generic, simplifies
 
 std::optional<int64_t> as_int(const Expr& e);

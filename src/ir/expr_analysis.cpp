@@ -18,8 +18,8 @@
 #include <limits>
 
 #include "ir/expr.h"
-#include "ir/number_text.h"
 #include "ir/expr_impl.h"
+#include "ir/number_text.h"
 #include "pto/elem.hpp"
 
 namespace pypto::ir {
@@ -115,7 +115,11 @@ std::optional<Interval> bounds(const Expr& e, const VarBounds& vars) {
   }
   if (is_float(e->dtype)) return std::nullopt;
   switch (e->op) {
-    case ExprOp::Add: case ExprOp::Sub: case ExprOp::Mul: case ExprOp::Min: case ExprOp::Max: {
+    case ExprOp::Add:
+    case ExprOp::Sub:
+    case ExprOp::Mul:
+    case ExprOp::Min:
+    case ExprOp::Max: {
       auto a = arg(0), b = arg(1);
       if (!a || !b) return std::nullopt;
       if (e->op == ExprOp::Add) return make_iv(I128(a->lo) + b->lo, I128(a->hi) + b->hi);
@@ -129,7 +133,8 @@ std::optional<Interval> bounds(const Expr& e, const VarBounds& vars) {
       if (!a || !b || (b->lo <= 0 && b->hi >= 0)) return std::nullopt;
       // Floor division is monotonic in each argument on a divisor range of one sign.
       using detail::floordiv;
-      return corners(floordiv(a->lo, b->lo), floordiv(a->lo, b->hi), floordiv(a->hi, b->lo), floordiv(a->hi, b->hi));
+      return corners(floordiv(a->lo, b->lo), floordiv(a->lo, b->hi), floordiv(a->hi, b->lo),
+                     floordiv(a->hi, b->hi));
     }
     case ExprOp::Mod: {
       auto b = arg(1);
@@ -149,26 +154,44 @@ std::optional<Interval> bounds(const Expr& e, const VarBounds& vars) {
       }
       return Interval{b->lo + 1, 0};
     }
-    case ExprOp::Lt: case ExprOp::Le: case ExprOp::Eq: case ExprOp::Ne: {
+    case ExprOp::Lt:
+    case ExprOp::Le:
+    case ExprOp::Eq:
+    case ExprOp::Ne: {
       if (is_float(e->args[0]->dtype) || is_float(e->args[1]->dtype)) return Interval{0, 1};
       auto a = arg(0), b = arg(1);
       if (!a || !b) return Interval{0, 1};
       std::optional<bool> r;
       switch (e->op) {
-        case ExprOp::Lt: if (a->hi < b->lo) r = true; else if (a->lo >= b->hi) r = false; break;
-        case ExprOp::Le: if (a->hi <= b->lo) r = true; else if (a->lo > b->hi) r = false; break;
+        case ExprOp::Lt:
+          if (a->hi < b->lo)
+            r = true;
+          else if (a->lo >= b->hi)
+            r = false;
+          break;
+        case ExprOp::Le:
+          if (a->hi <= b->lo)
+            r = true;
+          else if (a->lo > b->hi)
+            r = false;
+          break;
         case ExprOp::Eq:
-          if (a->lo == a->hi && b->lo == b->hi && a->lo == b->lo) r = true;
-          else if (a->hi < b->lo || b->hi < a->lo) r = false;
+          if (a->lo == a->hi && b->lo == b->hi && a->lo == b->lo)
+            r = true;
+          else if (a->hi < b->lo || b->hi < a->lo)
+            r = false;
           break;
         default:
-          if (a->lo == a->hi && b->lo == b->hi && a->lo == b->lo) r = false;
-          else if (a->hi < b->lo || b->hi < a->lo) r = true;
+          if (a->lo == a->hi && b->lo == b->hi && a->lo == b->lo)
+            r = false;
+          else if (a->hi < b->lo || b->hi < a->lo)
+            r = true;
           break;
       }
       return bool_iv(r);
     }
-    case ExprOp::And: case ExprOp::Or: {
+    case ExprOp::And:
+    case ExprOp::Or: {
       auto a = decided(arg(0)), b = decided(arg(1));
       if (e->op == ExprOp::And) {
         if ((a && !*a) || (b && !*b)) return Interval{0, 0};
@@ -195,7 +218,8 @@ std::optional<Interval> bounds(const Expr& e, const VarBounds& vars) {
       auto a = arg(0);
       if (!a) return std::nullopt;
       if (e->dtype == DType::Bool) return bool_iv(decided(a));
-      if (e->dtype == DType::I32 && (a->lo < std::numeric_limits<int32_t>::min() || a->hi > std::numeric_limits<int32_t>::max()))
+      if (e->dtype == DType::I32 &&
+          (a->lo < std::numeric_limits<int32_t>::min() || a->hi > std::numeric_limits<int32_t>::max()))
         return std::nullopt;
       return a;
     }
@@ -231,41 +255,76 @@ ScalarValue eval(const Expr& e, const ScalarEnv& env) {
       if (it == env.end()) throw Error("eval: unknown variable %" + e->name);
       return fl ? fval(it->second.as_double(), e->dtype) : ival(as_i(it->second));
     }
-    case ExprOp::Add: case ExprOp::Sub: case ExprOp::Mul: case ExprOp::Div: case ExprOp::Mod:
-    case ExprOp::Min: case ExprOp::Max: {
+    case ExprOp::Add:
+    case ExprOp::Sub:
+    case ExprOp::Mul:
+    case ExprOp::Div:
+    case ExprOp::Mod:
+    case ExprOp::Min:
+    case ExprOp::Max: {
       ScalarValue a = arg(0), b = arg(1);
       if (fl) {
         double x = a.as_double(), y = b.as_double(), r = 0;
         switch (e->op) {
-          case ExprOp::Add: r = x + y; break;
-          case ExprOp::Sub: r = x - y; break;
-          case ExprOp::Mul: r = x * y; break;
-          case ExprOp::Div: r = x / y; break;  // IEEE: x / 0 is inf or nan
-          case ExprOp::Mod: r = pto::elem::floormod(x, y); break;
-          case ExprOp::Min: r = pto::elem::min(x, y); break;
-          default: r = pto::elem::max(x, y); break;
+          case ExprOp::Add:
+            r = x + y;
+            break;
+          case ExprOp::Sub:
+            r = x - y;
+            break;
+          case ExprOp::Mul:
+            r = x * y;
+            break;
+          case ExprOp::Div:
+            r = x / y;
+            break;  // IEEE: x / 0 is inf or nan
+          case ExprOp::Mod:
+            r = pto::elem::floormod(x, y);
+            break;
+          case ExprOp::Min:
+            r = pto::elem::min(x, y);
+            break;
+          default:
+            r = pto::elem::max(x, y);
+            break;
         }
         return fval(r, e->dtype);
       }
       int64_t x = as_i(a), y = as_i(b);
       switch (e->op) {
-        case ExprOp::Add: return ival(int64_t(uint64_t(x) + uint64_t(y)));
-        case ExprOp::Sub: return ival(int64_t(uint64_t(x) - uint64_t(y)));
-        case ExprOp::Mul: return ival(int64_t(uint64_t(x) * uint64_t(y)));
-        case ExprOp::Div: return ival(pto::elem::floordiv(x, y));
-        case ExprOp::Mod: return ival(pto::elem::floormod(x, y));
-        case ExprOp::Min: return ival(std::min(x, y));
-        default: return ival(std::max(x, y));
+        case ExprOp::Add:
+          return ival(int64_t(uint64_t(x) + uint64_t(y)));
+        case ExprOp::Sub:
+          return ival(int64_t(uint64_t(x) - uint64_t(y)));
+        case ExprOp::Mul:
+          return ival(int64_t(uint64_t(x) * uint64_t(y)));
+        case ExprOp::Div:
+          return ival(pto::elem::floordiv(x, y));
+        case ExprOp::Mod:
+          return ival(pto::elem::floormod(x, y));
+        case ExprOp::Min:
+          return ival(std::min(x, y));
+        default:
+          return ival(std::max(x, y));
       }
     }
-    case ExprOp::Lt: case ExprOp::Le: case ExprOp::Eq: case ExprOp::Ne: {
+    case ExprOp::Lt:
+    case ExprOp::Le:
+    case ExprOp::Eq:
+    case ExprOp::Ne: {
       ScalarValue a = arg(0), b = arg(1);
       bool r;
       if (a.is_float || b.is_float) {
         double x = a.as_double(), y = b.as_double();
-        r = e->op == ExprOp::Lt ? x < y : e->op == ExprOp::Le ? x <= y : e->op == ExprOp::Eq ? x == y : x != y;
+        r = e->op == ExprOp::Lt   ? x < y
+            : e->op == ExprOp::Le ? x <= y
+            : e->op == ExprOp::Eq ? x == y
+                                  : x != y;
       } else {
-        r = e->op == ExprOp::Lt ? a.i < b.i : e->op == ExprOp::Le ? a.i <= b.i : e->op == ExprOp::Eq ? a.i == b.i : a.i != b.i;
+        r = e->op == ExprOp::Lt   ? a.i < b.i
+            : e->op == ExprOp::Le ? a.i <= b.i
+            : e->op == ExprOp::Eq ? a.i == b.i
+                                  : a.i != b.i;
       }
       return ival(r);
     }
@@ -291,9 +350,13 @@ ScalarValue eval(const Expr& e, const ScalarEnv& env) {
         return ival(a.is_float ? pto::elem::cast<int32_t>(a.f) : pto::elem::cast<int32_t>(a.i));
       return ival(as_i(a));
     }
-    case ExprOp::Sqrt: case ExprOp::Exp: case ExprOp::Log: {
+    case ExprOp::Sqrt:
+    case ExprOp::Exp:
+    case ExprOp::Log: {
       double x = arg(0).as_double();
-      double r = e->op == ExprOp::Sqrt ? pto::elem::sqrt(x) : e->op == ExprOp::Exp ? pto::elem::exp(x) : pto::elem::log(x);
+      double r = e->op == ExprOp::Sqrt  ? pto::elem::sqrt(x)
+                 : e->op == ExprOp::Exp ? pto::elem::exp(x)
+                                        : pto::elem::log(x);
       return fval(r, fl ? e->dtype : DType::F64);
     }
   }
@@ -305,18 +368,30 @@ ScalarValue eval(const Expr& e, const ScalarEnv& env) {
 namespace {
 const char* binop_token(const ExprNode& n) {
   switch (n.op) {
-    case ExprOp::Add: return "+";
-    case ExprOp::Sub: return "-";
-    case ExprOp::Mul: return "*";
-    case ExprOp::Div: return is_float(n.dtype) ? "/" : "//";
-    case ExprOp::Mod: return "%";
-    case ExprOp::Lt: return "<";
-    case ExprOp::Le: return "<=";
-    case ExprOp::Eq: return "==";
-    case ExprOp::Ne: return "!=";
-    case ExprOp::And: return "&&";
-    case ExprOp::Or: return "||";
-    default: return nullptr;
+    case ExprOp::Add:
+      return "+";
+    case ExprOp::Sub:
+      return "-";
+    case ExprOp::Mul:
+      return "*";
+    case ExprOp::Div:
+      return is_float(n.dtype) ? "/" : "//";
+    case ExprOp::Mod:
+      return "%";
+    case ExprOp::Lt:
+      return "<";
+    case ExprOp::Le:
+      return "<=";
+    case ExprOp::Eq:
+      return "==";
+    case ExprOp::Ne:
+      return "!=";
+    case ExprOp::And:
+      return "&&";
+    case ExprOp::Or:
+      return "||";
+    default:
+      return nullptr;
   }
 }
 
@@ -328,8 +403,9 @@ void write(const Expr& e, std::string& out) {
   switch (e->op) {
     case ExprOp::Int:
       // An Int leaf carrying a float dtype can only come from hand-made nodes; keep it exact.
-      out += is_float(e->dtype) ? "cast<" + std::string(dtype_name(e->dtype)) + ">(" + std::to_string(e->ival) + ")"
-                                : detail::int_literal(e->ival, e->dtype);
+      out += is_float(e->dtype)
+                 ? "cast<" + std::string(dtype_name(e->dtype)) + ">(" + std::to_string(e->ival) + ")"
+                 : detail::int_literal(e->ival, e->dtype);
       return;
     case ExprOp::Float:
       out += detail::float_literal(e->fval, e->dtype);
@@ -356,18 +432,32 @@ void write(const Expr& e, std::string& out) {
       out += '!';
       write(e->args.empty() ? nullptr : e->args[0], out);
       return;
-    case ExprOp::Min: fn = "min"; break;
-    case ExprOp::Max: fn = "max"; break;
-    case ExprOp::Select: fn = "select"; break;
-    case ExprOp::Sqrt: fn = "sqrt"; break;
-    case ExprOp::Exp: fn = "exp"; break;
-    case ExprOp::Log: fn = "log"; break;
+    case ExprOp::Min:
+      fn = "min";
+      break;
+    case ExprOp::Max:
+      fn = "max";
+      break;
+    case ExprOp::Select:
+      fn = "select";
+      break;
+    case ExprOp::Sqrt:
+      fn = "sqrt";
+      break;
+    case ExprOp::Exp:
+      fn = "exp";
+      break;
+    case ExprOp::Log:
+      fn = "log";
+      break;
     case ExprOp::Cast:
       out += "cast<";
       out += dtype_name(e->dtype);
       out += '>';
       break;
-    default: fn = "?"; break;
+    default:
+      fn = "?";
+      break;
   }
   if (fn) out += fn;
   out += '(';

@@ -40,7 +40,8 @@ std::vector<Expr> View::valid_shape() const {
 bool View::is_whole() const {
   if (!buf) return false;
   size_t r = buf->shape.size();
-  if (offset.size() != r || size.size() != r || step.size() != r || valid.size() != r || dims.size() != r) return false;
+  if (offset.size() != r || size.size() != r || step.size() != r || valid.size() != r || dims.size() != r)
+    return false;
   for (size_t d = 0; d < r; ++d) {
     auto off = as_int(offset[d]);
     auto val = as_int(valid[d]);

@@ -39,7 +39,14 @@ struct Buffer {
   Space space = Space::Global;
   BufferKind kind = BufferKind::Temp;
 
-  template <class F> void for_each_field(F&& f) const { f(name); f(dtype); f(shape); f(space); f(kind); }
+  template <class F>
+  void for_each_field(F&& f) const {
+    f(name);
+    f(dtype);
+    f(shape);
+    f(space);
+    f(kind);
+  }
   int64_t numel() const;
   int rank() const { return int(shape.size()); }
 };
@@ -47,19 +54,27 @@ using BufferRef = std::shared_ptr<Buffer>;
 
 struct View {
   BufferRef buf;
-  std::vector<Expr> offset;    // per base dim
-  std::vector<int64_t> size;   // per base dim, static window extent
-  std::vector<int64_t> step;   // per base dim, static stride multiplier (>= 1)
-  std::vector<Expr> valid;     // per base dim, valid extent (<= size)
-  std::vector<int> dims;       // base dims forming the view, in view order
+  std::vector<Expr> offset;   // per base dim
+  std::vector<int64_t> size;  // per base dim, static window extent
+  std::vector<int64_t> step;  // per base dim, static stride multiplier (>= 1)
+  std::vector<Expr> valid;    // per base dim, valid extent (<= size)
+  std::vector<int> dims;      // base dims forming the view, in view order
 
-  template <class F> void for_each_field(F&& f) const { f(buf); f(offset); f(size); f(step); f(valid); f(dims); }
+  template <class F>
+  void for_each_field(F&& f) const {
+    f(buf);
+    f(offset);
+    f(size);
+    f(step);
+    f(valid);
+    f(dims);
+  }
 
   static View whole(const BufferRef& b);  // the full buffer, identity dims
   int rank() const { return int(dims.size()); }
-  std::vector<int64_t> shape() const;       // static view shape
-  std::vector<Expr> valid_shape() const;    // valid extents in view order
-  bool is_whole() const;                    // the identity view of its buffer
+  std::vector<int64_t> shape() const;     // static view shape
+  std::vector<Expr> valid_shape() const;  // valid extents in view order
+  bool is_whole() const;                  // the identity view of its buffer
 };
 
 // An operand is a view or a scalar expression (the tile-scalar forms, e.g. TADD dst, a, 2.0).
@@ -68,7 +83,11 @@ using Operand = std::variant<View, Expr>;
 struct Op {
   Opcode code;
   std::vector<Operand> args;  // args[0] is the destination
-  template <class F> void for_each_field(F&& f) const { f(code); f(args); }
+  template <class F>
+  void for_each_field(F&& f) const {
+    f(code);
+    f(args);
+  }
 };
 
 struct StmtNode;
@@ -96,8 +115,20 @@ struct StmtNode {
   // OpStmt
   Op op;
 
-  template <class F> void for_each_field(F&& f) const {
-    f(kind); f(body); f(var); f(lo); f(hi); f(step); f(cond); f(loop_kind); f(orelse); f(value); f(buffer); f(op);
+  template <class F>
+  void for_each_field(F&& f) const {
+    f(kind);
+    f(body);
+    f(var);
+    f(lo);
+    f(hi);
+    f(step);
+    f(cond);
+    f(loop_kind);
+    f(orelse);
+    f(value);
+    f(buffer);
+    f(op);
   }
 };
 
@@ -112,7 +143,11 @@ Stmt op_stmt(Op op);
 struct ScalarParam {
   std::string name;
   DType dtype;  // I64 or F32/F64
-  template <class F> void for_each_field(F&& f) const { f(name); f(dtype); }
+  template <class F>
+  void for_each_field(F&& f) const {
+    f(name);
+    f(dtype);
+  }
 };
 
 // Where an IndexCheck applies: inside a loop (`var` set: for var = lo to hi step step) or inside
@@ -129,18 +164,24 @@ struct IndexCheck {
   Expr index, length;
   int dim = 0;
   std::vector<CheckScope> scopes;  // outermost first
-  std::string where;  // the kernel's "file:line: source text" (Builder::set_location)
+  std::string where;               // the kernel's "file:line: source text" (Builder::set_location)
 };
 
 struct Program {
   std::string name;
-  std::vector<BufferRef> params;        // Param and Output buffers, in calling order
-  std::vector<ScalarParam> scalars;     // runtime scalar arguments
+  std::vector<BufferRef> params;     // Param and Output buffers, in calling order
+  std::vector<ScalarParam> scalars;  // runtime scalar arguments
   std::vector<Stmt> body;
   // Host-side preconditions of a tensor-level program, derived from its body and the kernel's
   // source lines: not part of the program's identity (equality, hashing, text form).
   std::vector<IndexCheck> index_checks;
-  template <class F> void for_each_field(F&& f) const { f(name); f(params); f(scalars); f(body); }
+  template <class F>
+  void for_each_field(F&& f) const {
+    f(name);
+    f(params);
+    f(scalars);
+    f(body);
+  }
 };
 
 // Structural equality and hashing, derived from the field lists above. Buffers compare by their

@@ -15,96 +15,109 @@
 
 namespace pypto::ir {
 
-enum class OpCategory : uint8_t { Memory, Fill, Unary, Binary, Compare, Select, Convert, Reduce,
-                                  Expand, Matrix, Layout, Gather, Sync };
+enum class OpCategory : uint8_t {
+  Memory,
+  Fill,
+  Unary,
+  Binary,
+  Compare,
+  Select,
+  Convert,
+  Reduce,
+  Expand,
+  Matrix,
+  Layout,
+  Gather,
+  Sync
+};
 
 // X(name, category, number of operands including the destination; -1 = variadic)
 // Operand 0 is always the destination (for TSTORE: the global view written).
-#define PYPTO_OPCODES(X)          \
-  X(TLOAD, Memory, 2)             \
-  X(TSTORE, Memory, 2)            \
-  X(TPREFETCH, Memory, 1)         \
-  X(MGATHER, Memory, 3)           \
-  X(MSCATTER, Memory, 3)          \
-  X(MSCATTER_ADD, Memory, 3)      \
-  X(TEXPANDS, Fill, 2)            \
-  X(TCI, Fill, 2)                 \
-  X(TMOV, Unary, 2)               \
-  X(TNEG, Unary, 2)               \
-  X(TABS, Unary, 2)               \
-  X(TEXP, Unary, 2)               \
-  X(TLOG, Unary, 2)               \
-  X(TSQRT, Unary, 2)              \
-  X(TRSQRT, Unary, 2)             \
-  X(TRECIP, Unary, 2)             \
-  X(TRELU, Unary, 2)              \
-  X(TTANH, Unary, 2)              \
-  X(TSIGMOID, Unary, 2)           \
-  X(TERF, Unary, 2)               \
-  X(TGELU, Unary, 2)              \
-  X(TGELU_TANH, Unary, 2)         \
-  X(TSILU, Unary, 2)              \
-  X(TFLOOR, Unary, 2)             \
-  X(TNOT, Unary, 2)               \
-  X(TSIN, Unary, 2)               \
-  X(TCOS, Unary, 2)               \
-  X(TTAN, Unary, 2)               \
-  X(TEXP2, Unary, 2)              \
-  X(TEXPM1, Unary, 2)             \
-  X(TLOG2, Unary, 2)              \
-  X(TLOG10, Unary, 2)             \
-  X(TLOG1P, Unary, 2)             \
-  X(TCBRT, Unary, 2)              \
-  X(TCEIL, Unary, 2)              \
-  X(TROUND, Unary, 2)             \
-  X(TTRUNC, Unary, 2)             \
-  X(TSIGN, Unary, 2)              \
-  X(TADD, Binary, 3)              \
-  X(TSUB, Binary, 3)              \
-  X(TMUL, Binary, 3)              \
-  X(TDIV, Binary, 3)              \
-  X(TMAX, Binary, 3)              \
-  X(TMIN, Binary, 3)              \
-  X(TPOW, Binary, 3)              \
-  X(TAND, Binary, 3)              \
-  X(TOR, Binary, 3)               \
-  X(TATAN2, Binary, 3)            \
-  X(THYPOT, Binary, 3)            \
-  X(TCOPYSIGN, Binary, 3)         \
-  X(TFMOD, Binary, 3)             \
-  X(TREM, Binary, 3)              \
-  X(TFLOORDIV, Binary, 3)         \
-  X(TGCD, Binary, 3)              \
-  X(TCMP_LT, Compare, 3)          \
-  X(TCMP_LE, Compare, 3)          \
-  X(TCMP_GT, Compare, 3)          \
-  X(TCMP_GE, Compare, 3)          \
-  X(TCMP_EQ, Compare, 3)          \
-  X(TCMP_NE, Compare, 3)          \
-  X(TSEL, Select, 4)              \
-  X(TCVT, Convert, 2)             \
-  X(TROWSUM, Reduce, 2)           \
-  X(TROWMAX, Reduce, 2)           \
-  X(TROWMIN, Reduce, 2)           \
-  X(TCOLSUM, Reduce, 2)           \
-  X(TCOLMAX, Reduce, 2)           \
-  X(TCOLMIN, Reduce, 2)           \
-  X(TROWEXPAND, Expand, 2)        \
-  X(TCOLEXPAND, Expand, 2)        \
-  X(TMATMUL, Matrix, 3)           \
-  X(TMATMUL_ACC, Matrix, 3)       \
-  X(TMATMUL_BIAS, Matrix, 4)      \
-  X(TTRANS, Layout, 2)            \
-  X(TRESHAPE, Layout, 2)          \
-  X(TEXTRACT, Layout, 4)          \
-  X(TINSERT, Layout, 4)           \
-  X(TFILLPAD, Layout, 3)          \
-  X(TGATHER, Gather, 3)           \
-  X(TSCATTER, Gather, 3)          \
-  X(TSCATTER_ADD, Gather, 3)      \
-  X(TARGSORT, Gather, 3)          \
-  X(SET_FLAG, Sync, 3)            \
-  X(WAIT_FLAG, Sync, 3)           \
+#define PYPTO_OPCODES(X)     \
+  X(TLOAD, Memory, 2)        \
+  X(TSTORE, Memory, 2)       \
+  X(TPREFETCH, Memory, 1)    \
+  X(MGATHER, Memory, 3)      \
+  X(MSCATTER, Memory, 3)     \
+  X(MSCATTER_ADD, Memory, 3) \
+  X(TEXPANDS, Fill, 2)       \
+  X(TCI, Fill, 2)            \
+  X(TMOV, Unary, 2)          \
+  X(TNEG, Unary, 2)          \
+  X(TABS, Unary, 2)          \
+  X(TEXP, Unary, 2)          \
+  X(TLOG, Unary, 2)          \
+  X(TSQRT, Unary, 2)         \
+  X(TRSQRT, Unary, 2)        \
+  X(TRECIP, Unary, 2)        \
+  X(TRELU, Unary, 2)         \
+  X(TTANH, Unary, 2)         \
+  X(TSIGMOID, Unary, 2)      \
+  X(TERF, Unary, 2)          \
+  X(TGELU, Unary, 2)         \
+  X(TGELU_TANH, Unary, 2)    \
+  X(TSILU, Unary, 2)         \
+  X(TFLOOR, Unary, 2)        \
+  X(TNOT, Unary, 2)          \
+  X(TSIN, Unary, 2)          \
+  X(TCOS, Unary, 2)          \
+  X(TTAN, Unary, 2)          \
+  X(TEXP2, Unary, 2)         \
+  X(TEXPM1, Unary, 2)        \
+  X(TLOG2, Unary, 2)         \
+  X(TLOG10, Unary, 2)        \
+  X(TLOG1P, Unary, 2)        \
+  X(TCBRT, Unary, 2)         \
+  X(TCEIL, Unary, 2)         \
+  X(TROUND, Unary, 2)        \
+  X(TTRUNC, Unary, 2)        \
+  X(TSIGN, Unary, 2)         \
+  X(TADD, Binary, 3)         \
+  X(TSUB, Binary, 3)         \
+  X(TMUL, Binary, 3)         \
+  X(TDIV, Binary, 3)         \
+  X(TMAX, Binary, 3)         \
+  X(TMIN, Binary, 3)         \
+  X(TPOW, Binary, 3)         \
+  X(TAND, Binary, 3)         \
+  X(TOR, Binary, 3)          \
+  X(TATAN2, Binary, 3)       \
+  X(THYPOT, Binary, 3)       \
+  X(TCOPYSIGN, Binary, 3)    \
+  X(TFMOD, Binary, 3)        \
+  X(TREM, Binary, 3)         \
+  X(TFLOORDIV, Binary, 3)    \
+  X(TGCD, Binary, 3)         \
+  X(TCMP_LT, Compare, 3)     \
+  X(TCMP_LE, Compare, 3)     \
+  X(TCMP_GT, Compare, 3)     \
+  X(TCMP_GE, Compare, 3)     \
+  X(TCMP_EQ, Compare, 3)     \
+  X(TCMP_NE, Compare, 3)     \
+  X(TSEL, Select, 4)         \
+  X(TCVT, Convert, 2)        \
+  X(TROWSUM, Reduce, 2)      \
+  X(TROWMAX, Reduce, 2)      \
+  X(TROWMIN, Reduce, 2)      \
+  X(TCOLSUM, Reduce, 2)      \
+  X(TCOLMAX, Reduce, 2)      \
+  X(TCOLMIN, Reduce, 2)      \
+  X(TROWEXPAND, Expand, 2)   \
+  X(TCOLEXPAND, Expand, 2)   \
+  X(TMATMUL, Matrix, 3)      \
+  X(TMATMUL_ACC, Matrix, 3)  \
+  X(TMATMUL_BIAS, Matrix, 4) \
+  X(TTRANS, Layout, 2)       \
+  X(TRESHAPE, Layout, 2)     \
+  X(TEXTRACT, Layout, 4)     \
+  X(TINSERT, Layout, 4)      \
+  X(TFILLPAD, Layout, 3)     \
+  X(TGATHER, Gather, 3)      \
+  X(TSCATTER, Gather, 3)     \
+  X(TSCATTER_ADD, Gather, 3) \
+  X(TARGSORT, Gather, 3)     \
+  X(SET_FLAG, Sync, 3)       \
+  X(WAIT_FLAG, Sync, 3)      \
   X(PIPE_BARRIER, Sync, 1)
 
 enum class Opcode : uint8_t {
@@ -124,6 +137,13 @@ std::optional<Opcode> parse_opcode(std::string_view name);
 inline std::string_view opcode_name(Opcode op) { return opcode_info(op).name; }
 
 // Pipes of the abstract machine, used by the sync instructions and by the simulator.
-enum class Pipe : uint8_t { MTE2 /*global->local*/, MTE3 /*local->global*/, V /*vector*/, M /*matrix*/, S /*scalar*/, ALL };
+enum class Pipe : uint8_t {
+  MTE2 /*global->local*/,
+  MTE3 /*local->global*/,
+  V /*vector*/,
+  M /*matrix*/,
+  S /*scalar*/,
+  ALL
+};
 
 }  // namespace pypto::ir

@@ -100,7 +100,8 @@ class Lexer {
         return out;
       }
       char c = s_[pos_];
-      if ((c == '%' || c == '@') && pos_ + 1 < s_.size() && (is_name_char(s_[pos_ + 1]) || s_[pos_ + 1] == '"')) {
+      if ((c == '%' || c == '@') && pos_ + 1 < s_.size() &&
+          (is_name_char(s_[pos_ + 1]) || s_[pos_ + 1] == '"')) {
         t.kind = c == '%' ? Tok::Name : Tok::Global;
         advance();
         t.text = read_name(t);
@@ -325,10 +326,14 @@ class Parser {
   }
   static std::string describe(const Token& t) {
     switch (t.kind) {
-      case Tok::End: return "end of input";
-      case Tok::Name: return "'" + detail::var_token(t.text) + "'";
-      case Tok::Global: return "'@" + t.text + "'";
-      default: return "'" + t.text + "'";
+      case Tok::End:
+        return "end of input";
+      case Tok::Name:
+        return "'" + detail::var_token(t.text) + "'";
+      case Tok::Global:
+        return "'@" + t.text + "'";
+      default:
+        return "'" + t.text + "'";
     }
   }
   [[noreturn]] void fail(const std::string& msg, const Token* at = nullptr) const {
@@ -343,7 +348,8 @@ class Parser {
     next();
   }
   std::string expect_name(const char* what) {
-    if (peek().kind != Tok::Name) fail(std::string("expected a %name (") + what + "), found " + describe(peek()));
+    if (peek().kind != Tok::Name)
+      fail(std::string("expected a %name (") + what + "), found " + describe(peek()));
     return next().text;
   }
   int64_t int_literal(bool negative = false) {
@@ -503,13 +509,18 @@ class Parser {
   bool starts_operand() const {
     const Token& t = peek();
     switch (t.kind) {
-      case Tok::Name: case Tok::Int: case Tok::Float: return true;
-      case Tok::Punct: return t.text == "(" || t.text == "!" || t.text == "-";
+      case Tok::Name:
+      case Tok::Int:
+      case Tok::Float:
+        return true;
+      case Tok::Punct:
+        return t.text == "(" || t.text == "!" || t.text == "-";
       case Tok::Ident:
-        return t.text == "min" || t.text == "max" || t.text == "select" || t.text == "cast" || t.text == "sqrt" ||
-               t.text == "exp" || t.text == "log" || t.text == "inf" || t.text == "inff" || t.text == "nan" ||
-               t.text == "nanf";
-      default: return false;
+        return t.text == "min" || t.text == "max" || t.text == "select" || t.text == "cast" ||
+               t.text == "sqrt" || t.text == "exp" || t.text == "log" || t.text == "inf" ||
+               t.text == "inff" || t.text == "nan" || t.text == "nanf";
+      default:
+        return false;
     }
   }
 
@@ -595,7 +606,8 @@ class Parser {
   }
 
   static bool is_float_word(const Token& t) {
-    return t.kind == Tok::Ident && (t.text == "inf" || t.text == "inff" || t.text == "nan" || t.text == "nanf");
+    return t.kind == Tok::Ident &&
+           (t.text == "inf" || t.text == "inff" || t.text == "nan" || t.text == "nanf");
   }
 
   // A literal, optionally negative, or nullptr (consuming nothing) when none is next.
@@ -691,13 +703,14 @@ class Parser {
 
   Expr binary(const Token& op, const Expr& a, const Expr& b) {
     static const std::map<std::string, ExprOp> ops = {
-        {"+", ExprOp::Add}, {"-", ExprOp::Sub}, {"*", ExprOp::Mul}, {"//", ExprOp::Div}, {"/", ExprOp::Div},
-        {"%", ExprOp::Mod}, {"<", ExprOp::Lt},  {"<=", ExprOp::Le}, {"==", ExprOp::Eq}, {"!=", ExprOp::Ne},
-        {"&&", ExprOp::And}, {"||", ExprOp::Or}};
+        {"+", ExprOp::Add}, {"-", ExprOp::Sub}, {"*", ExprOp::Mul},  {"//", ExprOp::Div},
+        {"/", ExprOp::Div}, {"%", ExprOp::Mod}, {"<", ExprOp::Lt},   {"<=", ExprOp::Le},
+        {"==", ExprOp::Eq}, {"!=", ExprOp::Ne}, {"&&", ExprOp::And}, {"||", ExprOp::Or}};
     if (op.kind == Tok::Punct) {
       if (op.text == ">") return detail::make_raw(ExprOp::Lt, DType::I64, {b, a});
       if (op.text == ">=") return detail::make_raw(ExprOp::Le, DType::I64, {b, a});
-      if (auto it = ops.find(op.text); it != ops.end()) return detail::make_raw(it->second, DType::I64, {a, b});
+      if (auto it = ops.find(op.text); it != ops.end())
+        return detail::make_raw(it->second, DType::I64, {a, b});
     }
     fail("expected a binary operator or ')', found " + describe(op), &op);
   }

@@ -36,9 +36,12 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 std::string kind_suffix(BufferKind k, BufferKind dflt) {
   if (k == dflt) return "";
   switch (k) {
-    case BufferKind::Param: return " in";
-    case BufferKind::Output: return " out";
-    case BufferKind::Temp: return " temp";
+    case BufferKind::Param:
+      return " in";
+    case BufferKind::Output:
+      return " out";
+    case BufferKind::Temp:
+      return " temp";
   }
   return "";
 }
@@ -114,8 +117,8 @@ void print_stmt(const Stmt& st, int indent, std::string& out) {
       out += pad + "}\n";
       break;
     case StmtKind::For:
-      out += pad + (st->loop_kind == LoopKind::Parallel ? "parallel for " : "for ") + name_token('%', st->var) +
-             " = " + expr_text(st->lo) + " to " + expr_text(st->hi);
+      out += pad + (st->loop_kind == LoopKind::Parallel ? "parallel for " : "for ") +
+             name_token('%', st->var) + " = " + expr_text(st->lo) + " to " + expr_text(st->hi);
       if (!is_int_value(st->step, 1)) out += " step " + expr_text(st->step);
       out += " {\n";
       print_block(st->body, indent + 1, out);

@@ -15,19 +15,27 @@
 namespace pypto::ir::structural {
 
 struct AnyField {
-  template <class U> void operator()(const U&) const {}
+  template <class U>
+  void operator()(const U&) const {}
 };
 template <class T, class = void>
 struct has_fields : std::false_type {};
 template <class T>
-struct has_fields<T, std::void_t<decltype(std::declval<const T&>().for_each_field(AnyField{}))>> : std::true_type {};
+struct has_fields<T, std::void_t<decltype(std::declval<const T&>().for_each_field(AnyField{}))>>
+    : std::true_type {};
 
-template <class T> struct is_vector : std::false_type {};
-template <class T, class A> struct is_vector<std::vector<T, A>> : std::true_type {};
-template <class T> struct is_shared : std::false_type {};
-template <class T> struct is_shared<std::shared_ptr<T>> : std::true_type {};
-template <class T> struct is_variant : std::false_type {};
-template <class... T> struct is_variant<std::variant<T...>> : std::true_type {};
+template <class T>
+struct is_vector : std::false_type {};
+template <class T, class A>
+struct is_vector<std::vector<T, A>> : std::true_type {};
+template <class T>
+struct is_shared : std::false_type {};
+template <class T>
+struct is_shared<std::shared_ptr<T>> : std::true_type {};
+template <class T>
+struct is_variant : std::false_type {};
+template <class... T>
+struct is_variant<std::variant<T...>> : std::true_type {};
 
 inline uint64_t double_bits(double d) {
   uint64_t u;
@@ -35,7 +43,8 @@ inline uint64_t double_bits(double d) {
   return u;
 }
 
-template <class T> bool equal(const T& a, const T& b);
+template <class T>
+bool equal(const T& a, const T& b);
 
 // Fields are compared pairwise by position: for the i-th field of `a`, walk `b`'s fields to its
 // i-th one. Quadratic in the (small, fixed) field count but needs nothing beyond the field list.

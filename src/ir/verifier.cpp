@@ -25,17 +25,29 @@ namespace {
 // Operand kinds per opcode: 'v' a view, 's' a scalar expression, 'e' either.
 const char* operand_kinds(Opcode op) {
   switch (opcode_info(op).category) {
-    case OpCategory::Memory: return op == Opcode::TPREFETCH ? "v" : "vv";
-    case OpCategory::Fill: return "vs";
-    case OpCategory::Binary: case OpCategory::Compare: return "vee";
-    case OpCategory::Select: return "vvee";
-    case OpCategory::Sync: return "sss";
-    default: break;
+    case OpCategory::Memory:
+      return op == Opcode::TPREFETCH ? "v" : "vv";
+    case OpCategory::Fill:
+      return "vs";
+    case OpCategory::Binary:
+    case OpCategory::Compare:
+      return "vee";
+    case OpCategory::Select:
+      return "vvee";
+    case OpCategory::Sync:
+      return "sss";
+    default:
+      break;
   }
   switch (op) {
-    case Opcode::TEXTRACT: case Opcode::TINSERT: return "vvss";
-    case Opcode::TFILLPAD: case Opcode::TARGSORT: return "vvs";
-    default: return "vvvv";  // remaining categories take views only (counts come from the table)
+    case Opcode::TEXTRACT:
+    case Opcode::TINSERT:
+      return "vvss";
+    case Opcode::TFILLPAD:
+    case Opcode::TARGSORT:
+      return "vvs";
+    default:
+      return "vvvv";  // remaining categories take views only (counts come from the table)
   }
 }
 
@@ -56,7 +68,8 @@ class Verifier {
     }
     for (const auto& s : p.scalars) {
       if (s.dtype != DType::I64 && s.dtype != DType::I32 && s.dtype != DType::F32 && s.dtype != DType::F64)
-        fail("scalar parameter %" + s.name + " has dtype " + std::string(dtype_name(s.dtype)) + " (i64, i32, f32 or f64 expected)");
+        fail("scalar parameter %" + s.name + " has dtype " + std::string(dtype_name(s.dtype)) +
+             " (i64, i32, f32 or f64 expected)");
       declare_var(s.name, s.dtype);
     }
     block(p.body);
@@ -68,7 +81,9 @@ class Verifier {
     std::map<std::string, BufferRef> buffers;
   };
 
-  [[noreturn]] void fail(const std::string& msg) const { throw Error("verify: " + msg + " (in " + where_ + ")"); }
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw Error("verify: " + msg + " (in " + where_ + ")");
+  }
 
   void claim_name(const std::string& n) {
     if (n.empty()) fail("empty name");
@@ -100,7 +115,8 @@ class Verifier {
     if (!e) fail(std::string("missing expression (") + what + ")");
     if (e->op == ExprOp::Var) {
       const DType* t = find_var(e->name);
-      if (!t) fail("variable %" + e->name + " used outside its scope or before its definition (" + what + ")");
+      if (!t)
+        fail("variable %" + e->name + " used outside its scope or before its definition (" + what + ")");
       if (*t != e->dtype)
         fail("variable %" + e->name + " is used as " + std::string(dtype_name(e->dtype)) + " but declared " +
              std::string(dtype_name(*t)));
@@ -124,10 +140,12 @@ class Verifier {
     const Buffer& b = *v.buf;
     size_t r = b.shape.size();
     if (v.offset.size() != r || v.size.size() != r || v.step.size() != r || v.valid.size() != r)
-      fail(which + ": view of %" + b.name + " needs offset/size/step/valid for each of its " + std::to_string(r) + " dims");
+      fail(which + ": view of %" + b.name + " needs offset/size/step/valid for each of its " +
+           std::to_string(r) + " dims");
     std::vector<bool> seen(r, false);
     for (int d : v.dims) {
-      if (d < 0 || size_t(d) >= r) fail(which + ": view dim " + std::to_string(d) + " out of range for %" + b.name);
+      if (d < 0 || size_t(d) >= r)
+        fail(which + ": view dim " + std::to_string(d) + " out of range for %" + b.name);
       if (seen[size_t(d)]) fail(which + ": view dim " + std::to_string(d) + " listed twice");
       seen[size_t(d)] = true;
     }
@@ -136,7 +154,8 @@ class Verifier {
       index_expr(v.valid[d], "view valid extent");
       if (v.size[d] < 0) fail(which + ": negative view size");
       if (v.step[d] < 1) fail(which + ": view step must be >= 1");
-      if (!seen[d] && v.size[d] != 1) fail(which + ": indexed dim " + std::to_string(d) + " must have size 1");
+      if (!seen[d] && v.size[d] != 1)
+        fail(which + ": indexed dim " + std::to_string(d) + " must have size 1");
       auto off = as_int(v.offset[d]);
       auto val = as_int(v.valid[d]);
       if (val && (*val < 0 || *val > v.size[d]))
@@ -150,8 +169,10 @@ class Verifier {
       if (off && *off < 0) fail(which + ": negative offset in dim " + std::to_string(d) + " of %" + b.name);
       if (off && val && *val > 0 && __int128(*off) + __int128(*val - 1) * v.step[d] >= b.shape[d])
         fail(which + ": valid region [" + std::to_string(*off) + ", " +
-             std::to_string(int64_t(std::min<__int128>(__int128(*off) + __int128(*val - 1) * v.step[d], INT64_MAX))) +
-             "] outside dim " + std::to_string(d) + " of %" + b.name + " (size " + std::to_string(b.shape[d]) + ")");
+             std::to_string(
+                 int64_t(std::min<__int128>(__int128(*off) + __int128(*val - 1) * v.step[d], INT64_MAX))) +
+             "] outside dim " + std::to_string(d) + " of %" + b.name + " (size " +
+             std::to_string(b.shape[d]) + ")");
     }
   }
 
@@ -176,7 +197,8 @@ class Verifier {
     }
     if (info.category == OpCategory::Gather || o.code == Opcode::MGATHER || o.code == Opcode::MSCATTER ||
         o.code == Opcode::MSCATTER_ADD)
-      if (const View* idx = as_view(o, 2); idx && idx->buf->dtype != DType::I32 && idx->buf->dtype != DType::I64)
+      if (const View* idx = as_view(o, 2);
+          idx && idx->buf->dtype != DType::I32 && idx->buf->dtype != DType::I64)
         fail("gather/scatter index must be i32 or i64");
     if (level_ == Level::Tile) {
       dtypes(o);
@@ -184,7 +206,9 @@ class Verifier {
     }
   }
 
-  static const View* as_view(const Op& o, size_t k) { return k < o.args.size() ? std::get_if<View>(&o.args[k]) : nullptr; }
+  static const View* as_view(const Op& o, size_t k) {
+    return k < o.args.size() ? std::get_if<View>(&o.args[k]) : nullptr;
+  }
 
   // Tile level: the lowering has converted every operand to the type the instruction computes in
   // (tensor-level instructions convert implicitly, NumPy style, so no such rule applies there).
@@ -195,8 +219,8 @@ class Verifier {
     auto src = [&](size_t k) -> const View* { return as_view(o, k); };
     auto same = [&](size_t k, DType want, const char* what) {
       if (const View* v = src(k); v && v->buf->dtype != want)
-        fail("operand " + std::to_string(k) + " is " + std::string(dtype_name(v->buf->dtype)) + ", " + what + " is " +
-             std::string(dtype_name(want)));
+        fail("operand " + std::to_string(k) + " is " + std::string(dtype_name(v->buf->dtype)) + ", " + what +
+             " is " + std::string(dtype_name(want)));
     };
     switch (opcode_info(o.code).category) {
       case OpCategory::Unary:
@@ -205,7 +229,8 @@ class Verifier {
       case OpCategory::Binary:
         if (o.code == Opcode::TAND || o.code == Opcode::TOR) break;  // logic on 0/1 of any type
         [[fallthrough]];
-      case OpCategory::Reduce: case OpCategory::Expand:
+      case OpCategory::Reduce:
+      case OpCategory::Expand:
         for (size_t k = 1; k < o.args.size(); ++k) same(k, t, "the destination");
         break;
       case OpCategory::Compare:
@@ -223,7 +248,8 @@ class Verifier {
         break;
       case OpCategory::Gather:
         if (o.code == Opcode::TARGSORT) {  // indices (i32/i64) of a source of any dtype
-          if (t != DType::I32 && t != DType::I64) fail("TARGSORT writes i32 or i64 indices, not " + std::string(dtype_name(t)));
+          if (t != DType::I32 && t != DType::I64)
+            fail("TARGSORT writes i32 or i64 indices, not " + std::string(dtype_name(t)));
           break;
         }
         same(1, t, "the destination");
@@ -241,16 +267,18 @@ class Verifier {
       if (!v || is_local(*v))
         fail("operand " + std::to_string(k) + " of " + std::string(info.name) +
              " must be a global view (a copy between local tiles is TMOV)");
-      if (v->rank() > 2) fail("operand " + std::to_string(k) + ": global views of a tile instruction have rank <= 2");
+      if (v->rank() > 2)
+        fail("operand " + std::to_string(k) + ": global views of a tile instruction have rank <= 2");
     };
     auto tile = [&](size_t k) {
       const View* v = as_view(o, k);
       if (!v) return;
       if (!is_local(*v))
-        fail("operand " + std::to_string(k) + " of " + std::string(info.name) + " must be a local tile (vec/mat/acc), not %" +
-             v->buf->name + " in gm");
+        fail("operand " + std::to_string(k) + " of " + std::string(info.name) +
+             " must be a local tile (vec/mat/acc), not %" + v->buf->name + " in gm");
       if (v->buf->rank() != 2) fail("operand " + std::to_string(k) + ": tiles have rank 2");
-      if (!v->is_whole()) fail("operand " + std::to_string(k) + ": compute instructions take whole tiles, not " + print(*v));
+      if (!v->is_whole())
+        fail("operand " + std::to_string(k) + ": compute instructions take whole tiles, not " + print(*v));
     };
     if (info.category == OpCategory::Sync) return;
     if (o.code == Opcode::TPREFETCH) return global_view(0);
@@ -271,8 +299,8 @@ class Verifier {
       tile(2);
       auto idx = as_view(o, 2)->buf->shape;
       if (idx[0] != 1 && idx[1] != 1)
-        fail(std::string(info.name) + ": the index tile must be 1xN or Nx1, got " + std::to_string(idx[0]) + "x" +
-             std::to_string(idx[1]));
+        fail(std::string(info.name) + ": the index tile must be 1xN or Nx1, got " + std::to_string(idx[0]) +
+             "x" + std::to_string(idx[1]));
       return;
     }
     for (size_t k = 0; k < o.args.size(); ++k) tile(k);
@@ -288,21 +316,28 @@ class Verifier {
              "shapes must be dst MxN, a MxK, b KxN; got dst " + sh(d) + ", a " + sh(a) + ", b " + sh(b));
         if (o.code == Opcode::TMATMUL_BIAS) {
           auto bias = shape(3);
-          want(bias[0] == 1 && bias[1] == d[1], "bias must be 1x" + std::to_string(d[1]) + ", got " + sh(bias));
+          want(bias[0] == 1 && bias[1] == d[1],
+               "bias must be 1x" + std::to_string(d[1]) + ", got " + sh(bias));
         }
         break;
       }
       case OpCategory::Reduce: {
         auto d = shape(0), s = shape(1);
         bool row = o.code == Opcode::TROWSUM || o.code == Opcode::TROWMAX || o.code == Opcode::TROWMIN;
-        if (row) want(d[0] == s[0] && d[1] == 1, "dst must be " + std::to_string(s[0]) + "x1 for src " + sh(s) + ", got " + sh(d));
-        else want(d[0] == 1 && d[1] == s[1], "dst must be 1x" + std::to_string(s[1]) + " for src " + sh(s) + ", got " + sh(d));
+        if (row)
+          want(d[0] == s[0] && d[1] == 1,
+               "dst must be " + std::to_string(s[0]) + "x1 for src " + sh(s) + ", got " + sh(d));
+        else
+          want(d[0] == 1 && d[1] == s[1],
+               "dst must be 1x" + std::to_string(s[1]) + " for src " + sh(s) + ", got " + sh(d));
         break;
       }
       case OpCategory::Expand: {
         auto d = shape(0), s = shape(1);
-        if (o.code == Opcode::TROWEXPAND) want(s[1] == 1 && s[0] == d[0], "src must be " + std::to_string(d[0]) + "x1, got " + sh(s));
-        else want(s[0] == 1 && s[1] == d[1], "src must be 1x" + std::to_string(d[1]) + ", got " + sh(s));
+        if (o.code == Opcode::TROWEXPAND)
+          want(s[1] == 1 && s[0] == d[0], "src must be " + std::to_string(d[0]) + "x1, got " + sh(s));
+        else
+          want(s[0] == 1 && s[1] == d[1], "src must be 1x" + std::to_string(d[1]) + ", got " + sh(s));
         break;
       }
       default:
@@ -372,7 +407,8 @@ class Verifier {
       case StmtKind::Alloc:
         if (!s->buffer) fail("alloc without a buffer");
         where_ = "alloc %" + s->buffer->name;
-        if (s->buffer->kind != BufferKind::Temp) fail("allocated buffer %" + s->buffer->name + " must have kind temp");
+        if (s->buffer->kind != BufferKind::Temp)
+          fail("allocated buffer %" + s->buffer->name + " must have kind temp");
         declare_buffer(s->buffer);
         break;
       case StmtKind::OpStmt:

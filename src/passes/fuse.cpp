@@ -31,7 +31,8 @@ Kind kind_of(Opcode c) {
     case OpCategory::Fill:
       return c == Opcode::TEXPANDS ? Kind::Elementwise : Kind::Other;
     case OpCategory::Reduce:
-      return (c == Opcode::TROWSUM || c == Opcode::TROWMAX || c == Opcode::TROWMIN) ? Kind::Reduce : Kind::Other;
+      return (c == Opcode::TROWSUM || c == Opcode::TROWMAX || c == Opcode::TROWMIN) ? Kind::Reduce
+                                                                                    : Kind::Other;
     case OpCategory::Matrix:
       return c == Opcode::TMATMUL ? Kind::Matmul : Kind::Other;
     default:
@@ -80,7 +81,8 @@ std::optional<RowSpace> row_space(const View& d) {
 }
 
 bool same(const RowSpace& a, const RowSpace& b) {
-  if (a.rank != b.rank || a.lead != b.lead || a.rows != b.rows || !expr_equal(a.rows_valid, b.rows_valid)) return false;
+  if (a.rank != b.rank || a.lead != b.lead || a.rows != b.rows || !expr_equal(a.rows_valid, b.rows_valid))
+    return false;
   for (size_t i = 0; i < a.lead_valid.size(); ++i)
     if (!expr_equal(a.lead_valid[i], b.lead_valid[i])) return false;
   return true;
@@ -102,9 +104,9 @@ struct Group {
   std::vector<const Op*> ops;
   size_t begin = 0, end = 0;  // statement span [begin, end)
   RowSpace rs;
-  std::set<const Buffer*> produced;                       // temps written by the group
-  std::map<const Buffer*, std::string> written;           // external buffer -> the view written
-  std::map<const Buffer*, std::set<std::string>> read;    // external buffer -> views read
+  std::set<const Buffer*> produced;                     // temps written by the group
+  std::map<const Buffer*, std::string> written;         // external buffer -> the view written
+  std::map<const Buffer*, std::set<std::string>> read;  // external buffer -> views read
 };
 
 void count_refs(const std::vector<Stmt>& body, std::map<const Buffer*, int>& refs) {
@@ -158,8 +160,10 @@ class Fuser {
   void add(Group& g, const Op& op, const std::set<const Buffer*>& allocs) {
     g.ops.push_back(&op);
     const View& d = dst(op);
-    if (d.buf->kind == BufferKind::Temp && allocs.count(d.buf.get())) g.produced.insert(d.buf.get());
-    else g.written[d.buf.get()] = key(d);
+    if (d.buf->kind == BufferKind::Temp && allocs.count(d.buf.get()))
+      g.produced.insert(d.buf.get());
+    else
+      g.written[d.buf.get()] = key(d);
     for (size_t i = 1; i < op.args.size(); ++i)
       if (auto v = std::get_if<View>(&op.args[i]))
         if (!g.produced.count(v->buf.get())) g.read[v->buf.get()].insert(key(*v));
@@ -225,7 +229,8 @@ class Fuser {
       if (!mine && !external_ok(*v, false)) return false;
       auto vs = v->shape();
       if (k == Kind::Elementwise && !broadcasts_to(vs, ds)) return false;
-      if (k == Kind::Reduce && std::vector<int64_t>(vs.begin(), vs.end() - 1) != std::vector<int64_t>(ds.begin(), ds.end() - 1))
+      if (k == Kind::Reduce &&
+          std::vector<int64_t>(vs.begin(), vs.end() - 1) != std::vector<int64_t>(ds.begin(), ds.end() - 1))
         return false;
       if (k == Kind::Matmul) {
         if (vs.size() < 2) return false;
@@ -263,12 +268,16 @@ class Fuser {
       if (refs_[b] == mine[b]) e.internal.insert(b);
     // Internal temps need no memory: drop their allocations; keep the others, before the nest.
     out.erase(std::remove_if(out.begin(), out.end(),
-                             [&](const Stmt& s) { return s->kind == StmtKind::Alloc && e.internal.count(s->buffer.get()); }),
+                             [&](const Stmt& s) {
+                               return s->kind == StmtKind::Alloc && e.internal.count(s->buffer.get());
+                             }),
               out.end());
     for (size_t j = g.begin; j < g.end; ++j)
       if (in[j]->kind == StmtKind::Alloc && !e.internal.count(in[j]->buffer.get())) out.push_back(in[j]);
-    if (g.epilogue) emit_epilogue(e, out);
-    else emit_rows(e, out);
+    if (g.epilogue)
+      emit_epilogue(e, out);
+    else
+      emit_rows(e, out);
   }
 
   static int64_t floor_pow2(int64_t x) {
@@ -344,7 +353,8 @@ class Fuser {
     auto k = matmul_k_loop(nb_, std::get<View>(mm.args[1]), std::get<View>(mm.args[2]), n, ds, acc, ts_.mm_k);
     e.body.insert(e.body.end(), k.begin(), k.end());
     finish_op(e, mm, acc, n);
-    for (size_t j = 1; j < g.ops.size(); ++j) finish_op(e, *g.ops[j], elementwise(e, *g.ops[j], int(j), n), n);
+    for (size_t j = 1; j < g.ops.size(); ++j)
+      finish_op(e, *g.ops[j], elementwise(e, *g.ops[j], int(j), n), n);
     nb_.emit(n, std::move(e.body), out);
   }
 
@@ -363,7 +373,8 @@ class Fuser {
   }
 
   // The tile holding operand i of op: a group tile, or a load of the external window.
-  View source(Emission& e, const Op& op, size_t i, DType t, const Nest& m, const std::vector<int64_t>& against) {
+  View source(Emission& e, const Op& op, size_t i, DType t, const Nest& m,
+              const std::vector<int64_t>& against) {
     const View& v = std::get<View>(op.args[i]);
     auto it = e.tile_of.find(v.buf.get());
     if (e.g->produced.count(v.buf.get()) && it != e.tile_of.end()) {
@@ -393,8 +404,10 @@ class Fuser {
     int depth = 0;
     for (size_t l = 0; l < e.loop_vars.size(); ++l)
       if (mentions(v, e.loop_vars[l], /*valid=*/true)) depth = int(l) + 1;
-    if (!e.g->written.count(v.buf.get()) && depth < int(e.loop_vars.size())) nb_.hoist(ld, depth);
-    else e.body.push_back(ld);
+    if (!e.g->written.count(v.buf.get()) && depth < int(e.loop_vars.size()))
+      nb_.hoist(ld, depth);
+    else
+      e.body.push_back(ld);
     e.cache[k] = tl;
     return tl;
   }
@@ -415,7 +428,8 @@ class Fuser {
     std::vector<Sel> sel;
     for (int j = 0; j < s - 2; ++j) {
       int kd = j + r - s;
-      sel.push_back((bs[j] == 1 && ds[kd] != 1) ? Sel{int_imm(0), 1, false, false} : Sel{m.off[kd], 1, false, false});
+      sel.push_back((bs[j] == 1 && ds[kd] != 1) ? Sel{int_imm(0), 1, false, false}
+                                                : Sel{m.off[kd], 1, false, false});
     }
     sel.push_back(Sel{int_imm(0), bs[s - 2], true, false});
     sel.push_back(Sel{int_imm(0), bs[s - 1], true, false});
@@ -432,12 +446,15 @@ class Fuser {
     int64_t rows = r >= 2 ? m.ext[r - 2] : 1, cols = m.ext[r - 1];
     std::vector<Operand> args;
     for (size_t i = 1; i < op.args.size(); ++i) {
-      if (auto x = std::get_if<Expr>(&op.args[i])) args.push_back(*x);
-      else args.push_back(source(e, op, i, operand_tile_dtype(op, i), m, ds));
+      if (auto x = std::get_if<Expr>(&op.args[i]))
+        args.push_back(*x);
+      else
+        args.push_back(source(e, op, i, operand_tile_dtype(op, i), m, ds));
     }
     DType rt = result_tile_dtype(op);
     auto same_shape = [&](const View& t) { return t.buf->shape == std::vector<int64_t>{rows, cols}; };
-    if (op.code == Opcode::TMOV && same_shape(std::get<View>(args[0])) && std::get<View>(args[0]).buf->dtype == rt)
+    if (op.code == Opcode::TMOV && same_shape(std::get<View>(args[0])) &&
+        std::get<View>(args[0]).buf->dtype == rt)
       return std::get<View>(args[0]);
     // Write in place into a source tile whose value dies here (and that no other value shares).
     View y;

@@ -24,10 +24,10 @@ namespace pypto::passes {
 
 struct FusionOptions {
   enum Mode {
-    Off,          // nothing fuses
-    Default,      // elementwise chains and row reductions: what one softmax / norm decomposes into
-    Listed,       // the default plus the listed kinds ("matmul", "add", "relu", ...)
-    Full          // everything that can
+    Off,      // nothing fuses
+    Default,  // elementwise chains and row reductions: what one softmax / norm decomposes into
+    Listed,   // the default plus the listed kinds ("matmul", "add", "relu", ...)
+    Full      // everything that can
   } mode = Default;
   std::set<std::string> kinds;
 };

@@ -38,8 +38,10 @@ std::vector<Sel> Nest::src_sel(const View& s, const std::vector<int64_t>& dshape
   for (int j = 0; j < int(ss.size()); ++j) {
     int k = j + r - int(ss.size());
     bool keep = k >= first_tile_dim;
-    if (ss[j] == 1 && dshape[k] != 1) sel.push_back(Sel{int_imm(0), 1, keep, false});
-    else sel.push_back(Sel{off[k], std::min(ext[k], ss[j]), keep, ss[j] < dshape[k]});
+    if (ss[j] == 1 && dshape[k] != 1)
+      sel.push_back(Sel{int_imm(0), 1, keep, false});
+    else
+      sel.push_back(Sel{off[k], std::min(ext[k], ss[j]), keep, ss[j] < dshape[k]});
   }
   return sel;
 }
@@ -120,7 +122,8 @@ bool is_tensor_level(const Op& op) {
 
 namespace {
 bool bool_result(Opcode c) {
-  return opcode_info(c).category == OpCategory::Compare || c == Opcode::TNOT || c == Opcode::TAND || c == Opcode::TOR;
+  return opcode_info(c).category == OpCategory::Compare || c == Opcode::TNOT || c == Opcode::TAND ||
+         c == Opcode::TOR;
 }
 }  // namespace
 
@@ -129,13 +132,15 @@ DType operand_tile_dtype(const Op& op, size_t arg) {
   const View* v = std::get_if<View>(&op.args[arg]);
   DType dt = compute_dtype(d.buf->dtype);
   if (!v) return dt;
-  if (op.code == Opcode::TAND || op.code == Opcode::TOR || (op.code == Opcode::TSEL && arg == 1)) return DType::Bool;
+  if (op.code == Opcode::TAND || op.code == Opcode::TOR || (op.code == Opcode::TSEL && arg == 1))
+    return DType::Bool;
   if (op.code == Opcode::TCVT || op.code == Opcode::TNOT) return compute_dtype(v->buf->dtype);
   if (opcode_info(op.code).category == OpCategory::Compare) {
     DType t = DType::I64;  // compare in the widest type of the operands
     for (size_t i = 1; i < op.args.size(); ++i)
       if (auto w = std::get_if<View>(&op.args[i]))
-        if (is_float(w->buf->dtype)) t = (w->buf->dtype == DType::F64 || t == DType::F64) ? DType::F64 : DType::F32;
+        if (is_float(w->buf->dtype))
+          t = (w->buf->dtype == DType::F64 || t == DType::F64) ? DType::F64 : DType::F32;
     return t;
   }
   return dt;
@@ -161,8 +166,10 @@ std::vector<Stmt> matmul_k_loop(NestBuilder& nb, const View& a, const View& b, c
     std::vector<Sel> sel;
     for (int j = 0; j < s - 2; ++j) {
       int kd = j + r - s;
-      if (vs[j] == 1 && ds[kd] != 1) sel.push_back(Sel{int_imm(0), 1, false, false});
-      else sel.push_back(Sel{n.off[kd], 1, false, false});
+      if (vs[j] == 1 && ds[kd] != 1)
+        sel.push_back(Sel{int_imm(0), 1, false, false});
+      else
+        sel.push_back(Sel{n.off[kd], 1, false, false});
     }
     // Windows never exceed the operand (a static accumulator may be larger than the product).
     int64_t rows = vs[s - 2], cols = vs[s - 1];

@@ -51,7 +51,8 @@ class NestBuilder {
   std::string fresh(const std::string& hint) { return names_.fresh(hint); }
   Nest nest(const ir::View& dst, const std::vector<int64_t>& ext, const std::string& hint);
   // A local tile, allocated with the nest being built.
-  ir::View tile(const std::string& hint, ir::DType t, int64_t rows, int64_t cols, ir::Space s = ir::Space::Vec);
+  ir::View tile(const std::string& hint, ir::DType t, int64_t rows, int64_t cols,
+                ir::Space s = ir::Space::Vec);
   // A statement hoisted out of the innermost body: it runs at the top of the body of the nest's
   // loop number depth-1 (depth >= 1; 1 = the outermost loop, right after the tile allocations).
   void hoist(ir::Stmt s, int depth) { hoisted_.push_back({depth, std::move(s)}); }

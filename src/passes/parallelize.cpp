@@ -17,7 +17,7 @@ struct Access {
 };
 
 struct BodyInfo {
-  std::set<const Buffer*> local;     // allocated inside the body
+  std::set<const Buffer*> local;  // allocated inside the body
   std::vector<Access> accesses;
   std::set<std::string> inner_vars;  // loop variables and lets defined inside the body
 };

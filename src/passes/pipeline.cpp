@@ -90,9 +90,12 @@ TileSizes tile_sizes(const PipelineOptions& o) {
 
 FusionOptions fusion_options(const PipelineOptions& o) {
   FusionOptions f;
-  if (o.fusion_off) f.mode = FusionOptions::Off;
-  else if (!o.fusion_ops.empty()) f.mode = FusionOptions::Listed;
-  else if (o.fusion) f.mode = FusionOptions::Full;
+  if (o.fusion_off)
+    f.mode = FusionOptions::Off;
+  else if (!o.fusion_ops.empty())
+    f.mode = FusionOptions::Listed;
+  else if (o.fusion)
+    f.mode = FusionOptions::Full;
   f.kinds.insert(o.fusion_ops.begin(), o.fusion_ops.end());
   return f;
 }
@@ -107,12 +110,15 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
     return tensor_level;
   });
   TileSizes sizes = tile_sizes(options);
-  Program fused = run.run("fuse", Level::Tensor, [&] { return fuse(l.tensor, fusion_options(options), sizes); });
-  Program planned = run.run("promote_small_temps", Level::Tensor, [&] { return options.promote ? promote_small_temps(fused, sizes) : fused; });
+  Program fused =
+      run.run("fuse", Level::Tensor, [&] { return fuse(l.tensor, fusion_options(options), sizes); });
+  Program planned = run.run("promote_small_temps", Level::Tensor,
+                            [&] { return options.promote ? promote_small_temps(fused, sizes) : fused; });
   l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(planned, sizes); });
-  Program buffered =
-      run.run("double_buffer", Level::Tile, [&] { return options.double_buffer ? double_buffer(l.tile) : l.tile; });
-  l.isa = run.run("parallelize", Level::Tile, [&] { return options.parallel ? parallelize(buffered) : buffered; });
+  Program buffered = run.run("double_buffer", Level::Tile,
+                             [&] { return options.double_buffer ? double_buffer(l.tile) : l.tile; });
+  l.isa = run.run("parallelize", Level::Tile,
+                  [&] { return options.parallel ? parallelize(buffered) : buffered; });
   return l;
 }
 

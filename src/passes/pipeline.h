@@ -16,9 +16,9 @@ struct PipelineOptions {
   // fuse only chains of those kinds ("matmul", "add", "relu", ...).
   bool fusion = false;
   std::vector<std::string> fusion_ops;
-  bool fusion_off = false;    // not even elementwise chains fuse (for A/B checks)
+  bool fusion_off = false;  // not even elementwise chains fuse (for A/B checks)
   // Tile sizes (0 = chosen from the target description).
-  int64_t tile_rows = 0, tile_cols = 0;           // elementwise / reduction tiles
+  int64_t tile_rows = 0, tile_cols = 0;  // elementwise / reduction tiles
   int64_t mm_tile_m = 0, mm_tile_n = 0, mm_tile_k = 0;
   bool promote = true;        // small whole-accessed temporaries live in local tiles
   bool parallel = true;       // mark provably independent loops parallel

@@ -63,7 +63,8 @@ Program promote_small_temps(const Program& p, const TileSizes& ts) {
       for (size_t i = 0; i + 2 < s.size(); ++i)
         if (s[i] != 1) return false;
       bool mm = opcode_info(op.code).category == OpCategory::Matrix;
-      if (mm ? (rows > ts.mm_m || cols > std::min(ts.mm_n, ts.mm_k)) : (cols > ts.elem_cols || rows * cols > ts.elem_rows * ts.elem_cols))
+      if (mm ? (rows > ts.mm_m || cols > std::min(ts.mm_n, ts.mm_k))
+             : (cols > ts.elem_cols || rows * cols > ts.elem_rows * ts.elem_cols))
         return false;
     }
     return true;
@@ -72,7 +73,8 @@ Program promote_small_temps(const Program& p, const TileSizes& ts) {
     if (s->kind != StmtKind::OpStmt) return;
     for (auto& a : s->op.args)
       if (auto v = std::get_if<View>(&a))
-        if (candidates.count(v->buf.get()) && (!covers_buffer(*v) || !one_tile(s->op) || !is_tensor_level(s->op)))
+        if (candidates.count(v->buf.get()) &&
+            (!covers_buffer(*v) || !one_tile(s->op) || !is_tensor_level(s->op)))
           candidates.erase(v->buf.get());  // (already-tiled code, e.g. a fused nest, reads it from memory)
   });
   if (candidates.empty()) return p;

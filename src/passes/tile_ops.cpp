@@ -40,8 +40,12 @@ class Lowerer {
   View tile(const std::string& hint, DType t, int64_t r, int64_t c, Space sp = Space::Vec) {
     return nb_.tile(hint, t, r, c, sp);
   }
-  Nest nest(const View& d, const std::vector<int64_t>& ext, const char* hint) { return nb_.nest(d, ext, hint); }
-  void emit(const Nest& n, std::vector<Stmt> body, std::vector<Stmt>& out) { nb_.emit(n, std::move(body), out); }
+  Nest nest(const View& d, const std::vector<int64_t>& ext, const char* hint) {
+    return nb_.nest(d, ext, hint);
+  }
+  void emit(const Nest& n, std::vector<Stmt> body, std::vector<Stmt>& out) {
+    nb_.emit(n, std::move(body), out);
+  }
 
   static bool is_local(const View& v) { return v.buf->space != Space::Global; }
 
@@ -125,7 +129,8 @@ class Lowerer {
         broadcast |= (tr != dr || tc != dc);
         bool whole = n.loops.empty() && v->buf->shape == std::vector<int64_t>{tr, tc};
         if (whole || (n.loops.empty() && op.code == Opcode::TMOV && !local_dst)) {
-          args.push_back(View::whole(v->buf));  // (a larger tile stores its valid region, clamped by the window)
+          args.push_back(
+              View::whole(v->buf));  // (a larger tile stores its valid region, clamped by the window)
           broadcast = false;
           continue;
         }
@@ -197,7 +202,9 @@ class Lowerer {
     if (C > tc) {
       View part = tile("part", dt, rows, 1);
       std::string c = nb_.fresh("c");
-      Opcode combine = op.code == Opcode::TROWSUM ? Opcode::TADD : op.code == Opcode::TROWMAX ? Opcode::TMAX : Opcode::TMIN;
+      Opcode combine = op.code == Opcode::TROWSUM   ? Opcode::TADD
+                       : op.code == Opcode::TROWMAX ? Opcode::TMAX
+                                                    : Opcode::TMIN;
       std::vector<Stmt> inner{chunk(var(c)), op_stmt(Op{op.code, {part, xt}}),
                               op_stmt(Op{combine, {acc, acc, part}})};
       body.push_back(for_loop(c, int_imm(tc), x.valid_shape()[r - 1], int_imm(tc), std::move(inner)));
@@ -220,7 +227,8 @@ class Lowerer {
     const View& d = std::get<View>(op.args[0]);
     const View* s = std::get_if<View>(&op.args[1]);
     const View* idx = std::get_if<View>(&op.args[2]);
-    if (!s || !idx || is_local(d) || is_local(*s) || is_local(*idx) || idx->rank() != 1 || d.rank() != s->rank())
+    if (!s || !idx || is_local(d) || is_local(*s) || is_local(*idx) || idx->rank() != 1 ||
+        d.rank() != s->rank())
       throw Error(std::string(opcode_name(op.code)) +
                   " at the tensor level takes global tensors of one rank and a rank-1 index tensor");
     const View& rows_side = gather ? d : *s;  // the side indexed by r (its rows follow idx)
@@ -252,7 +260,8 @@ class Lowerer {
     } else {
       body.push_back(op_stmt(Op{Opcode::TLOAD, {flat, sub(*s, sel)}}));
       if (vec) body.push_back(op_stmt(Op{Opcode::TTRANS, {t, flat}}));
-      body.push_back(op_stmt(Op{op.code == Opcode::TSCATTER ? Opcode::MSCATTER : Opcode::MSCATTER_ADD, {window, t, it}}));
+      body.push_back(op_stmt(
+          Op{op.code == Opcode::TSCATTER ? Opcode::MSCATTER : Opcode::MSCATTER_ADD, {window, t, it}}));
     }
     emit(n, std::move(body), out);
   }
@@ -267,13 +276,17 @@ class Lowerer {
     int r = int(shape.size());
     std::vector<int64_t> ext(size_t(r), 1);
     ext[size_t(r - 1)] = shape.back();
-    if (r >= 2) ext[size_t(r - 2)] = std::max<int64_t>(1, std::min(shape[size_t(r - 2)], ts_.elem_rows * ts_.elem_cols / shape.back()));
+    if (r >= 2)
+      ext[size_t(r - 2)] =
+          std::max<int64_t>(1, std::min(shape[size_t(r - 2)], ts_.elem_rows * ts_.elem_cols / shape.back()));
     Nest n = nest(d, ext, "s");
     auto sel = n.dst_sel(std::max(r - 2, 0));
     auto [tr, tc] = tile_shape(sel, 2);
     View xt = tile("x", compute_dtype(x->buf->dtype), tr, tc), it = tile("order", d.buf->dtype, tr, tc);
-    emit(n, {op_stmt(Op{Opcode::TLOAD, {xt, sub(*x, sel)}}), op_stmt(Op{Opcode::TARGSORT, {it, xt, op.args[2]}}),
-             op_stmt(Op{Opcode::TSTORE, {sub(d, sel), it}})}, out);
+    emit(n,
+         {op_stmt(Op{Opcode::TLOAD, {xt, sub(*x, sel)}}), op_stmt(Op{Opcode::TARGSORT, {it, xt, op.args[2]}}),
+          op_stmt(Op{Opcode::TSTORE, {sub(d, sel), it}})},
+         out);
   }
 
   void matmul(const Op& op, std::vector<Stmt>& out) {
@@ -286,11 +299,14 @@ class Lowerer {
     Nest n = nest(d, ext, "m");
     bool local_dst = is_local(d);
     if (local_dst) require_one_tile(n, d, n.ext[r - 2], n.ext[r - 1]);
-    View acc = local_dst ? View::whole(d.buf) : tile("acc", d.buf->dtype, n.ext[r - 2], n.ext[r - 1], Space::Acc);
+    View acc =
+        local_dst ? View::whole(d.buf) : tile("acc", d.buf->dtype, n.ext[r - 2], n.ext[r - 1], Space::Acc);
     auto dsel = n.dst_sel(r - 2);
     std::vector<Stmt> body;
-    if (op.code == Opcode::TMATMUL) body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
-    else if (!local_dst) body.push_back(op_stmt(Op{Opcode::TLOAD, {acc, sub(d, dsel)}}));
+    if (op.code == Opcode::TMATMUL)
+      body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
+    else if (!local_dst)
+      body.push_back(op_stmt(Op{Opcode::TLOAD, {acc, sub(d, dsel)}}));
     auto k = matmul_k_loop(nb_, std::get<View>(op.args[1]), std::get<View>(op.args[2]), n, ds, acc, ts_.mm_k);
     body.insert(body.end(), k.begin(), k.end());
     if (!local_dst) body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, dsel), acc}}));

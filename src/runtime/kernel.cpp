@@ -30,7 +30,9 @@ const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& st
 }  // namespace
 
 Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes::PipelineOptions& options)
-    : lowered_(passes::lower(tensor_program, options)), backend_(backend), written_(written_params(lowered_.isa)) {}
+    : lowered_(passes::lower(tensor_program, options)),
+      backend_(backend),
+      written_(written_params(lowered_.isa)) {}
 
 std::string Kernel::as_text(const std::string& level) const {
   if (level == "tensor") return ir::print(lowered_.tensor);

@@ -8,7 +8,9 @@
 #include "passes/pipeline.h"
 #include "runtime/tensor_arg.h"
 
-namespace pypto::cpu { struct CompiledKernel; }
+namespace pypto::cpu {
+struct CompiledKernel;
+}
 
 namespace pypto::runtime {
 

@@ -17,12 +17,12 @@ Program elementwise_program(int64_t M, int64_t N) {
   return program(
       "elementwise", {A, B, C},
       {pfor("i", I(0), I(M), I(16),
-            {for_loop(
-                "j", I(0), I(N), I(32),
-                {alloc(ta), alloc(tb), alloc(tc), op(Opcode::TLOAD, {W(ta), clamped(A, i, j, 16, 32)}),
-                 op(Opcode::TLOAD, {W(tb), clamped(B, i, j, 16, 32)}), op(Opcode::TADD, {W(tc), W(ta), W(tb)}),
-                 op(Opcode::TMUL, {W(tc), W(tc), W(ta)}), op(Opcode::TSUB, {W(tc), W(tc), F(0.5)}),
-                 op(Opcode::TSTORE, {clamped(C, i, j, 16, 32), W(tc)})})})});
+            {for_loop("j", I(0), I(N), I(32),
+                      {alloc(ta), alloc(tb), alloc(tc), op(Opcode::TLOAD, {W(ta), clamped(A, i, j, 16, 32)}),
+                       op(Opcode::TLOAD, {W(tb), clamped(B, i, j, 16, 32)}),
+                       op(Opcode::TADD, {W(tc), W(ta), W(tb)}), op(Opcode::TMUL, {W(tc), W(tc), W(ta)}),
+                       op(Opcode::TSUB, {W(tc), W(tc), F(0.5)}),
+                       op(Opcode::TSTORE, {clamped(C, i, j, 16, 32), W(tc)})})})});
 }
 
 TEST(CpuCodegen, ElementwiseRaggedMatchesReferenceAndInterpreter) {

@@ -28,7 +28,6 @@ inline Stmt pfor(const std::string& v, Expr lo, Expr hi, Expr step, std::vector<
   return for_loop(v, lo, hi, step, std::move(body), LoopKind::Parallel);
 }
 
-
 inline HostF random_f32(std::vector<int64_t> s, unsigned seed) {
   HostF h(std::move(s), DType::F32, 0);
   std::mt19937 g(seed);

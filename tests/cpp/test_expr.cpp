@@ -88,7 +88,7 @@ TEST(ExprSimplify, MinMax) {
   EXPECT_EQ(S(min(i + I(64), M) - i + j), "(%j + min(64, (%M - %i)))");
   EXPECT_EQ(S(I(10) - min(i, j)), "(10 - min(%i, %j))");
   EXPECT_EQ(S(i - min(i, j)), "max(0, (%i - %j))");
-  EXPECT_EQ(S(min(i, j)), "min(%i, %j)");  // bounds cannot decide: stays
+  EXPECT_EQ(S(min(i, j)), "min(%i, %j)");                // bounds cannot decide: stays
   EXPECT_EQ(S(min(mod(i, I(64)), I(64))), "(%i % 64)");  // decided by bounds of the remainder
   EXPECT_EQ(S(min(i, min(i, j))), "min(%i, %j)");
   // The edge-tile extent of a 64-wide loop over 200.
@@ -141,9 +141,9 @@ TEST(ExprBounds, Intervals) {
   EXPECT_EQ(b(max(i, j))->lo, 0);
   EXPECT_EQ(b(select(cmp(ExprOp::Lt, i, j), i, I(100)))->hi, 100);
   EXPECT_EQ(b(select(cmp(ExprOp::Lt, i, I(20)), i, I(100)))->hi, 10);  // cond decided by bounds
-  EXPECT_FALSE(b(i + k));                    // k unknown
-  EXPECT_FALSE(bounds(i, {}));               // var not in map
-  EXPECT_FALSE(b(div(i, j)));                // divisor range contains 0
+  EXPECT_FALSE(b(i + k));                                              // k unknown
+  EXPECT_FALSE(bounds(i, {}));                                         // var not in map
+  EXPECT_FALSE(b(div(i, j)));                                          // divisor range contains 0
   EXPECT_FALSE(b(float_imm(1.0)));
   EXPECT_EQ(bounds(mod(k, I(16)), {})->hi, 15);  // remainder bounded even when k is not
 }
@@ -161,22 +161,43 @@ TEST(ExprEval, Values) {
   EXPECT_EQ(eval(cast(var("x", DType::F32), DType::I64), env).i, 1);
   EXPECT_NEAR(eval(unary_math(ExprOp::Exp, var("x", DType::F64)), env).f, std::exp(1.5), 1e-15);
   EXPECT_EQ(eval(logic_not(cmp(ExprOp::Eq, i, j)), env).i, 1);
-  EXPECT_THROW(eval(i + k, env), Error);                              // unknown variable
+  EXPECT_THROW(eval(i + k, env), Error);        // unknown variable
   EXPECT_EQ(eval(div(j, i + I(7)), env).i, 0);  // x // 0 == 0, as in compiled code (pto/elem.hpp)
   EXPECT_EQ(eval(mod(j, j - I(2)), env).i, 0);  // x % 0 == 0
 }
 
 TEST(ExprText, RoundTrip) {
   std::vector<Expr> es = {
-      I(0), I(-5), I(std::numeric_limits<int64_t>::min()), I(std::numeric_limits<int64_t>::max()),
-      float_imm(0.1), float_imm(0.1, DType::F64), float_imm(1e20), float_imm(-0.0), float_imm(1e-30, DType::F64),
-      float_imm(std::numeric_limits<double>::infinity()), float_imm(-std::numeric_limits<double>::infinity(), DType::F64),
-      float_imm(std::nan("")), float_imm(2.5, DType::F16), cast(I(7), DType::I32), cast(I(3), DType::Bool),
-      min(i + I(64), M) - i, max(i, j) * k, div(i, I(3)), mod(i + j, I(7)), cmp(ExprOp::Le, i, j),
-      logic(ExprOp::Or, cmp(ExprOp::Lt, i, j), cmp(ExprOp::Ne, j, k)), logic_not(cmp(ExprOp::Eq, i, I(3))),
-      select(cmp(ExprOp::Lt, i, j), i, I(-3)), cast(i, DType::F32), unary_math(ExprOp::Sqrt, cast(i, DType::F64)),
-      unary_math(ExprOp::Log, var("x", DType::I64)), var("weird name\"\\"), var("a.b_1"),
-      i - I(std::numeric_limits<int64_t>::min()), cast(float_imm(std::nan("")), DType::I64),
+      I(0),
+      I(-5),
+      I(std::numeric_limits<int64_t>::min()),
+      I(std::numeric_limits<int64_t>::max()),
+      float_imm(0.1),
+      float_imm(0.1, DType::F64),
+      float_imm(1e20),
+      float_imm(-0.0),
+      float_imm(1e-30, DType::F64),
+      float_imm(std::numeric_limits<double>::infinity()),
+      float_imm(-std::numeric_limits<double>::infinity(), DType::F64),
+      float_imm(std::nan("")),
+      float_imm(2.5, DType::F16),
+      cast(I(7), DType::I32),
+      cast(I(3), DType::Bool),
+      min(i + I(64), M) - i,
+      max(i, j) * k,
+      div(i, I(3)),
+      mod(i + j, I(7)),
+      cmp(ExprOp::Le, i, j),
+      logic(ExprOp::Or, cmp(ExprOp::Lt, i, j), cmp(ExprOp::Ne, j, k)),
+      logic_not(cmp(ExprOp::Eq, i, I(3))),
+      select(cmp(ExprOp::Lt, i, j), i, I(-3)),
+      cast(i, DType::F32),
+      unary_math(ExprOp::Sqrt, cast(i, DType::F64)),
+      unary_math(ExprOp::Log, var("x", DType::I64)),
+      var("weird name\"\\"),
+      var("a.b_1"),
+      i - I(std::numeric_limits<int64_t>::min()),
+      cast(float_imm(std::nan("")), DType::I64),
       cast(float_imm(1e300, DType::F64), DType::I32),
   };
   for (const auto& e : es) {
@@ -232,21 +253,32 @@ struct Gen {
   Expr gen(int depth) {
     if (depth == 0 || pick(4) == 0) {
       switch (pick(3)) {
-        case 0: return int_imm(pick(41) - 20);
-        default: return var(std::string(1, char('a' + pick(4))));
+        case 0:
+          return int_imm(pick(41) - 20);
+        default:
+          return var(std::string(1, char('a' + pick(4))));
       }
     }
     Expr a = gen(depth - 1), b = gen(depth - 1);
     switch (pick(9)) {
-      case 0: return a + b;
-      case 1: return a - b;
-      case 2: return a * int_imm(pick(7) - 3);
-      case 3: return min(a, b);
-      case 4: return max(a, b);
-      case 5: return div(a, int_imm(pick(8) + 1));
-      case 6: return mod(a, int_imm(pick(8) + 1));
-      case 7: return select(cmp(pick(2) ? ExprOp::Lt : ExprOp::Le, a, b), a, b);
-      default: return a * b;
+      case 0:
+        return a + b;
+      case 1:
+        return a - b;
+      case 2:
+        return a * int_imm(pick(7) - 3);
+      case 3:
+        return min(a, b);
+      case 4:
+        return max(a, b);
+      case 5:
+        return div(a, int_imm(pick(8) + 1));
+      case 6:
+        return mod(a, int_imm(pick(8) + 1));
+      case 7:
+        return select(cmp(pick(2) ? ExprOp::Lt : ExprOp::Le, a, b), a, b);
+      default:
+        return a * b;
     }
   }
 };
@@ -297,14 +329,22 @@ TEST(ExprRandom, SimplifiedEqualsUnsimplified) {
     }
     std::string a = gen(depth - 1), b = gen(depth - 1);
     switch (pick(8)) {
-      case 0: return "(" + a + " + " + b + ")";
-      case 1: return "(" + a + " - " + b + ")";
-      case 2: return "(" + a + " * " + std::to_string(pick(7) - 3) + ")";
-      case 3: return "min(" + a + ", " + b + ")";
-      case 4: return "max(" + a + ", " + b + ")";
-      case 5: return "(" + a + " // " + std::to_string(pick(8) + 1) + ")";
-      case 6: return "(" + a + " % " + std::to_string(pick(8) + 1) + ")";
-      default: return "select((" + a + " < " + b + "), " + a + ", " + b + ")";
+      case 0:
+        return "(" + a + " + " + b + ")";
+      case 1:
+        return "(" + a + " - " + b + ")";
+      case 2:
+        return "(" + a + " * " + std::to_string(pick(7) - 3) + ")";
+      case 3:
+        return "min(" + a + ", " + b + ")";
+      case 4:
+        return "max(" + a + ", " + b + ")";
+      case 5:
+        return "(" + a + " // " + std::to_string(pick(8) + 1) + ")";
+      case 6:
+        return "(" + a + " % " + std::to_string(pick(8) + 1) + ")";
+      default:
+        return "select((" + a + " < " + b + "), " + a + ", " + b + ")";
     }
   };
   for (int n = 0; n < 3000; ++n) {
@@ -313,7 +353,8 @@ TEST(ExprRandom, SimplifiedEqualsUnsimplified) {
     Expr simp = rebuild(raw);
     for (int t = 0; t < 5; ++t) {
       ScalarEnv env;
-      for (char c = 'a'; c <= 'd'; ++c) env[std::string(1, c)] = ScalarValue{false, int64_t(pick(201) - 100), 0};
+      for (char c = 'a'; c <= 'd'; ++c)
+        env[std::string(1, c)] = ScalarValue{false, int64_t(pick(201) - 100), 0};
       ASSERT_EQ(eval(raw, env).i, eval(simp, env).i) << s << "  ->  " << to_string(simp);
     }
   }

@@ -12,7 +12,8 @@ namespace pypto::ptoc {
 namespace {
 
 std::string tmp_path(const std::string& name) {
-  return (::testing::TempDir().empty() ? std::string("/tmp/") : ::testing::TempDir()) + "pypto_npy_" + name + ".npy";
+  return (::testing::TempDir().empty() ? std::string("/tmp/") : ::testing::TempDir()) + "pypto_npy_" + name +
+         ".npy";
 }
 
 Array iota(DType t, std::vector<int64_t> shape) {
@@ -54,9 +55,16 @@ TEST(PtocNpy, HalfConversions) {
     double v;
     uint16_t bits;
     bool exact;  // v is representable in f16
-  } cases[] = {{1.0, 0x3c00, true}, {-2.0, 0xc000, true}, {65504.0, 0x7bff, true}, {65520.0, 0x7c00, false},
-               {0.1, 0x2e66, false}, {1.0 / 3.0, 0x3555, false}, {std::ldexp(1.0, -24), 0x0001, true},
-               {std::ldexp(1.0, -14), 0x0400, true}, {0.0, 0x0000, true}, {-0.0, 0x8000, true},
+  } cases[] = {{1.0, 0x3c00, true},
+               {-2.0, 0xc000, true},
+               {65504.0, 0x7bff, true},
+               {65520.0, 0x7c00, false},
+               {0.1, 0x2e66, false},
+               {1.0 / 3.0, 0x3555, false},
+               {std::ldexp(1.0, -24), 0x0001, true},
+               {std::ldexp(1.0, -14), 0x0400, true},
+               {0.0, 0x0000, true},
+               {-0.0, 0x8000, true},
                {1.0 + std::ldexp(1.0, -11), 0x3c00, false} /* a tie rounds to even */};
   for (const auto& c : cases) {
     EXPECT_EQ(float_to_half(c.v), c.bits) << c.v;

@@ -59,13 +59,15 @@ Program tile_matmul() {
   auto b = buf("b", DType::F32, {64, 64}, Space::Mat);
   auto o = buf("o", DType::F32, {64, 64}, Space::Vec);
   std::vector<Stmt> kloop = {
-      alloc(a), alloc(b),
+      alloc(a),
+      alloc(b),
       OP(Opcode::TLOAD, {W(a), window(A, i, k, 64, 64)}),
       OP(Opcode::TLOAD, {W(b), window(B, k, j, 64, 64)}),
       OP(Opcode::TMATMUL_ACC, {W(acc), W(a), W(b)}),
   };
   std::vector<Stmt> jbody = {
-      alloc(acc), alloc(o),
+      alloc(acc),
+      alloc(o),
       OP(Opcode::TEXPANDS, {W(acc), float_imm(0)}),
       for_loop("k", int_imm(0), int_imm(130), int_imm(64), kloop),
       OP(Opcode::TMOV, {W(o), W(acc)}),
@@ -123,17 +125,18 @@ Program tensor_program() {
   p.body = {
       alloc(t),
       alloc(u),
-      for_loop("b", int_imm(0), int_imm(4), int_imm(1),
-               {
-                   let("e", mod(b * int_imm(3) + n, int_imm(8))),
-                   OP(Opcode::TADD, {W(t), xb, var("scale", DType::F32)}),
-                   if_then(logic(ExprOp::And, cmp(ExprOp::Lt, b, n), logic_not(cmp(ExprOp::Eq, e, int_imm(0)))),
-                           {OP(Opcode::TCVT, {ut, W(t)})},
-                           {OP(Opcode::TEXPANDS, {W(u), var("eps", DType::F64) * float_imm(2.5, DType::F64)})}),
-                   OP(Opcode::TMOV, {ys, ut}),
-                   OP(Opcode::TROWSUM, {odd, W(u)}),
-                   seq({OP(Opcode::PIPE_BARRIER, {int_imm(2)})}),
-               }),
+      for_loop(
+          "b", int_imm(0), int_imm(4), int_imm(1),
+          {
+              let("e", mod(b * int_imm(3) + n, int_imm(8))),
+              OP(Opcode::TADD, {W(t), xb, var("scale", DType::F32)}),
+              if_then(logic(ExprOp::And, cmp(ExprOp::Lt, b, n), logic_not(cmp(ExprOp::Eq, e, int_imm(0)))),
+                      {OP(Opcode::TCVT, {ut, W(t)})},
+                      {OP(Opcode::TEXPANDS, {W(u), var("eps", DType::F64) * float_imm(2.5, DType::F64)})}),
+              OP(Opcode::TMOV, {ys, ut}),
+              OP(Opcode::TROWSUM, {odd, W(u)}),
+              seq({OP(Opcode::PIPE_BARRIER, {int_imm(2)})}),
+          }),
       OP(Opcode::TEXPANDS, {W(S), cast(unary_math(ExprOp::Sqrt, var("eps", DType::F64)), DType::I64)}),
       OP(Opcode::TPREFETCH, {W(X)}),
       OP(Opcode::SET_FLAG, {int_imm(0), int_imm(2), int_imm(1)}),
@@ -198,7 +201,8 @@ TEST(IrRoundTrip, ParseErrors) {
       {"func @k() { TFOO %x }", "unknown statement or opcode 'TFOO'"},
       {"func @k(%A: f32[4]) { TEXP %A, %B }", "undefined variable '%B'"},
       {"func @k(%A: f32[4]) { TEXP %A[%i:4], %A }", "undefined variable '%i'"},
-      {"func @k(%A: f32[4]) {\n  for %i = 0 to 4 { }\n  TEXP %A[%i:4], %A\n}", "line 3, col 11: undefined variable '%i'"},
+      {"func @k(%A: f32[4]) {\n  for %i = 0 to 4 { }\n  TEXP %A[%i:4], %A\n}",
+       "line 3, col 11: undefined variable '%i'"},
       {"func @k(%A: f32[4]) { TEXP %A[0:4 valid], %A }", "expected an expression"},
       {"func @k(%A: q32[4]) { }", "expected a dtype"},
       {"func @k(%A: f32[4]) { alloc %t: f32[4] }", "expected a memory space"},
@@ -285,17 +289,28 @@ class RandomProgram {
     }
     Expr a = int_expr(depth - 1), b = int_expr(depth - 1);
     switch (pick(11)) {
-      case 0: return a + b;
-      case 1: return a - b;
-      case 2: return a * b;
-      case 3: return div(a, b);
-      case 4: return mod(a, int_imm(1 + pick(64)));
-      case 5: return min(a, b);
-      case 6: return max(a, b);
-      case 7: return cmp(ExprOp(int(ExprOp::Lt) + pick(4)), a, b);
-      case 8: return logic(pick(2) ? ExprOp::And : ExprOp::Or, a, b);
-      case 9: return select(cmp(ExprOp::Lt, a, b), a, b);
-      default: return cast(float_expr(depth - 1), pick(2) ? DType::I64 : DType::I32);
+      case 0:
+        return a + b;
+      case 1:
+        return a - b;
+      case 2:
+        return a * b;
+      case 3:
+        return div(a, b);
+      case 4:
+        return mod(a, int_imm(1 + pick(64)));
+      case 5:
+        return min(a, b);
+      case 6:
+        return max(a, b);
+      case 7:
+        return cmp(ExprOp(int(ExprOp::Lt) + pick(4)), a, b);
+      case 8:
+        return logic(pick(2) ? ExprOp::And : ExprOp::Or, a, b);
+      case 9:
+        return select(cmp(ExprOp::Lt, a, b), a, b);
+      default:
+        return cast(float_expr(depth - 1), pick(2) ? DType::I64 : DType::I32);
     }
   }
 
@@ -306,21 +321,31 @@ class RandomProgram {
         auto& v = vs[size_t(pick(int(vs.size())))];
         return var(v.first, v.second);
       }
-      static const double specials[] = {0.0, -0.0, 1e300, 1e-300, 0.1, -2.5, 1.0 / 3.0, 3.0e38,
-                                        std::numeric_limits<double>::infinity(), std::nan("")};
+      static const double specials[] = {0.0,         -0.0,   1e300,
+                                        1e-300,      0.1,    -2.5,
+                                        1.0 / 3.0,   3.0e38, std::numeric_limits<double>::infinity(),
+                                        std::nan("")};
       double v = pick(3) ? specials[pick(10)] : std::uniform_real_distribution<double>(-1e6, 1e6)(rng_);
       return float_imm(v, std::vector<DType>{DType::F32, DType::F64, DType::F16}[size_t(pick(3))]);
     }
     Expr a = float_expr(depth - 1);
     switch (pick(8)) {
-      case 0: return a + float_expr(depth - 1);
-      case 1: return a * int_expr(depth - 1);
-      case 2: return div(a, float_expr(depth - 1));
-      case 3: return max(a, float_expr(depth - 1));
-      case 4: return unary_math(ExprOp(int(ExprOp::Sqrt) + pick(3)), a);
-      case 5: return cast(int_expr(depth - 1), pick(2) ? DType::F32 : DType::F64);
-      case 6: return select(cmp(ExprOp::Le, a, float_expr(0)), a, float_expr(0));
-      default: return a - float_expr(depth - 1);
+      case 0:
+        return a + float_expr(depth - 1);
+      case 1:
+        return a * int_expr(depth - 1);
+      case 2:
+        return div(a, float_expr(depth - 1));
+      case 3:
+        return max(a, float_expr(depth - 1));
+      case 4:
+        return unary_math(ExprOp(int(ExprOp::Sqrt) + pick(3)), a);
+      case 5:
+        return cast(int_expr(depth - 1), pick(2) ? DType::F32 : DType::F64);
+      case 6:
+        return select(cmp(ExprOp::Le, a, float_expr(0)), a, float_expr(0));
+      default:
+        return a - float_expr(depth - 1);
     }
   }
 
@@ -391,7 +416,8 @@ class RandomProgram {
   Stmt stmt(int depth) {
     int kind = depth > 0 ? pick(8) : 4 + pick(4);
     switch (kind) {
-      case 0: case 1: {
+      case 0:
+      case 1: {
         std::string v = fresh();
         Expr lo = int_expr(1), hi = int_expr(2), step = pick(2) ? int_imm(1 + pick(64)) : int_expr(1);
         auto body = scoped_block(depth - 1, v);

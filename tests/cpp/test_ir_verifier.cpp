@@ -16,7 +16,8 @@ void expect_violation(const Program& p, Level level, const std::string& msg) {
     verify(p, level);
     ADD_FAILURE() << "no violation reported; expected: " << msg << "\n" << print(p);
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << "message: " << e.what() << "\nexpected: " << msg;
+    EXPECT_NE(std::string(e.what()).find(msg), std::string::npos)
+        << "message: " << e.what() << "\nexpected: " << msg;
   }
 }
 
@@ -62,8 +63,10 @@ TEST(IrVerifier, AcceptsValidPrograms) {
 
 TEST(IrVerifier, NamesAndScopes) {
   expect_violation("func @k(%A: f32[4], %A: f32[4]) { }", Level::Tensor, "name %A is defined twice");
-  expect_violation("func @k(%A: f32[4], %n: i64) { for %n = 0 to 4 { } }", Level::Tensor, "name %n is defined twice");
-  expect_violation("func @k(%A: f32[4]) { let %x = 1 let %x = 2 }", Level::Tensor, "name %x is defined twice");
+  expect_violation("func @k(%A: f32[4], %n: i64) { for %n = 0 to 4 { } }", Level::Tensor,
+                   "name %n is defined twice");
+  expect_violation("func @k(%A: f32[4]) { let %x = 1 let %x = 2 }", Level::Tensor,
+                   "name %x is defined twice");
   // Sibling loops may not reuse a name either: one namespace per program.
   expect_violation("func @k(%A: f32[4]) { for %i = 0 to 4 { } for %i = 0 to 4 { } }", Level::Tensor,
                    "name %i is defined twice");
@@ -97,8 +100,10 @@ TEST(IrVerifier, DeclarationsAndLoops) {
   expect_violation("func @k(%A: f32[4] temp) { }", Level::Tensor, "has kind temp");
   expect_violation("func @k(%A: f32[4]) { alloc %t: f32[4] gm out }", Level::Tensor, "must have kind temp");
   expect_violation("func @k(%A: f32[4], %b: bool) { }", Level::Tensor, "scalar parameter %b has dtype bool");
-  expect_violation("func @k(%A: f32[4]) { for %i = 0 to 4 step 0 { } }", Level::Tensor, "loop step must be positive");
-  expect_violation("func @k(%A: f32[4]) { for %i = 0 to 4.0f { } }", Level::Tensor, "loop end `4.0f` is not an integer");
+  expect_violation("func @k(%A: f32[4]) { for %i = 0 to 4 step 0 { } }", Level::Tensor,
+                   "loop step must be positive");
+  expect_violation("func @k(%A: f32[4]) { for %i = 0 to 4.0f { } }", Level::Tensor,
+                   "loop end `4.0f` is not an integer");
 }
 
 TEST(IrVerifier, Operands) {
@@ -109,13 +114,16 @@ TEST(IrVerifier, Operands) {
   expect_violation("func @k(%A: f32[4]) { TEXP %A, 1.0f }", Level::Tensor, "operand 1 must be a view");
   expect_violation("func @k(%A: f32[4]) { TEXPANDS %A, %A }", Level::Tensor, "operand 1 must be a scalar");
   expect_violation("func @k(%A: f32[4]) { PIPE_BARRIER %A }", Level::Tensor, "operand 0 must be a scalar");
-  expect_violation("func @k(%A: f32[4]) { SET_FLAG 0, 1, 2.0f }", Level::Tensor, "sync operands are integers");
+  expect_violation("func @k(%A: f32[4]) { SET_FLAG 0, 1, 2.0f }", Level::Tensor,
+                   "sync operands are integers");
   // Tensor-level instructions convert implicitly; tile-level ones compute in one type.
-  const char* mixed = "func @k(%A: f32[4], %B: f64[4], %M: bool[4], %I: i32[4]) { TADD %A, %A, %B TCMP_LT %M, %A, %B "
-                      "TDIV %A, %I, %I TAND %M, %A, %I TNOT %M, %A }";
+  const char* mixed =
+      "func @k(%A: f32[4], %B: f64[4], %M: bool[4], %I: i32[4]) { TADD %A, %A, %B TCMP_LT %M, %A, %B "
+      "TDIV %A, %I, %I TAND %M, %A, %I TNOT %M, %A }";
   EXPECT_NO_THROW(verify(parse_program(mixed), Level::Tensor));
-  const std::string tiles = "func @k(%G: f32[4]) { alloc %a: f32[4, 4] vec alloc %b: f64[4, 4] vec alloc %m: bool[4, 4] vec "
-                            "alloc %i: i32[4, 4] mat ";
+  const std::string tiles =
+      "func @k(%G: f32[4]) { alloc %a: f32[4, 4] vec alloc %b: f64[4, 4] vec alloc %m: bool[4, 4] vec "
+      "alloc %i: i32[4, 4] mat ";
   expect_violation(tiles + "TADD %a, %a, %b }", Level::Tile, "operand 2 is f64, the destination is f32");
   expect_violation(tiles + "TEXP %a, %b }", Level::Tile, "operand 1 is f64, the destination is f32");
   expect_violation(tiles + "TCMP_LT %m, %a, %b }", Level::Tile, "operand 2 is f64, operand 1 is f32");
@@ -136,7 +144,8 @@ TEST(IrVerifier, Views) {
   expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[0:4] }", Level::Tensor, "for each of its 2 dims");
   expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[0:4, 0:8] perm(0, 2) }", Level::Tensor,
                    "view dim 2 out of range");
-  expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[0:4, 0:8] perm(1, 1) }", Level::Tensor, "listed twice");
+  expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[0:4, 0:8] perm(1, 1) }", Level::Tensor,
+                   "listed twice");
   expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[0:4, 0:8 valid 9] }", Level::Tensor,
                    "valid extent 9 outside 0..8");
   expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[0:4, -1:8] }", Level::Tensor, "negative offset");
@@ -144,7 +153,8 @@ TEST(IrVerifier, Views) {
                    "valid region [4, 11] outside dim 1 of %A (size 8)");
   expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[0:4, 0:4 step 3] }", Level::Tensor,
                    "valid region [0, 9] outside dim 1");
-  expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[4, 0:8] }", Level::Tensor, "valid region [4, 4] outside dim 0");
+  expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[4, 0:8] }", Level::Tensor,
+                   "valid region [4, 4] outside dim 0");
   expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[0:2, 0:8] perm(1) }", Level::Tensor,
                    "indexed dim 0 must have size 1");
   expect_violation("func @k(%A: f32[4, 8]) { TEXP %A, %A[0:4, 0:8 valid 1.5f] }", Level::Tensor,
@@ -168,20 +178,25 @@ TEST(IrVerifier, TileLevel) {
   tile("alloc %t: f32[4, 4] vec TLOAD %t, %t", "operand 1 of TLOAD must be a global view");
   tile("alloc %t: f32[4, 4] vec TLOAD %B, %A", "operand 0 of TLOAD must be a local tile");
   tile("alloc %t: f32[4, 4] vec TSTORE %t, %t", "operand 0 of TSTORE must be a global view");
-  tile("alloc %t: f32[4, 4] vec TSTORE %B[0:4, 0:4], %A[0:4, 0:4]", "operand 1 of TSTORE must be a local tile");
+  tile("alloc %t: f32[4, 4] vec TSTORE %B[0:4, 0:4], %A[0:4, 0:4]",
+       "operand 1 of TSTORE must be a local tile");
   tile("alloc %t: f32[4, 4] vec TPREFETCH %t", "operand 0 of TPREFETCH must be a global view");
   tile("alloc %c: f32[16, 8] acc alloc %a: f32[16, 4] mat alloc %b: f32[5, 8] mat TMATMUL %c, %a, %b",
        "shapes must be dst MxN, a MxK, b KxN; got dst 16x8, a 16x4, b 5x8");
   tile("alloc %c: f32[16, 9] acc alloc %a: f32[16, 4] mat alloc %b: f32[4, 8] mat TMATMUL_ACC %c, %a, %b",
        "shapes must be dst MxN");
-  tile("alloc %c: f32[16, 8] acc alloc %a: f32[16, 4] mat alloc %b: f32[4, 8] mat alloc %z: f32[8, 1] vec "
-       "TMATMUL_BIAS %c, %a, %b, %z",
-       "bias must be 1x8, got 8x1");
-  tile("alloc %s: f32[16, 8] vec alloc %r: f32[8, 1] vec TROWSUM %r, %s", "dst must be 16x1 for src 16x8, got 8x1");
-  tile("alloc %s: f32[16, 8] vec alloc %r: f32[1, 16] vec TCOLMAX %r, %s", "dst must be 1x8 for src 16x8, got 1x16");
+  tile(
+      "alloc %c: f32[16, 8] acc alloc %a: f32[16, 4] mat alloc %b: f32[4, 8] mat alloc %z: f32[8, 1] vec "
+      "TMATMUL_BIAS %c, %a, %b, %z",
+      "bias must be 1x8, got 8x1");
+  tile("alloc %s: f32[16, 8] vec alloc %r: f32[8, 1] vec TROWSUM %r, %s",
+       "dst must be 16x1 for src 16x8, got 8x1");
+  tile("alloc %s: f32[16, 8] vec alloc %r: f32[1, 16] vec TCOLMAX %r, %s",
+       "dst must be 1x8 for src 16x8, got 1x16");
   tile("alloc %d: f32[16, 8] vec alloc %r: f32[16, 2] vec TROWEXPAND %d, %r", "src must be 16x1, got 16x2");
   tile("alloc %d: f32[16, 8] vec alloc %r: f32[1, 4] vec TCOLEXPAND %d, %r", "src must be 1x8, got 1x4");
-  tile("alloc %d: f32[16, 8] vec alloc %s: f32[16, 8] vec TTRANS %d, %s", "dst must be the transpose of src 16x8");
+  tile("alloc %d: f32[16, 8] vec alloc %s: f32[16, 8] vec TTRANS %d, %s",
+       "dst must be the transpose of src 16x8");
   tile("alloc %d: f32[16, 8] vec alloc %s: f32[10, 10] vec TRESHAPE %d, %s", "element counts differ");
   tile("alloc %d: f32[16, 8] vec alloc %s: f32[16, 8] vec alloc %x: i32[16, 2] vec TGATHER %d, %s, %x",
        "index tile must be Rx1");
@@ -198,7 +213,8 @@ TEST(IrVerifier, TileLevel) {
 
 TEST(IrVerifier, MessagesNameTheStatement) {
   try {
-    verify(parse_program("func @k(%A: f32[4]) { for %i = 0 to 4 { TADD %A, %A, %A[0:4 valid 5] } }"), Level::Tensor);
+    verify(parse_program("func @k(%A: f32[4]) { for %i = 0 to 4 { TADD %A, %A, %A[0:4 valid 5] } }"),
+           Level::Tensor);
     FAIL();
   } catch (const Error& e) {
     std::string m = e.what();

@@ -201,7 +201,8 @@ std::vector<float> run_attention(const Program& p, bool with_mask, int64_t B, in
   auto l = passes::lower(p, opt);
   verify(l.isa, Level::Tile);
   if (isa) *isa = print(l.isa);
-  auto Q = random_vec(B * H * S * D, 11), K = random_vec(B * H * S * D, 12), V = random_vec(B * H * S * D, 13);
+  auto Q = random_vec(B * H * S * D, 11), K = random_vec(B * H * S * D, 12),
+       V = random_vec(B * H * S * D, 13);
   std::vector<float> M(S * S), O(B * H * S * D, NAN);
   for (int64_t r = 0; r < S; ++r)
     for (int64_t c = 0; c < S; ++c) M[r * S + c] = c > r ? -1e9f : 0.f;

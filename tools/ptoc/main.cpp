@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "ir/number_text.h"
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
+#include "ir/number_text.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -57,7 +57,8 @@ struct Options {
 
 std::pair<std::string, std::string> split_binding(const std::string& opt, const std::string& s) {
   size_t eq = s.find('=');
-  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size()) usage_error(opt + " expects NAME=VALUE, got '" + s + "'");
+  if (eq == std::string::npos || eq == 0 || eq + 1 == s.size())
+    usage_error(opt + " expects NAME=VALUE, got '" + s + "'");
   return {s.substr(0, eq), s.substr(eq + 1)};
 }
 
@@ -85,12 +86,16 @@ Options parse_args(int argc, char** argv) {
       o.run = true;
     } else if (a == "--level") {
       const std::string& v = value();
-      if (v == "tile") o.level = ir::Level::Tile;
-      else if (v == "tensor") o.level = ir::Level::Tensor;
-      else usage_error("--level is tile or tensor, got '" + v + "'");
+      if (v == "tile")
+        o.level = ir::Level::Tile;
+      else if (v == "tensor")
+        o.level = ir::Level::Tensor;
+      else
+        usage_error("--level is tile or tensor, got '" + v + "'");
     } else if (a == "--backend") {
       o.backend = value();
-      if (o.backend != "interp" && o.backend != "cpu") usage_error("--backend is interp or cpu, got '" + o.backend + "'");
+      if (o.backend != "interp" && o.backend != "cpu")
+        usage_error("--backend is interp or cpu, got '" + o.backend + "'");
     } else if (a == "--in" || a == "--out" || a == "--scalar") {
       auto [k, v] = split_binding(a, value());
       auto& m = a == "--in" ? o.in : a == "--out" ? o.out : o.scalars;
@@ -106,12 +111,14 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (o.file.empty()) usage_error("no input file");
-  if ((!o.in.empty() || !o.out.empty() || !o.scalars.empty()) && !o.run) usage_error("--in/--out/--scalar need --run");
+  if ((!o.in.empty() || !o.out.empty() || !o.scalars.empty()) && !o.run)
+    usage_error("--in/--out/--scalar need --run");
   return o;
 }
 
 std::string read_text(const std::string& file) {
-  if (file == "-") return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  if (file == "-")
+    return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   std::ifstream in(file, std::ios::binary);
   if (!in) throw ir::Error("cannot open " + file);
   return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
@@ -124,13 +131,15 @@ ir::ScalarValue parse_scalar(const std::string& name, const std::string& text, i
   if (ir::is_float(t)) {  // locale-independent (ir/number_text.h)
     v.is_float = true;
     const auto f = ir::parse_double(text);
-    if (!f) throw ir::Error("--scalar " + name + ": '" + text + "' is not a " + std::string(ir::dtype_name(t)));
+    if (!f)
+      throw ir::Error("--scalar " + name + ": '" + text + "' is not a " + std::string(ir::dtype_name(t)));
     v.f = *f;
     return v;
   } else {
     v.i = std::strtoll(s, &end, 10);
   }
-  if (end == s || *end != '\0') throw ir::Error("--scalar " + name + ": '" + text + "' is not a " + std::string(ir::dtype_name(t)));
+  if (end == s || *end != '\0')
+    throw ir::Error("--scalar " + name + ": '" + text + "' is not a " + std::string(ir::dtype_name(t)));
   return v;
 }
 
@@ -169,7 +178,8 @@ void run(const ir::Program& isa, const Options& o) {
         for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
         return r + ")";
       };
-      throw ir::Error("--in " + b->name + ": " + it->second + " has shape " + str(a.shape) + ", the param is " + str(b->shape));
+      throw ir::Error("--in " + b->name + ": " + it->second + " has shape " + str(a.shape) +
+                      ", the param is " + str(b->shape));
     }
     arrays.push_back(ptoc::convert(a, b->dtype));
   }
@@ -185,7 +195,8 @@ void run(const ir::Program& isa, const Options& o) {
   }
   for (const auto& s : isa.scalars) {
     auto it = o.scalars.find(s.name);
-    if (it == o.scalars.end()) throw ir::Error("scalar param %" + s.name + " needs a value: --scalar " + s.name + "=VALUE");
+    if (it == o.scalars.end())
+      throw ir::Error("scalar param %" + s.name + " needs a value: --scalar " + s.name + "=VALUE");
     args.scalars.push_back(parse_scalar(s.name, it->second, s.dtype));
   }
 

@@ -1,7 +1,7 @@
 // .npy reading and writing (see npy.h). Format: magic "\x93NUMPY", version, header length, a
 // Python-dict header {'descr', 'fortran_order', 'shape'} padded to 64 bytes, then the raw data.
-#include "ir/number_text.h"
 #include "npy.h"
+#include "ir/number_text.h"
 
 #include <cmath>
 #include <cstring>
@@ -51,8 +51,8 @@ uint16_t float_to_half(double x) {
     return sign | uint16_t(std::nearbyint(std::ldexp(a, 24)));
   }
   int e;
-  double m = std::frexp(a, &e);                               // a = m * 2^e, m in [0.5, 1)
-  double scaled = std::nearbyint(std::ldexp(m, 11));          // 11 significant bits, ties to even
+  double m = std::frexp(a, &e);                       // a = m * 2^e, m in [0.5, 1)
+  double scaled = std::nearbyint(std::ldexp(m, 11));  // 11 significant bits, ties to even
   if (scaled >= 2048) {
     scaled /= 2;
     ++e;
@@ -89,22 +89,32 @@ T load(const Array& a, int64_t i) {
 
 double get_f(const Array& a, int64_t i) {
   switch (a.dtype) {
-    case DType::F32: return load<float>(a, i);
-    case DType::F64: return load<double>(a, i);
-    case DType::F16: return half_to_float(load<uint16_t>(a, i));
-    case DType::BF16: return bf16_to_float(load<uint16_t>(a, i));
-    case DType::I32: return load<int32_t>(a, i);
-    case DType::I64: return double(load<int64_t>(a, i));
-    case DType::Bool: return load<uint8_t>(a, i) != 0;
+    case DType::F32:
+      return load<float>(a, i);
+    case DType::F64:
+      return load<double>(a, i);
+    case DType::F16:
+      return half_to_float(load<uint16_t>(a, i));
+    case DType::BF16:
+      return bf16_to_float(load<uint16_t>(a, i));
+    case DType::I32:
+      return load<int32_t>(a, i);
+    case DType::I64:
+      return double(load<int64_t>(a, i));
+    case DType::Bool:
+      return load<uint8_t>(a, i) != 0;
   }
   return 0;
 }
 
 int64_t get_i(const Array& a, int64_t i) {
   switch (a.dtype) {
-    case DType::I32: return load<int32_t>(a, i);
-    case DType::I64: return load<int64_t>(a, i);
-    case DType::Bool: return load<uint8_t>(a, i) != 0;
+    case DType::I32:
+      return load<int32_t>(a, i);
+    case DType::I64:
+      return load<int64_t>(a, i);
+    case DType::Bool:
+      return load<uint8_t>(a, i) != 0;
     default: {
       double f = std::trunc(get_f(a, i));
       if (!(f >= -9.2233720368547758e18 && f < 9.2233720368547758e18))
@@ -159,7 +169,8 @@ Array read_npy(const std::string& path) {
   std::string descr = header_value(h, "descr", path);
   std::string fortran = header_value(h, "fortran_order", path);
   std::string shape_s = header_value(h, "shape", path);
-  if (fortran.find("True") != std::string::npos) throw Error(path + ": Fortran-order arrays are not supported");
+  if (fortran.find("True") != std::string::npos)
+    throw Error(path + ": Fortran-order arrays are not supported");
   if (descr.size() < 3 || (descr[0] != '<' && descr[0] != '|' && descr[0] != '='))
     throw Error(path + ": unsupported dtype '" + descr + "' (little-endian numeric arrays only)");
   char kind = descr[1];
@@ -197,7 +208,8 @@ Array read_npy(const std::string& path) {
       std::memcpy(&u, p, size_t(width));
       int64_t v;
       if (kind == 'u') {
-        if (width == 8 && u > uint64_t(std::numeric_limits<int64_t>::max())) throw Error(path + ": u8 value too large for i64");
+        if (width == 8 && u > uint64_t(std::numeric_limits<int64_t>::max()))
+          throw Error(path + ": u8 value too large for i64");
         v = int64_t(u);
       } else {
         int shift = 64 - 8 * width;
@@ -214,16 +226,30 @@ void write_npy(const std::string& path, const Array& a0) {
   Array a = a0.dtype == DType::BF16 ? convert(a0, DType::F32) : a0;
   const char* descr = "";
   switch (a.dtype) {
-    case DType::F32: descr = "<f4"; break;
-    case DType::F64: descr = "<f8"; break;
-    case DType::F16: descr = "<f2"; break;
-    case DType::I32: descr = "<i4"; break;
-    case DType::I64: descr = "<i8"; break;
-    case DType::Bool: descr = "|b1"; break;
-    case DType::BF16: break;
+    case DType::F32:
+      descr = "<f4";
+      break;
+    case DType::F64:
+      descr = "<f8";
+      break;
+    case DType::F16:
+      descr = "<f2";
+      break;
+    case DType::I32:
+      descr = "<i4";
+      break;
+    case DType::I64:
+      descr = "<i8";
+      break;
+    case DType::Bool:
+      descr = "|b1";
+      break;
+    case DType::BF16:
+      break;
   }
   std::string shape = "(";
-  for (size_t i = 0; i < a.shape.size(); ++i) shape += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : i + 1 < a.shape.size() ? ", " : "");
+  for (size_t i = 0; i < a.shape.size(); ++i)
+    shape += std::to_string(a.shape[i]) + (a.shape.size() == 1 ? "," : i + 1 < a.shape.size() ? ", " : "");
   shape += ")";
   std::string h = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   size_t total = 10 + h.size() + 1;
@@ -248,13 +274,27 @@ Array convert(const Array& a, DType t) {
   r.data.resize(size_t(n) * size_t(ir::dtype_bytes(t)));
   for (int64_t i = 0; i < n; ++i) {
     switch (t) {
-      case DType::F32: store<float>(r, i, float(get_f(a, i))); break;
-      case DType::F64: store<double>(r, i, get_f(a, i)); break;
-      case DType::F16: store<uint16_t>(r, i, float_to_half(get_f(a, i))); break;
-      case DType::BF16: store<uint16_t>(r, i, float_to_bf16(get_f(a, i))); break;
-      case DType::I32: store<int32_t>(r, i, int32_t(get_i(a, i))); break;
-      case DType::I64: store<int64_t>(r, i, get_i(a, i)); break;
-      case DType::Bool: store<uint8_t>(r, i, get_f(a, i) != 0); break;
+      case DType::F32:
+        store<float>(r, i, float(get_f(a, i)));
+        break;
+      case DType::F64:
+        store<double>(r, i, get_f(a, i));
+        break;
+      case DType::F16:
+        store<uint16_t>(r, i, float_to_half(get_f(a, i)));
+        break;
+      case DType::BF16:
+        store<uint16_t>(r, i, float_to_bf16(get_f(a, i)));
+        break;
+      case DType::I32:
+        store<int32_t>(r, i, int32_t(get_i(a, i)));
+        break;
+      case DType::I64:
+        store<int64_t>(r, i, get_i(a, i));
+        break;
+      case DType::Bool:
+        store<uint8_t>(r, i, get_f(a, i) != 0);
+        break;
     }
   }
   return r;
@@ -268,13 +308,27 @@ Array poisoned(DType t, const std::vector<int64_t>& shape) {
   r.data.resize(size_t(n) * size_t(ir::dtype_bytes(t)));
   for (int64_t i = 0; i < n; ++i) {
     switch (t) {
-      case DType::F32: store<float>(r, i, std::numeric_limits<float>::quiet_NaN()); break;
-      case DType::F64: store<double>(r, i, std::numeric_limits<double>::quiet_NaN()); break;
-      case DType::F16: store<uint16_t>(r, i, 0x7e00); break;
-      case DType::BF16: store<uint16_t>(r, i, 0x7fc0); break;
-      case DType::I32: store<int32_t>(r, i, std::numeric_limits<int32_t>::min()); break;
-      case DType::I64: store<int64_t>(r, i, std::numeric_limits<int64_t>::min()); break;
-      case DType::Bool: store<uint8_t>(r, i, 0); break;
+      case DType::F32:
+        store<float>(r, i, std::numeric_limits<float>::quiet_NaN());
+        break;
+      case DType::F64:
+        store<double>(r, i, std::numeric_limits<double>::quiet_NaN());
+        break;
+      case DType::F16:
+        store<uint16_t>(r, i, 0x7e00);
+        break;
+      case DType::BF16:
+        store<uint16_t>(r, i, 0x7fc0);
+        break;
+      case DType::I32:
+        store<int32_t>(r, i, std::numeric_limits<int32_t>::min());
+        break;
+      case DType::I64:
+        store<int64_t>(r, i, std::numeric_limits<int64_t>::min());
+        break;
+      case DType::Bool:
+        store<uint8_t>(r, i, 0);
+        break;
     }
   }
   return r;

@@ -175,12 +175,12 @@ using cmp_ct = typename fold_tiles<int32_t, X...>::type;
 // ---- element operations --------------------------------------------------------------------------
 // Each functor forwards to the instruction's element function in pto/elem.hpp, the one definition
 // of its semantics (integer wrap, division by zero, NaN and inf rules included).
-#define PTO_ELEM_OP(Name, fn)                              \
-  struct Name {                                            \
-    template <class... T>                                  \
-    PTO_INLINE auto operator()(T... x) const {             \
-      return elem::fn(x...);                               \
-    }                                                      \
+#define PTO_ELEM_OP(Name, fn)                  \
+  struct Name {                                \
+    template <class... T>                      \
+    PTO_INLINE auto operator()(T... x) const { \
+      return elem::fn(x...);                   \
+    }                                          \
   };
 PTO_ELEM_OP(OpExp, exp)
 PTO_ELEM_OP(OpLog, log)

@@ -132,7 +132,8 @@ inline void TARGSORT(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t des
       for (int64_t lo = 0; lo < n; lo += 2 * w) {
         const int64_t mid = detail::imin(lo + w, n), hi = detail::imin(lo + 2 * w, n);
         int64_t i = lo, j = mid, k = lo;
-        while (i < mid && j < hi) b[k++] = detail::sorts_before(x[a[j]], x[a[i]], desc != 0) ? a[j++] : a[i++];
+        while (i < mid && j < hi)
+          b[k++] = detail::sorts_before(x[a[j]], x[a[i]], desc != 0) ? a[j++] : a[i++];
         while (i < mid) b[k++] = a[i++];
         while (j < hi) b[k++] = a[j++];
       }

@@ -312,7 +312,8 @@ inline void TMATMUL_BIAS(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Til
   using CT = arith_t<D>;
   for (int64_t i = 0; i < dst.vr; ++i) {
     D* d = dst.data + i * CD;
-    for (int64_t j = 0; j < n; ++j) d[j] = convert<D>(elem::add(convert<CT>(d[j]), convert<CT>(bias.data[j])));
+    for (int64_t j = 0; j < n; ++j)
+      d[j] = convert<D>(elem::add(convert<CT>(d[j]), convert<CT>(bias.data[j])));
   }
 }
 

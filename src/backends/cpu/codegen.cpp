@@ -9,10 +9,10 @@
 
 #include <cmath>
 #include <cstdio>
+#include <locale>
 #include <map>
 #include <optional>
 #include <set>
-#include <locale>
 #include <sstream>
 
 #include "ir/printer.h"

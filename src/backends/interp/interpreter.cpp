@@ -58,8 +58,10 @@ Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
   for (size_t k = 0; k < p.scalars.size(); ++k) {
     const ScalarParam& sp = p.scalars[k];
     ScalarValue v = args.scalars[k];
-    if (is_float(sp.dtype)) v = round_to(sp.dtype, fnum(v.as_double()));
-    else v = ScalarValue{false, v.is_float ? int64_t(v.f) : v.i, 0};  // check_args: an integral value
+    if (is_float(sp.dtype))
+      v = round_to(sp.dtype, fnum(v.as_double()));
+    else
+      v = ScalarValue{false, v.is_float ? int64_t(v.f) : v.i, 0};  // check_args: an integral value
     env_[sp.name] = v;
   }
 }

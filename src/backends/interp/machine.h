@@ -32,7 +32,7 @@ inline Num add_num(const Num& a, const Num& b) {
 // floats round to nearest even, float -> int truncates and saturates (NaN -> 0), ints wrap to
 // their width, bool is != 0.
 Num round_to(ir::DType t, const Num& v);
-Num load_scalar(ir::DType t, const void* p);          // decode one element in caller memory
+Num load_scalar(ir::DType t, const void* p);            // decode one element in caller memory
 void store_scalar(ir::DType t, void* p, const Num& v);  // v already rounded to t
 // The dtype arithmetic happens in for operands of these dtypes (pto::promote_t): bool counts as
 // i32, f16/bf16 as f32; i32 < i64 < f32 < f64. The interpreter computes f32 in double.

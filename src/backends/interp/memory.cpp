@@ -15,7 +15,8 @@ int64_t index_count(const Tile& idx) { return idx.R == 1 ? idx.vc : idx.vr; }
 
 // The r-th index, checked against a dimension of `rows` rows (the error every backend reports).
 int64_t row_index(Machine& m, const Op& op, const Tile& idx, int64_t r, int64_t rows) {
-  if (idx.dtype != DType::I32 && idx.dtype != DType::I64) m.fail(op, "index tile '" + idx.name + "' must be i32 or i64");
+  if (idx.dtype != DType::I32 && idx.dtype != DType::I64)
+    m.fail(op, "index tile '" + idx.name + "' must be i32 or i64");
   const int64_t i = (idx.R == 1 ? m.get(op, idx, 0, r) : m.get(op, idx, r, 0)).i;
   if (i < 0 || i >= rows)
     m.fail(op, std::string(opcode_name(op.code)) + ": index " + std::to_string(i) +

@@ -34,8 +34,9 @@ template <class T>
 Num reduce_t(Red k, int64_t n, const std::function<Num(int64_t)>& x) {
   namespace e = pto::elem;
   using L = std::numeric_limits<T>;
-  T acc = k == Red::Sum ? T(0) : (k == Red::Max ? (L::has_infinity ? -L::infinity() : L::lowest())
-                                                 : (L::has_infinity ? L::infinity() : L::max()));
+  T acc = k == Red::Sum ? T(0)
+                        : (k == Red::Max ? (L::has_infinity ? -L::infinity() : L::lowest())
+                                         : (L::has_infinity ? L::infinity() : L::max()));
   for (int64_t i = 0; i < n; ++i) {
     const Num v = x(i);
     const T t = std::is_integral_v<T> ? T(v.i) : T(v.as_double());

@@ -139,20 +139,8 @@ bool is_one(const Expr& e) {
   return (e->op == ExprOp::Int && e->ival == 1) || (e->op == ExprOp::Float && e->fval == 1);
 }
 bool is_boolean_valued(const Expr& e) {
-  switch (e->op) {
-    case ExprOp::Lt:
-    case ExprOp::Le:
-    case ExprOp::Eq:
-    case ExprOp::Ne:
-    case ExprOp::And:
-    case ExprOp::Or:
-    case ExprOp::Not:
-      return true;
-    case ExprOp::Int:
-      return e->ival == 0 || e->ival == 1;
-    default:
-      return false;
-  }
+  if (is_logical_op(e->op)) return true;
+  return e->op == ExprOp::Int && (e->ival == 0 || e->ival == 1);
 }
 
 // ---- linear forms ---------------------------------------------------------------------------
@@ -448,6 +436,21 @@ Expr div_mod(ExprOp op, const Expr& a, const Expr& b) {
 }
 
 }  // namespace
+
+bool is_logical_op(ExprOp op) {
+  switch (op) {
+    case ExprOp::Lt:
+    case ExprOp::Le:
+    case ExprOp::Eq:
+    case ExprOp::Ne:
+    case ExprOp::And:
+    case ExprOp::Or:
+    case ExprOp::Not:
+      return true;
+    default:
+      return false;
+  }
+}
 
 // ---- leaves ---------------------------------------------------------------------------------
 

@@ -90,6 +90,8 @@ std::optional<double> as_float(const Expr& e);  // Int or Float constant
 bool is_const(const Expr& e);
 
 bool expr_equal(const Expr& a, const Expr& b);
+// Comparisons and logic (Lt Le Eq Ne And Or Not): their value is 0 or 1.
+bool is_logical_op(ExprOp op);
 size_t expr_hash(const Expr& e);
 
 // Inclusive integer bounds of an index expression given bounds of its variables.

@@ -370,20 +370,8 @@ class Gen {
   // A C++ boolean for an `if`: comparisons and logic print bare, anything else is tested != 0.
   std::string condition(const Expr& c) {
     std::string e = expr(c);
-    if (c && !fl(c) && e.rfind("int64_t(", 0) == 0 && e.back() == ')') {
-      switch (c->op) {
-        case ExprOp::Lt:
-        case ExprOp::Le:
-        case ExprOp::Eq:
-        case ExprOp::Ne:
-        case ExprOp::And:
-        case ExprOp::Or:
-        case ExprOp::Not:
-          return e.substr(7);  // drop the int64_t cast, keep the parentheses
-        default:
-          break;
-      }
-    }
+    if (c && !fl(c) && e.rfind("int64_t(", 0) == 0 && e.back() == ')' && ir::is_logical_op(c->op))
+      return e.substr(7);  // drop the int64_t cast, keep the parentheses
     return e + " != 0";
   }
 

@@ -138,12 +138,17 @@ class CacheInfo(NamedTuple):
 
 def _options(fusion, tiles, parallel, double_buffer, promote=True):
     o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer), "promote": bool(promote)}
-    if fusion == "off":  # not even elementwise chains fuse
+    if fusion == "off":  # nothing fuses, not even inside a composite op
         o["fusion"] = False
         o["fusion_off"] = True
     elif isinstance(fusion, (list, tuple)):
+        names = [str(f) for f in fusion]
+        known = _C.fusion_names()
+        for n in names:
+            if n not in known:
+                raise PyptoError(f"fusion: unknown kind of op {n!r} (known: {', '.join(known)})")
         o["fusion"] = bool(fusion)
-        o["fusion_ops"] = [str(f) for f in fusion]
+        o["fusion_ops"] = names
     else:
         o["fusion"] = bool(fusion)
     if tiles is not None:

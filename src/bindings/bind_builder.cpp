@@ -459,6 +459,16 @@ void bind_builder(nb::module_& m) {
           },
           "x"_a, "normalized_dims"_a, "weight"_a = nb::none(), "eps"_a = 1e-6)
       .def("concat", &B::concat)
+      .def(
+          "clamp",
+          [](B& b, const View& x, nb::handle lo, nb::handle hi) {
+            DType t = float_type({nb::cast(x), lo, hi});
+            std::optional<ir::Operand> l, h;
+            if (!lo.is_none()) l = to_operand(lo, t);
+            if (!hi.is_none()) h = to_operand(hi, t);
+            return b.clamp(x, l ? &*l : nullptr, h ? &*h : nullptr);
+          },
+          "x"_a, "lo"_a = nb::none(), "hi"_a = nb::none())
       .def("tril", &B::tril, "x"_a, "k"_a)
       .def("triu", &B::triu, "x"_a, "k"_a)
       .def("variance", &B::variance, "x"_a, "dims"_a, "correction"_a, "keepdim"_a)

@@ -13,6 +13,7 @@
 #include "bindings/arrays.h"
 #include "bindings/gil.h"
 #include "ir/ir.h"
+#include "passes/fuse.h"
 #include "runtime/kernel.h"
 #include "runtime/kernel_cost.h"
 #include "runtime/loop_cost.h"
@@ -122,6 +123,9 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
 }  // namespace
 
 void bind_runtime(nb::module_& m) {
+  m.def(
+      "fusion_names", [] { return passes::fusion_names(); },
+      "The names a fusion list may hold (kinds of op and composite ops), sorted (passes/fuse.h).");
   nb::class_<Kernel>(m, "Kernel", "A tensor-level program lowered for one backend, ready to compile and run.")
       .def(
           "__init__",
@@ -171,7 +175,7 @@ void bind_runtime(nb::module_& m) {
       .def(
           "cost",
           [](const Kernel& k) {
-            runtime::KernelCost c = runtime::count_cost(k.lowered().tensor);
+            runtime::KernelCost c = runtime::count_cost(k.lowered().expanded);
             return nb::make_tuple(c.flops, c.bytes, c.exact);
           },
           "(flops, bytes, exact) counted from the tensor-level program (runtime/kernel_cost.h).")

@@ -9,6 +9,7 @@
 
 #include "ir/builder_impl.h"
 #include "ir/structural.h"
+#include "ir/visitor.h"
 
 namespace pypto::ir {
 
@@ -37,27 +38,8 @@ Expr min_valid(const Expr& a, const Expr& b) {
   return min(a, b);
 }
 
-namespace {
-
-bool is_float_dtype(DType t) { return is_float(t); }
-
-// Result type of an arithmetic op between two tensors (NumPy/torch-like, float32 first).
-DType promote(DType a, DType b) {
-  if (a == b) return a;
-  if (a == DType::F64 || b == DType::F64) return DType::F64;
-  if (a == DType::F32 || b == DType::F32) return DType::F32;
-  if (is_float_dtype(a) && is_float_dtype(b)) return DType::F32;  // f16 with bf16
-  if (is_float_dtype(a)) return a;
-  if (is_float_dtype(b)) return b;
-  if (a == DType::I64 || b == DType::I64) return DType::I64;
-  if (a == DType::I32 || b == DType::I32) return DType::I32;
-  return a;
-}
-
-const View* as_view(const Operand& o) { return std::get_if<View>(&o); }
-
 DType operand_dtype(const Operand& o, DType tensor_dtype) {
-  if (auto v = as_view(o)) return v->buf->dtype;
+  if (auto v = std::get_if<View>(&o)) return v->buf->dtype;
   // A Python scalar does not widen a tensor, except a float scalar with an integer tensor.
   const Expr& e = std::get<Expr>(o);
   if (is_float(e->dtype) && !is_float(tensor_dtype)) return DType::F32;
@@ -80,6 +62,12 @@ std::vector<Expr> broadcast_valid(const std::vector<int64_t>& out, const std::ve
     if (!valid[i]) valid[i] = int_imm(out[i]);
   return valid;
 }
+
+namespace {
+
+DType promote(DType a, DType b) { return promote_types(a, b); }
+
+const View* as_view(const Operand& o) { return std::get_if<View>(&o); }
 
 bool is_unary_float_op(Opcode op) {
   switch (op) {
@@ -172,6 +160,25 @@ std::vector<int64_t> Builder::broadcast_shapes(const std::vector<int64_t>& a, co
       throw Error("shapes " + shape_str(a) + " and " + shape_str(b) + " cannot be broadcast together");
     out[i] = x == 1 ? y : x;
   }
+  return out;
+}
+
+Builder Builder::extending(const Program& p) {
+  Builder b(p.name);
+  auto& names = b.impl_->names;
+  for (auto& buf : p.params) names.insert(buf->name);
+  for (auto& s : p.scalars) names.insert(s.name);
+  for_each_stmt(p.body, [&](const Stmt& s) {
+    if (!s->var.empty()) names.insert(s->var);
+    if (s->buffer) names.insert(s->buffer->name);
+  });
+  return b;
+}
+
+std::vector<Stmt> Builder::take_body() {
+  if (impl_->frames.size() != 1) throw Error("internal: take_body inside an open loop or branch");
+  std::vector<Stmt> out;
+  out.swap(impl_->frames.back().stmts);
   return out;
 }
 
@@ -499,10 +506,16 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
   DType t = promote(operand_dtype(a, base), operand_dtype(b, base));
   if (cat == OpCategory::Compare || op == Opcode::TAND || op == Opcode::TOR)
     t = DType::Bool;
-  else if ((op == Opcode::TDIV || op == Opcode::TPOW || op == Opcode::TATAN2 || op == Opcode::THYPOT ||
-            op == Opcode::TCOPYSIGN) &&
+  else if ((op == Opcode::TDIV || op == Opcode::TATAN2 || op == Opcode::THYPOT || op == Opcode::TCOPYSIGN) &&
            !is_float(t))
     t = DType::F32;
+  else if (op == Opcode::TPOW && !is_float(t)) {
+    // An integer tensor to a non-negative integer constant power stays an exact integer; other
+    // integer powers are computed in f32, as they may be fractions.
+    const Expr* e = std::get_if<Expr>(&b);
+    auto k = e && !is_float((*e)->dtype) ? as_int(*e) : std::nullopt;
+    if (!va || !k || *k < 0) t = DType::F32;
+  }
   if (op == Opcode::TGCD && is_float(t))
     throw Error("gcd: needs integer tensors, got " + std::string(dtype_name(t)));
   View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));

@@ -2,8 +2,9 @@
 // walks a kernel's source. It infers every result's static shape, dtype and valid extents, checks
 // operands (broadcasting, matmul inner dimensions, ranks, dtypes) and throws pypto::ir::Error with
 // a message naming the offending shapes. Each compute call appends instructions that write a new
-// Temp buffer and returns a whole-buffer View of it. Composite operators (softmax, norms, conv2d)
-// are decomposed here into PTO instructions (builder_nn.cpp).
+// Temp buffer and returns a whole-buffer View of it. Composite operators (softmax, norms, concat,
+// conv2d, clamp) are emitted as one composite op each (ir/opcodes.h, builder_nn.cpp), which
+// passes/lower_composites expands into PTO instructions.
 #pragma once
 #include <memory>
 #include <string>
@@ -68,6 +69,8 @@ class Builder {
   View layer_norm(const View& x, int normalized_dims, const View* weight, const View* bias, double eps);
   View rms_norm(const View& x, int normalized_dims, const View* weight, double eps);
   View concat(const std::vector<View>& xs, int dim);
+  // min(max(x, lo), hi); an absent bound is not applied (both absent: x itself).
+  View clamp(const View& x, const Operand* lo, const Operand* hi);
   // Composites of builder_ops.cpp (masks, statistics, selection by value, layout).
   View tril(const View& x, int64_t k);  // keep x[.., i, j] where j - i <= k, else 0
   View triu(const View& x, int64_t k);  // keep x[.., i, j] where j - i >= k, else 0
@@ -121,7 +124,11 @@ class Builder {
   // top level becomes an Output param; anything else is copied into a fresh Output.
   Program finish(const std::vector<View>& outputs);
 
-  // --- for program transformations (passes/autodiff) -----------------------------------------
+  // --- for program transformations (passes/autodiff, passes/lower_composites) -----------------
+  // A builder that adds statements to `p`: the names it makes avoid every name `p` uses, and
+  // take_body() hands over (and clears) what it has emitted so far at the top level.
+  static Builder extending(const Program& p);
+  std::vector<Stmt> take_body();
   std::string fresh_name(const std::string& hint);  // a name not yet used in this program
   void emit(Stmt s);                                // append an already-built statement
   // Source location of the statements built from now on (the front end sets the kernel's line);

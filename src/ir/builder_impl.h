@@ -50,6 +50,11 @@ struct Builder::Impl {
 std::string shape_str(const std::vector<int64_t>& s);
 int normalize_dim(int dim, int rank, const char* what);
 Expr min_valid(const Expr& a, const Expr& b);
+// The dtype an operand contributes to a result: a view's own; a Python scalar does not widen a
+// tensor of `tensor_dtype`, except a float scalar with an integer tensor (f32).
+DType operand_dtype(const Operand& o, DType tensor_dtype);
+// Valid extents of a broadcast result of shape `out`.
+std::vector<Expr> broadcast_valid(const std::vector<int64_t>& out, const std::vector<const View*>& views);
 // i64 iota of shape [1, .., n, .., 1] (rank r, n at dim d), for masks and index arithmetic.
 View iota_along(Builder& b, int64_t n, int r, int d);
 

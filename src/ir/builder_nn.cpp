@@ -1,6 +1,7 @@
-// Builder composites: operators decomposed into PTO instructions (softmax, norms, concat,
-// reshape, conv2d). Each is a short sequence of the core builder calls; the fusion pass later
-// merges the resulting loop nests.
+// Builder composites: softmax, log_softmax, norms, concat, conv2d and clamp are checked here,
+// their result's shape and dtype inferred, and emitted as one composite op each (ir/opcodes.h)
+// that passes/lower_composites expands at the start of the pipeline. Reshape is built here as
+// copies.
 #include <algorithm>
 #include <numeric>
 
@@ -9,29 +10,33 @@
 
 namespace pypto::ir {
 
+namespace {
+// The type a float computation on t happens in and returns: t itself when a float, else f32.
+DType float_result(DType t) { return is_float(t) ? t : DType::F32; }
+
+Expr dim_operand(int64_t d) { return int_imm(d); }
+Operand optional_view(const View* v) { return v ? Operand(*v) : Operand(int_imm(0)); }
+}  // namespace
+
 View Builder::softmax(const View& x, int dim) {
-  View m = reduce(Opcode::TROWMAX, x, {dim}, true);
-  View e = unary(Opcode::TEXP, binary(Opcode::TSUB, x, m));
-  View s = reduce(Opcode::TROWSUM, e, {dim}, true);
-  // One reciprocal per row and a multiply per element: a vector divide costs ~10x a multiply.
-  return binary(Opcode::TMUL, e, unary(Opcode::TRECIP, s));
+  int d = normalize_dim(dim, x.rank(), "softmax");
+  View out = impl_->new_temp(x.shape(), float_result(x.buf->dtype), x.valid_shape());
+  impl_->emit_op(Opcode::SOFTMAX, {out, x, dim_operand(d)});
+  return out;
 }
 
 View Builder::log_softmax(const View& x, int dim) {
-  View m = reduce(Opcode::TROWMAX, x, {dim}, true);
-  View z = binary(Opcode::TSUB, x, m);
-  View s = reduce(Opcode::TROWSUM, unary(Opcode::TEXP, z), {dim}, true);
-  return binary(Opcode::TSUB, z, unary(Opcode::TLOG, s));
+  int d = normalize_dim(dim, x.rank(), "log_softmax");
+  View out = impl_->new_temp(x.shape(), float_result(x.buf->dtype), x.valid_shape());
+  impl_->emit_op(Opcode::LOG_SOFTMAX, {out, x, dim_operand(d)});
+  return out;
 }
 
 namespace {
-std::vector<int> last_dims(int rank, int n, const char* what) {
+void check_norm_dims(int rank, int n, const char* what) {
   if (n < 1 || n > rank)
     throw Error(std::string(what) + ": normalized_shape has " + std::to_string(n) +
                 " dimensions but the input has rank " + std::to_string(rank));
-  std::vector<int> d;
-  for (int i = rank - n; i < rank; ++i) d.push_back(i);
-  return d;
 }
 
 void check_affine(const View* p, const std::vector<int64_t>& want, const char* what, const char* name) {
@@ -42,28 +47,29 @@ void check_affine(const View* p, const std::vector<int64_t>& want, const char* w
 }  // namespace
 
 View Builder::layer_norm(const View& x, int nd, const View* weight, const View* bias, double eps) {
-  auto dims = last_dims(x.rank(), nd, "layer_norm");
+  check_norm_dims(x.rank(), nd, "layer_norm");
   auto shape = x.shape();
   std::vector<int64_t> norm_shape(shape.end() - nd, shape.end());
   check_affine(weight, norm_shape, "layer_norm", "weight");
   check_affine(bias, norm_shape, "layer_norm", "bias");
-  View mu = mean(x, dims, true);
-  View xc = binary(Opcode::TSUB, x, mu);
-  View var = mean(binary(Opcode::TMUL, xc, xc), dims, true);
-  View y = binary(Opcode::TMUL, xc, unary(Opcode::TRSQRT, binary(Opcode::TADD, var, float_imm(eps))));
-  if (weight) y = binary(Opcode::TMUL, y, *weight);
-  if (bias) y = binary(Opcode::TADD, y, *bias);
-  return y;
+  DType t = float_result(x.buf->dtype);
+  if (weight) t = promote_types(t, weight->buf->dtype);
+  if (bias) t = promote_types(t, bias->buf->dtype);
+  View out = impl_->new_temp(shape, t, x.valid_shape());
+  impl_->emit_op(Opcode::LAYER_NORM, {out, x, optional_view(weight), optional_view(bias), int_imm(nd),
+                                      float_imm(eps, DType::F64)});
+  return out;
 }
 
 View Builder::rms_norm(const View& x, int nd, const View* weight, double eps) {
-  auto dims = last_dims(x.rank(), nd, "rms_norm");
+  check_norm_dims(x.rank(), nd, "rms_norm");
   auto shape = x.shape();
   check_affine(weight, std::vector<int64_t>(shape.end() - nd, shape.end()), "rms_norm", "weight");
-  View ms = mean(binary(Opcode::TMUL, x, x), dims, true);
-  View y = binary(Opcode::TMUL, x, unary(Opcode::TRSQRT, binary(Opcode::TADD, ms, float_imm(eps))));
-  if (weight) y = binary(Opcode::TMUL, y, *weight);
-  return y;
+  DType t = float_result(x.buf->dtype);
+  if (weight) t = promote_types(t, weight->buf->dtype);
+  View out = impl_->new_temp(shape, t, x.valid_shape());
+  impl_->emit_op(Opcode::RMS_NORM, {out, x, optional_view(weight), int_imm(nd), float_imm(eps, DType::F64)});
+  return out;
 }
 
 View Builder::concat(const std::vector<View>& xs, int dim) {
@@ -72,7 +78,6 @@ View Builder::concat(const std::vector<View>& xs, int dim) {
   int d = normalize_dim(dim, r, "concat");
   auto shape = xs[0].shape();
   int64_t total = 0;
-  DType t = xs[0].buf->dtype;
   for (auto& x : xs) {
     auto s = x.shape();
     if (int(s.size()) != r) throw Error("concat: all tensors must have the same rank");
@@ -83,15 +88,29 @@ View Builder::concat(const std::vector<View>& xs, int dim) {
     total += s[d];
   }
   shape[d] = total;
-  View out = empty(shape, t);
-  int64_t off = 0;
-  for (auto& x : xs) {
-    std::vector<Index> idx(r);
-    idx[d].start = int_imm(off);
-    idx[d].stop = int_imm(off + x.shape()[d]);
-    assign(slice(out, idx), x);
-    off += x.shape()[d];
+  View out = empty(shape, xs[0].buf->dtype);
+  std::vector<Operand> args{out, dim_operand(d)};
+  for (auto& x : xs) args.push_back(x);
+  impl_->emit_op(Opcode::CONCAT, std::move(args));
+  return out;
+}
+
+View Builder::clamp(const View& x, const Operand* lo, const Operand* hi) {
+  if (!lo && !hi) return x;
+  if (!lo) return binary(Opcode::TMIN, x, *hi);
+  if (!hi) return binary(Opcode::TMAX, x, *lo);
+  std::vector<int64_t> shape = x.shape();
+  std::vector<const View*> views{&x};
+  DType t = x.buf->dtype;
+  for (const Operand* o : {lo, hi}) {
+    if (auto v = std::get_if<View>(o)) {
+      shape = broadcast_shapes(shape, v->shape());
+      views.push_back(v);
+    }
+    t = promote_types(t, operand_dtype(*o, x.buf->dtype));
   }
+  View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));
+  impl_->emit_op(Opcode::CLAMP, {out, x, *lo, *hi});
   return out;
 }
 
@@ -198,52 +217,14 @@ View Builder::conv2d(const View& x, const View& w, const View* bias, std::vector
   if (bias && bias->shape() != std::vector<int64_t>{O})
     throw Error("conv2d: bias must have shape (" + std::to_string(O) + ",), got " + shape_str(bias->shape()));
 
-  std::vector<int64_t> lead(xs.begin(), xs.end() - 3);  // N or nothing
-  View padded = x;
-  if (pt || pb || pl || pr) {
-    auto ps = lead;
-    ps.insert(ps.end(), {C, Hp, Wp});
-    padded = full(ps, x.buf->dtype, float_imm(0.0));
-    std::vector<Index> inner(r);
-    inner[r - 2].start = int_imm(pt);
-    inner[r - 2].stop = int_imm(pt + H);
-    inner[r - 1].start = int_imm(pl);
-    inner[r - 1].stop = int_imm(pl + W);
-    assign(slice(padded, inner), x);
-  }
-  auto os = lead;
+  auto os = std::vector<int64_t>(xs.begin(), xs.end() - 3);  // N or nothing
   os.insert(os.end(), {O, Ho, Wo});
   // f64 operands give an f64 result; f32, f16 and bf16 accumulate in f32.
-  DType acc_t = (x.buf->dtype == DType::F64 || w.buf->dtype == DType::F64) ? DType::F64 : DType::F32;
-  View out = full(os, acc_t, float_imm(0.0, acc_t));
-  // out[.., o, y, x] += sum_c w[o, c, dy, dx] * padded[.., c, y*s + dy*d, x*s + dx*d]: for each tap,
-  // a matmul batched over the output rows: [.., Ho, O, C] @ [.., Ho, C, Wo] -> [.., Ho, O, Wo].
-  std::vector<int> to_rows(r);  // (.., C, Ho, Wo) -> (.., Ho, C, Wo)
-  std::iota(to_rows.begin(), to_rows.end(), 0);
-  std::swap(to_rows[r - 3], to_rows[r - 2]);
-  View out_rows = permute(out, to_rows);
-  for (int64_t dy = 0; dy < kh; ++dy) {
-    for (int64_t dx = 0; dx < kw; ++dx) {
-      std::vector<Index> wi(4);
-      wi[2].kind = wi[3].kind = Index::Int;
-      wi[2].start = int_imm(dy);
-      wi[3].start = int_imm(dx);
-      View tap = slice(w, wi);  // (O, C)
-      std::vector<Index> xi(r);
-      xi[r - 2].start = int_imm(dy * dilation[0]);
-      xi[r - 2].stop = int_imm(dy * dilation[0] + (Ho - 1) * stride[0] + 1);
-      xi[r - 2].step = stride[0];
-      xi[r - 1].start = int_imm(dx * dilation[1]);
-      xi[r - 1].stop = int_imm(dx * dilation[1] + (Wo - 1) * stride[1] + 1);
-      xi[r - 1].step = stride[1];
-      View win = permute(slice(padded, xi), to_rows);  // (.., Ho, C, Wo)
-      matmul_acc(out_rows, tap, win);
-    }
-  }
-  if (bias) {
-    std::vector<Index> bi{Index{}, Index{Index::NewAxis}, Index{Index::NewAxis}};
-    update(Opcode::TADD, out, slice(*bias, bi));
-  }
+  DType t = compute_dtype(promote_types(float_result(x.buf->dtype), float_result(w.buf->dtype)));
+  View out = impl_->new_temp(os, t, {});
+  impl_->emit_op(Opcode::CONV2D,
+                 {out, x, w, optional_view(bias), int_imm(stride[0]), int_imm(stride[1]), int_imm(pt),
+                  int_imm(pb), int_imm(pl), int_imm(pr), int_imm(dilation[0]), int_imm(dilation[1])});
   return out;
 }
 

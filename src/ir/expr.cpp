@@ -26,12 +26,8 @@
 namespace pypto::ir {
 namespace detail {
 
-DType promote(DType a, DType b) {
-  if (a == DType::F64 || b == DType::F64) return DType::F64;
-  if (is_float(a) || is_float(b)) return DType::F32;
-  if (a == DType::I32 && b == DType::I32) return DType::I32;
-  return DType::I64;
-}
+// Scalars are i64, i32, f32 or f64 (bool values are i64 0/1), so the tensor table serves them.
+DType promote(DType a, DType b) { return promote_types(a, b); }
 
 DType result_dtype(ExprOp op, DType t, const std::vector<Expr>& args) {
   switch (op) {

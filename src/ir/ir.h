@@ -101,7 +101,9 @@ enum class LoopKind : uint8_t { Serial, Parallel };
 
 struct StmtNode {
   StmtKind kind;
-  // Seq
+  // Seq: body, run in order (a group, not a scope); var = an optional label saying what made the
+  // group: a composite op's expansion ("softmax", passes/lower_composites) or a fusion group
+  // ("fused_rows", "fused_epilogue", passes/fusion_group.h) that tile_ops emits as one nest.
   std::vector<Stmt> body;
   // For: `for var = lo to hi step step` (hi exclusive); If: cond, body = then, orelse = else
   std::string var;

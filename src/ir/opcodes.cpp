@@ -1,4 +1,5 @@
-// The opcode table, generated from the PYPTO_OPCODES X-macro so it cannot drift from the enum.
+// The opcode table, generated from the PYPTO_OPCODES and PYPTO_COMPOSITES X-macros so it cannot drift from
+// the enum.
 #include "ir/opcodes.h"
 
 #include <iterator>
@@ -8,7 +9,7 @@ namespace pypto::ir {
 namespace {
 constexpr OpcodeInfo kOpcodes[] = {
 #define PYPTO_X(name, cat, n) {#name, OpCategory::cat, n},
-    PYPTO_OPCODES(PYPTO_X)
+    PYPTO_OPCODES(PYPTO_X) PYPTO_COMPOSITES(PYPTO_X)
 #undef PYPTO_X
 };
 }  // namespace

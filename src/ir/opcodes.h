@@ -28,7 +28,8 @@ enum class OpCategory : uint8_t {
   Matrix,
   Layout,
   Gather,
-  Sync
+  Sync,
+  Composite  // tensor level only: see PYPTO_COMPOSITES
 };
 
 // X(name, category, number of operands including the destination; -1 = variadic)
@@ -120,9 +121,30 @@ enum class OpCategory : uint8_t {
   X(WAIT_FLAG, Sync, 3)      \
   X(PIPE_BARRIER, Sync, 1)
 
+// Composite operators: tensor-level ops whose meaning is a sequence of the instructions above.
+// The builder emits them with their result's shape and dtype inferred; passes/lower_composites
+// expands them (a target may substitute its own expansion) at the start of the pipeline, so no
+// later pass, backend or ISA program sees one. Operands after the destination, in order (an
+// absent optional tensor is the scalar 0; dims and sizes are integer constants):
+//   SOFTMAX, LOG_SOFTMAX   dst, x, dim
+//   LAYER_NORM             dst, x, weight | 0, bias | 0, normalized dims (the last n), eps
+//   RMS_NORM               dst, x, weight | 0, normalized dims, eps
+//   CONV2D                 dst, x (NCHW or CHW), w (OIHW), bias | 0, stride h, stride w,
+//                          pad top, pad bottom, pad left, pad right, dilation h, dilation w
+//   CONCAT                 dst, dim, x0, x1, ...
+//   CLAMP                  dst, x, lo, hi (tensors or scalars): min(max(x, lo), hi)
+#define PYPTO_COMPOSITES(X)    \
+  X(SOFTMAX, Composite, 3)     \
+  X(LOG_SOFTMAX, Composite, 3) \
+  X(LAYER_NORM, Composite, 6)  \
+  X(RMS_NORM, Composite, 5)    \
+  X(CONV2D, Composite, 12)     \
+  X(CONCAT, Composite, -1)     \
+  X(CLAMP, Composite, 4)
+
 enum class Opcode : uint8_t {
 #define PYPTO_X(name, cat, n) name,
-  PYPTO_OPCODES(PYPTO_X)
+  PYPTO_OPCODES(PYPTO_X) PYPTO_COMPOSITES(PYPTO_X)
 #undef PYPTO_X
 };
 

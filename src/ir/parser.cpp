@@ -433,9 +433,13 @@ class Parser {
   Stmt stmt() {
     const Token& t = peek();
     if (t.kind != Tok::Ident) fail("expected a statement, found " + describe(t));
-    if (t.text == "seq") {
+    if (t.text == "seq") {  // seq [label] { ... }
       next();
-      return seq(block());
+      std::string label;
+      if (peek().kind == Tok::Ident) label = next().text;
+      Stmt s = seq(block());
+      s->var = label;
+      return s;
     }
     if (t.text == "for" || t.text == "parallel") {
       LoopKind kind = LoopKind::Serial;

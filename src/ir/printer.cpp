@@ -112,7 +112,7 @@ void print_stmt(const Stmt& st, int indent, std::string& out) {
   }
   switch (st->kind) {
     case StmtKind::Seq:
-      out += pad + "seq {\n";
+      out += pad + (st->var.empty() ? "seq {\n" : "seq " + st->var + " {\n");
       print_block(st->body, indent + 1, out);
       out += pad + "}\n";
       break;

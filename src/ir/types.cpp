@@ -45,4 +45,16 @@ std::optional<Space> parse_space(std::string_view s) {
   return std::nullopt;
 }
 
+DType promote_types(DType a, DType b) {
+  if (a == b) return a;
+  if (a == DType::F64 || b == DType::F64) return DType::F64;
+  if (a == DType::F32 || b == DType::F32) return DType::F32;
+  if (is_float(a) && is_float(b)) return DType::F32;  // f16 with bf16
+  if (is_float(a)) return a;
+  if (is_float(b)) return b;
+  if (a == DType::I64 || b == DType::I64) return DType::I64;
+  if (a == DType::I32 || b == DType::I32) return DType::I32;
+  return a;
+}
+
 }  // namespace pypto::ir

@@ -16,6 +16,10 @@ int dtype_bytes(DType t);
 inline bool is_float(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
 }
+// The one type promotion table (tensor operands and scalar expressions alike), NumPy/torch-like:
+// f64 wins, then f32; f16 with bf16 gives f32; a float with an integer is the float; among
+// integers the wider, i64 over i32 over bool. Equal types stay as they are.
+DType promote_types(DType a, DType b);
 // The type arithmetic happens in: f16/bf16 are storage types that compute in f32.
 inline DType compute_dtype(DType t) { return (t == DType::F16 || t == DType::BF16) ? DType::F32 : t; }
 

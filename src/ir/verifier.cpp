@@ -40,6 +40,19 @@ const char* operand_kinds(Opcode op) {
       break;
   }
   switch (op) {
+    case Opcode::SOFTMAX:
+    case Opcode::LOG_SOFTMAX:
+      return "vvs";
+    case Opcode::LAYER_NORM:
+      return "vveess";
+    case Opcode::RMS_NORM:
+      return "vvess";
+    case Opcode::CONV2D:
+      return "vvvessssssss";
+    case Opcode::CONCAT:
+      return "vs";  // then the tensors joined
+    case Opcode::CLAMP:
+      return "vvee";
     case Opcode::TEXTRACT:
     case Opcode::TINSERT:
       return "vvss";
@@ -184,7 +197,7 @@ class Verifier {
            std::to_string(o.args.size()));
     const char* kinds = operand_kinds(o.code);
     for (size_t k = 0; k < o.args.size(); ++k) {
-      char want = k < std::char_traits<char>::length(kinds) ? kinds[k] : 'e';
+      char want = k < std::char_traits<char>::length(kinds) ? kinds[k] : o.code == Opcode::CONCAT ? 'v' : 'e';
       if (const View* v = std::get_if<View>(&o.args[k])) {
         if (want == 's') fail("operand " + std::to_string(k) + " must be a scalar");
         view(*v, int(k));
@@ -281,6 +294,8 @@ class Verifier {
         fail("operand " + std::to_string(k) + ": compute instructions take whole tiles, not " + print(*v));
     };
     if (info.category == OpCategory::Sync) return;
+    if (info.category == OpCategory::Composite)
+      fail(std::string(info.name) + " is a composite op of the tensor level (lower_composites expands it)");
     if (o.code == Opcode::TPREFETCH) return global_view(0);
     if (o.code == Opcode::TLOAD) {
       tile(0);

@@ -9,6 +9,7 @@
 #include "ir/builder_impl.h"
 #include "ir/printer.h"
 #include "passes/autodiff_impl.h"
+#include "passes/lower_composites.h"
 #include "passes/pass_util.h"
 
 namespace pypto::passes {
@@ -662,7 +663,8 @@ Backward Differentiator::run() {
 }  // namespace ad
 
 Backward autodiff(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted) {
-  return ad::Differentiator(forward, locate, wanted).run();
+  // Composites are differentiated through their expansion (the derivative rules cover instructions).
+  return ad::Differentiator(lower_composites(forward), locate, wanted).run();
 }
 
 }  // namespace pypto::passes

@@ -1,4 +1,4 @@
-// Fusion pass (see fuse.h).
+// Fusion pass (see fuse.h): decides the groups; tile_ops (tile_fused.cpp) emits their nests.
 #include "passes/fuse.h"
 
 #include <algorithm>
@@ -6,39 +6,70 @@
 #include <map>
 
 #include "ir/mutator.h"
-#include "ir/printer.h"
+#include "passes/fusion_group.h"
 #include "passes/nest.h"
 #include "passes/pass_util.h"
 
 namespace pypto::passes {
 using namespace ir;
+using namespace fusion;
 
 namespace {
-
-enum class Kind { Elementwise, Reduce, Matmul, Other };
 
 // A matmul whose right operand has more elements than this forms its own nest (with an
 // epilogue) instead of joining a row group, where the operand would be reloaded per row tile.
 constexpr int64_t kSmallRightOperand = 256 * 1024;
 
-Kind kind_of(Opcode c) {
-  switch (opcode_info(c).category) {
-    case OpCategory::Unary:
-    case OpCategory::Binary:
-    case OpCategory::Compare:
-    case OpCategory::Select:
-    case OpCategory::Convert:
-      return Kind::Elementwise;
-    case OpCategory::Fill:
-      return c == Opcode::TEXPANDS ? Kind::Elementwise : Kind::Other;
-    case OpCategory::Reduce:
-      return (c == Opcode::TROWSUM || c == Opcode::TROWMAX || c == Opcode::TROWMIN) ? Kind::Reduce
-                                                                                    : Kind::Other;
-    case OpCategory::Matrix:
-      return c == Opcode::TMATMUL ? Kind::Matmul : Kind::Other;
+std::string lower_case(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// The fusion-list name of an instruction: the name of the pypto op that makes it.
+std::string op_name(Opcode c) {
+  switch (c) {
+    case Opcode::TMAX:
+      return "maximum";
+    case Opcode::TMIN:
+      return "minimum";
+    case Opcode::TRECIP:
+      return "reciprocal";
+    case Opcode::TSEL:
+      return "where";
+    case Opcode::TCVT:
+      return "cast";
+    case Opcode::TMOV:
+      return "copy";
+    case Opcode::TEXPANDS:
+      return "full";
+    case Opcode::TROWSUM:
+      return "sum";
+    case Opcode::TROWMAX:
+      return "max";
+    case Opcode::TROWMIN:
+      return "min";
+    case Opcode::TGELU_TANH:
+      return "gelu";
+    case Opcode::TREM:
+      return "mod";
     default:
-      return Kind::Other;
+      break;
   }
+  std::string n = lower_case(opcode_name(c).substr(1));  // TADD -> add, TCMP_LT -> cmp_lt
+  return n.rfind("cmp_", 0) == 0 ? n.substr(4) : n;
+}
+
+std::string upper_case(const std::string& s) {
+  std::string out(s);
+  for (char& c : out) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// lower_composites labels each expansion with its op's name ("softmax" for SOFTMAX).
+bool is_composite_label(const std::string& label) {
+  auto code = parse_opcode(upper_case(label));
+  return code && opcode_info(*code).category == OpCategory::Composite && label == lower_case(label);
 }
 
 // Tiles compute in f32, so a conversion to a 16-bit float would not round inside a group: it
@@ -47,46 +78,6 @@ bool narrowing(const Op& op) {
   if (op.code != Opcode::TCVT) return false;
   DType t = std::get<View>(op.args[0]).buf->dtype;
   return t == DType::F16 || t == DType::BF16;
-}
-
-bool allowed(const FusionOptions& o, Opcode c) {
-  Kind k = kind_of(c);
-  if (k == Kind::Other || o.mode == FusionOptions::Off) return false;
-  if (o.mode == FusionOptions::Full || k == Kind::Elementwise || k == Kind::Reduce) return true;
-  return o.mode == FusionOptions::Listed && o.kinds.count("matmul") > 0;
-}
-
-// Leading dims and rows shared by the instructions of a row group.
-struct RowSpace {
-  std::vector<int64_t> lead;
-  std::vector<Expr> lead_valid;
-  int64_t rows = 1;
-  Expr rows_valid;
-  int rank = 0;
-};
-
-std::optional<RowSpace> row_space(const View& d) {
-  int r = d.rank();
-  if (r == 0) return std::nullopt;
-  RowSpace rs;
-  rs.rank = r;
-  rs.rows_valid = int_imm(1);
-  if (r == 1) return rs;
-  auto s = d.shape();
-  auto v = d.valid_shape();
-  rs.lead.assign(s.begin(), s.end() - 2);
-  rs.lead_valid.assign(v.begin(), v.end() - 2);
-  rs.rows = s[r - 2];
-  rs.rows_valid = v[r - 2];
-  return rs;
-}
-
-bool same(const RowSpace& a, const RowSpace& b) {
-  if (a.rank != b.rank || a.lead != b.lead || a.rows != b.rows || !expr_equal(a.rows_valid, b.rows_valid))
-    return false;
-  for (size_t i = 0; i < a.lead_valid.size(); ++i)
-    if (!expr_equal(a.lead_valid[i], b.lead_valid[i])) return false;
-  return true;
 }
 
 bool broadcasts_to(const std::vector<int64_t>& s, const std::vector<int64_t>& d) {
@@ -98,31 +89,34 @@ bool broadcasts_to(const std::vector<int64_t>& s, const std::vector<int64_t>& d)
   return true;
 }
 
-const View& dst(const Op& op) { return std::get<View>(op.args[0]); }
-
-struct Group {
-  bool epilogue = false;
-  std::vector<const Op*> ops;
-  size_t begin = 0, end = 0;  // statement span [begin, end)
-  RowSpace rs;
-  std::set<const Buffer*> produced;                     // temps written by the group
-  std::map<const Buffer*, std::string> written;         // external buffer -> the view written
-  std::map<const Buffer*, std::set<std::string>> read;  // external buffer -> views read
+// Where a statement of a block came from: the expansion of a composite op (its instance and
+// name), or the program itself (instance -1).
+struct Origin {
+  int instance = -1;
+  std::string name;
 };
-
-void count_refs(const std::vector<Stmt>& body, std::map<const Buffer*, int>& refs) {
-  for_each_view(body, [&](const View& v, bool) { refs[v.buf.get()]++; });
-}
 
 class Fuser : public StmtMutator {
  public:
-  Fuser(const Program& p, const FusionOptions& o, const TileSizes& ts) : nb_(p), o_(o), ts_(ts) {
-    count_refs(p.body, refs_);
-  }
+  explicit Fuser(const FusionOptions& o) : o_(o) {}
 
-  // Groups runs of consecutive tensor-level instructions of one block; loops and branches are
-  // rebuilt around their own blocks.
-  std::vector<Stmt> mutate_block(const std::vector<Stmt>& in) override {
+  // Opens up composite expansions, then groups runs of consecutive tensor-level instructions;
+  // loops and branches are rebuilt around their own blocks.
+  std::vector<Stmt> mutate_block(const std::vector<Stmt>& body) override {
+    std::vector<Stmt> in;
+    std::vector<Origin> origin;
+    for (const Stmt& s : body) {
+      if (s->kind == StmtKind::Seq && is_composite_label(s->var)) {
+        ++instances_;
+        for (const Stmt& t : s->body) {
+          in.push_back(t);
+          origin.push_back({instances_, s->var});
+        }
+      } else {
+        in.push_back(s);
+        origin.push_back({});
+      }
+    }
     std::vector<Stmt> out;
     std::set<const Buffer*> allocs;
     for (size_t i = 0; i < in.size(); ++i) {
@@ -131,9 +125,12 @@ class Fuser : public StmtMutator {
         allocs.insert(s->buffer.get());
       } else if (s->kind == StmtKind::OpStmt && is_tensor_level(s->op)) {
         Group g;
-        if (grow(in, i, allocs, g) && g.ops.size() >= 2) {
-          emit(g, in, out);
-          i = g.end - 1;
+        size_t end = 0;
+        if (grow(in, origin, i, allocs, g, end) && g.ops.size() >= 2) {
+          auto group = seq(std::vector<Stmt>(in.begin() + long(i), in.begin() + long(end)));
+          group->var = g.epilogue ? kFusedEpilogue : kFusedRows;
+          out.push_back(group);
+          i = end - 1;
           continue;
         }
       }
@@ -143,30 +140,25 @@ class Fuser : public StmtMutator {
   }
 
  private:
-  NestBuilder nb_;
   FusionOptions o_;
+  int instances_ = 0;
 
   Stmt mutate_op(const Stmt& s) override { return s; }
-  TileSizes ts_;
-  std::map<const Buffer*, int> refs_;
 
-  static std::string key(const View& v) { return print(v); }
-
-  void add(Group& g, const Op& op, const std::set<const Buffer*>& allocs) {
-    g.ops.push_back(&op);
-    const View& d = dst(op);
-    if (d.buf->kind == BufferKind::Temp && allocs.count(d.buf.get()))
-      g.produced.insert(d.buf.get());
-    else
-      g.written[d.buf.get()] = key(d);
-    for (size_t i = 1; i < op.args.size(); ++i)
-      if (auto v = std::get_if<View>(&op.args[i]))
-        if (!g.produced.count(v->buf.get())) g.read[v->buf.get()].insert(key(*v));
+  // Which instructions may share a group: those with equal keys.
+  int64_t group_key(const std::vector<Stmt>& in, const std::vector<Origin>& origin, size_t j) const {
+    const Origin& o = origin[j];
+    if (o_.mode == FusionOptions::Off) return -1 - int64_t(j);
+    if (o_.mode == FusionOptions::Full) return 0;
+    std::string name = o.instance >= 0 ? o.name : op_name(in[j]->op.code);
+    if (o_.mode == FusionOptions::Listed && o_.kinds.count(name)) return 0;
+    return o.instance >= 0 ? 1 + o.instance : -1 - int64_t(j);
   }
 
-  bool grow(const std::vector<Stmt>& in, size_t i, std::set<const Buffer*> allocs, Group& g) {
+  bool grow(const std::vector<Stmt>& in, const std::vector<Origin>& origin, size_t i,
+            std::set<const Buffer*> allocs, Group& g, size_t& end) {
     const Op& first = in[i]->op;
-    if (!allowed(o_, first.code) || narrowing(first)) return false;
+    if (kind_of(first.code) == Kind::Other || narrowing(first)) return false;
     auto rs = row_space(dst(first));
     if (!rs) return false;
     if (kind_of(first.code) == Kind::Matmul) {
@@ -174,9 +166,9 @@ class Fuser : public StmtMutator {
       if (rs->rank < 2) return false;
       g.epilogue = bs[bs.size() - 1] * bs[bs.size() - 2] > kSmallRightOperand;
     }
+    int64_t k = group_key(in, origin, i);
     g.rs = *rs;
-    g.begin = i;
-    g.end = i + 1;
+    end = i + 1;
     add(g, first, allocs);
     for (size_t j = i + 1; j < in.size(); ++j) {
       const Stmt& s = in[j];
@@ -184,16 +176,18 @@ class Fuser : public StmtMutator {
         allocs.insert(s->buffer.get());
         continue;
       }
-      if (s->kind != StmtKind::OpStmt || !is_tensor_level(s->op) || !fits(g, s->op)) break;
+      if (s->kind != StmtKind::OpStmt || !is_tensor_level(s->op) || group_key(in, origin, j) != k ||
+          !fits(g, s->op))
+        break;
       add(g, s->op, allocs);
-      g.end = j + 1;
+      end = j + 1;
     }
     return true;
   }
 
   bool fits(const Group& g, const Op& op) const {
-    if (!allowed(o_, op.code) || narrowing(op)) return false;
     Kind k = kind_of(op.code);
+    if (k == Kind::Other || narrowing(op)) return false;
     const View& d = dst(op);
     auto ds = d.shape();
     if (g.epilogue) {
@@ -235,256 +229,33 @@ class Fuser : public StmtMutator {
     }
     return true;
   }
-
-  // --- emission ------------------------------------------------------------------------------
-
-  struct Emission {
-    const Group* g;
-    std::set<const Buffer*> internal;
-    std::map<const Buffer*, int> last_use;
-    std::map<const Buffer*, View> tile_of;
-    std::map<std::string, View> cache;
-    std::vector<Stmt> body;
-    std::vector<std::string> loop_vars;
-    int ft = 0;  // first tile dim
-  };
-
-  void emit(const Group& g, const std::vector<Stmt>& in, std::vector<Stmt>& out) {
-    Emission e;
-    e.g = &g;
-    std::map<const Buffer*, int> mine;
-    for (size_t j = 0; j < g.ops.size(); ++j)
-      for (size_t i = 0; i < g.ops[j]->args.size(); ++i)
-        if (auto v = std::get_if<View>(&g.ops[j]->args[i])) {
-          mine[v->buf.get()]++;
-          if (i > 0) e.last_use[v->buf.get()] = int(j);
-        }
-    for (auto* b : g.produced)
-      if (refs_[b] == mine[b]) e.internal.insert(b);
-    // Internal temps need no memory: drop their allocations; keep the others, before the nest.
-    out.erase(std::remove_if(out.begin(), out.end(),
-                             [&](const Stmt& s) {
-                               return s->kind == StmtKind::Alloc && e.internal.count(s->buffer.get());
-                             }),
-              out.end());
-    for (size_t j = g.begin; j < g.end; ++j)
-      if (in[j]->kind == StmtKind::Alloc && !e.internal.count(in[j]->buffer.get())) out.push_back(in[j]);
-    if (g.epilogue)
-      emit_epilogue(e, out);
-    else
-      emit_rows(e, out);
-  }
-
-  static int64_t floor_pow2(int64_t x) {
-    int64_t p = 1;
-    while (p * 2 <= x) p *= 2;
-    return p;
-  }
-
-  void emit_rows(Emission& e, std::vector<Stmt>& out) {
-    const Group& g = *e.g;
-    const View& d0 = dst(*g.ops[0]);
-    auto s0 = d0.shape();
-    int r = int(s0.size());
-    e.ft = std::max(r - 2, 0);
-    bool col_tiled = true, has_mm = false;
-    int64_t width = 1;
-    for (auto* op : g.ops) {
-      col_tiled &= kind_of(op->code) == Kind::Elementwise && dst(*op).shape() == s0;
-      has_mm |= kind_of(op->code) == Kind::Matmul;
-      for (auto& a : op->args)
-        if (auto v = std::get_if<View>(&a))
-          if (v->rank() > 0) width = std::max(width, v->shape().back());
-    }
-    std::vector<int64_t> ext(r, 1);
-    ext[r - 1] = col_tiled ? std::min(s0[r - 1], ts_.elem_cols) : s0[r - 1];
-    if (r >= 2) {
-      int64_t budget = has_mm ? 64 * 1024 : ts_.elem_rows * ts_.elem_cols;
-      int64_t w = col_tiled ? ext[r - 1] : width;
-      ext[r - 2] = std::min(s0[r - 2], floor_pow2(std::max<int64_t>(1, budget / w)));
-    }
-    Nest n = nb_.nest(d0, ext, "f");
-    for (auto& l : n.loops) e.loop_vars.push_back(l.var);
-    for (size_t j = 0; j < g.ops.size(); ++j) {
-      const Op& op = *g.ops[j];
-      Nest m = n;
-      if (!col_tiled) {
-        m.off[r - 1] = int_imm(0);
-        m.ext[r - 1] = dst(op).shape()[r - 1];
-      }
-      View y;
-      switch (kind_of(op.code)) {
-        case Kind::Reduce: {
-          View x = source(e, op, 1, operand_tile_dtype(op, 1), m, std::get<View>(op.args[1]).shape());
-          y = nb_.tile("r", result_tile_dtype(op), x.buf->shape[0], 1);
-          e.body.push_back(op_stmt(Op{op.code, {y, x}}));
-          break;
-        }
-        case Kind::Matmul:
-          y = matmul_in_rows(e, op, m);
-          break;
-        default:
-          y = elementwise(e, op, int(j), m);
-      }
-      finish_op(e, op, y, m);
-    }
-    nb_.emit(n, std::move(e.body), out);
-  }
-
-  void emit_epilogue(Emission& e, std::vector<Stmt>& out) {
-    const Group& g = *e.g;
-    const Op& mm = *g.ops[0];
-    const View& d = dst(mm);
-    auto ds = d.shape();
-    int r = int(ds.size());
-    e.ft = r - 2;
-    std::vector<int64_t> ext(r, 1);
-    ext[r - 2] = ts_.mm_m;
-    ext[r - 1] = ts_.mm_n;
-    Nest n = nb_.nest(d, ext, "m");
-    for (auto& l : n.loops) e.loop_vars.push_back(l.var);
-    View acc = nb_.tile("acc", d.buf->dtype, n.ext[r - 2], n.ext[r - 1], Space::Acc);
-    e.body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
-    auto k = matmul_k_loop(nb_, std::get<View>(mm.args[1]), std::get<View>(mm.args[2]), n, ds, acc, ts_.mm_k);
-    e.body.insert(e.body.end(), k.begin(), k.end());
-    finish_op(e, mm, acc, n);
-    for (size_t j = 1; j < g.ops.size(); ++j)
-      finish_op(e, *g.ops[j], elementwise(e, *g.ops[j], int(j), n), n);
-    nb_.emit(n, std::move(e.body), out);
-  }
-
-  // Records an op's result tile; stores it when the value is needed outside the group.
-  void finish_op(Emission& e, const Op& op, const View& y, const Nest& m) {
-    const View& d = dst(op);
-    if (e.g->produced.count(d.buf.get())) {
-      e.tile_of[d.buf.get()] = y;
-      if (e.internal.count(d.buf.get())) return;
-    } else {
-      std::string prefix = d.buf->name + "|";
-      for (auto it = e.cache.begin(); it != e.cache.end();)  // loads of d's buffer are stale now
-        it = it->first.rfind(prefix, 0) == 0 ? e.cache.erase(it) : std::next(it);
-    }
-    e.body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, m.dst_sel(e.ft)), y}}));
-  }
-
-  // The tile holding operand i of op: a group tile, or a load of the external window.
-  View source(Emission& e, const Op& op, size_t i, DType t, const Nest& m,
-              const std::vector<int64_t>& against) {
-    const View& v = std::get<View>(op.args[i]);
-    auto it = e.tile_of.find(v.buf.get());
-    if (e.g->produced.count(v.buf.get()) && it != e.tile_of.end()) {
-      if (it->second.buf->dtype == compute_dtype(t)) return it->second;
-      View c = nb_.tile("c", t, it->second.buf->shape[0], it->second.buf->shape[1]);
-      e.body.push_back(op_stmt(Op{Opcode::TCVT, {c, it->second}}));
-      return c;
-    }
-    // A full-width nest (offset 0 in the last dim) reads the operand's whole last dim, which for a
-    // reduction or a matmul's left operand is wider than the op's result.
-    Nest ms = m;
-    int r = int(against.size());
-    auto off = as_int(ms.off[r - 1]);
-    if (off && *off == 0) ms.ext[r - 1] = against[r - 1];
-    return load(e, sub(v, ms.src_sel(v, against, e.ft)), t);
-  }
-
-  View load(Emission& e, const View& v, DType t) {
-    std::string k = v.buf->name + "|" + print(v) + "|" + std::string(dtype_name(t));
-    auto it = e.cache.find(k);
-    if (it != e.cache.end()) return it->second;
-    auto s = v.shape();
-    int64_t rows = s.size() >= 2 ? s[s.size() - 2] : 1, cols = s.empty() ? 1 : s.back();
-    View tl = nb_.tile("x", t, rows, cols);
-    Stmt ld = op_stmt(Op{Opcode::TLOAD, {tl, v}});
-    // Hoist the load to the outermost loop level it depends on, unless the group writes it.
-    int depth = 0;
-    for (size_t l = 0; l < e.loop_vars.size(); ++l)
-      if (mentions(v, e.loop_vars[l], /*valid=*/true)) depth = int(l) + 1;
-    if (!e.g->written.count(v.buf.get()) && depth < int(e.loop_vars.size()))
-      nb_.hoist(ld, depth);
-    else
-      e.body.push_back(ld);
-    e.cache[k] = tl;
-    return tl;
-  }
-
-  View matmul_in_rows(Emission& e, const Op& op, const Nest& m) {
-    const View& d = dst(op);
-    auto ds = d.shape();
-    int r = int(ds.size());
-    const View& a = std::get<View>(op.args[1]);
-    const View& b = std::get<View>(op.args[2]);
-    DType t = compute_dtype(d.buf->dtype);
-    int64_t K = a.shape().back();
-    auto as = ds;
-    as.back() = K;
-    View ta = source(e, op, 1, t, m, as);
-    auto bs = b.shape();
-    int s = int(bs.size());
-    std::vector<Sel> sel;
-    for (int j = 0; j < s - 2; ++j) {
-      int kd = j + r - s;
-      sel.push_back((bs[j] == 1 && ds[kd] != 1) ? Sel{int_imm(0), 1, false, false}
-                                                : Sel{m.off[kd], 1, false, false});
-    }
-    sel.push_back(Sel{int_imm(0), bs[s - 2], true, false});
-    sel.push_back(Sel{int_imm(0), bs[s - 1], true, false});
-    View tb = load(e, sub(b, sel), t);
-    View y = nb_.tile("y", t, ta.buf->shape[0], bs[s - 1]);
-    e.body.push_back(op_stmt(Op{Opcode::TMATMUL, {y, ta, tb}}));
-    return y;
-  }
-
-  View elementwise(Emission& e, const Op& op, int j, const Nest& m) {
-    const View& d = dst(op);
-    auto ds = d.shape();
-    int r = int(ds.size());
-    int64_t rows = r >= 2 ? m.ext[r - 2] : 1, cols = m.ext[r - 1];
-    std::vector<Operand> args;
-    for (size_t i = 1; i < op.args.size(); ++i) {
-      if (auto x = std::get_if<Expr>(&op.args[i]))
-        args.push_back(*x);
-      else
-        args.push_back(source(e, op, i, operand_tile_dtype(op, i), m, ds));
-    }
-    DType rt = result_tile_dtype(op);
-    auto same_shape = [&](const View& t) { return t.buf->shape == std::vector<int64_t>{rows, cols}; };
-    if (op.code == Opcode::TMOV && same_shape(std::get<View>(args[0])) &&
-        std::get<View>(args[0]).buf->dtype == rt)
-      return std::get<View>(args[0]);
-    // Write in place into a source tile whose value dies here (and that no other value shares).
-    View y;
-    for (size_t i = 1; i < op.args.size() && !y.buf; ++i) {
-      auto v = std::get_if<View>(&op.args[i]);
-      if (!v || !e.internal.count(v->buf.get())) continue;
-      bool dies = e.last_use[v->buf.get()] == j || v->buf == d.buf;  // last read, or updated in place
-      if (!dies) continue;
-      auto it = e.tile_of.find(v->buf.get());
-      if (it == e.tile_of.end() || !same_shape(it->second) || it->second.buf->dtype != rt) continue;
-      bool shared = false;
-      for (auto& [b, t] : e.tile_of)
-        if (b != v->buf.get() && t.buf == it->second.buf && e.last_use[b] > j) shared = true;
-      // A copy (TMOV) may alias a loaded window's tile: later ops, and later iterations when the
-      // load is hoisted, reread that tile, so it is never overwritten.
-      for (auto& [k, t] : e.cache)
-        if (t.buf == it->second.buf) shared = true;
-      if (!shared) y = it->second;
-    }
-    if (!y.buf) y = nb_.tile("y", rt, rows, cols);
-    if (op.code == Opcode::TMOV) {
-      e.body.push_back(op_stmt(Op{Opcode::TMUL, {y, args[0], int_imm(1)}}));  // broadcasting copy
-    } else {
-      args.insert(args.begin(), y);
-      e.body.push_back(op_stmt(Op{op.code, args}));
-    }
-    return y;
-  }
 };
 
 }  // namespace
 
-Program fuse(const Program& p, const FusionOptions& options, const TileSizes& sizes) {
-  if (options.mode == FusionOptions::Off) return p;
-  return Fuser(p, options, sizes).mutate_program(p);
+const std::vector<std::string>& fusion_names() {
+  static const std::vector<std::string> names = [] {
+    std::set<std::string> s;
+#define PYPTO_X(name, cat, n) \
+  if (kind_of(Opcode::name) != Kind::Other) s.insert(op_name(Opcode::name));
+    PYPTO_OPCODES(PYPTO_X)
+#undef PYPTO_X
+#define PYPTO_X(name, cat, n) s.insert(lower_case(#name));
+    PYPTO_COMPOSITES(PYPTO_X)
+#undef PYPTO_X
+    return std::vector<std::string>(s.begin(), s.end());
+  }();
+  return names;
+}
+
+Program fuse(const Program& p, const FusionOptions& options, const TileSizes&) {
+  for (const std::string& k : options.kinds)
+    if (!std::binary_search(fusion_names().begin(), fusion_names().end(), k)) {
+      std::string known;
+      for (const std::string& n : fusion_names()) known += (known.empty() ? "" : ", ") + n;
+      throw Error("fusion: unknown kind of op '" + k + "' (known: " + known + ")");
+    }
+  return Fuser(options).mutate_program(p);
 }
 
 }  // namespace pypto::passes

@@ -110,8 +110,10 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
     return tensor_level;
   });
   TileSizes sizes = tile_sizes(options);
+  l.expanded = run.run("lower_composites", Level::Tensor,
+                       [&] { return lower_composites(l.tensor, options.composite_lowerings); });
   Program fused =
-      run.run("fuse", Level::Tensor, [&] { return fuse(l.tensor, fusion_options(options), sizes); });
+      run.run("fuse", Level::Tensor, [&] { return fuse(l.expanded, fusion_options(options), sizes); });
   Program planned = run.run("promote_small_temps", Level::Tensor,
                             [&] { return options.promote ? promote_small_temps(fused, sizes) : fused; });
   l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(planned, sizes); });

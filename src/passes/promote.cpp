@@ -3,6 +3,7 @@
 #include <map>
 
 #include "ir/mutator.h"
+#include "passes/fusion_group.h"
 #include "passes/nest.h"
 #include "passes/pass_util.h"
 
@@ -72,6 +73,9 @@ Program promote_small_temps(const Program& p, const TileSizes& ts) {
     return true;
   };
   walk(p.body, [&](const Stmt& s) {
+    // A fusion group's nest reads and writes its operands' windows in memory.
+    if (fusion::is_group(s))
+      for_each_view(s->body, [&](const View& v, bool) { candidates.erase(v.buf.get()); });
     if (s->kind != StmtKind::OpStmt) return;
     for (auto& a : s->op.args)
       if (auto v = std::get_if<View>(&a))

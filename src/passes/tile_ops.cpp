@@ -5,6 +5,7 @@
 
 #include "ir/mutator.h"
 #include "passes/nest.h"
+#include "passes/tile_fused.h"
 
 namespace pypto::passes {
 using namespace ir;
@@ -13,7 +14,22 @@ namespace {
 
 class Lowerer : public StmtMutator {
  public:
-  Lowerer(const Program& p, const TileSizes& ts) : nb_(p), ts_(ts) {}
+  Lowerer(const Program& p, const TileSizes& ts) : nb_(p), ts_(ts), refs_(fusion::count_refs(p.body)) {}
+
+  // Fusion groups become one nest each (tile_fused.cpp); they need the temporaries declared in
+  // their block before them.
+  std::vector<Stmt> mutate_block(const std::vector<Stmt>& in) override {
+    std::vector<Stmt> out;
+    std::set<const Buffer*> allocs;
+    for (const Stmt& s : in) {
+      if (s->kind == StmtKind::Alloc) allocs.insert(s->buffer.get());
+      if (fusion::is_group(s))
+        emit_fused_group(nb_, ts_, refs_, fusion::group_of(*s, allocs), s->body, out);
+      else
+        mutate_into(s, out);
+    }
+    return out;
+  }
 
  protected:
   // A tensor-level instruction becomes its loop nest; everything else is rebuilt around it.
@@ -26,6 +42,7 @@ class Lowerer : public StmtMutator {
  private:
   NestBuilder nb_;
   TileSizes ts_;
+  std::map<const Buffer*, int> refs_;
 
   View tile(const std::string& hint, DType t, int64_t r, int64_t c, Space sp = Space::Vec) {
     return nb_.tile(hint, t, r, c, sp);

@@ -4,6 +4,10 @@
 // against the unfused program.
 #include "passes/fuse.h"
 
+#include "ir/mutator.h"
+#include "passes/fusion_group.h"
+#include "passes/tile_fused.h"
+
 #include "test_pass_util.h"
 
 using namespace pass_test;
@@ -12,16 +16,48 @@ namespace {
 
 using Mode = passes::FusionOptions::Mode;
 
+// fuse marks the groups and tile_ops emits their nests: these tests check both halves at once,
+// on the marked program with each group replaced by its nest as tile_ops emits it (instructions
+// outside groups stay at the tensor level).
+class EmitGroups : public StmtMutator {
+ public:
+  explicit EmitGroups(const Program& p) : nb_(p), refs_(passes::fusion::count_refs(p.body)) {}
+  std::vector<Stmt> mutate_block(const std::vector<Stmt>& in) override {
+    std::vector<Stmt> out;
+    std::set<const Buffer*> allocs;
+    for (const Stmt& s : in) {
+      if (s->kind == StmtKind::Alloc) allocs.insert(s->buffer.get());
+      if (passes::fusion::is_group(s))
+        passes::emit_fused_group(nb_, small_tiles(), refs_, passes::fusion::group_of(*s, allocs), s->body,
+                                 out);
+      else
+        mutate_into(s, out);
+    }
+    return out;
+  }
+
+ private:
+  passes::NestBuilder nb_;
+  std::map<const Buffer*, int> refs_;
+};
+
 Program fuse_with(const Program& p, Mode mode, std::set<std::string> kinds = {}) {
   passes::FusionOptions o;
   o.mode = mode;
   o.kinds = std::move(kinds);
-  return passes::fuse(p, o, small_tiles());
+  Program marked = passes::fuse(p, o, small_tiles());
+  return EmitGroups(marked).mutate_program(marked);
 }
 
-// The default mode (what `fusion=False` means).
-Program fuse_default(const Program& p) { return passes::fuse(p, passes::FusionOptions{}, small_tiles()); }
 Program fuse_full(const Program& p) { return fuse_with(p, passes::FusionOptions::Full); }
+// Everything but matmuls: elementwise chains and row reductions.
+Program fuse_no_matmul(const Program& p) {
+  std::set<std::string> kinds(passes::fusion_names().begin(), passes::fusion_names().end());
+  kinds.erase("matmul");
+  return fuse_with(p, passes::FusionOptions::Listed, kinds);
+}
+// fusion=False: only the instructions of one composite op.
+Program fuse_default(const Program& p) { return fuse_with(p, passes::FusionOptions::Default); }
 
 template <class Pass>
 void expect_fuse(const char* before, Pass&& pass, const char* after) {
@@ -42,7 +78,7 @@ func @chain(%A: f32[10, 12], %b: f32[12], %C: f32[10, 12] out) {
   TEXP %t2, %t1
   TMUL %C, %t2, 2.0f
 })";
-  expect_fuse(before, fuse_default, R"(
+  expect_fuse(before, fuse_no_matmul, R"(
 func @chain(%A: f32[10, 12], %b: f32[12], %C: f32[10, 12] out) {
   for %f0 = 0 to 10 step 4 {
     alloc %x: f32[4, 8] vec
@@ -58,9 +94,15 @@ func @chain(%A: f32[10, 12], %b: f32[12], %C: f32[10, 12] out) {
     }
   }
 })");
-  // fusion="off": nothing changes.
+  // fusion="off", and fusion=False on instructions that come from no composite op: nothing changes.
   Program p = parse_program(before);
   EXPECT_TRUE(same_program(fuse_with(p, passes::FusionOptions::Off), p));
+  EXPECT_TRUE(same_program(fuse_default(p), p));
+  // The marked program: one labelled group, which tile_ops turns into the nest above.
+  passes::FusionOptions full;
+  full.mode = passes::FusionOptions::Full;
+  std::string marked = print(passes::fuse(p, full, small_tiles()));
+  EXPECT_NE(marked.find("seq fused_rows {"), std::string::npos) << marked;
 }
 
 // A softmax (row max, subtract, exp, row sum, divide) with fusion Full: one nest over full-width
@@ -95,8 +137,25 @@ func @softmax(%X: f32[7, 8], %C: f32[7, 8] out) {
   }
 })";
   expect_fuse(before, fuse_full, after);
-  // Row reductions fuse in the default mode too: a softmax is what they decompose into.
-  expect_fuse(before, fuse_default, after);
+  // In the default mode the instructions of one composite op fuse: here lower_composites's
+  // expansion of a SOFTMAX, labelled with its name.
+  const char* composite = R"(
+func @softmax(%X: f32[7, 8], %C: f32[7, 8] out) {
+  seq softmax {
+    alloc %m: f32[7, 1] gm
+    TROWMAX %m, %X
+    alloc %s: f32[7, 8] gm
+    TSUB %s, %X, %m
+    alloc %e: f32[7, 8] gm
+    TEXP %e, %s
+    alloc %z: f32[7, 1] gm
+    TROWSUM %z, %e
+    TDIV %C, %e, %z
+  }
+})";
+  expect_fuse(composite, fuse_default, after);
+  Program plain = parse_program(before);
+  EXPECT_TRUE(same_program(fuse_default(plain), plain));
 }
 
 // An attention block with fusion Full (as the front end builds it for 2 heads, rows in blocks of
@@ -192,8 +251,9 @@ func @linear(%x: f32[6, 520], %w: f32[520, 512], %b: f32[512], %C: f32[6, 512] o
 }
 
 // The same layer with a small weight: with 'matmul' listed it joins a row group (the whole 6 x 12
-// input is one row tile); in the default mode the matmul is a group boundary, and only bias +
-// relu fuse, reading the matmul's result from memory.
+// input is one row tile); with only 'add' and 'relu' listed the matmul is a group boundary, and
+// only bias + relu fuse, reading the matmul's result from memory; with 'matmul' and 'relu'
+// listed nothing fuses (the add between them is not listed), nor with fusion=False.
 TEST(PassFuse, SmallMatmulListedVersusDefault) {
   const char* before = R"(
 func @linear(%x: f32[6, 12], %w: f32[12, 10], %b: f32[10], %C: f32[6, 10] out) {
@@ -220,7 +280,10 @@ func @linear(%x: f32[6, 12], %w: f32[12, 10], %b: f32[10], %C: f32[6, 10] out) {
   TRELU %y, %y
   TSTORE %C, %y
 })");
-  expect_fuse(before, fuse_default, R"(
+  auto add_relu = [](const Program& p) {
+    return fuse_with(p, passes::FusionOptions::Listed, {"add", "relu"});
+  };
+  expect_fuse(before, add_relu, R"(
 func @linear(%x: f32[6, 12], %w: f32[12, 10], %b: f32[10], %C: f32[6, 10] out) {
   alloc %t: f32[6, 10] gm
   TMATMUL %t, %x, %w
@@ -237,6 +300,10 @@ func @linear(%x: f32[6, 12], %w: f32[12, 10], %b: f32[10], %C: f32[6, 10] out) {
     }
   }
 })");
+  Program p = parse_program(before);
+  EXPECT_TRUE(same_program(fuse_with(p, passes::FusionOptions::Listed, {"matmul", "relu"}), p));
+  EXPECT_TRUE(same_program(fuse_default(p), p));
+  EXPECT_THROW(fuse_with(p, passes::FusionOptions::Listed, {"matmul", "bogus"}), Error);
 }
 
 // A temporary read after the group (by a matmul, which the default mode does not fuse) is stored
@@ -250,7 +317,7 @@ func @bound(%A: f32[6, 8], %b: f32[8], %W: f32[8, 4], %C: f32[6, 8] out, %D: f32
   TEXP %C, %t1
   TMATMUL %D, %t1, %W
 })",
-              fuse_default, R"(
+              fuse_no_matmul, R"(
 func @bound(%A: f32[6, 8], %b: f32[8], %W: f32[8, 4], %C: f32[6, 8] out, %D: f32[6, 4] out) {
   alloc %t1: f32[6, 8] gm
   for %f0 = 0 to 6 step 4 {
@@ -307,7 +374,7 @@ func @alias(%A: f32[4, 8], %C: f32[4, 8] out) {
   TEXP %t2, %t1
   TADD %C, %t2, %A
 })",
-              fuse_default, R"(
+              fuse_no_matmul, R"(
 func @alias(%A: f32[4, 8], %C: f32[4, 8] out) {
   alloc %x: f32[4, 8] vec
   alloc %y: f32[4, 8] vec
@@ -322,7 +389,7 @@ func @alias2(%A: f32[4, 8], %C: f32[2, 3, 4, 8] out) {
   TMOV %t1, %A
   TEXP %C, %t1
 })",
-              fuse_default, R"(
+              fuse_no_matmul, R"(
 func @alias2(%A: f32[4, 8], %C: f32[2, 3, 4, 8] out) {
   for %f0 = 0 to 2 {
     alloc %x: f32[4, 8] vec

@@ -148,15 +148,7 @@ def logical_not(x):
 
 
 def power(a, b):
-    if isinstance(a, TensorValue) and isinstance(b, (int, float)) and not isinstance(b, bool):
-        if b == 1:
-            return a
-        if b == 2:
-            return binary(Opcode.TMUL, a, a)
-        if b == 0.5:
-            return unary(Opcode.TSQRT, a)
-        if b == -1:
-            return unary(Opcode.TRECIP, a)
+    """a ** b (TPOW; lower_composites turns a constant exponent of 1, 2 or -1 into TMOV, TMUL, TRECIP)."""
     return binary(Opcode.TPOW, a, b)
 
 
@@ -179,11 +171,10 @@ def gelu(x, approximate="none"):
 
 
 def clamp(x, lo=None, hi=None):
-    if lo is not None:
-        x = binary(Opcode.TMAX, x, lo)
-    if hi is not None:
-        x = binary(Opcode.TMIN, x, hi)
-    return x
+    """min(max(x, lo), hi), either bound optional (the CLAMP composite op)."""
+    tr = _find_tracer(x, lo, hi)
+    return wrap(tr, tr.b.clamp(tensor_of(tr, x), None if lo is None else operand(tr, lo),
+                               None if hi is None else operand(tr, hi)))
 
 
 def where(cond, a, b):

@@ -211,6 +211,8 @@ void Machine::exec_op(const Op& op) {
     case OpCategory::Sync:
       exec_sync(*this, op);
       break;
+    case OpCategory::Composite:
+      fail(op, std::string(info.name) + " is a tensor-level composite op: lower the program first");
   }
 }
 

@@ -1,0 +1,211 @@
+// Composite lowering pass (see lower_composites.h): the default expansion of each composite op.
+#include "passes/lower_composites.h"
+
+#include <cctype>
+#include <numeric>
+
+#include "ir/mutator.h"
+
+namespace pypto::passes {
+using namespace ir;
+
+namespace {
+
+const View& view_arg(const Op& op, size_t i) { return std::get<View>(op.args[i]); }
+const View* optional_view_arg(const Op& op, size_t i) { return std::get_if<View>(&op.args[i]); }
+int64_t int_arg(const Op& op, size_t i) {
+  auto v = as_int(std::get<Expr>(op.args[i]));
+  if (!v)
+    throw Error(std::string(opcode_name(op.code)) + ": operand " + std::to_string(i) +
+                " must be an integer constant");
+  return *v;
+}
+double float_arg(const Op& op, size_t i) { return *as_float(std::get<Expr>(op.args[i])); }
+void emit(Builder& b, Opcode code, std::vector<Operand> args) { b.emit(op_stmt(Op{code, std::move(args)})); }
+
+void softmax(Builder& b, const Op& op) {
+  const View &dst = view_arg(op, 0), &x = view_arg(op, 1);
+  int dim = int(int_arg(op, 2));
+  View m = b.reduce(Opcode::TROWMAX, x, {dim}, true);
+  View e = b.unary(Opcode::TEXP, b.binary(Opcode::TSUB, x, m));
+  View s = b.reduce(Opcode::TROWSUM, e, {dim}, true);
+  // One reciprocal per row and a multiply per element: a vector divide costs ~10x a multiply.
+  emit(b, Opcode::TMUL, {dst, e, b.unary(Opcode::TRECIP, s)});
+}
+
+void log_softmax(Builder& b, const Op& op) {
+  const View &dst = view_arg(op, 0), &x = view_arg(op, 1);
+  int dim = int(int_arg(op, 2));
+  View m = b.reduce(Opcode::TROWMAX, x, {dim}, true);
+  View z = b.binary(Opcode::TSUB, x, m);
+  View s = b.reduce(Opcode::TROWSUM, b.unary(Opcode::TEXP, z), {dim}, true);
+  emit(b, Opcode::TSUB, {dst, z, b.unary(Opcode::TLOG, s)});
+}
+
+std::vector<int> last_dims(int rank, int64_t n) {
+  std::vector<int> d(static_cast<size_t>(n));
+  std::iota(d.begin(), d.end(), rank - int(n));
+  return d;
+}
+
+// y * weight + bias (either absent), the last step writing dst.
+void affine(Builder& b, const View& dst, const View& y, const View* weight, const View* bias) {
+  if (!bias) return emit(b, Opcode::TMUL, {dst, y, *weight});
+  emit(b, Opcode::TADD, {dst, weight ? b.binary(Opcode::TMUL, y, *weight) : y, *bias});
+}
+
+// x * rsqrt(ms + eps), then the affine part, the last step writing dst.
+void normalize(Builder& b, const View& dst, const View& x, const View& ms, double eps, const View* weight,
+               const View* bias) {
+  View r = b.unary(Opcode::TRSQRT, b.binary(Opcode::TADD, ms, float_imm(eps)));
+  if (!weight && !bias) return emit(b, Opcode::TMUL, {dst, x, r});
+  affine(b, dst, b.binary(Opcode::TMUL, x, r), weight, bias);
+}
+
+void layer_norm(Builder& b, const Op& op) {
+  const View &dst = view_arg(op, 0), &x = view_arg(op, 1);
+  auto dims = last_dims(x.rank(), int_arg(op, 4));
+  View mu = b.mean(x, dims, true);
+  View xc = b.binary(Opcode::TSUB, x, mu);
+  View var = b.mean(b.binary(Opcode::TMUL, xc, xc), dims, true);
+  normalize(b, dst, xc, var, float_arg(op, 5), optional_view_arg(op, 2), optional_view_arg(op, 3));
+}
+
+void rms_norm(Builder& b, const Op& op) {
+  const View &dst = view_arg(op, 0), &x = view_arg(op, 1);
+  View ms = b.mean(b.binary(Opcode::TMUL, x, x), last_dims(x.rank(), int_arg(op, 3)), true);
+  normalize(b, dst, x, ms, float_arg(op, 4), optional_view_arg(op, 2), nullptr);
+}
+
+void concat(Builder& b, const Op& op) {
+  const View& dst = view_arg(op, 0);
+  int d = int(int_arg(op, 1));
+  int64_t off = 0;
+  for (size_t i = 2; i < op.args.size(); ++i) {
+    const View& x = view_arg(op, i);
+    std::vector<Index> idx(size_t(dst.rank()));
+    idx[size_t(d)].start = int_imm(off);
+    idx[size_t(d)].stop = int_imm(off + x.shape()[size_t(d)]);
+    b.assign(b.slice(dst, idx), x);
+    off += x.shape()[size_t(d)];
+  }
+}
+
+// out[.., o, y, x] = sum_c,dy,dx w[o, c, dy, dx] * padded[.., c, y*s + dy*d, x*s + dx*d]: for each
+// tap, a matmul batched over the output rows: [.., Ho, O, C] @ [.., Ho, C, Wo] -> [.., Ho, O, Wo].
+void conv2d(Builder& b, const Op& op) {
+  const View &out = view_arg(op, 0), &x = view_arg(op, 1), &w = view_arg(op, 2);
+  const View* bias = optional_view_arg(op, 3);
+  int64_t sh = int_arg(op, 4), sw = int_arg(op, 5), pt = int_arg(op, 6), pb = int_arg(op, 7),
+          pl = int_arg(op, 8), pr = int_arg(op, 9), dh = int_arg(op, 10), dw = int_arg(op, 11);
+  int r = x.rank();
+  auto xs = x.shape(), ws = w.shape(), os = out.shape();
+  int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)];
+  int64_t kh = ws[2], kw = ws[3], Ho = os[size_t(r - 2)], Wo = os[size_t(r - 1)];
+  View padded = x;
+  if (pt || pb || pl || pr) {
+    std::vector<int64_t> ps(xs.begin(), xs.end() - 3);
+    ps.insert(ps.end(), {C, H + pt + pb, W + pl + pr});
+    padded = b.full(ps, x.buf->dtype, float_imm(0.0));
+    std::vector<Index> inner(static_cast<size_t>(r));
+    inner[size_t(r - 2)].start = int_imm(pt);
+    inner[size_t(r - 2)].stop = int_imm(pt + H);
+    inner[size_t(r - 1)].start = int_imm(pl);
+    inner[size_t(r - 1)].stop = int_imm(pl + W);
+    b.assign(b.slice(padded, inner), x);
+  }
+  b.assign(out, float_imm(0.0, out.buf->dtype == DType::F64 ? DType::F64 : DType::F32));
+  std::vector<int> to_rows(static_cast<size_t>(r));  // (.., C, Ho, Wo) -> (.., Ho, C, Wo)
+  std::iota(to_rows.begin(), to_rows.end(), 0);
+  std::swap(to_rows[size_t(r - 3)], to_rows[size_t(r - 2)]);
+  View out_rows = b.permute(out, to_rows);
+  for (int64_t dy = 0; dy < kh; ++dy) {
+    for (int64_t dx = 0; dx < kw; ++dx) {
+      std::vector<Index> wi(4);
+      wi[2].kind = wi[3].kind = Index::Int;
+      wi[2].start = int_imm(dy);
+      wi[3].start = int_imm(dx);
+      View tap = b.slice(w, wi);  // (O, C)
+      std::vector<Index> xi(static_cast<size_t>(r));
+      xi[size_t(r - 2)].start = int_imm(dy * dh);
+      xi[size_t(r - 2)].stop = int_imm(dy * dh + (Ho - 1) * sh + 1);
+      xi[size_t(r - 2)].step = sh;
+      xi[size_t(r - 1)].start = int_imm(dx * dw);
+      xi[size_t(r - 1)].stop = int_imm(dx * dw + (Wo - 1) * sw + 1);
+      xi[size_t(r - 1)].step = sw;
+      View win = b.permute(b.slice(padded, xi), to_rows);  // (.., Ho, C, Wo)
+      b.matmul_acc(out_rows, tap, win);
+    }
+  }
+  if (bias) {
+    std::vector<Index> bi{Index{}, Index{Index::NewAxis}, Index{Index::NewAxis}};
+    b.update(Opcode::TADD, out, b.slice(*bias, bi));
+  }
+}
+
+void clamp(Builder& b, const Op& op) {
+  emit(b, Opcode::TMIN, {view_arg(op, 0), b.binary(Opcode::TMAX, op.args[1], op.args[2]), op.args[3]});
+}
+
+// x ** c for the constants with a cheaper exact instruction; anything else stays a TPOW.
+bool power(Builder& b, const Op& op) {
+  const View* x = optional_view_arg(op, 1);
+  const Expr* e = std::get_if<Expr>(&op.args[2]);
+  const View& dst = view_arg(op, 0);
+  auto c = e ? as_float(*e) : std::nullopt;
+  if (!x || !c) return false;
+  if (*c == 1) return emit(b, Opcode::TMOV, {dst, *x}), true;
+  if (*c == 2) return emit(b, Opcode::TMUL, {dst, *x, *x}), true;
+  // (x ** 0.5 stays a TPOW: it is +0 at -0 and +inf at -inf, where a square root is -0 and NaN.)
+  if (*c == -1 && is_float(dst.buf->dtype)) return emit(b, Opcode::TRECIP, {dst, *x}), true;
+  return false;
+}
+
+const std::map<Opcode, CompositeLowering>& default_lowerings() {
+  static const std::map<Opcode, CompositeLowering> table{
+      {Opcode::SOFTMAX, softmax},   {Opcode::LOG_SOFTMAX, log_softmax}, {Opcode::LAYER_NORM, layer_norm},
+      {Opcode::RMS_NORM, rms_norm}, {Opcode::CONV2D, conv2d},           {Opcode::CONCAT, concat},
+      {Opcode::CLAMP, clamp}};
+  return table;
+}
+
+class Expander : public StmtMutator {
+ public:
+  Expander(const Program& p, const std::map<Opcode, CompositeLowering>& target)
+      : b_(Builder::extending(p)), target_(target) {}
+
+ private:
+  Builder b_;
+  const std::map<Opcode, CompositeLowering>& target_;
+
+  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
+    if (s->kind != StmtKind::OpStmt) return StmtMutator::mutate_into(s, out);
+    const Op& op = s->op;
+    auto t = target_.find(op.code);
+    if (t != target_.end()) {
+      t->second(b_, op);
+    } else if (opcode_info(op.code).category == OpCategory::Composite) {
+      default_lowerings().at(op.code)(b_, op);
+    } else if (op.code != Opcode::TPOW || !power(b_, op)) {
+      return out.push_back(s);
+    }
+    std::vector<Stmt> body = b_.take_body();
+    if (opcode_info(op.code).category != OpCategory::Composite) {
+      for (Stmt& n : body) out.push_back(std::move(n));
+      return;
+    }
+    // One sequence labelled with the op's name: fusion treats it as one op of that name.
+    Stmt group = seq(std::move(body));
+    for (char c : opcode_name(op.code)) group->var += char(std::tolower(static_cast<unsigned char>(c)));
+    out.push_back(group);
+  }
+  Stmt mutate_op(const Stmt& s) override { return s; }
+};
+
+}  // namespace
+
+Program lower_composites(const Program& p, const std::map<Opcode, CompositeLowering>& target_lowerings) {
+  return Expander(p, target_lowerings).mutate_program(p);
+}
+
+}  // namespace pypto::passes

@@ -1,0 +1,22 @@
+// Composite lowering: expands each composite op of a tensor-level program (SOFTMAX, LOG_SOFTMAX,
+// LAYER_NORM, RMS_NORM, CONV2D, CONCAT, CLAMP; ir/opcodes.h) into PTO instructions written with
+// the builder, at the op's place and writing its destination, and turns TPOW with a constant
+// exponent of 1, 2 or -1 (-1: of a float result) into the one instruction it equals (TMOV, TMUL,
+// TRECIP). It runs first in the pipeline and before autodiff, so no later pass sees a
+// composite. A target substitutes its own expansion of an op (a GPU or NPU softmax differs from a
+// CPU one) by passing a lowering for that opcode; the others keep the default.
+#pragma once
+#include <functional>
+#include <map>
+
+#include "ir/builder.h"
+
+namespace pypto::passes {
+
+// Emits into `b` the statements that compute `op`, ending with a write of its destination (operand 0).
+using CompositeLowering = std::function<void(ir::Builder& b, const ir::Op& op)>;
+
+ir::Program lower_composites(const ir::Program& tensor_level,
+                             const std::map<ir::Opcode, CompositeLowering>& target_lowerings = {});
+
+}  // namespace pypto::passes

@@ -1,0 +1,22 @@
+// The nests of fusion groups (part of the tile_ops pass; passes/fuse forms the groups).
+#pragma once
+#include <map>
+#include <vector>
+
+#include "ir/ir.h"
+#include "passes/fusion_group.h"
+#include "passes/nest.h"
+#include "passes/tile_ops.h"
+
+namespace pypto::passes {
+
+// Appends to `out` (which holds the statements of the group's block before it) the one loop nest
+// of group g, whose statements, allocations included, are `in`. A row group walks the leading
+// dims and row tiles of its first destination, a matmul epilogue the tiles of its accumulator;
+// every instruction runs on tiles; a temporary produced and consumed only inside the group stays
+// in its tile (its allocation is dropped, here or among `out`), and values needed outside are
+// stored. `refs`: how often each buffer is referenced in the whole program.
+void emit_fused_group(NestBuilder& nb, const TileSizes& ts, const std::map<const ir::Buffer*, int>& refs,
+                      const fusion::Group& g, const std::vector<ir::Stmt>& in, std::vector<ir::Stmt>& out);
+
+}  // namespace pypto::passes

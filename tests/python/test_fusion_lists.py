@@ -1,0 +1,69 @@
+"""The seed's fusion contract: fusion=True fuses everything the boundary rules allow;
+fusion=[...] fuses exactly the listed kinds of op (an unknown name is an error); fusion=False
+fuses only the instructions of one composite op. Checked on the tile-level program (one store
+per nest: each nest stores only the values needed outside it) and on the results."""
+import numpy as np
+import pytest
+
+import pypto
+from pypto_testutil import assert_close, rand
+
+
+def linear(x, w, b):
+    return pypto.relu(pypto.add(pypto.matmul(x, w), b))
+
+
+def tanh_chain(x):
+    return pypto.tanh(pypto.tanh(x) * 2.0 + 1.0)
+
+
+def norm_chain(x, w):
+    return pypto.rms_norm(pypto.relu(pypto.layer_norm(x, (x.shape[-1],))), (x.shape[-1],), w)
+
+
+def nests(fn, fusion, *args):
+    """Results and the number of nests (stores) of `fn` compiled with `fusion`."""
+    k = pypto.jit(fn, fusion=fusion, backend="interp", promote=False)  # (promotion keeps small temps in tiles)
+    return k(*args), k.lower(*args).as_text("tile").count("TSTORE")
+
+
+CASES = {
+    # relu(add(matmul)): the seed's fused_linear
+    "linear": (linear, [(True, 1), (["matmul", "add", "relu"], 1), (["add", "relu"], 2), (["matmul", "add"], 2),
+                        (["matmul", "relu"], 3), (["matmul"], 3), (False, 3), ("off", 3)]),
+    # tanh, mul, add, tanh
+    "tanh": (tanh_chain, [(True, 1), (["tanh", "mul", "add"], 1), (["mul", "add"], 3), (["tanh", "mul"], 3),
+                          (["tanh"], 4), (False, 4)]),
+    # layer_norm, relu, rms_norm: each norm is one nest on its own even with fusion=False
+    "norm": (norm_chain, [(True, 1), (["layer_norm", "relu", "rms_norm"], 1), (["layer_norm", "relu"], 2),
+                          (["relu", "rms_norm"], 2), (["layer_norm", "rms_norm"], 3), (False, 3)]),
+}
+
+
+def reference(name, args):
+    a = [np.asarray(v, dtype=np.float64) for v in args]
+    if name == "linear":
+        return np.maximum(a[0] @ a[1] + a[2], 0)
+    if name == "tanh":
+        return np.tanh(np.tanh(a[0]) * 2 + 1)
+    x = a[0]
+    ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    r = np.maximum(ln, 0)
+    return r / np.sqrt((r * r).mean(-1, keepdims=True) + 1e-6) * a[1]
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_fusion_lists_group_exactly_the_listed_kinds(name):
+    fn, expectations = CASES[name]
+    args = {"linear": (rand(40, 24), rand(24, 16), rand(16)), "tanh": (rand(33, 70),),
+            "norm": (rand(9, 48), rand(48))}[name]
+    ref = reference(name, args)
+    for fusion, want in expectations:
+        out, stores = nests(fn, fusion, *args)
+        assert stores == want, f"fusion={fusion!r}: {stores} nests, expected {want}"
+        assert_close(out, ref)
+
+
+def test_unknown_fusion_name_is_an_error():
+    with pytest.raises(pypto.PyptoError, match="unknown kind of op 'bogus'.*known: .*matmul"):
+        pypto.jit(linear, fusion=["matmul", "bogus"])

@@ -315,8 +315,15 @@ def conv2d(input, weight, bias=None, stride=1, padding="same", dilation=1):  # n
 
 
 def inplace(x):
-    """Marks an op result as computable in place (a hint; currently passed through unchanged)."""
-    return x
+    """Lets the next elementwise op that reads `x` (a whole tensor: an argument or a result) write
+    its result into x's buffer instead of a new one, when the result has x's shape and dtype:
+    `y = pypto.exp(pypto.inplace(t))` computes `TEXP t, t`, and y is t. x's old value is gone
+    afterwards (an argument's buffer is the caller's: it receives the result). Outside a kernel
+    it returns x unchanged."""
+    tr = _tracer.current()
+    if tr is None or not isinstance(x, TensorValue):
+        return x
+    return T.wrap(tr, tr.b.inplace(T.tensor_of(tr, x)))
 
 
 # --- creation ------------------------------------------------------------------------------

@@ -440,6 +440,7 @@ void bind_builder(nb::module_& m) {
            })
       .def("cast", &B::cast)
       .def("copy", &B::copy)
+      .def("inplace", &B::inplace, "x"_a)
       .def("reduce", &B::reduce, "row_op"_a, "x"_a, "dims"_a, "keepdim"_a)
       .def("mean", &B::mean, "x"_a, "dims"_a, "keepdim"_a)
       .def("matmul", &B::matmul)

@@ -475,6 +475,28 @@ View Builder::broadcast_to(const View& v, std::vector<int64_t> shape) {
 
 // --- compute ---------------------------------------------------------------------------------
 
+View Builder::Impl::result(const std::vector<const View*>& operands, const std::vector<int64_t>& shape,
+                           DType dtype, const std::vector<Expr>& valid) {
+  for (const View* v : operands) {
+    if (!v || !donated.count(v->buf.get())) continue;
+    if (!v->is_whole() || v->buf->dtype != dtype || v->shape() != shape) continue;
+    bool same_valid = true;
+    auto vs = v->valid_shape();
+    for (size_t i = 0; i < vs.size() && i < valid.size(); ++i) same_valid &= expr_equal(vs[i], valid[i]);
+    if (!same_valid) continue;
+    donated.erase(v->buf.get());
+    return *v;
+  }
+  return new_temp(shape, dtype, valid);
+}
+
+View Builder::inplace(const View& x) {
+  if (!x.is_whole())
+    throw Error("inplace: needs a whole tensor (an argument or a result), not a view into one");
+  impl_->donated.insert(x.buf.get());
+  return x;
+}
+
 View Builder::unary(Opcode op, const View& x) {
   if (opcode_info(op).category != OpCategory::Unary)
     throw Error(std::string(opcode_name(op)) + " is not a unary op");
@@ -483,7 +505,7 @@ View Builder::unary(Opcode op, const View& x) {
     t = DType::Bool;
   else if (is_unary_float_op(op) && !is_float(t))
     t = DType::F32;
-  View out = impl_->new_temp(x.shape(), t, x.valid_shape());
+  View out = impl_->result({&x}, x.shape(), t, x.valid_shape());
   impl_->emit_op(op, {out, x});
   return out;
 }
@@ -518,7 +540,7 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
   }
   if (op == Opcode::TGCD && is_float(t))
     throw Error("gcd: needs integer tensors, got " + std::string(dtype_name(t)));
-  View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));
+  View out = impl_->result(views, shape, t, broadcast_valid(shape, views));
   impl_->emit_op(op, {out, a, b});
   return out;
 }

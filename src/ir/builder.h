@@ -59,6 +59,9 @@ class Builder {
   View select(const Operand& cond, const Operand& a, const Operand& b);
   View cast(const View& x, DType t);
   View copy(const View& x);
+  // pypto.inplace: the next elementwise op (unary or binary) that reads x, with a result of x's
+  // shape and dtype, writes its result into x's buffer instead of a new temporary. Returns x.
+  View inplace(const View& x);
   // Reduce over `dims` (negative allowed; empty = all) with TROWSUM/TROWMAX/TROWMIN semantics.
   View reduce(Opcode row_op, const View& x, std::vector<int> dims, bool keepdim);
   View mean(const View& x, std::vector<int> dims, bool keepdim);

@@ -40,6 +40,13 @@ struct Builder::Impl {
   // A new Temp in global scratch, declared in the current block, viewed whole with `valid` extents.
   View new_temp(const std::vector<int64_t>& shape, DType dtype, const std::vector<Expr>& valid,
                 const std::string& hint = "t");
+  // Buffers pypto.inplace marked (Builder::inplace): the next elementwise result of their shape
+  // and dtype that reads one of them is written into it instead of a new temporary.
+  std::set<const Buffer*> donated;
+  // The destination of an elementwise result: a donated operand that matches (consumed), else a
+  // new temporary.
+  View result(const std::vector<const View*>& operands, const std::vector<int64_t>& shape, DType dtype,
+              const std::vector<Expr>& valid);
   // `src`, or a copy of it when it reads dst's buffer through another window (see builder.cpp).
   Operand unaliased(const View& dst, const Operand& src);
   // Static upper bound of an index expression (the best one known), or fallback.

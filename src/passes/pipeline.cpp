@@ -14,6 +14,7 @@
 #include "passes/fuse.h"
 #include "passes/parallelize.h"
 #include "passes/promote.h"
+#include "passes/reuse_temporaries.h"
 #include "passes/tile_ops.h"
 #include "runtime/target.h"
 
@@ -116,7 +117,8 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
       run.run("fuse", Level::Tensor, [&] { return fuse(l.expanded, fusion_options(options), sizes); });
   Program planned = run.run("promote_small_temps", Level::Tensor,
                             [&] { return options.promote ? promote_small_temps(fused, sizes) : fused; });
-  l.tile = run.run("tile_ops", Level::Tile, [&] { return tile_ops(planned, sizes); });
+  Program tiled = run.run("tile_ops", Level::Tile, [&] { return tile_ops(planned, sizes); });
+  l.tile = run.run("reuse_temporaries", Level::Tile, [&] { return reuse_temporaries(tiled); });
   Program buffered = run.run("double_buffer", Level::Tile,
                              [&] { return options.double_buffer ? double_buffer(l.tile) : l.tile; });
   l.isa = run.run("parallelize", Level::Tile,

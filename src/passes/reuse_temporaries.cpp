@@ -1,0 +1,147 @@
+// Reuse of global temporaries by lifetime (see reuse_temporaries.h).
+#include "passes/reuse_temporaries.h"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+
+#include "ir/mutator.h"
+#include "ir/visitor.h"
+
+namespace pypto::passes {
+using namespace ir;
+
+namespace {
+
+bool same_window(const View& a, const View& b) {
+  if (a.size != b.size || a.step != b.step || a.dims != b.dims || a.offset.size() != b.offset.size())
+    return false;
+  for (size_t d = 0; d < a.offset.size(); ++d)
+    if (!expr_equal(a.offset[d], b.offset[d]) || !expr_equal(a.valid[d], b.valid[d])) return false;
+  return true;
+}
+
+// Whether statement s reads `old` and writes `young` only tile by tile through one window that
+// each iteration of its loops moves to a disjoint place (every loop advances some dim's offset,
+// exactly its variable, by at least the window's size), every read of an iteration before its
+// write: then `young` may live in `old`'s buffer.
+class InPlace : public StmtVisitor {
+ public:
+  InPlace(const Buffer* old, const Buffer* young) : old_(old), young_(young) {}
+  bool ok(const Stmt& s) {
+    visit(s);
+    return ok_ && window_;
+  }
+
+ private:
+  const Buffer *old_, *young_;
+  std::vector<const StmtNode*> loops_;
+  std::optional<View> window_;
+  bool ok_ = true, written_ = false;
+
+  void visit_for(const StmtNode& s) override {
+    loops_.push_back(&s);
+    visit_block(s.body);
+    loops_.pop_back();
+  }
+  void visit_if(const StmtNode&) override { ok_ = false; }
+  void visit_op(const StmtNode& s) override {
+    // Within one instruction the destination (operand 0) is written after the sources are read.
+    for (size_t i = 1; i < s.op.args.size(); ++i)
+      if (auto v = std::get_if<View>(&s.op.args[i])) access(*v, false);
+    if (!s.op.args.empty())
+      if (auto v = std::get_if<View>(&s.op.args[0])) access(*v, s.op.code != Opcode::TPREFETCH);
+  }
+  void access(const View& v, bool write) {
+    if (v.buf.get() != old_ && v.buf.get() != young_) return;
+    if (write != (v.buf.get() == young_) || (!write && written_)) {
+      ok_ = false;  // the old buffer written, the new one read, or a read after a write
+      return;
+    }
+    written_ |= write;
+    if (!moves_with_loops(v) || (window_ && !same_window(*window_, v))) ok_ = false;
+    window_ = v;
+  }
+  bool moves_with_loops(const View& v) const {
+    for (const StmtNode* l : loops_) {
+      auto step = as_int(l->step);
+      bool moves = false;
+      for (size_t d = 0; d < v.offset.size() && step; ++d)
+        moves |= v.offset[d]->op == ExprOp::Var && v.offset[d]->name == l->var && *step >= v.size[d] * v.step[d];
+      if (!moves) return false;
+    }
+    return true;
+  }
+};
+
+struct Life {
+  BufferRef buf;
+  size_t alloc = 0, first = SIZE_MAX, last = 0;
+};
+
+class Rename : public StmtMutator {
+ public:
+  explicit Rename(const std::map<const Buffer*, BufferRef>& to) : to_(to) {}
+
+ private:
+  const std::map<const Buffer*, BufferRef>& to_;
+  View mutate_view(const View& v) override {
+    auto it = to_.find(v.buf.get());
+    if (it == to_.end()) return v;
+    View out = v;
+    out.buf = it->second;
+    return out;
+  }
+};
+
+}  // namespace
+
+Program reuse_temporaries(const Program& p) {
+  std::map<const Buffer*, Life> lives;
+  std::vector<const Buffer*> order;
+  for (size_t i = 0; i < p.body.size(); ++i) {
+    const Stmt& s = p.body[i];
+    if (s->kind == StmtKind::Alloc && s->buffer->space == Space::Global && s->buffer->kind == BufferKind::Temp) {
+      lives[s->buffer.get()] = Life{s->buffer, i};
+      order.push_back(s->buffer.get());
+      continue;
+    }
+    for_each_view({s}, [&](const View& v, bool) {
+      auto it = lives.find(v.buf.get());
+      if (it == lives.end()) return;
+      it->second.first = std::min(it->second.first, i);
+      it->second.last = std::max(it->second.last, i);
+    });
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](const Buffer* a, const Buffer* b) { return lives[a].first < lives[b].first; });
+  std::map<const Buffer*, BufferRef> to;  // a temporary -> the buffer it lives in
+  std::vector<Life*> homes;               // buffers kept, with the last use of what they hold
+  for (const Buffer* b : order) {
+    Life& l = lives[b];
+    if (l.first == SIZE_MAX) continue;
+    Life* home = nullptr;
+    for (Life* h : homes) {
+      if (h->buf->dtype != b->dtype || h->buf->shape != b->shape) continue;
+      if (h->last < l.first || (h->last == l.first && InPlace(h->buf.get(), b).ok(p.body[l.first]))) {
+        home = h;
+        break;
+      }
+    }
+    if (!home) {
+      homes.push_back(&l);
+      continue;
+    }
+    to[b] = home->buf;
+    home->last = l.last;
+  }
+  if (to.empty()) return p;
+  Program out = Rename(to).mutate_program(p);
+  std::vector<Stmt> body;
+  for (const Stmt& s : out.body)
+    if (!(s->kind == StmtKind::Alloc && to.count(s->buffer.get()))) body.push_back(s);
+  out.body = std::move(body);
+  return out;
+}
+
+}  // namespace pypto::passes

@@ -204,7 +204,12 @@ class Lowerer : public StmtMutator {
       auto [r0, col] = tile_offsets(sel);
       return op_stmt(Op{Opcode::TEXTRACT, {xt, View::whole(x.buf), r0, col}});
     };
-    View acc = tile("acc", dt, rows, 1);
+    // A local destination that is exactly this one tile is reduced into directly, so its valid
+    // region (run-time state) becomes the rows this iteration reduces; an insert would keep the
+    // tile's whole region valid, rows past a ragged edge included.
+    bool into_dst = is_local(d) && n.loops.empty() && d.buf->shape == std::vector<int64_t>{rows, 1} &&
+                    compute_dtype(d.buf->dtype) == d.buf->dtype;
+    View acc = into_dst ? View::whole(d.buf) : tile("acc", dt, rows, 1);
     std::vector<Stmt> body{chunk(int_imm(0)), op_stmt(Op{op.code, {acc, xt}})};
     if (C > tc) {
       View part = tile("part", dt, rows, 1);
@@ -216,7 +221,9 @@ class Lowerer : public StmtMutator {
                               op_stmt(Op{combine, {acc, acc, part}})};
       body.push_back(for_loop(c, int_imm(tc), x.valid_shape()[r - 1], int_imm(tc), std::move(inner)));
     }
-    if (is_local(d)) {
+    if (into_dst) {
+      // (the reduction wrote it)
+    } else if (is_local(d)) {
       auto [r0, c0] = tile_offsets(n.dst_sel(ft));
       body.push_back(op_stmt(Op{Opcode::TINSERT, {View::whole(d.buf), acc, r0, c0}}));
     } else {

@@ -13,15 +13,15 @@
 #include "bindings/arrays.h"
 #include "backends/cpu/compiler.h"
 #include "bindings/gil.h"
+#include "exec/loop_cost.h"
+#include "exec/openmp_bridge.h"
+#include "exec/thread_pool.h"
 #include "ir/builder.h"
 #include "ir/ir.h"
 #include "runtime/kernel.h"
 #include "runtime/kernel_cost.h"
-#include "runtime/loop_cost.h"
 #include "runtime/nest_profile.h"
-#include "runtime/openmp_bridge.h"
-#include "runtime/target.h"
-#include "runtime/thread_pool.h"
+#include "target/target.h"
 
 namespace pypto::bindings {
 namespace nb = nanobind;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tensor_arg.h"
+#include "exec/tensor_arg.h"
 
 namespace pypto::cpu {
 

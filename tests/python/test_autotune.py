@@ -21,7 +21,13 @@ def redo(x, R=1):
     return y
 
 
-def test_autotune_picks_the_config_that_clearly_wins():
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """A cache directory of its own: no choice stored by an earlier run."""
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def test_autotune_picks_the_config_that_clearly_wins(fresh_cache):
     k = pypto.autotune(pypto.jit(redo), configs=[{"R": 32}, {"R": 1}, {"R": 12}], repeats=3)
     x = rand(256, 512)
     out = k(x)

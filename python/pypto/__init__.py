@@ -37,6 +37,7 @@ from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_
 from .tensor import Tensor
 from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
 from .profiling import machine_peak, profiling
+from .autotune import Autotuned, TuningResult, autotune
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)
 

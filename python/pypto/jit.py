@@ -445,7 +445,7 @@ class _BoundKernel:
 
 
 def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
-        alignment=None, profile=False):
+        alignment=None, profile=False, autotune=False):
     """Compile a Python function into a PyPTO kernel.
 
         @pypto.jit
@@ -456,11 +456,17 @@ def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, doubl
         def h(...): ...
         @pypto.jit(profile=True)   # every call runs the profiling variant: per-nest times
         def p(...): ...
+        @pypto.jit(autotune=True)  # matmul tile sizes tuned per shape, the choice kept in the cache
+        def t(...): ...
         compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
     """
     def wrap(f):
-        return JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                           double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile)
+        k = JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
+                        double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile)
+        if autotune:
+            from .autotune import Autotuned
+            return Autotuned(k, configs=None)
+        return k
     if fn is None:
         return wrap
     return wrap(fn)

@@ -36,6 +36,7 @@ from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor
 from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
+from .sim import SimReport
 from .profiling import machine_peak, profiling
 from .autotune import Autotuned, TuningResult, autotune
 

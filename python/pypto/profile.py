@@ -99,6 +99,8 @@ class Profile:
         self.nest_spans, self.chunk_spans = spans if spans is not None else ([], [])
         self.profiled = spans is not None
         self.nests = self._nests(entry) if spans is not None else []
+        from .sim import report_of
+        self.sim = report_of(entry)  # backend='sim': the pypto.SimReport of the run (cycles, pipes)
 
     def _nests(self, entry):
         infos = entry.nest_info()

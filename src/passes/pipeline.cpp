@@ -35,7 +35,8 @@ bool verify_each_pass() {
 // Runs one pass, timing it, verifying its output and logging it.
 class PassRunner {
  public:
-  explicit PassRunner(std::string& log) : log_(log), debug_(ir::debug_logging()), verify_(verify_each_pass()) {}
+  explicit PassRunner(std::string& log)
+      : log_(log), debug_(ir::debug_logging()), verify_(verify_each_pass()) {}
 
   template <class F>
   Program run(const char* name, Level level, F&& pass) {

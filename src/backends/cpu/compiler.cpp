@@ -31,10 +31,10 @@
 
 #include "backends/cpu/compiler_internal.h"
 #include "backends/cpu/kernel_cache.h"
-#include "ir/debug_log.h"
 #include "exec/interrupt.h"
 #include "exec/subprocess.h"
 #include "exec/thread_pool.h"
+#include "ir/debug_log.h"
 #include "pto/abi.h"
 
 extern "C" const char* pypto_installed_headers_dir() __attribute__((weak));
@@ -283,9 +283,11 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
     throw;
   }
   if (ir::debug_logging())
-    ir::debug_log("kernel " + key + ": compiler exit status " + std::to_string(r.status) + " after " +
-                  std::to_string(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()) +
-                  " ms");
+    ir::debug_log(
+        "kernel " + key + ": compiler exit status " + std::to_string(r.status) + " after " +
+        std::to_string(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()) +
+        " ms");
   if (r.status == -1) no_compiler(cxx, std::strerror(r.spawn_error));
   if (r.timed_out) {
     std::remove(tmp.c_str());
@@ -318,7 +320,8 @@ void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) {
 
 // --- profiled runs: nest hooks and per-thread chunk spans ----------------------------------------
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 int64_t this_thread_id() {
@@ -496,14 +499,16 @@ void compile_file(const std::string& source_path, const std::string& out_path, b
   const auto t0 = std::chrono::steady_clock::now();
   runtime::ProcessResult r = runtime::run_process(argv, timeout);
   if (ir::debug_logging())
-    ir::debug_log("export: compiler exit status " + std::to_string(r.status) + " after " +
-                  std::to_string(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()) +
-                  " ms");
+    ir::debug_log(
+        "export: compiler exit status " + std::to_string(r.status) + " after " +
+        std::to_string(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()) +
+        " ms");
   if (r.status == -1) no_compiler(cxx, std::strerror(r.spawn_error));
   if (r.timed_out) timed_out(argv, timeout);
   if (r.status != 0)
-    throw Error("C++ compilation of an exported kernel failed (exit status " + std::to_string(r.status) + "):\n" +
-                truncate_output(r.output) + "command: " + join(argv));
+    throw Error("C++ compilation of an exported kernel failed (exit status " + std::to_string(r.status) +
+                "):\n" + truncate_output(r.output) + "command: " + join(argv));
 }
 
 std::string host_cpu_key() { return sha256_hex(host_cpu_identity()).substr(0, 16); }
@@ -564,7 +569,8 @@ CompileResult compile_cpp(const std::string& source) {
     if (auto k = load_from_disk(dir, key)) {
       r.from_disk = true;
       r.kernel = k;
-      if (ir::debug_logging()) ir::debug_log("kernel " + key + ": disk cache hit (" + dir + "/" + key + ".so)");
+      if (ir::debug_logging())
+        ir::debug_log("kernel " + key + ": disk cache hit (" + dir + "/" + key + ".so)");
     } else {
       if (ir::debug_logging()) ir::debug_log("kernel " + key + ": cache miss in " + dir);
       r.kernel = build(dir, key, source, cxx, flags, r.from_disk);

@@ -35,6 +35,7 @@ from .ops_math import (absolute, arctan2, atan2, cbrt, ceil, ceil_div, clip, cop
 from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor
+from . import pipeline
 from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
 from .profiling import machine_peak, profiling
 from .autotune import Autotuned, TuningResult, autotune

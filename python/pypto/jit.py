@@ -24,6 +24,7 @@ import numpy as np
 
 from . import autograd as _autograd
 from . import profile as _profile
+from . import sim as _sim
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
@@ -167,6 +168,13 @@ def _options(fusion, tiles, parallel, double_buffer, promote=True):
     return o
 
 
+def _follow_profiling(on):
+    JitFunction._profile_calls = on
+
+
+_profile.state.listeners.append(_follow_profiling)
+
+
 # A fork() while another thread traces or compiles leaves that thread's lock held in the child,
 # where no thread would ever release it: the child gets fresh locks.
 def _fresh_locks_in_child():
@@ -181,9 +189,13 @@ class JitFunction:
     """A kernel: call it with arrays (NumPy, torch, pypto.Tensor, DLPack) and Python values."""
 
     _pypto_jit = True
+    # Whether calls run profiled: one attribute look-up on the call path. Class-wide, it follows
+    # PYPTO_PROFILE and open pypto.profiling() regions; a kernel made with profile=True sets it
+    # on itself.
+    _profile_calls = _profile.state.on
 
     def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
-                 promote=True, alignment=None):
+                 promote=True, alignment=None, profile=False, sim_target=None):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
@@ -196,8 +208,11 @@ class JitFunction:
             raise PyptoError(f"pypto.jit expects a Python function or bound method, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
-        if backend not in (None, "cpu", "interp"):
-            raise PyptoError(f"unknown backend {backend!r} (expected 'cpu' or 'interp')")
+        if backend not in (None, "cpu", "interp", "sim"):
+            raise PyptoError(f"unknown backend {backend!r} (expected 'cpu', 'interp' or 'sim')")
+        if sim_target is not None and backend != "sim":
+            raise PyptoError("sim_target= describes the simulated NPU: it needs backend='sim'")
+        self._sim_target = _sim.target_text(sim_target)
         self._func = func
         self._signature = inspect.signature(func)
         params = list(self._signature.parameters.values())
@@ -211,7 +226,10 @@ class JitFunction:
         self._backend = backend or default_backend()  # PYPTO_INTERPRET is read when the kernel is made
         self._options = _options(fusion, tiles, parallel, double_buffer, promote)
         self._made_with = dict(fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                               double_buffer=double_buffer, promote=promote, alignment=alignment)
+                               double_buffer=double_buffer, promote=promote, alignment=alignment,
+                               profile=profile, sim_target=sim_target)
+        if profile:
+            self._profile_calls = True  # shadows the class-wide flag below
         if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool)
                                       or alignment < 1 or alignment & (alignment - 1)):
             raise PyptoError(f"alignment must be a power of two (bytes), got {alignment!r}")
@@ -297,6 +315,8 @@ class JitFunction:
         trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
                              self._static_reasons)
         entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        if backend == "sim":
+            _sim.configure(entry.kernel, self._sim_target)
         entry.specialised = {self._names[i]: args[i] for i in sorted(self._static_args)
                              if i >= self._k0}
         entry.built_at_ns = _now()
@@ -317,6 +337,8 @@ class JitFunction:
         if _autograd.wants_grad(args):
             _profile.forget()
             return _autograd.call(self, args)
+        if self._profile_calls:
+            return self._profiled_call(args, t0)
         entries = self._cache.get(self._key(args))
         if entries is not None:
             e = entries[0]
@@ -336,6 +358,36 @@ class JitFunction:
         out = e.run(args, imp)
         _profile.record(e, t0, t_run)
         return out
+
+    def _profiled_call(self, args, t0):
+        e, imp = self._entry(args)
+        if imp and _autograd.wants_grad(imp):
+            _profile.forget()
+            return _autograd.call(self, args)
+        if e.backend == "cpu":
+            e.kernel.compile_profiling()  # before the clock starts: once per kernel (or from the disk cache)
+        t_run = _now()
+        out = e.run(args, imp, profiled=True)
+        _profile.record(e, t0, t_run, e.last_spans)
+        return out
+
+    def profile(self, *args, **kwargs):
+        """Run once on the profiling variant and return the pypto.Profile (per-nest times, FLOPs,
+        bytes, rates; `.result` holds what the call returned)."""
+        t0 = _now()
+        args = self._full_args(args, kwargs)
+        if self._alignment:
+            _profile.check_alignment(self, args[self._k0:])
+        out = self._profiled_call(args, t0)
+        p = _profile.get_last_profile()
+        p.result = out
+        return p
+
+    def last_sim_report(self):
+        """backend='sim': the pypto.SimReport (cycles, per-pipe busy time, bytes per memory path,
+        timeline) of this kernel's last call, or None."""
+        reports = [r for es in self._cache.values() for e in es if (r := _sim.report_of(e)) is not None]
+        return max(reports, key=lambda r: r.sequence, default=None)
 
     def with_options(self, **changes):
         """A new kernel from the same function with some jit options changed (e.g. tiles=...)."""
@@ -422,7 +474,7 @@ class _BoundKernel:
 
 
 def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
-        alignment=None):
+        alignment=None, profile=False, autotune=False, sim_target=None):
     """Compile a Python function into a PyPTO kernel.
 
         @pypto.jit
@@ -431,11 +483,22 @@ def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, doubl
         def g(...): ...
         @pypto.jit(alignment=64)   # array arguments whose address is not a multiple of 64 raise
         def h(...): ...
+        @pypto.jit(profile=True)   # every call runs the profiling variant: per-nest times
+        def p(...): ...
+        @pypto.jit(autotune=True)  # matmul tile sizes tuned per shape, the choice kept in the cache
+        def t(...): ...
+        @pypto.jit(backend="sim", sim_target={"machine.cores": 8})  # the simulated NPU
+        def s(...): ...            # s.last_sim_report(): cycles, pipes, bytes, timeline
         compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
     """
     def wrap(f):
-        return JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                           double_buffer=double_buffer, promote=promote, alignment=alignment)
+        k = JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
+                        double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile,
+                        sim_target=sim_target)
+        if autotune:
+            from .autotune import Autotuned
+            return Autotuned(k, configs=None)
+        return k
     if fn is None:
         return wrap
     return wrap(fn)

@@ -62,6 +62,9 @@ class Builder {
   // pypto.inplace: the next elementwise op (unary or binary) that reads x, with a result of x's
   // shape and dtype, writes its result into x's buffer instead of a new temporary. Returns x.
   View inplace(const View& x);
+  // A copy of x that autodiff treats as a constant (torch's x.detach(), JAX's stop_gradient): no
+  // gradient flows through it. The forward value is x's.
+  View detach(const View& x);
   // Reduce over `dims` (negative allowed; empty = all) with TROWSUM/TROWMAX/TROWMIN semantics.
   View reduce(Opcode row_op, const View& x, std::vector<int> dims, bool keepdim);
   View mean(const View& x, std::vector<int> dims, bool keepdim);
@@ -138,6 +141,7 @@ class Builder {
   // `location(s)` finds it again for a statement of the finished program ("" when unknown).
   void set_location(std::string where);
   std::string location(const StmtNode* s) const;
+  bool is_detached(const Buffer* b) const;  // made by detach(): autodiff gives it no adjoint
 
   // Shape helpers the front end uses for error messages and folding.
   static std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);

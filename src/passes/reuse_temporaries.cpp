@@ -67,7 +67,8 @@ class InPlace : public StmtVisitor {
       auto step = as_int(l->step);
       bool moves = false;
       for (size_t d = 0; d < v.offset.size() && step; ++d)
-        moves |= v.offset[d]->op == ExprOp::Var && v.offset[d]->name == l->var && *step >= v.size[d] * v.step[d];
+        moves |=
+            v.offset[d]->op == ExprOp::Var && v.offset[d]->name == l->var && *step >= v.size[d] * v.step[d];
       if (!moves) return false;
     }
     return true;
@@ -101,7 +102,8 @@ Program reuse_temporaries(const Program& p) {
   std::vector<const Buffer*> order;
   for (size_t i = 0; i < p.body.size(); ++i) {
     const Stmt& s = p.body[i];
-    if (s->kind == StmtKind::Alloc && s->buffer->space == Space::Global && s->buffer->kind == BufferKind::Temp) {
+    if (s->kind == StmtKind::Alloc && s->buffer->space == Space::Global &&
+        s->buffer->kind == BufferKind::Temp) {
       lives[s->buffer.get()] = Life{s->buffer, i};
       order.push_back(s->buffer.get());
       continue;

@@ -15,7 +15,8 @@ namespace {
 int global_temps(const Program& p) {
   int n = 0;
   for_each_stmt(p.body, [&](const Stmt& s) {
-    n += s->kind == StmtKind::Alloc && s->buffer->space == Space::Global && s->buffer->kind == BufferKind::Temp;
+    n += s->kind == StmtKind::Alloc && s->buffer->space == Space::Global &&
+         s->buffer->kind == BufferKind::Temp;
   });
   return n;
 }

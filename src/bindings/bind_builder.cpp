@@ -385,7 +385,7 @@ void bind_builder(nb::module_& m) {
   using B = ir::Builder;
   nb::class_<B>(m, "Builder", "Builds a tensor-level program one statement at a time.")
       .def(nb::init<std::string>(), "name"_a)
-      .def("add_param", &B::add_param, "name"_a, "dtype"_a, "shape"_a)
+      .def("add_param", &B::add_param, "name"_a, "dtype"_a, "shape"_a, "symbols"_a = std::vector<std::string>{})
       .def(
           "add_scalar_param",
           [](B& b, const std::string& n, DType t) { return PyExpr{b.add_scalar_param(n, t)}; }, "name"_a,

@@ -118,6 +118,7 @@ View Builder::Impl::new_temp(const std::vector<int64_t>& shape, DType dtype, con
   b->shape = shape;
   b->space = Space::Global;
   b->kind = BufferKind::Temp;
+  set_dynamic_extents(*b, valid);
   emit(alloc(b));
   View v = View::whole(b);
   if (!valid.empty()) {
@@ -127,6 +128,22 @@ View Builder::Impl::new_temp(const std::vector<int64_t>& shape, DType dtype, con
     }
   }
   return v;
+}
+
+void Builder::Impl::set_dynamic_extents(Buffer& b, const std::vector<Expr>& valid) const {
+  for (int d = 0; d < b.rank(); ++d) {
+    if (b.shape[size_t(d)] != kDynamicBound) continue;
+    if (size_t(d) >= valid.size() || as_int(valid[size_t(d)]))
+      throw Error("internal: dimension " + std::to_string(d) + " of a temporary has the dynamic bound but no extent");
+    std::vector<std::string> vars;
+    collect_vars(valid[size_t(d)], vars);
+    for (auto& v : vars)
+      if (!symbol_bounds.count(v))
+        throw Error("the extent `" + to_string(valid[size_t(d)]) + "` of a dynamic dimension of a temporary depends on %" +
+                    v + ", not only on the arguments' dynamic dimensions");
+    b.dyn.resize(b.shape.size());
+    b.dyn[size_t(d)] = valid[size_t(d)];
+  }
 }
 
 namespace {
@@ -185,15 +202,31 @@ std::string Builder::location(const StmtNode* s) const {
 
 // --- signature -----------------------------------------------------------------------------
 
-View Builder::add_param(const std::string& name, DType dtype, std::vector<int64_t> shape) {
+View Builder::add_param(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                        const std::vector<std::string>& symbols) {
   for (auto s : shape)
     if (s <= 0) throw Error("argument '" + name + "' has an empty dimension: shape " + shape_str(shape));
+  if (!symbols.empty() && symbols.size() != shape.size())
+    throw Error("argument '" + name + "': one dimension symbol (or none) per dimension expected");
   auto b = std::make_shared<Buffer>();
   b->name = impl_->fresh(name);
   b->dtype = dtype;
   b->shape = std::move(shape);
   b->space = Space::Global;
   b->kind = BufferKind::Param;
+  for (size_t d = 0; d < symbols.size(); ++d) {
+    if (symbols[d].empty()) continue;
+    b->dyn.resize(b->shape.size());
+    auto [it, fresh] = impl_->symbol_vars.try_emplace(symbols[d]);
+    if (fresh) {  // the first dim carrying a symbol binds it
+      std::string n = impl_->fresh(symbols[d]);
+      it->second = var(n);
+      impl_->dim_symbols.push_back(ScalarParam{n, DType::I64, int(impl_->prog.params.size()), int(d)});
+      impl_->symbol_bounds[n] = Interval{0, kDynamicBound};
+    }
+    b->shape[d] = kDynamicBound;
+    b->dyn[d] = it->second;
+  }
   impl_->prog.params.push_back(b);
   return View::whole(b);
 }
@@ -220,6 +253,11 @@ Expr Builder::begin_for(const std::string& hint, Expr lo, Expr hi, Expr step, bo
   f.where = impl_->where;
   auto lb = bounds(lo, impl_->var_bounds);
   auto ub = impl_->upper_bound(hi, LLONG_MIN);
+  if (ub == LLONG_MIN && !impl_->symbol_bounds.empty()) {  // a loop up to a dynamic extent
+    VarBounds all = impl_->symbol_bounds;
+    all.insert(impl_->var_bounds.begin(), impl_->var_bounds.end());
+    if (auto u = upper(hi, all)) ub = *u;
+  }
   if (lb && ub != LLONG_MIN) impl_->var_bounds[f.var] = Interval{lb->lo, std::max(lb->lo, ub - 1)};
   Expr v = var(f.var);
   impl_->frames.push_back(std::move(f));
@@ -395,6 +433,8 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
         for (const Expr& e : {sp.if_negative, sp.if_not_negative, sp.if_negative ? nullptr : sp.value})
           if (a && e) hi = std::max(hi, impl_->upper_bound(extent(a, e), n));
       int64_t static_size = std::min(hi, (n + s - 1) / s);
+      // A dynamic dim stays dynamic unless the slice has a provably smaller static length.
+      if (n == kDynamicBound && static_size == (n + s - 1) / s) static_size = kDynamicBound;
       if (static_size <= 0)
         throw Error("slice selects no elements of dimension " + std::to_string(p) + " (size " +
                     std::to_string(n) + ")");
@@ -725,11 +765,14 @@ Program Builder::finish(const std::vector<View>& outputs) {
     b->dtype = v.buf->dtype;
     b->shape = v.shape();
     b->kind = BufferKind::Output;
+    impl_->set_dynamic_extents(*b, v.valid_shape());
     impl_->prog.params.push_back(b);
     impl_->emit_op(Opcode::TMOV, {View::whole(b), v});
   }
   impl_->prog.body = root;
-  return impl_->prog;
+  Program p = impl_->prog;
+  p.scalars.insert(p.scalars.end(), impl_->dim_symbols.begin(), impl_->dim_symbols.end());
+  return p;
 }
 
 }  // namespace pypto::ir

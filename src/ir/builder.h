@@ -26,7 +26,11 @@ class Builder {
   explicit Builder(std::string name);
 
   // --- signature ---------------------------------------------------------------------------
-  View add_param(const std::string& name, DType dtype, std::vector<int64_t> shape);
+  // symbols: per dim, "" for a static dim or the name of a dimension symbol (dims that share a
+  // name share the symbol: the arguments must agree at run time). A dynamic dim's shape entry is
+  // ignored: it becomes kDynamicBound (ir.h).
+  View add_param(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                 const std::vector<std::string>& symbols = {});
   Expr add_scalar_param(const std::string& name, DType dtype);
 
   // --- structured control flow ----------------------------------------------------------------

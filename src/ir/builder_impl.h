@@ -26,6 +26,13 @@ struct Builder::Impl {
   VarBounds var_bounds;  // induction variables in scope
   std::string where;     // source location of the statements being built
   std::map<const StmtNode*, std::string> locations;
+  // Dynamic dimensions: the front end's symbol names -> their variables, the dimension symbols in
+  // binding order (appended to the program's scalars by finish), and their range.
+  std::map<std::string, Expr> symbol_vars;
+  std::vector<ScalarParam> dim_symbols;
+  VarBounds symbol_bounds;
+  // Dims of `b` at the static bound kDynamicBound become dynamic with their `valid` extent.
+  void set_dynamic_extents(Buffer& b, const std::vector<Expr>& valid) const;
 
   // Python's index rule at run time: `k` must satisfy 0 <= k < len; records a host-side check
   // unless the bounds prove it.

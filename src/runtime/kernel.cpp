@@ -13,13 +13,15 @@ namespace {
 
 using ir::Error;
 
-// Integral floats passed for integer scalars are normalised so every backend sees an int.
+// Integral floats passed for integer scalars are normalised so every backend sees an int; the
+// dimension symbols are bound from the argument shapes.
 const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& storage) {
-  bool need = false;
-  for (size_t j = 0; j < p.scalars.size(); ++j)
+  bool need = p.has_dynamic_dims();
+  for (size_t j = 0; j < p.caller_scalars(); ++j)
     need |= !ir::is_float(p.scalars[j].dtype) && args.scalars[j].is_float;
   if (!need) return args;
   storage = args;
+  bind_dim_symbols(p, storage.tensors, storage.scalars);
   for (size_t j = 0; j < p.scalars.size(); ++j) {
     ir::ScalarValue& v = storage.scalars[j];
     if (!ir::is_float(p.scalars[j].dtype) && v.is_float) v = ir::ScalarValue{false, int64_t(v.f), 0};
@@ -40,6 +42,30 @@ std::string Kernel::as_text(const std::string& level) const {
   if (level == "isa") return ir::print(lowered_.isa);
   if (level == "source") return cpu::generate_cpp(lowered_.isa);  // for either backend: it is inspection
   throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source'");
+}
+
+std::vector<std::vector<int64_t>> Kernel::output_shapes(const std::vector<std::vector<int64_t>>& input_shapes) const {
+  const ir::Program& p = lowered_.tensor;
+  std::vector<std::vector<int64_t>> shapes(p.params.size());
+  size_t k = 0;
+  for (size_t i = 0; i < p.params.size(); ++i)
+    if (p.params[i]->kind != ir::BufferKind::Output) {
+      if (k >= input_shapes.size()) throw Error("output_shapes: too few input shapes");
+      shapes[i] = input_shapes[k++];
+      if (shapes[i].size() != size_t(p.params[i]->rank()))
+        throw Error("output_shapes: input '" + p.params[i]->name + "' has the wrong rank");
+    }
+  ir::ScalarEnv env;
+  for (const auto& s : p.scalars)
+    if (s.is_dim_symbol()) {
+      if (shapes[size_t(s.param)].empty() && p.params[size_t(s.param)]->rank() > 0)
+        throw Error("output_shapes: the symbol %" + s.name + " is bound by an output");
+      env[s.name] = ir::ScalarValue{false, shapes[size_t(s.param)][size_t(s.dim)], 0};
+    }
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& b : p.params)
+    if (b->kind == ir::BufferKind::Output) out.push_back(ir::runtime_shape(*b, env));
+  return out;
 }
 
 double Kernel::compile() {

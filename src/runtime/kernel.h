@@ -25,6 +25,9 @@ class Kernel {
   std::string as_text(const std::string& level) const;
   // Checks the arguments against the program's params (count, dtype, shape), then runs.
   void run(const RunArgs& args);
+  // Shapes of the Output params for inputs (the other params, in order) of these shapes: dynamic
+  // extents evaluated from the dimension symbols the inputs bind.
+  std::vector<std::vector<int64_t>> output_shapes(const std::vector<std::vector<int64_t>>& input_shapes) const;
   // Compiles now (cpu); returns seconds spent, 0 when it came from a cache.
   double compile();
   bool compiled_from_cache() const { return from_cache_; }

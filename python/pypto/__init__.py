@@ -14,7 +14,7 @@ from . import _C
 from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int32, int64, to_dtype)
 from .frontend.errors import PyptoError
 from .interop import from_numpy, from_torch, to_numpy, to_torch
-from .jit import JitFunction, jit
+from .jit import JitFunction, jit, mark_dynamic
 from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, concat, conv2d, div,
                   divide, empty, empty_like, eq, erf, exp, floor, full, full_like, ge, gelu, gt, inplace,
                   layer_norm, le, log, log_softmax, lt, matmul, max, maximum, mean, min, minimum, mul,

@@ -133,12 +133,19 @@ def _pypto_arg(x):
     return x._run_arg()
 
 
-def run_converter(kind):
+def _torch_arg_dynamic(x):
+    """(data pointer, strides, keep, shape): a param with dynamic dims needs the shape too."""
+    if x.is_neg() or x.is_conj():
+        x = x.resolve_conj().resolve_neg()
+    return (x.data_ptr(), x.stride(), x, tuple(x.shape))
+
+
+def run_converter(kind, dynamic=False):
     """A function array -> Kernel.run entry for arrays of `kind`, or None for "pass as is".
     Torch tensors go as (data pointer, strides): their dtype and shape were matched by the
-    signature key, and DLPack export is slow."""
+    signature key, and DLPack export is slow (with dynamic dims the shape goes along)."""
     if kind == TORCH:
-        return _torch_arg
+        return _torch_arg_dynamic if dynamic else _torch_arg
     if kind == PYPTO:
         return _pypto_arg
     return None

@@ -81,6 +81,7 @@ ir::Level parse_level(const std::string& s) {
 }  // namespace
 
 void bind_ir(nb::module_& m) {
+  m.attr("DYNAMIC_BOUND") = ir::kDynamicBound;  // the static bound of a dynamic dim (ir.h)
   nb::class_<ir::Program>(m, "Program", "A PTO IR program (tensor or tile level).")
       .def(
           "text", [](const ir::Program& p) { return ir::print(p); }, "The program's text form.")

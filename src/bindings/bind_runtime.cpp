@@ -86,14 +86,19 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
       // kernel's signature: (data pointer, strides in elements). Saves a DLPack round trip.
       // Torch tensors come this way; they are always writable.
       // A third item, if any, only keeps memory alive (a resolved copy of a torch negative view).
-      if (PyTuple_CheckExact(h.ptr()) && (PyTuple_GET_SIZE(h.ptr()) == 2 || PyTuple_GET_SIZE(h.ptr()) == 3) &&
-          i < params.size()) {
-        if (params[i]->is_dynamic())  // its shape is not the signature's: pass the array itself
-          throw ir::Error("tensor argument " + std::to_string(i) + ": the (pointer, strides) form needs a static shape");
+      // A param with dynamic dims takes a fourth item, the shape (checked by Kernel::run).
+      const Py_ssize_t tn = PyTuple_CheckExact(h.ptr()) ? PyTuple_GET_SIZE(h.ptr()) : 0;
+      if ((tn == 2 || tn == 3 || tn == 4) && i < params.size()) {
         runtime::TensorArg t;
         t.data = reinterpret_cast<void*>(PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(h.ptr(), 0)));
         t.dtype = params[i]->dtype;
-        t.shape = params[i]->shape;
+        if (tn == 4) {
+          t.shape = nb::cast<std::vector<int64_t>>(nb::handle(PyTuple_GET_ITEM(h.ptr(), 3)));
+        } else if (params[i]->is_dynamic()) {
+          throw ir::Error("tensor argument " + std::to_string(i) + ": a dynamic shape needs (pointer, strides, keep, shape)");
+        } else {
+          t.shape = params[i]->shape;
+        }
         PyObject* st = PyTuple_GET_ITEM(h.ptr(), 1);
         if (!PyTuple_Check(st) || size_t(PyTuple_GET_SIZE(st)) != t.shape.size())
           throw ir::Error("tensor argument " + std::to_string(i) + ": bad (pointer, strides) form");

@@ -15,6 +15,7 @@ from .errors import PyptoError
 
 Expr = _C.Expr
 Opcode = _C.Opcode
+_DYN = _C.DYNAMIC_BOUND  # the static shape entry of a dynamic dim (ir.h)
 # NumPy scalars mixed with run-time scalars (np.float32(2) * i) defer to Expr's own operators.
 Expr.__array_ufunc__ = None
 
@@ -44,7 +45,11 @@ class TensorValue:
     def __init__(self, tr, view):
         self.tr = tr
         self.bv = view
-        self.shape = tuple(view.shape)
+        shape = tuple(view.shape)
+        if _DYN in shape:  # a dynamic dim is its run-time extent, an Expr over dimension symbols
+            valid = view.valid_shape
+            shape = tuple(valid[i] if n == _DYN else n for i, n in enumerate(shape))
+        self.shape = shape
         self.dtype = _dt.from_c(view.dtype_enum)
 
     # --- introspection ---------------------------------------------------------------------------

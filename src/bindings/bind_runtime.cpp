@@ -12,13 +12,13 @@
 
 #include "bindings/arrays.h"
 #include "bindings/gil.h"
+#include "exec/loop_cost.h"
+#include "exec/openmp_bridge.h"
+#include "exec/thread_pool.h"
 #include "ir/ir.h"
 #include "runtime/kernel.h"
 #include "runtime/kernel_cost.h"
-#include "runtime/loop_cost.h"
-#include "runtime/openmp_bridge.h"
-#include "runtime/target.h"
-#include "runtime/thread_pool.h"
+#include "target/target.h"
 
 namespace pypto::bindings {
 namespace nb = nanobind;

@@ -37,7 +37,7 @@ class Differentiator {
     std::vector<const ir::StmtNode*> writes;
     std::vector<const ir::StmtNode*> reads;
   };
-  void analyse(const std::vector<ir::Stmt>& body, std::vector<const ir::StmtNode*>& loops);
+  class Analysis;  // fills stmts_ and bufs_ (a visitor over the forward program)
   bool stale(const ir::Buffer* b, const ir::StmtNode* s, bool before_write) const;
   bool overwritten(const ir::Buffer* b) const;  // written more than once (an earlier value dies)
   bool needs_reversal(const ir::StmtNode* loop) const;

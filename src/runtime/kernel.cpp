@@ -4,8 +4,8 @@
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
+#include "exec/arg_check.h"
 #include "ir/printer.h"
-#include "runtime/arg_check.h"
 #include "runtime/index_checks.h"
 
 namespace pypto::runtime {

@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "exec/tensor_arg.h"
 #include "passes/pipeline.h"
-#include "runtime/tensor_arg.h"
 
 namespace pypto::cpu {
 struct CompiledKernel;
@@ -31,7 +31,7 @@ class Kernel {
   // Compiles now (cpu); returns seconds spent, 0 when it came from a cache.
   double compile();
   bool compiled_from_cache() const { return from_cache_; }
-  // Per tensor param, whether the kernel writes it (runtime/arg_check.h).
+  // Per tensor param, whether the kernel writes it (exec/arg_check.h).
   const std::vector<bool>& written() const { return written_; }
 
  private:

@@ -29,10 +29,10 @@
 
 #include "backends/cpu/compiler_internal.h"
 #include "backends/cpu/kernel_cache.h"
+#include "exec/interrupt.h"
+#include "exec/subprocess.h"
+#include "exec/thread_pool.h"
 #include "pto/abi.h"
-#include "runtime/interrupt.h"
-#include "runtime/subprocess.h"
-#include "runtime/thread_pool.h"
 
 namespace pypto::cpu {
 

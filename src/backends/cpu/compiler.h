@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/tensor_arg.h"
+#include "exec/tensor_arg.h"
 
 namespace pypto::cpu {
 

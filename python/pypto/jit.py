@@ -287,6 +287,7 @@ class JitFunction:
         self._first_shapes = {}
         self._static_dims = {}
         self._dyn_why = {}
+        self._auto_dynamic_failed = None  # why automatic dynamic was given up for this kernel
         if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool)
                                       or alignment < 1 or alignment & (alignment - 1)):
             raise PyptoError(f"alignment must be a power of two (bytes), got {alignment!r}")
@@ -407,21 +408,23 @@ class JitFunction:
                 return e, imp
         return None
 
-    def _entry(self, args):
+    def _entry(self, args, static=False):
+        """(entry, implicit inputs) for these arguments, compiled on a miss. static: a variant
+        with static shapes only (autograd derives its backward from static programs)."""
         backend = self._backend
         key = self._key(args)
-        e = self._cached_entry(key, args) or self._dyn_lookup(args)
+        e = self._cached_entry(key, args) or (None if static else self._dyn_lookup(args))
         if e is not None:
             return e
         with self._lock:
             # Another thread may have traced and compiled this signature while we waited.
             e = self._cached_entry(self._key(args), args)  # the key may have learned static args
-            if e is None:
+            if e is None and not static:
                 e = self._dyn_lookup(args)
             if e is not None:
                 return e
             try:
-                e = self._compile(args, backend)
+                e = self._compile(args, backend, static)
             except KernelSourceError as err:
                 # The message names the kernel's line; the tracer's own frames would only distract.
                 raise err.with_traceback(None) from None
@@ -430,14 +433,24 @@ class JitFunction:
             raise PyptoError(f"kernel '{self.__name__}': its implicit inputs changed while it was traced")
         return e, imp
 
-    def _compile(self, args, backend):
+    def _compile(self, args, backend, static=False):
         t0 = _now()
         src = self._source()
-        dyn = self._dynamic_dims(args, learn=True)
-        trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
-                             self._static_reasons, dyn, self._static_dims)
-        dyn = {i: d for i, d in trace.dynamic.items() if d}  # less the dims the kernel needed static
-        entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        dyn = {} if static else self._dynamic_dims(args, learn=True)
+        try:
+            trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
+                                 self._static_reasons, dyn, self._static_dims)
+            dyn = {i: d for i, d in trace.dynamic.items() if d}  # less the dims the kernel needed static
+            entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        except PyptoError as err:
+            if not dyn or self._dyn_mode != "auto" or (_marks and any(_marked_dims(a) for a in args)):
+                raise
+            # Automatic dynamic is an optimisation: a kernel that cannot be compiled with symbolic
+            # dims (an op without dynamic support) keeps one static variant per shape.
+            self._dyn_mode = "off"
+            self._dyn_learned.clear()
+            self._auto_dynamic_failed = str(err).splitlines()[0]
+            return self._compile(args, backend)
         entry.specialised = {self._names[i]: args[i] for i in sorted(self._static_args)
                              if i >= self._k0}
         entry.dynamic = {self._names[i]: sorted(d) for i, d in sorted(dyn.items())}

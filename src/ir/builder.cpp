@@ -307,15 +307,22 @@ Expr Builder::let(const std::string&, Expr value) { return value; }
 
 // --- creation --------------------------------------------------------------------------------
 
-View Builder::empty(std::vector<int64_t> shape, DType dtype) {
+View Builder::empty(std::vector<int64_t> shape, DType dtype, const std::vector<Expr>& extents) {
   for (auto s : shape)
     if (s <= 0)
       throw Error("cannot create a tensor of shape " + shape_str(shape) + ": every dimension must be >= 1");
-  return impl_->new_temp(shape, dtype, {});
+  if (extents.empty()) return impl_->new_temp(shape, dtype, {});
+  if (extents.size() != shape.size()) throw Error("empty: one extent (or none) per dimension expected");
+  std::vector<Expr> valid;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (extents[d]) shape[d] = kDynamicBound;  // a dynamic dim: its extent is an expression of symbols
+    valid.push_back(extents[d] ? extents[d] : int_imm(shape[d]));
+  }
+  return impl_->new_temp(shape, dtype, valid);
 }
 
-View Builder::full(std::vector<int64_t> shape, DType dtype, Expr value) {
-  View t = empty(std::move(shape), dtype);
+View Builder::full(std::vector<int64_t> shape, DType dtype, Expr value, const std::vector<Expr>& extents) {
+  View t = empty(std::move(shape), dtype, extents);
   impl_->emit_op(Opcode::TEXPANDS, {t, value});
   return t;
 }
@@ -381,7 +388,11 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
   if (consumed > r)
     throw Error("too many indices for a tensor of shape " + shape_str(v.shape()) + ": " +
                 std::to_string(consumed) + " given");
-  const VarBounds& vb = impl_->var_bounds;
+  // Signs of starts, stops and extents are judged knowing the dimension symbols' range; the
+  // static size of a window (upper_bound) is not: a window of a dynamic dim bounded only by its
+  // symbol stays dynamic (size kDynamicBound).
+  VarBounds vb = impl_->var_bounds;
+  vb.insert(impl_->symbol_bounds.begin(), impl_->symbol_bounds.end());
   View out = v;
   std::vector<int> dims;
   std::vector<int> new_axes;  // positions in the result that are new size-1 axes

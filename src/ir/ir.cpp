@@ -29,6 +29,13 @@ std::vector<int64_t> dim_symbol_values(const Program& p, const std::vector<std::
   return out;
 }
 
+VarBounds dim_symbol_bounds(const Program& p) {
+  VarBounds vb;
+  for (const auto& s : p.scalars)
+    if (s.is_dim_symbol()) vb[s.name] = Interval{0, kDynamicBound};
+  return vb;
+}
+
 std::vector<int64_t> runtime_shape(const Buffer& b, const ScalarEnv& env) {
   std::vector<int64_t> s = b.shape;
   for (int d = 0; d < b.rank(); ++d)

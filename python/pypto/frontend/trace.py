@@ -52,9 +52,15 @@ def trace_kernel(src, names, args, static_args, unroll, backend, static_reasons=
                 if static_reasons is not None:
                     static_reasons[r.static_arg] = r.why
             if r.static_dim is not None:
-                dynamic[r.static_dim[0]].discard(r.static_dim[1])
-                if static_dims is not None:
-                    static_dims[r.static_dim] = r.why
+                # Every dynamic dim sharing that symbol (the same extent) becomes static with it.
+                i0, d0 = r.static_dim
+                extent = interop.array_info(args[i0])[1][d0]
+                for i, dims in dynamic.items():
+                    shape = interop.array_info(args[i])[1]
+                    for d in [d for d in dims if shape[d] == extent]:
+                        dims.discard(d)
+                        if static_dims is not None:
+                            static_dims[(i, d)] = r.why
     raise PyptoError(f"kernel '{src.name}': tracing did not settle after {MAX_RESTARTS} attempts")
 
 

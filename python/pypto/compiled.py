@@ -197,7 +197,7 @@ class CompiledKernel:
         allocs = self.allocs
         if self.dynamic:
             shapes = self.kernel.output_shapes([interop.array_info(o)[1] for o in objs])
-            allocs = [interop.make_allocator(self.first_kind, s, t) for s, t in zip(shapes, self.out_dtypes)]
+            allocs = [interop.make_allocator(self.first_kind, s, t, True) for s, t in zip(shapes, self.out_dtypes)]
         for alloc in allocs:
             o, r = alloc()
             outs.append(o)

@@ -159,14 +159,20 @@ def _contiguous_strides(shape):
     return tuple(reversed(st))
 
 
-def make_allocator(kind, shape, dtype: _dt.dtype):
-    """A function () -> (object returned to the caller, object passed to Kernel.run)."""
+def make_allocator(kind, shape, dtype: _dt.dtype, dynamic=False):
+    """A function () -> (object returned to the caller, object passed to Kernel.run). dynamic: the
+    param has dynamic dims (a torch output goes with its shape)."""
     shape = tuple(shape)
     if kind == TORCH:
         torch = _torch()
         tdt = getattr(torch, dtype.name)
         empty = torch.empty
         strides = _contiguous_strides(shape)
+        if dynamic:
+            def alloc():
+                o = empty(shape, dtype=tdt)
+                return o, (o.data_ptr(), strides, o, shape)
+            return alloc
 
         def alloc():
             o = empty(shape, dtype=tdt)

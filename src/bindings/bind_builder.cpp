@@ -406,7 +406,8 @@ void bind_builder(nb::module_& m) {
   using B = ir::Builder;
   nb::class_<B>(m, "Builder", "Builds a tensor-level program one statement at a time.")
       .def(nb::init<std::string>(), "name"_a)
-      .def("add_param", &B::add_param, "name"_a, "dtype"_a, "shape"_a, "symbols"_a = std::vector<std::string>{})
+      .def("add_param", &B::add_param, "name"_a, "dtype"_a, "shape"_a,
+           "symbols"_a = std::vector<std::string>{})
       .def(
           "add_scalar_param",
           [](B& b, const std::string& n, DType t) { return PyExpr{b.add_scalar_param(n, t)}; }, "name"_a,
@@ -434,7 +435,8 @@ void bind_builder(nb::module_& m) {
           "full",
           [](B& b, nb::handle shape, DType t, nb::handle v) {
             auto [s, ext] = shape_and_extents(shape);
-            return b.full(std::move(s), t, to_expr(v, ir::is_float(t) ? ir::compute_dtype(t) : DType::F32), ext);
+            return b.full(std::move(s), t, to_expr(v, ir::is_float(t) ? ir::compute_dtype(t) : DType::F32),
+                          ext);
           },
           "shape"_a, "dtype"_a, "value"_a)
       .def(

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "bindings/arrays.h"
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/export.h"
+#include "bindings/arrays.h"
 #include "bindings/gil.h"
 #include "exec/loop_cost.h"
 #include "exec/openmp_bridge.h"
@@ -99,7 +99,8 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars, cpu::RunProfi
         if (tn == 4) {
           t.shape = nb::cast<std::vector<int64_t>>(nb::handle(PyTuple_GET_ITEM(h.ptr(), 3)));
         } else if (params[i]->is_dynamic()) {
-          throw ir::Error("tensor argument " + std::to_string(i) + ": a dynamic shape needs (pointer, strides, keep, shape)");
+          throw ir::Error("tensor argument " + std::to_string(i) +
+                          ": a dynamic shape needs (pointer, strides, keep, shape)");
         } else {
           t.shape = params[i]->shape;
         }
@@ -167,8 +168,8 @@ void bind_runtime(nb::module_& m) {
       .def(
           "run", [](Kernel& k, nb::handle tensors, nb::handle scalars) { run_kernel(k, tensors, scalars); },
           "tensors"_a, "scalars"_a,
-           "Run on a list of arrays (one per param: inputs then outputs) and a list of scalars. An entry\n"
-           "may also be a tuple (data_pointer, strides) for an array already known to match the param.")
+          "Run on a list of arrays (one per param: inputs then outputs) and a list of scalars. An entry\n"
+          "may also be a tuple (data_pointer, strides) for an array already known to match the param.")
       .def(
           "run_profiled",
           [](Kernel& k, nb::handle tensors, nb::handle scalars) {
@@ -180,7 +181,8 @@ void bind_runtime(nb::module_& m) {
           "Run the profiling variant (cpu): ([(nest, thread, begin_ns, end_ns)] per nest,\n"
           "[(nest, thread, begin_ns, end_ns)] per parallel chunk), on the perf_counter_ns clock.")
       .def(
-          "compile_profiling", [](Kernel& k) { return interruptible_without_gil([&] { return k.compile_profiling(); }); },
+          "compile_profiling",
+          [](Kernel& k) { return interruptible_without_gil([&] { return k.compile_profiling(); }); },
           "Compile the profiling variant now (cpu); seconds spent, 0 when it came from a cache.")
       .def(
           "nests",
@@ -197,7 +199,8 @@ void bind_runtime(nb::module_& m) {
       .def(
           "export",
           [](const Kernel& k, const std::string& path, const std::string& emit) {
-            cpu::ExportKind kind = emit.empty() ? cpu::export_kind_for_path(path) : cpu::parse_export_kind(emit);
+            cpu::ExportKind kind =
+                emit.empty() ? cpu::export_kind_for_path(path) : cpu::parse_export_kind(emit);
             return interruptible_without_gil([&] { return cpu::export_kernel(k.lowered().isa, path, kind); });
           },
           "path"_a, "emit"_a = "",

@@ -24,7 +24,8 @@ std::string type_text(ir::DType t, const std::vector<int64_t>& shape) {
 std::string type_text(const ir::Buffer& b) {
   std::string s = std::string(ir::dtype_name(b.dtype)) + "[";
   for (int i = 0; i < b.rank(); ++i)
-    s += (i ? ", " : "") + (b.is_dynamic(i) ? ir::to_string(b.dyn[size_t(i)]) : std::to_string(b.shape[size_t(i)]));
+    s += (i ? ", " : "") +
+         (b.is_dynamic(i) ? ir::to_string(b.dyn[size_t(i)]) : std::to_string(b.shape[size_t(i)]));
   return s + "]";
 }
 
@@ -148,14 +149,15 @@ void check_dynamic_dims(const ir::Program& p, const RunArgs& args, const Who& wh
       int64_t got = args.tensors[i].shape[size_t(d)];
       int64_t want = b.is_dynamic(d) ? ir::eval(b.dyn[size_t(d)], env).i : b.shape[size_t(d)];
       if (got == want) continue;
-      std::string msg = who(i) + ": expected " + type_text(b) + ", got " + type_text(args.tensors[i].dtype, args.tensors[i].shape);
+      std::string msg = who(i) + ": expected " + type_text(b) + ", got " +
+                        type_text(args.tensors[i].dtype, args.tensors[i].shape);
       if (b.is_dynamic(d)) {
         std::vector<std::string> vars;
         ir::collect_vars(b.dyn[size_t(d)], vars);
         for (auto& v : vars)
           if (binder.count(v) && binder[v] != i)
-            msg += ": dim " + std::to_string(d) + " must be " + std::to_string(want) + " as the dynamic dimension %" + v +
-                   " of " + who(binder[v]) + " makes it";
+            msg += ": dim " + std::to_string(d) + " must be " + std::to_string(want) +
+                   " as the dynamic dimension %" + v + " of " + who(binder[v]) + " makes it";
       }
       throw Error(msg);
     }
@@ -205,8 +207,8 @@ void check_args(const ir::Program& p, const RunArgs& args, const std::vector<boo
   }
   const size_t nc = p.caller_scalars();
   if (args.scalars.size() != nc && args.scalars.size() != p.scalars.size())
-    throw Error("kernel '" + p.name + "' takes " + std::to_string(nc) + " scalar argument" + (nc == 1 ? "" : "s") +
-                ", got " + std::to_string(args.scalars.size()));
+    throw Error("kernel '" + p.name + "' takes " + std::to_string(nc) + " scalar argument" +
+                (nc == 1 ? "" : "s") + ", got " + std::to_string(args.scalars.size()));
   if (p.has_dynamic_dims()) check_dynamic_dims(p, args, who);
   for (size_t j = 0; j < nc; ++j) {
     const ir::ScalarParam& s = p.scalars[j];

@@ -130,17 +130,40 @@ View Builder::Impl::new_temp(const std::vector<int64_t>& shape, DType dtype, con
   return v;
 }
 
+std::vector<int64_t> Builder::Impl::traced_shape(const View& v) const {
+  auto shape = v.shape();
+  if (symbol_hints.empty()) return shape;
+  auto valid = v.valid_shape();
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] != kDynamicBound) continue;
+    std::vector<std::string> vars;
+    collect_vars(valid[d], vars);
+    if (std::all_of(vars.begin(), vars.end(),
+                    [&](const std::string& n) { return symbol_hints.count(n) > 0; }))
+      shape[d] = eval(valid[d], symbol_hints).i;
+  }
+  return shape;
+}
+
+void Builder::Impl::check_traced_broadcast(const std::vector<const View*>& views) const {
+  if (symbol_hints.empty() || views.size() < 2) return;
+  std::vector<int64_t> shape = traced_shape(*views[0]);
+  for (size_t i = 1; i < views.size(); ++i) shape = broadcast_shapes(shape, traced_shape(*views[i]));
+}
+
 void Builder::Impl::set_dynamic_extents(Buffer& b, const std::vector<Expr>& valid) const {
   for (int d = 0; d < b.rank(); ++d) {
     if (b.shape[size_t(d)] != kDynamicBound) continue;
     if (size_t(d) >= valid.size() || as_int(valid[size_t(d)]))
-      throw Error("internal: dimension " + std::to_string(d) + " of a temporary has the dynamic bound but no extent");
+      throw Error("internal: dimension " + std::to_string(d) +
+                  " of a temporary has the dynamic bound but no extent");
     std::vector<std::string> vars;
     collect_vars(valid[size_t(d)], vars);
     for (auto& v : vars)
       if (!symbol_bounds.count(v))
-        throw Error("the extent `" + to_string(valid[size_t(d)]) + "` of a dynamic dimension of a temporary depends on %" +
-                    v + ", not only on the arguments' dynamic dimensions");
+        throw Error("the extent `" + to_string(valid[size_t(d)]) +
+                    "` of a dynamic dimension of a temporary depends on %" + v +
+                    ", not only on the arguments' dynamic dimensions");
     b.dyn.resize(b.shape.size());
     b.dyn[size_t(d)] = valid[size_t(d)];
   }
@@ -224,6 +247,7 @@ View Builder::add_param(const std::string& name, DType dtype, std::vector<int64_
       impl_->dim_symbols.push_back(ScalarParam{n, DType::I64, int(impl_->prog.params.size()), int(d)});
       impl_->symbol_bounds[n] = Interval{0, kDynamicBound};
     }
+    impl_->symbol_hints.emplace(it->second->name, ScalarValue{false, b->shape[d], 0});
     b->shape[d] = kDynamicBound;
     b->dyn[d] = it->second;
   }
@@ -546,6 +570,7 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
       shape = views.empty() ? v->shape() : broadcast_shapes(shape, v->shape());
       views.push_back(v);
     }
+  impl_->check_traced_broadcast(views);
   DType base = va ? va->buf->dtype : vb->buf->dtype;
   DType t = promote(operand_dtype(a, base), operand_dtype(b, base));
   if (cat == OpCategory::Compare || op == Opcode::TAND || op == Opcode::TOR)
@@ -571,6 +596,7 @@ View Builder::select(const Operand& cond, const Operand& a, const Operand& b) {
       shape = broadcast_shapes(shape, v->shape());
       views.push_back(v);
     }
+  impl_->check_traced_broadcast(views);
   DType base = DType::F32;
   if (auto v = as_view(a))
     base = v->buf->dtype;
@@ -659,9 +685,10 @@ View Builder::matmul(const View& a0, const View& b0) {
   View a = a1 ? unsqueeze(a0, 0) : a0;
   View b = b1 ? unsqueeze(b0, 1) : b0;
   auto sa = a.shape(), sb = b.shape();
-  if (sa.back() != sb[sb.size() - 2])
-    throw Error("matmul: inner dimensions do not match: " + shape_str(a0.shape()) + " @ " +
-                shape_str(b0.shape()));
+  auto ta = impl_->traced_shape(a), tb = impl_->traced_shape(b);  // dynamic dims at their traced extents
+  if (sa.back() != sb[sb.size() - 2] || ta.back() != tb[tb.size() - 2])
+    throw Error("matmul: inner dimensions do not match: " + shape_str(impl_->traced_shape(a0)) + " @ " +
+                shape_str(impl_->traced_shape(b0)));
   std::vector<int64_t> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
   std::vector<int64_t> batch;
   try {
@@ -696,8 +723,9 @@ void Builder::matmul_acc(const View& dst, const View& a, const View& b) {
   if (a.rank() < 2 || b.rank() < 2 || dst.rank() < 2)
     throw Error("matmul accumulate needs operands of rank >= 2");
   auto sa = a.shape(), sb = b.shape();
-  if (sa.back() != sb[sb.size() - 2])
-    throw Error("matmul: inner dimensions do not match: " + shape_str(sa) + " @ " + shape_str(sb));
+  auto ta = impl_->traced_shape(a), tb = impl_->traced_shape(b);
+  if (sa.back() != sb[sb.size() - 2] || ta.back() != tb[tb.size() - 2])
+    throw Error("matmul: inner dimensions do not match: " + shape_str(ta) + " @ " + shape_str(tb));
   std::vector<int64_t> batch = broadcast_shapes(std::vector<int64_t>(sa.begin(), sa.end() - 2),
                                                 std::vector<int64_t>(sb.begin(), sb.end() - 2));
   batch.push_back(sa[sa.size() - 2]);

@@ -31,6 +31,12 @@ struct Builder::Impl {
   std::map<std::string, Expr> symbol_vars;
   std::vector<ScalarParam> dim_symbols;
   VarBounds symbol_bounds;
+  ScalarEnv symbol_hints;  // each symbol's extent in the arguments being traced
+  // A view's shape with dynamic dims at their traced extents (when they can be evaluated): shape
+  // checks (broadcasting, matmul inner dims) see the values NumPy would.
+  std::vector<int64_t> traced_shape(const View& v) const;
+  // Throws the static shape error for these operands at their traced extents.
+  void check_traced_broadcast(const std::vector<const View*>& views) const;
   // Dims of `b` at the static bound kDynamicBound become dynamic with their `valid` extent.
   void set_dynamic_extents(Buffer& b, const std::vector<Expr>& valid) const;
 

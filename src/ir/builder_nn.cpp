@@ -136,8 +136,8 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape, const std::vect
     }
   }
   if (infer >= 0 && known > 0 && n % known == 0) shape[infer] = n / known;
-  int64_t m = std::accumulate(shape.begin() + std::ptrdiff_t(std::min(kept, shape.size())), shape.end(), int64_t(1),
-                              std::multiplies<int64_t>());
+  int64_t m = std::accumulate(shape.begin() + std::ptrdiff_t(std::min(kept, shape.size())), shape.end(),
+                              int64_t(1), std::multiplies<int64_t>());
   if (m != n)
     throw Error("reshape: cannot reshape a tensor of shape " + shape_str(src) + " into " + shape_str(shape));
   // Drop size-1 dims from both sides, remembering where they go: size-1 dims are free.

@@ -29,6 +29,31 @@ std::vector<int64_t> dim_symbol_values(const Program& p, const std::vector<std::
   return out;
 }
 
+std::vector<std::vector<int64_t>> output_shapes(const Program& p,
+                                                const std::vector<std::vector<int64_t>>& input_shapes) {
+  std::vector<std::vector<int64_t>> shapes(p.params.size());
+  size_t k = 0;
+  for (size_t i = 0; i < p.params.size(); ++i)
+    if (p.params[i]->kind != BufferKind::Output) {
+      if (k >= input_shapes.size()) throw Error("output_shapes: too few input shapes");
+      shapes[i] = input_shapes[k++];
+      if (shapes[i].size() != size_t(p.params[i]->rank()))
+        throw Error("output_shapes: input '" + p.params[i]->name + "' has the wrong rank");
+    }
+  ScalarEnv env;
+  for (const auto& s : p.scalars)
+    if (s.is_dim_symbol()) {
+      const auto& sh = shapes[size_t(s.param)];
+      if (size_t(s.dim) >= sh.size())
+        throw Error("output_shapes: the symbol %" + s.name + " is bound by an output");
+      env[s.name] = ScalarValue{false, sh[size_t(s.dim)], 0};
+    }
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& b : p.params)
+    if (b->kind == BufferKind::Output) out.push_back(runtime_shape(*b, env));
+  return out;
+}
+
 VarBounds dim_symbol_bounds(const Program& p) {
   VarBounds vb;
   for (const auto& s : p.scalars)

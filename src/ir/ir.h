@@ -226,6 +226,10 @@ struct Program {
 // Values of every scalar of `p` for a call: the caller's, then each dimension symbol read from the
 // argument shapes (shapes[i] of params[i]). Does not check consistency (runtime/arg_check does).
 std::vector<int64_t> dim_symbol_values(const Program& p, const std::vector<std::vector<int64_t>>& shapes);
+// Shapes of the Output params of `p` for inputs (the other params, in order) of these shapes:
+// dynamic extents evaluated from the dimension symbols the inputs bind.
+std::vector<std::vector<int64_t>> output_shapes(const Program& p,
+                                                const std::vector<std::vector<int64_t>>& input_shapes);
 // Each dimension symbol of `p` with its range [0, kDynamicBound], for bounds analysis.
 VarBounds dim_symbol_bounds(const Program& p);
 // A buffer's shape at run time given the program's scalar environment (dynamic extents evaluated).

@@ -44,28 +44,9 @@ std::string Kernel::as_text(const std::string& level) const {
   throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source'");
 }
 
-std::vector<std::vector<int64_t>> Kernel::output_shapes(const std::vector<std::vector<int64_t>>& input_shapes) const {
-  const ir::Program& p = lowered_.tensor;
-  std::vector<std::vector<int64_t>> shapes(p.params.size());
-  size_t k = 0;
-  for (size_t i = 0; i < p.params.size(); ++i)
-    if (p.params[i]->kind != ir::BufferKind::Output) {
-      if (k >= input_shapes.size()) throw Error("output_shapes: too few input shapes");
-      shapes[i] = input_shapes[k++];
-      if (shapes[i].size() != size_t(p.params[i]->rank()))
-        throw Error("output_shapes: input '" + p.params[i]->name + "' has the wrong rank");
-    }
-  ir::ScalarEnv env;
-  for (const auto& s : p.scalars)
-    if (s.is_dim_symbol()) {
-      if (shapes[size_t(s.param)].empty() && p.params[size_t(s.param)]->rank() > 0)
-        throw Error("output_shapes: the symbol %" + s.name + " is bound by an output");
-      env[s.name] = ir::ScalarValue{false, shapes[size_t(s.param)][size_t(s.dim)], 0};
-    }
-  std::vector<std::vector<int64_t>> out;
-  for (const auto& b : p.params)
-    if (b->kind == ir::BufferKind::Output) out.push_back(ir::runtime_shape(*b, env));
-  return out;
+std::vector<std::vector<int64_t>> Kernel::output_shapes(
+    const std::vector<std::vector<int64_t>>& input_shapes) const {
+  return ir::output_shapes(lowered_.tensor, input_shapes);
 }
 
 double Kernel::compile() {

@@ -11,7 +11,7 @@
 namespace pypto::cpu {
 struct CompiledKernel;
 struct RunProfile;
-}
+}  // namespace pypto::cpu
 
 namespace pypto::runtime {
 
@@ -31,7 +31,8 @@ class Kernel {
   void run(const RunArgs& args, cpu::RunProfile* profile = nullptr);
   // Shapes of the Output params for inputs (the other params, in order) of these shapes: dynamic
   // extents evaluated from the dimension symbols the inputs bind.
-  std::vector<std::vector<int64_t>> output_shapes(const std::vector<std::vector<int64_t>>& input_shapes) const;
+  std::vector<std::vector<int64_t>> output_shapes(
+      const std::vector<std::vector<int64_t>>& input_shapes) const;
   // Compiles now (cpu); returns seconds spent, 0 when it came from a cache.
   double compile();
   // The profiling variant (nest timer hooks); seconds spent, 0 when it came from a cache.

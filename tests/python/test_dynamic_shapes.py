@@ -196,3 +196,23 @@ def test_text_form_round_trips_and_arguments_must_agree():
     assert rel_err(out, a + c) < 1e-6
     with pytest.raises(pypto.PyptoError, match=r"argument 2 \('y'\).*dynamic dimension %S of argument 1 \('x'\)"):
         k.run([a, rand(7, 16), poisoned(9, 16)], [])
+
+
+def linear(x, w):
+    return x @ w
+
+
+def test_shape_errors_see_the_traced_extents():
+    """Dynamic dims keep NumPy's shape rules: the checks see the extents being traced."""
+    add = pypto.jit(exp_plus_one_of_sum, dynamic=True)
+    with pytest.raises(pypto.PyptoError, match="cannot be broadcast"):
+        add(rand(3, 4), rand(5, 4))
+    mm = pypto.jit(linear, dynamic=True)
+    x, w = rand(4, 5, dtype=np.float64), rand(5, 7, dtype=np.float64)
+    assert rel_err(mm(x, w), x @ w) < 1e-12
+    with pytest.raises(pypto.PyptoError, match=r"inner dimensions do not match: \(4, 5\) @ \(6, 7\)"):
+        mm(rand(4, 5), rand(6, 7))
+
+
+def exp_plus_one_of_sum(x, y):
+    return pypto.exp(x + y) + 1.0

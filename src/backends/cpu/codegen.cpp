@@ -288,7 +288,8 @@ class Gen {
           st = IExpr{n, std::nullopt};
         }
       }
-      line() << "pto::ScratchBuffer<" << T << "> " << h << "(" << (st.c ? int_literal(*st.c) : st.s) << ");\n";
+      line() << "pto::ScratchBuffer<" << T << "> " << h << "(" << (st.c ? int_literal(*st.c) : st.s)
+             << ");\n";
       line() << T << "* const " << info.ptr << " = " << h << ".data();\n";
     }
     bufs_[b->name] = std::move(info);

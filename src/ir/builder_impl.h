@@ -26,6 +26,7 @@ struct Builder::Impl {
   VarBounds var_bounds;  // induction variables in scope
   std::string where;     // source location of the statements being built
   std::map<const StmtNode*, std::string> locations;
+  std::set<const Buffer*> detached;  // results of Builder::detach
   // Dynamic dimensions: the front end's symbol names -> their variables, the dimension symbols in
   // binding order (appended to the program's scalars by finish), and their range.
   std::map<std::string, Expr> symbol_vars;

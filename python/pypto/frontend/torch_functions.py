@@ -16,6 +16,7 @@ from .. import dtypes as _dt
 from . import composite_ops as C
 from . import contract_ops as K
 from . import index_ops as X
+from . import torch_nn as NN
 from . import tensor_ops as T
 from .errors import PyptoError
 from .values import Opcode, TensorValue
@@ -131,6 +132,11 @@ def where(condition, input=None, other=None):  # noqa: A002
 
 def masked_fill(input, mask, value):  # noqa: A002
     return T.where(mask, value, input)
+
+
+def masked_fill_(input, mask, value):  # noqa: A002
+    T.assign(input, T.where(mask, value, input))
+    return input
 
 
 def _cmp(op):
@@ -491,7 +497,7 @@ def _entries():
         (lambda x, m: T.clamp(x, None, m), ["clamp_max"]),
         (lambda a, b, **k: T.binary(Opcode.TMAX, a, b), ["maximum", "fmax"]),
         (lambda a, b, **k: T.binary(Opcode.TMIN, a, b), ["minimum", "fmin"]),
-        (where, ["where"]), (masked_fill, ["masked_fill"]),
+        (where, ["where"]), (masked_fill, ["masked_fill"]), (masked_fill_, ["masked_fill_"]),
         (_cmp(Opcode.TCMP_EQ), ["eq", "__eq__"]), (_cmp(Opcode.TCMP_NE), ["ne", "not_equal", "__ne__"]),
         (_cmp(Opcode.TCMP_LT), ["lt", "less", "__lt__"]), (_cmp(Opcode.TCMP_LE), ["le", "less_equal", "__le__"]),
         (_cmp(Opcode.TCMP_GT), ["gt", "greater", "__gt__"]),
@@ -543,7 +549,7 @@ def _build():
     torch = _torch()
     import torch.nn.functional as F
     table = {}
-    for impl, names in _entries():
+    for impl, names in _entries() + NN.ENTRIES:
         for name in names:
             _methods.setdefault(name, impl)
             for ns in (torch, torch.Tensor, F, torch.special, torch.linalg):
@@ -551,6 +557,7 @@ def _build():
                 if f is not None and callable(f):
                     table.setdefault(f, impl)
     _table = table
+    NN.install_helpers(F)
 
 
 def dispatch(func, args, kwargs):
@@ -567,7 +574,7 @@ def dispatch(func, args, kwargs):
 
 # What torch code asks a tensor about itself (a traced tensor lives on the CPU, needs no grad).
 ATTRIBUTES = {"requires_grad": False, "is_cuda": False, "is_sparse": False, "is_quantized": False,
-              "is_meta": False, "grad": None, "is_leaf": True}
+              "is_meta": False, "grad": None, "is_leaf": True, **NN.ATTRIBUTES}
 
 
 def method(name):

@@ -159,7 +159,7 @@ def logical_or(input, other):  # noqa: A002
 
 
 def _as_bool(x):
-    return x if not isinstance(x, TensorValue) or x.dtype is _dt.bool_ else T.compare(Opcode.TCMP_NE, x, 0)
+    return x if not isinstance(x, TensorValue) or x.pdtype is _dt.bool_ else T.compare(Opcode.TCMP_NE, x, 0)
 
 
 # reductions
@@ -293,7 +293,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # no
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
     if eps is None:  # torch's default: the machine epsilon of the input's dtype
-        eps = _torch().finfo(getattr(_torch(), input.dtype.name)).eps
+        eps = _torch().finfo(_dt.to_dtype(input.dtype).torch).eps
     return T.rms_norm(input, normalized_shape, weight, eps)
 
 
@@ -327,7 +327,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         scores = T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf"))
     elif attn_mask is not None:
         m = _tv(attn_mask)
-        if m.dtype is _dt.bool_:
+        if m.pdtype is _dt.bool_:
             scores = T.where(m, scores, float("-inf"))
         else:
             scores = T.binary(Opcode.TADD, scores, m)

@@ -313,6 +313,94 @@ def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_head
     return out, weights
 
 
+# --- recurrent cells and layers --------------------------------------------------------------------
+
+def _affine(x, w, b):
+    y = T.matmul(x, T.transpose(w, 0, 1))
+    return y if b is None else T.binary(Opcode.TADD, y, b)
+
+
+def _sig(x):
+    return T.unary(Opcode.TSIGMOID, x)
+
+
+def _tanh(x):
+    return T.unary(Opcode.TTANH, x)
+
+
+def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002
+    h, c = hx
+    gates = T.binary(Opcode.TADD, _affine(input, w_ih, b_ih), _affine(h, w_hh, b_hh))
+    i, f, g, o = C.chunk(gates, 4, -1)
+    c2 = T.binary(Opcode.TADD, T.binary(Opcode.TMUL, _sig(f), c), T.binary(Opcode.TMUL, _sig(i), _tanh(g)))
+    return T.binary(Opcode.TMUL, _sig(o), _tanh(c2)), c2
+
+
+def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002
+    ir, iz, inn = C.chunk(_affine(input, w_ih, b_ih), 3, -1)
+    hr, hz, hn = C.chunk(_affine(hx, w_hh, b_hh), 3, -1)
+    r = _sig(T.binary(Opcode.TADD, ir, hr))
+    z = _sig(T.binary(Opcode.TADD, iz, hz))
+    n = _tanh(T.binary(Opcode.TADD, inn, T.binary(Opcode.TMUL, r, hn)))
+    return T.binary(Opcode.TADD, n, T.binary(Opcode.TMUL, z, T.binary(Opcode.TSUB, hx, n)))  # (1-z) n + z h
+
+
+def rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002
+    return _tanh(T.binary(Opcode.TADD, _affine(input, w_ih, b_ih), _affine(hx, w_hh, b_hh)))
+
+
+def rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002
+    return T.unary(Opcode.TRELU, T.binary(Opcode.TADD, _affine(input, w_ih, b_ih), _affine(hx, w_hh, b_hh)))
+
+
+def _recurrent(kind, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,  # noqa: A002
+               batch_first):
+    """torch.lstm / torch.gru / torch.rnn_tanh over a whole sequence: each layer and direction a
+    loop over the time steps (unrolled at trace time), as nn.LSTM/GRU/RNN compute it."""
+    if train and dropout > 0 and num_layers > 1:
+        raise PyptoError(f"{kind}: dropout between layers in training mode is not supported; call module.eval()")
+    dirs = 2 if bidirectional else 1
+    per = 4 if has_biases else 2
+    if len(params) != num_layers * dirs * per:
+        raise PyptoError(f"{kind}: projections (proj_size) are not supported inside a kernel")
+    cell = {"lstm": lstm_cell, "gru": gru_cell, "rnn_tanh": rnn_tanh_cell, "rnn_relu": rnn_relu_cell}[kind]
+    x = T.transpose(input, 0, 1) if batch_first else input  # (T, N, F) or (T, F) unbatched
+    steps = x.shape[0]
+    h0 = hx[0] if kind == "lstm" else hx
+    c0 = hx[1] if kind == "lstm" else None
+    h_n, c_n = [], []
+    for layer in range(num_layers):
+        outs_dir = []
+        for d in range(dirs):
+            k = (layer * dirs + d) * per
+            w_ih, w_hh = params[k], params[k + 1]
+            b_ih, b_hh = (params[k + 2], params[k + 3]) if has_biases else (None, None)
+            h = T.index(h0, layer * dirs + d)
+            c = T.index(c0, layer * dirs + d) if c0 is not None else None
+            outs = [None] * steps
+            for t in (range(steps - 1, -1, -1) if d else range(steps)):
+                xt = T.index(x, t)
+                if kind == "lstm":
+                    h, c = cell(xt, (h, c), w_ih, w_hh, b_ih, b_hh)
+                else:
+                    h = cell(xt, h, w_ih, w_hh, b_ih, b_hh)
+                outs[t] = h
+            outs_dir.append(C.stack(outs, 0))
+            h_n.append(h)
+            c_n.append(c)
+        x = outs_dir[0] if dirs == 1 else T.concat(outs_dir, -1)
+    out = T.transpose(x, 0, 1) if batch_first else x
+    hn = C.stack(h_n, 0)
+    return (out, hn, C.stack(c_n, 0)) if kind == "lstm" else (out, hn)
+
+
+def _recurrent_op(kind):
+    def f(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: A002
+        return _recurrent(kind, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                          batch_first)
+    return f
+
+
 # --- pointwise activations ---------------------------------------------------------------------------
 
 def _act(fn):
@@ -372,6 +460,9 @@ ENTRIES = [
     (adaptive_avg_pool2d, ["adaptive_avg_pool2d"]), (interpolate, ["interpolate", "upsample"]),
     (pixel_shuffle, ["pixel_shuffle"]), (conv_transpose2d, ["conv_transpose2d"]),
     (multi_head_attention_forward, ["multi_head_attention_forward"]),
+    (lstm_cell, ["lstm_cell"]), (gru_cell, ["gru_cell"]), (rnn_tanh_cell, ["rnn_tanh_cell"]),
+    (rnn_relu_cell, ["rnn_relu_cell"]), (_recurrent_op("lstm"), ["lstm"]), (_recurrent_op("gru"), ["gru"]),
+    (_recurrent_op("rnn_tanh"), ["rnn_tanh"]), (_recurrent_op("rnn_relu"), ["rnn_relu"]),
     (_act(M.softplus), ["softplus"]), (_act(M.mish), ["mish"]), (_act(M.hardswish), ["hardswish"]),
     (_act(M.hardsigmoid), ["hardsigmoid"]), (_act(M.leaky_relu), ["leaky_relu"]), (M.prelu, ["prelu"]),
     (_act(elu), ["elu"]), (_act(selu), ["selu"]), (_act(celu), ["celu"]), (_act(hardtanh), ["hardtanh"]),

@@ -36,6 +36,12 @@ from .profile import Profile, TilePoint, get_last_profile, tile_curve
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)
 
+from . import ops as _ops, ops_composite as _ops_composite, ops_math as _ops_math, tensor as _tensor  # noqa: E402
+
+_tensor.OPERATIONS.update({name: op for name, op in globals().items()
+                           if callable(op) and getattr(op, "__module__", "") in
+                           (_ops.__name__, _ops_composite.__name__, _ops_math.__name__)})
+
 try:
     from . import isa  # the PTO ISA text tools (parse/print)
 except ModuleNotFoundError as _e:  # pragma: no cover - only while the module is being written

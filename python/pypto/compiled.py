@@ -6,6 +6,7 @@ from __future__ import annotations
 import operator
 
 from . import _C
+from . import autograd
 from . import dtypes as _dt
 from . import interop
 from .frontend.errors import PyptoError
@@ -212,8 +213,7 @@ class Lowered:
 
     def backward(self):
         """The derived backward (its vector-Jacobian product), as a Lowered kernel."""
-        from .autograd import derived
-        return _LoweredBackward(derived(self._entry))
+        return _LoweredBackward(autograd.derived(self._entry))
 
     @property
     def compiled_from_cache(self):

@@ -163,6 +163,7 @@ LAZY_IMPORTS = {
     "torch": "optional (torch interop), slow to import",
     "jax": "optional (bench peer)",
     "matplotlib": "optional (tile_curve's plot)",
+    "tqdm": "optional (autotune's progress bar, only on a terminal)",
     "pypto.torch_ops": "imports torch; loaded once the caller has imported torch",
 }
 

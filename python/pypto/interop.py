@@ -2,16 +2,17 @@
 kernel run receives, allocating outputs in the caller's array type, and conversions."""
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from . import _C
 from . import dtypes as _dt
 from .frontend.errors import AutogradError, PyptoError
+# Array kinds and the conversion into a Tensor's storage live in tensor.py (Tensor() needs them);
+# the glue below and its callers use them from here too.
 from .tensor import DLPACK, NUMPY, PYPTO, TORCH, Tensor, array_kind, as_numpy_storage, is_array, loaded_torch
 
 _torch = loaded_torch
+
 
 def array_info(x, what="argument"):
     """(pypto dtype, shape tuple) of an array; PyptoError for unsupported dtypes or devices."""

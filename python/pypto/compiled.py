@@ -4,6 +4,7 @@ or attributes), allocate the outputs in the caller's array type, run, rebuild th
 from __future__ import annotations
 
 import operator
+import os
 
 from . import _C
 from . import autograd
@@ -222,6 +223,15 @@ class Lowered:
 
     def compile(self):
         return self._entry.compile()
+
+    def export(self, path, emit=None):
+        """Write this kernel ahead of time, for use without Python or PyPTO: emit="so" a shared
+        library with a C header beside it (path with .h), "exe" a standalone executable that runs
+        the kernel on .npy files and prints its time, "cpp" / "exe.cpp" their C++ source, "ir" the
+        tile-level IR text (which `ptoc` reads). By default the path's suffix decides (.so, .cpp,
+        .pto or .ir; anything else an executable). Returns the paths written. The C ABI is in
+        docs/guide.md ("Ahead-of-time export")."""
+        return self.kernel.export(os.fspath(path), emit or "")
 
     def backward(self):
         """The derived backward (its vector-Jacobian product), as a Lowered kernel."""

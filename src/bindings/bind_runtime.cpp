@@ -12,6 +12,7 @@
 
 #include "bindings/arrays.h"
 #include "backends/cpu/compiler.h"
+#include "backends/cpu/export.h"
 #include "bindings/gil.h"
 #include "exec/loop_cost.h"
 #include "exec/openmp_bridge.h"
@@ -186,6 +187,15 @@ void bind_runtime(nb::module_& m) {
           },
           "builder"_a = nb::none(),
           "Per loop nest (cpu/nests.h): (source lines, global buffers written, flops, bytes, exact).")
+      .def(
+          "export",
+          [](const Kernel& k, const std::string& path, const std::string& emit) {
+            cpu::ExportKind kind = emit.empty() ? cpu::export_kind_for_path(path) : cpu::parse_export_kind(emit);
+            return interruptible_without_gil([&] { return cpu::export_kernel(k.lowered().isa, path, kind); });
+          },
+          "path"_a, "emit"_a = "",
+          "Write the kernel ahead of time (backends/cpu/export.h): emit 'so' (+ a C header), 'exe', 'cpp',\n"
+          "'exe.cpp' or 'ir'; '' picks by the path's suffix. Returns the files written.")
       .def("as_text", &Kernel::as_text, "level"_a, "levels: \"tensor\", \"tile\", \"isa\", \"source\" (cpu)")
       .def(
           "compile", [](Kernel& k) { return interruptible_without_gil([&] { return k.compile(); }); },

@@ -50,6 +50,7 @@ class Differentiator {
   void replay(const std::vector<ir::Stmt>& body, Env& env, std::set<const ir::Buffer*>& local);
   void sweep(const std::vector<ir::Stmt>& body, Env& env);
   void rule(const ir::StmtNode* s, const Env& env);   // autodiff_rules.cpp
+  void indexed_rows_rule(const ir::StmtNode* s, const Env& env);
   ir::BufferRef new_adjoint(const ir::Buffer& like);  // a zero-filled adjoint buffer
 
   // Helpers for the rules.

@@ -337,6 +337,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise PyptoError("embedding: PyPTO has no gather/embedding operation yet")
     if max_norm is not None:
         raise PyptoError("embedding: max_norm is not supported inside a kernel")
+    if scale_grad_by_freq:
+        raise PyptoError("embedding: scale_grad_by_freq is not supported inside a kernel")
     return fn(input, weight)
 
 
@@ -506,6 +508,9 @@ def _entries():
         (rms_norm, ["rms_norm"]), (dropout, ["dropout"]), (scaled_dot_product_attention,
                                                             ["scaled_dot_product_attention"]),
         (embedding, ["embedding"]), (pad, ["pad"]),
+        (X.gather, ["gather"]), (X.scatter, ["scatter"]), (X.scatter_add, ["scatter_add"]),
+        (X.index_select, ["index_select"]), (X.index_add, ["index_add"]), (X.index_add_, ["index_add_"]),
+        (X.index_put_, ["index_put_"]), (X.flip, ["flip"]),
         (cat, ["cat", "concat", "concatenate"]), (stack, ["stack"]), (C.split, ["split"]), (C.chunk, ["chunk"]),
         (unbind, ["unbind"]), (lambda x, *s: T.reshape(x, _varargs(s)), ["reshape", "view"]),
         (lambda x, o: T.reshape(x, tuple(o.shape)), ["reshape_as", "view_as"]),

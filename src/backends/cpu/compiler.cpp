@@ -469,6 +469,25 @@ std::string include_dir() {
 
 std::string kernel_path(const CompiledKernel& k) { return k.path; }
 
+void compile_file(const std::string& source_path, const std::string& out_path, bool shared) {
+  const std::string cxx = compiler_command();
+  const std::string inc = include_dir();
+  if (inc.empty()) throw Error("the PTO headers are missing (set PYPTO_INCLUDE_DIR)");
+  std::vector<std::string> argv = split_words(cxx);
+  if (argv.empty()) no_compiler(cxx, "empty PYPTO_CXX");
+  for (const std::string& f : all_flags(inc))
+    if (shared || (f != "-shared" && f != "-fvisibility=hidden")) argv.push_back(f);
+  argv.insert(argv.end(), {"-o", out_path, source_path});
+  if (!shared) argv.push_back("-pthread");
+  const double timeout = runtime::compile_timeout_seconds();
+  runtime::ProcessResult r = runtime::run_process(argv, timeout);
+  if (r.status == -1) no_compiler(cxx, std::strerror(r.spawn_error));
+  if (r.timed_out) timed_out(argv, timeout);
+  if (r.status != 0)
+    throw Error("C++ compilation of an exported kernel failed (exit status " + std::to_string(r.status) + "):\n" +
+                truncate_output(r.output) + "command: " + join(argv));
+}
+
 std::string host_cpu_key() { return sha256_hex(host_cpu_identity()).substr(0, 16); }
 std::string cache_dir() { return kernel_cache_dir(); }
 

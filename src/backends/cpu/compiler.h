@@ -45,6 +45,11 @@ void run(const CompiledKernel& k, const runtime::RunArgs& args, RunProfile* prof
 // The directory holding the include/pto headers: set_include_dir's, else $PYPTO_INCLUDE_DIR, else
 // found beside the library at run time (<package>/include, or the source tree's include/).
 void set_include_dir(const std::string& dir);
+// Compiles the C++ file `source_path` into `out_path` with the compiler and flags compile_cpp uses
+// (a shared object, or with shared=false an executable); throws ir::Error with the compiler's
+// output on failure. No cache: for exports (export.h).
+void compile_file(const std::string& source_path, const std::string& out_path, bool shared);
+
 // A short hash of this CPU's model and feature flags (part of every cache key), and the cache
 // directory (created if missing): per-machine records such as autotune results live there too.
 std::string host_cpu_key();

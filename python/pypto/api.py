@@ -7,7 +7,7 @@ from .jit import JitFunction
 
 
 def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
-        alignment=None, profile=False, autotune=False):
+        alignment=None, profile=False, autotune=False, sim_target=None):
     """Compile a Python function into a PyPTO kernel.
 
         @pypto.jit
@@ -20,11 +20,14 @@ def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, doubl
         def p(...): ...
         @pypto.jit(autotune=True)  # matmul tile sizes tuned per shape, the choice kept in the cache
         def t(...): ...
+        @pypto.jit(backend="sim", sim_target={"machine.cores": 8})  # the simulated NPU
+        def s(...): ...            # s.last_sim_report(): cycles, pipes, bytes, timeline
         compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
     """
     def wrap(f):
         k = JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                        double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile)
+                        double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile,
+                        sim_target=sim_target)
         if autotune:
             return Autotuned(k, configs=None)
         return k

@@ -6,7 +6,8 @@ pixel_shuffle and the remaining pointwise activations."""
 from __future__ import annotations
 
 from .errors import PyptoError
-from .values import Opcode
+from .index_ops import flip
+from .values import Opcode, TensorValue
 from . import composite_ops as C
 from . import math_ops as M
 from . import tensor_ops as T
@@ -71,7 +72,6 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
         x = T.full(lead + ((H - 1) * sh + 1, (W - 1) * sw + 1), 0.0, input.dtype)
         T.assign(T.index(x, (Ellipsis, slice(None, None, sh), slice(None, None, sw))), input)
     x = C.pad(x, (kw - 1 - pw, kw - 1 - pw + opw, kh - 1 - ph, kh - 1 - ph + oph), value=0.0)
-    from .index_ops import flip
     w = flip(T.transpose(weight, 0, 1), (-2, -1))
     return T.conv2d(x, w, bias, 1, 0, 1)
 
@@ -480,7 +480,6 @@ def install_helpers(F):
     orig = F._none_or_dtype
     if getattr(orig, "_pypto", False):
         return
-    from .values import TensorValue
 
     def _none_or_dtype(input):  # noqa: A002
         return input.dtype if isinstance(input, TensorValue) else orig(input)

@@ -34,7 +34,8 @@ namespace {
 runtime::Backend parse_backend(const std::string& s) {
   if (s == "interp") return runtime::Backend::Interp;
   if (s == "cpu") return runtime::Backend::Cpu;
-  throw ir::Error("unknown backend '" + s + "' (expected \"interp\" or \"cpu\")");
+  if (s == "sim") return runtime::Backend::Sim;
+  throw ir::Error("unknown backend '" + s + "' (expected \"interp\", \"cpu\" or \"sim\")");
 }
 
 std::string py_type_name(nb::handle h) {
@@ -204,7 +205,16 @@ void bind_runtime(nb::module_& m) {
           "Compile now (cpu backend); returns the seconds spent, 0 when it came from a cache.")
       .def("compiled_from_cache", &Kernel::compiled_from_cache)
       .def_prop_ro("backend",
-                   [](const Kernel& k) { return k.backend() == runtime::Backend::Cpu ? "cpu" : "interp"; })
+                   [](const Kernel& k) {
+                     switch (k.backend()) {
+                       case runtime::Backend::Cpu:
+                         return "cpu";
+                       case runtime::Backend::Sim:
+                         return "sim";
+                       default:
+                         return "interp";
+                     }
+                   })
       .def_prop_ro("log", [](const Kernel& k) { return k.lowered().log; })
       .def(
           "params",

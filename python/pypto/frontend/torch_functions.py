@@ -8,6 +8,7 @@ inputs, as any array reached from a kernel does."""
 from __future__ import annotations
 
 import difflib
+import linecache
 import math
 import os
 import sys
@@ -16,8 +17,10 @@ from .. import dtypes as _dt
 from . import composite_ops as C
 from . import contract_ops as K
 from . import index_ops as X
+from . import tracer
 from . import tensor_ops as T
 from .errors import PyptoError
+from .intrinsics import public_op_names
 from .values import Opcode, TensorValue
 
 _table = None          # torch callable -> implementation
@@ -254,8 +257,7 @@ def _tv(x):
     """A traced tensor for x (real tensors become kernel inputs)."""
     if isinstance(x, TensorValue):
         return x
-    from .tracer import current
-    tr = current()
+    tr = tracer.current()
     return T.wrap(tr, T.tensor_of(tr, x))
 
 
@@ -524,7 +526,7 @@ def _entries():
         (_like(0), ["zeros_like"]), (_like(1), ["ones_like"]), (_like(None), ["full_like", "empty_like"]),
         (lambda x, d=_dt.float32: T.cast(x, d), ["type"]),
         (lambda x, n=-1: C.one_hot(x, n), ["one_hot"]),
-        (lambda x, i: T.index(x, i), ["__getitem__"]),
+        (lambda x, i: X.index(x, i), ["__getitem__"]),
         (_new(0), ["new_zeros"]), (_new(1), ["new_ones"]), (_new(None), ["new_full", "new_empty"]),
         (K.einsum, ["einsum"]), (K.outer, ["outer", "ger"]), (K.baddbmm, ["baddbmm"]),
         (K.vector_norm, ["vector_norm"]), (K.norm, ["norm"]), (K.normalize, ["normalize"]),
@@ -601,10 +603,8 @@ def _name_of(func):
 def unsupported(name):
     """The error for a torch function PyPTO cannot express: the function, where it was called
     from (when that is not the kernel's own line, which the walker adds) and the nearest pypto.X."""
-    from .. import ops, ops_composite
     short = name.rsplit(".", 1)[-1].strip("_")
-    public = sorted(n for n in set(dir(ops)) | set(dir(ops_composite))
-                    if not n.startswith("_") and callable(getattr(ops, n, getattr(ops_composite, n, None))))
+    public = public_op_names()
     near = [short] if short in public else difflib.get_close_matches(short, public, n=1, cutoff=0.6)
     msg = f"{name} is not supported inside a PyPTO kernel"
     where = _caller_line()
@@ -629,7 +629,6 @@ def _caller_line():
                     fn.startswith(os.path.join(_PKG, "frontend", "expressions")):
                 return None
         elif not fn.startswith(torch_dir):
-            import linecache
             line = linecache.getline(fn, f.f_lineno).strip()
             return f"{fn}:{f.f_lineno}: {line}" if line else f"{fn}:{f.f_lineno}"
         f = f.f_back

@@ -358,7 +358,7 @@ def _describe(kernel, args, trace):
         [k for k, src in enumerate(trace.tr.inputs) if src[0] != "arg"])}
     for k in sorted(trace.tr.written):
         written.append(arg_pos[k] if k in arg_pos else imp_pos[k])
-    out_dtypes = tuple(getattr(torch, o.dtype.name) for o in trace.outputs)
+    out_dtypes = tuple(_dt.to_dtype(o.dtype).torch for o in trace.outputs)
     key += [("implicit", len(implicit)), ("written", tuple(written)), ("outs", out_dtypes)]
     return tuple(key), slots, static, tensors, scalars, implicit, written, out_dtypes
 

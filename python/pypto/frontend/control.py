@@ -241,8 +241,8 @@ class ControlFlow:
             if new.shape != tmp.shape:
                 raise PyptoError(f"'{name}' changes shape from {tmp.shape} to {new.shape} inside the loop/if; a "
                                  "value carried across iterations must keep its shape")
-            if new.dtype is not tmp.dtype:
-                new = T.cast(new, tmp.dtype)
+            if new.pdtype is not tmp.pdtype:
+                new = T.cast(new, tmp.pdtype)
             T.assign(tmp, new)
             self.locals[name] = tmp
 

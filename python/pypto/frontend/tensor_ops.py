@@ -217,7 +217,7 @@ def detach(x):
     """x as a constant for autodiff (no gradient flows through it); scalars are returned as they are."""
     if not isinstance(x, TensorValue):
         return x
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.detach(tensor_of(tr, x)))
 
 

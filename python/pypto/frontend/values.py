@@ -40,14 +40,20 @@ def const_value(x):
 class TensorValue:
     """A tensor inside a kernel being traced: a view of a parameter, an output or a temporary."""
 
-    __slots__ = ("tr", "bv", "shape", "dtype", "__weakref__")
+    __slots__ = ("tr", "bv", "shape", "pdtype", "__weakref__")
     __array_priority__ = 1000  # NumPy defers binary operators to us
 
     def __init__(self, tr, view):
         self.tr = tr
         self.bv = view
         self.shape = tuple(view.shape)
-        self.dtype = _dt.from_c(view.dtype_enum)
+        self.pdtype = _dt.from_c(view.dtype_enum)  # the pypto.dtype, whatever the caller's flavour
+
+    @property
+    def dtype(self):
+        """A pypto.dtype; a torch.dtype when the kernel was called with torch tensors, so that torch
+        code passes it on (torch.zeros_like(m, dtype=x.dtype), torch.finfo(x.dtype))."""
+        return self.pdtype.torch if self.tr.torch_flavour else self.pdtype
 
     # --- introspection ---------------------------------------------------------------------------
     @property
@@ -100,7 +106,7 @@ class TensorValue:
                          "use pypto operations on it")
 
     def __repr__(self):
-        return f"<traced tensor {self.bv.buffer_name} {self.dtype.name}{list(self.shape)}>"
+        return f"<traced tensor {self.bv.buffer_name} {self.pdtype.name}{list(self.shape)}>"
 
     __hash__ = object.__hash__
 

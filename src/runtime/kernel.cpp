@@ -16,13 +16,15 @@ namespace {
 
 using ir::Error;
 
-// Integral floats passed for integer scalars are normalised so every backend sees an int.
+// Integral floats passed for integer scalars are normalised so every backend sees an int; the
+// dimension symbols are bound from the argument shapes.
 const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& storage) {
-  bool need = false;
-  for (size_t j = 0; j < p.scalars.size(); ++j)
+  bool need = p.has_dynamic_dims();
+  for (size_t j = 0; j < p.caller_scalars(); ++j)
     need |= !ir::is_float(p.scalars[j].dtype) && args.scalars[j].is_float;
   if (!need) return args;
   storage = args;
+  bind_dim_symbols(p, storage.tensors, storage.scalars);
   for (size_t j = 0; j < p.scalars.size(); ++j) {
     ir::ScalarValue& v = storage.scalars[j];
     if (!ir::is_float(p.scalars[j].dtype) && v.is_float) v = ir::ScalarValue{false, int64_t(v.f), 0};
@@ -37,7 +39,9 @@ Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes:
       backend_(backend),
       written_(written_params(lowered_.isa)) {
   if (backend_ == Backend::Sim) {
-    sim_program_ = std::make_shared<const ir::Program>(sim::insert_sync(lowered_.isa));
+    sim_single_ = std::make_shared<const ir::Program>(sim::insert_sync(lowered_.isa));
+    if (options.double_buffer)
+      sim_double_ = std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa)));
     set_sim_target("");
   }
 }
@@ -50,9 +54,20 @@ void Kernel::set_sim_target(const std::string& description) {
   } catch (const std::invalid_argument& e) {
     throw Error(e.what());
   }
-  if (sim_program_) sim::place_tiles(*sim_program_, *t);  // a program that does not fit fails here
+  // Ping-pong buffers where they fit the target's memories, else single ones; a program whose
+  // single buffers do not fit fails here, naming the tile.
+  std::shared_ptr<const ir::Program> program = sim_single_;
+  if (sim_double_) {
+    try {
+      sim::place_tiles(*sim_double_, *t);
+      program = sim_double_;
+    } catch (const Error&) {
+    }
+  }
+  if (program == sim_single_ && sim_single_) sim::place_tiles(*sim_single_, *t);
   std::lock_guard<std::mutex> l(mu_);
   sim_target_ = std::move(t);
+  sim_program_ = std::move(program);
 }
 
 void Kernel::set_sim_timeline(bool on) {
@@ -71,11 +86,17 @@ std::string Kernel::as_text(const std::string& level) const {
   if (level == "isa") return ir::print(lowered_.isa);
   if (level == "source") return cpu::generate_cpp(lowered_.isa);  // for either backend: it is inspection
   if (level == "sim") {
+    std::lock_guard<std::mutex> l(mu_);
     if (!sim_program_)
       throw Error("IR level 'sim' is the simulator's program: make the kernel with backend='sim'");
     return ir::print(*sim_program_);
   }
   throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source', 'sim'");
+}
+
+std::vector<std::vector<int64_t>> Kernel::output_shapes(
+    const std::vector<std::vector<int64_t>>& input_shapes) const {
+  return ir::output_shapes(lowered_.tensor, input_shapes);
 }
 
 double Kernel::compile() {
@@ -123,13 +144,15 @@ void Kernel::run(const RunArgs& args, cpu::RunProfile* profile) {
   }
   if (backend_ == Backend::Sim) {
     std::shared_ptr<const target::NpuTarget> t;
+    std::shared_ptr<const ir::Program> program;
     bool timeline;
     {
       std::lock_guard<std::mutex> l(mu_);
       t = sim_target_;
+      program = sim_program_;
       timeline = sim_timeline_;
     }
-    auto report = std::make_shared<const sim::SimReport>(sim::simulate(*sim_program_, a, *t, timeline));
+    auto report = std::make_shared<const sim::SimReport>(sim::simulate(*program, a, *t, timeline));
     std::lock_guard<std::mutex> l(mu_);
     sim_report_ = std::move(report);
     return;

@@ -38,6 +38,10 @@ class Kernel {
   // use) and records each nest's span and each parallel chunk's (cpu/compiler.h); the
   // interpreter records nothing.
   void run(const RunArgs& args, cpu::RunProfile* profile = nullptr);
+  // Shapes of the Output params for inputs (the other params, in order) of these shapes: dynamic
+  // extents evaluated from the dimension symbols the inputs bind.
+  std::vector<std::vector<int64_t>> output_shapes(
+      const std::vector<std::vector<int64_t>>& input_shapes) const;
   // Compiles now (cpu); returns seconds spent, 0 when it came from a cache.
   double compile();
   // The profiling variant (nest timer hooks); seconds spent, 0 when it came from a cache.
@@ -59,7 +63,9 @@ class Kernel {
   std::string source_;
   std::shared_ptr<cpu::CompiledKernel> native_, profiling_;
   bool from_cache_ = false;
-  std::shared_ptr<const ir::Program> sim_program_;
+  // Sim: the ISA with flags, with single and (double_buffer) ping-pong buffers; the one that
+  // fits the target runs.
+  std::shared_ptr<const ir::Program> sim_single_, sim_double_, sim_program_;
   std::shared_ptr<const target::NpuTarget> sim_target_;
   std::shared_ptr<const sim::SimReport> sim_report_;
   bool sim_timeline_ = false;

@@ -206,7 +206,14 @@ std::vector<int64_t> Builder::broadcast_shapes(const std::vector<int64_t>& a, co
 Builder Builder::extending(const Program& p) {
   Builder b(p.name);
   auto& names = b.impl_->names;
-  for (auto& buf : p.params) names.insert(buf->name);
+  for (auto& buf : p.params) {
+    names.insert(buf->name);
+    // The dimension symbols of dynamic dims: the extents of new temporaries may use them.
+    std::vector<std::string> symbols;
+    for (const Expr& e : buf->dyn)
+      if (e) collect_vars(e, symbols);
+    for (auto& v : symbols) b.impl_->symbol_bounds[v] = Interval{0, kDynamicBound};
+  }
   for (auto& s : p.scalars) names.insert(s.name);
   for_each_stmt(p.body, [&](const Stmt& s) {
     if (!s->var.empty()) names.insert(s->var);

@@ -189,7 +189,7 @@ def gelu(x, approximate="none"):
 
 def clamp(x, lo=None, hi=None):
     """min(max(x, lo), hi), either bound optional (the CLAMP composite op)."""
-    tr = _find_tracer(x, lo, hi)
+    tr = find_tracer(x, lo, hi)
     return wrap(tr, tr.b.clamp(tensor_of(tr, x), None if lo is None else operand(tr, lo),
                                None if hi is None else operand(tr, hi)))
 

@@ -61,7 +61,7 @@ void Differentiator::analyse(const std::vector<Stmt>& body, std::vector<const St
         bufs_[s->buffer.get()].loops_at_alloc = loops;
         break;
       case StmtKind::OpStmt: {
-        if (auto d = view_of(s->op.args.empty() ? Operand(Expr()) : s->op.args[0]))
+        if (auto d = s->op.args.empty() ? nullptr : view_of(s->op.args[0]))
           bufs_[d->buf.get()].writes.push_back(s.get());
         for (const View* v : sources(s->op)) bufs_[v->buf.get()].reads.push_back(s.get());
         break;

@@ -14,7 +14,8 @@ from . import _C
 from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int32, int64, to_dtype)
 from .frontend.errors import PyptoError
 from .interop import from_numpy, from_torch, to_numpy, to_torch
-from .jit import JitFunction, jit
+from .api import jit
+from .jit import JitFunction
 from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, concat, conv2d, div,
                   divide, empty, empty_like, eq, erf, exp, floor, full, full_like, ge, gelu, gt, inplace,
                   layer_norm, le, log, log_softmax, lt, matmul, max, maximum, mean, min, minimum, mul,
@@ -24,6 +25,9 @@ from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, 
 from .ops_composite import (all, any, argmax, argmin, argsort, chunk, sort, topk, cummax, cummin, cumprod, cumsum, embedding, flip, gather, index_add, index_select,
                             logsumexp, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
                             std, tril, triu, var)
+from .ops_composite import (baddbmm, detach, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, einsum,
+                            huber_loss, kl_div, l1_loss, mse_loss, nll_loss, normalize, outer, smooth_l1_loss,
+                            vector_norm)
 from .ops_math import (absolute, arctan2, atan2, cbrt, ceil, ceil_div, clip, copysign, cos, equal, exp2, expm1,
                        fix, floor_divide, fmod, gcd, greater, greater_equal, hardsigmoid, hardswish, hypot,
                        isfinite, isinf, isnan, leaky_relu, less, less_equal, log1p, log2, log10, logical_and,
@@ -32,9 +36,20 @@ from .ops_math import (absolute, arctan2, atan2, cbrt, ceil, ceil_div, clip, cop
 from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor
-from .profile import Profile, TilePoint, get_last_profile, tile_curve
+from . import pipeline
+from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
+from .sim import SimReport
+from .profile import profiling
+from .profiling import machine_peak
+from .autotune import Autotuned, TuningResult, autotune
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)
+
+from . import ops as _ops, ops_composite as _ops_composite, ops_math as _ops_math, tensor as _tensor  # noqa: E402
+
+_tensor.OPERATIONS.update({name: op for name, op in globals().items()
+                           if callable(op) and getattr(op, "__module__", "") in
+                           (_ops.__name__, _ops_composite.__name__, _ops_math.__name__)})
 
 try:
     from . import isa  # the PTO ISA text tools (parse/print)

@@ -24,38 +24,18 @@ import numpy as np
 
 from . import autograd as _autograd
 from . import profile as _profile
+from . import sim as _sim
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
 from .frontend.source import SourceInfo
 from .frontend.trace import trace_kernel
+from .specialize import compile_options, default_backend, static_key
 from .tensor import Tensor
 
-_TILE_KEYS = {"m": "mm_tile_m", "n": "mm_tile_n", "k": "mm_tile_k", "rows": "tile_rows", "cols": "tile_cols",
-              "mm_tile_m": "mm_tile_m", "mm_tile_n": "mm_tile_n", "mm_tile_k": "mm_tile_k",
-              "tile_rows": "tile_rows", "tile_cols": "tile_cols"}
-
-
-def default_backend():
-    return "interp" if os.environ.get("PYPTO_INTERPRET", "") not in ("", "0") else "cpu"
-
-
-def _static_key(a):
-    """Key of a value that is part of the kernel's compile-time state."""
-    t = type(a)
-    if t in (int, float, bool, str, bytes) or a is None:
-        return (t, a)
-    if t in (tuple, list):
-        return (t, tuple(_static_key(e) for e in a))
-    if t is dict:
-        return (t, tuple((k, _static_key(v)) for k, v in a.items()))
-    if interop.is_array(a):
-        return interop.array_key(a)
-    try:
-        hash(a)
-        return ("h", a)
-    except TypeError:
-        return ("id", id(a))
+# The compile options, the default backend and the cache key of compile-time values live in
+# specialize.py (eager.py and torch_ops.py use them too).
+_options, _static_key = compile_options, static_key
 
 
 _torch_tensor = None  # torch.Tensor once torch is imported (it is optional)
@@ -72,7 +52,8 @@ def _bind_torch(torch):
     custom-op glue is loaded (outside any compiled region, as dynamo wants)."""
     global _torch_tensor, _torch_compiling, _torch_ops
     if _torch_ops is None:
-        from . import torch_ops
+        torch.utils._pytree.register_constant(JitFunction)  # a kernel passes through nonstrict_trace as is
+        from . import torch_ops  # needs torch, which is optional: loaded once torch is
         _torch_ops = torch_ops
         if os.environ.get("PYPTO_SHARE_THREADS", "1") != "0":
             _C.share_threads_with_openmp()  # parallel loops on torch's OpenMP threads
@@ -90,8 +71,6 @@ def _release_compiled():
     alive past that point (torch.compile's caches hold kernels) would be reported as leaks."""
     for k in list(_live_kernels):
         k._cache.clear()
-    from . import eager
-    eager._cache.clear()
 
 
 def _call_traced(kernel, args, kwargs):
@@ -136,30 +115,11 @@ class CacheInfo(NamedTuple):
     variants: list
 
 
-def _options(fusion, tiles, parallel, double_buffer, promote=True):
-    o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer), "promote": bool(promote)}
-    if fusion == "off":  # not even elementwise chains fuse
-        o["fusion"] = False
-        o["fusion_off"] = True
-    elif isinstance(fusion, (list, tuple)):
-        o["fusion"] = bool(fusion)
-        o["fusion_ops"] = [str(f) for f in fusion]
-    else:
-        o["fusion"] = bool(fusion)
-    if tiles is not None:
-        if isinstance(tiles, (tuple, list)):
-            if len(tiles) != 3:
-                raise PyptoError("tiles=(m, n, k) needs three sizes; or pass a dict like {'m': 64, 'n': 64, 'k': 64}")
-            tiles = dict(zip("mnk", tiles))
-        if not isinstance(tiles, dict):
-            raise PyptoError("tiles must be a dict like {'m': 64, 'n': 64, 'k': 64, 'rows': 32, 'cols': 256}")
-        for k, v in tiles.items():
-            if k not in _TILE_KEYS:
-                raise PyptoError(f"unknown tile size '{k}' (known: m, n, k, rows, cols)")
-            if not isinstance(v, int) or v <= 0:
-                raise PyptoError(f"tile size '{k}' must be a positive int, got {v!r}")
-            o[_TILE_KEYS[k]] = v
-    return o
+def _follow_profiling(on):
+    JitFunction._profile_calls = on
+
+
+_profile.state.listeners.append(_follow_profiling)
 
 
 # A fork() while another thread traces or compiles leaves that thread's lock held in the child,
@@ -176,9 +136,13 @@ class JitFunction:
     """A kernel: call it with arrays (NumPy, torch, pypto.Tensor, DLPack) and Python values."""
 
     _pypto_jit = True
+    # Whether calls run profiled: one attribute look-up on the call path. Class-wide, it follows
+    # PYPTO_PROFILE and open pypto.profiling() regions; a kernel made with profile=True sets it
+    # on itself.
+    _profile_calls = _profile.state.on
 
     def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
-                 promote=True, alignment=None):
+                 promote=True, alignment=None, profile=False, sim_target=None):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
@@ -191,8 +155,11 @@ class JitFunction:
             raise PyptoError(f"pypto.jit expects a Python function or bound method, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
-        if backend not in (None, "cpu", "interp"):
-            raise PyptoError(f"unknown backend {backend!r} (expected 'cpu' or 'interp')")
+        if backend not in (None, "cpu", "interp", "sim"):
+            raise PyptoError(f"unknown backend {backend!r} (expected 'cpu', 'interp' or 'sim')")
+        if sim_target is not None and backend != "sim":
+            raise PyptoError("sim_target= describes the simulated NPU: it needs backend='sim'")
+        self._sim_target = _sim.target_text(sim_target)
         self._func = func
         self._signature = inspect.signature(func)
         params = list(self._signature.parameters.values())
@@ -206,7 +173,10 @@ class JitFunction:
         self._backend = backend or default_backend()  # PYPTO_INTERPRET is read when the kernel is made
         self._options = _options(fusion, tiles, parallel, double_buffer, promote)
         self._made_with = dict(fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                               double_buffer=double_buffer, promote=promote, alignment=alignment)
+                               double_buffer=double_buffer, promote=promote, alignment=alignment,
+                               profile=profile, sim_target=sim_target)
+        if profile:
+            self._profile_calls = True  # shadows the class-wide flag below
         if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool)
                                       or alignment < 1 or alignment & (alignment - 1)):
             raise PyptoError(f"alignment must be a power of two (bytes), got {alignment!r}")
@@ -292,6 +262,8 @@ class JitFunction:
         trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
                              self._static_reasons)
         entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        if backend == "sim":
+            _sim.configure(entry.kernel, self._sim_target)
         entry.specialised = {self._names[i]: args[i] for i in sorted(self._static_args)
                              if i >= self._k0}
         entry.built_at_ns = _now()
@@ -312,6 +284,8 @@ class JitFunction:
         if _autograd.wants_grad(args):
             _profile.forget()
             return _autograd.call(self, args)
+        if self._profile_calls:
+            return self._profiled_call(args, t0)
         entries = self._cache.get(self._key(args))
         if entries is not None:
             e = entries[0]
@@ -331,6 +305,36 @@ class JitFunction:
         out = e.run(args, imp)
         _profile.record(e, t0, t_run)
         return out
+
+    def _profiled_call(self, args, t0):
+        e, imp = self._entry(args)
+        if imp and _autograd.wants_grad(imp):
+            _profile.forget()
+            return _autograd.call(self, args)
+        if e.backend == "cpu":
+            e.kernel.compile_profiling()  # before the clock starts: once per kernel (or from the disk cache)
+        t_run = _now()
+        out = e.run(args, imp, profiled=True)
+        _profile.record(e, t0, t_run, e.last_spans)
+        return out
+
+    def profile(self, *args, **kwargs):
+        """Run once on the profiling variant and return the pypto.Profile (per-nest times, FLOPs,
+        bytes, rates; `.result` holds what the call returned)."""
+        t0 = _now()
+        args = self._full_args(args, kwargs)
+        if self._alignment:
+            _profile.check_alignment(self, args[self._k0:])
+        out = self._profiled_call(args, t0)
+        p = _profile.get_last_profile()
+        p.result = out
+        return p
+
+    def last_sim_report(self):
+        """backend='sim': the pypto.SimReport (cycles, per-pipe busy time, bytes per memory path,
+        timeline) of this kernel's last call, or None."""
+        reports = [r for es in self._cache.values() for e in es if (r := _sim.report_of(e)) is not None]
+        return max(reports, key=lambda r: r.sequence, default=None)
 
     def with_options(self, **changes):
         """A new kernel from the same function with some jit options changed (e.g. tiles=...)."""
@@ -414,26 +418,6 @@ class _BoundKernel:
 
     def __repr__(self):
         return f"<bound pypto.jit kernel {self._kernel._func.__qualname__} of {self._self!r}>"
-
-
-def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
-        alignment=None):
-    """Compile a Python function into a PyPTO kernel.
-
-        @pypto.jit
-        def f(x, w): ...
-        @pypto.jit(fusion=True, backend="interp", tiles={"m": 64, "n": 64, "k": 64})
-        def g(...): ...
-        @pypto.jit(alignment=64)   # array arguments whose address is not a multiple of 64 raise
-        def h(...): ...
-        compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
-    """
-    def wrap(f):
-        return JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                           double_buffer=double_buffer, promote=promote, alignment=alignment)
-    if fn is None:
-        return wrap
-    return wrap(fn)
 
 
 if "torch" in sys.modules:

@@ -25,7 +25,8 @@ struct Env {
 
 class Differentiator {
  public:
-  Differentiator(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted);
+  Differentiator(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted,
+                 const IsDetached& detached);
   Backward run();
 
  private:
@@ -39,7 +40,7 @@ class Differentiator {
     std::vector<const ir::StmtNode*> writes;
     std::vector<const ir::StmtNode*> reads;
   };
-  void analyse(const std::vector<ir::Stmt>& body, std::vector<const ir::StmtNode*>& loops);
+  class Analysis;  // fills stmts_ and bufs_ (a visitor over the forward program)
   bool stale(const ir::Buffer* b, const ir::StmtNode* s, bool before_write) const;
   bool overwritten(const ir::Buffer* b) const;  // written more than once (an earlier value dies)
   bool needs_reversal(const ir::StmtNode* loop) const;
@@ -51,7 +52,8 @@ class Differentiator {
   // Building the backward.
   void replay(const std::vector<ir::Stmt>& body, Env& env, std::set<const ir::Buffer*>& local);
   void sweep(const std::vector<ir::Stmt>& body, Env& env);
-  void rule(const ir::StmtNode* s, const Env& env);   // autodiff_rules.cpp
+  void rule(const ir::StmtNode* s, const Env& env);  // autodiff_rules.cpp
+  void indexed_rows_rule(const ir::StmtNode* s, const Env& env);
   ir::BufferRef new_adjoint(const ir::Buffer& like);  // a zero-filled adjoint buffer
 
   // Helpers for the rules.
@@ -69,6 +71,7 @@ class Differentiator {
   const ir::Program& fwd_;
   Locate locate_;
   std::vector<bool> wanted_;
+  IsDetached detached_;
   ir::Builder b_;
   std::map<const ir::StmtNode*, StmtInfo> stmts_;
   std::map<const ir::Buffer*, BufInfo> bufs_;

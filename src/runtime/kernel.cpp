@@ -1,11 +1,14 @@
 // Kernel: lowers a tensor-level program once, then checks arguments and runs it on a backend.
 #include "runtime/kernel.h"
 
+#include <stdexcept>
+
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
+#include "backends/sim/simulator.h"
+#include "exec/arg_check.h"
 #include "ir/printer.h"
-#include "runtime/arg_check.h"
 #include "runtime/index_checks.h"
 
 namespace pypto::runtime {
@@ -32,14 +35,61 @@ const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& st
 Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes::PipelineOptions& options)
     : lowered_(passes::lower(tensor_program, options)),
       backend_(backend),
-      written_(written_params(lowered_.isa)) {}
+      written_(written_params(lowered_.isa)) {
+  if (backend_ == Backend::Sim) {
+    sim_single_ = std::make_shared<const ir::Program>(sim::insert_sync(lowered_.isa));
+    if (options.double_buffer)
+      sim_double_ = std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa)));
+    set_sim_target("");
+  }
+}
+
+void Kernel::set_sim_target(const std::string& description) {
+  std::shared_ptr<const target::NpuTarget> t;
+  try {
+    target::NpuTarget base = target::npu_target_from_env();
+    t = std::make_shared<const target::NpuTarget>(target::parse_npu_target(description, base));
+  } catch (const std::invalid_argument& e) {
+    throw Error(e.what());
+  }
+  // Ping-pong buffers where they fit the target's memories, else single ones; a program whose
+  // single buffers do not fit fails here, naming the tile.
+  std::shared_ptr<const ir::Program> program = sim_single_;
+  if (sim_double_) {
+    try {
+      sim::place_tiles(*sim_double_, *t);
+      program = sim_double_;
+    } catch (const Error&) {
+    }
+  }
+  if (program == sim_single_ && sim_single_) sim::place_tiles(*sim_single_, *t);
+  std::lock_guard<std::mutex> l(mu_);
+  sim_target_ = std::move(t);
+  sim_program_ = std::move(program);
+}
+
+void Kernel::set_sim_timeline(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  sim_timeline_ = on;
+}
+
+std::shared_ptr<const sim::SimReport> Kernel::last_sim_report() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return sim_report_;
+}
 
 std::string Kernel::as_text(const std::string& level) const {
   if (level == "tensor") return ir::print(lowered_.tensor);
   if (level == "tile") return ir::print(lowered_.tile);
   if (level == "isa") return ir::print(lowered_.isa);
   if (level == "source") return cpu::generate_cpp(lowered_.isa);  // for either backend: it is inspection
-  throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source'");
+  if (level == "sim") {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!sim_program_)
+      throw Error("IR level 'sim' is the simulator's program: make the kernel with backend='sim'");
+    return ir::print(*sim_program_);
+  }
+  throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source', 'sim'");
 }
 
 double Kernel::compile() {
@@ -63,7 +113,19 @@ double Kernel::compile() {
   return from_cache_ ? 0 : r.compile_seconds;
 }
 
-void Kernel::run(const RunArgs& args) {
+double Kernel::compile_profiling() {
+  if (backend_ != Backend::Cpu) return 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (profiling_) return 0;
+  }
+  cpu::CompileResult r = cpu::compile_cpp(cpu::generate_cpp(lowered_.isa, /*profile=*/true));
+  std::lock_guard<std::mutex> l(mu_);
+  if (!profiling_) profiling_ = r.kernel;
+  return r.from_memory || r.from_disk ? 0 : r.compile_seconds;
+}
+
+void Kernel::run(const RunArgs& args, cpu::RunProfile* profile) {
   const ir::Program& p = lowered_.isa;
   check_args(p, args, written_);
   RunArgs storage;
@@ -73,17 +135,32 @@ void Kernel::run(const RunArgs& args) {
     interp::interpret(p, a);
     return;
   }
+  if (backend_ == Backend::Sim) {
+    std::shared_ptr<const target::NpuTarget> t;
+    std::shared_ptr<const ir::Program> program;
+    bool timeline;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      t = sim_target_;
+      program = sim_program_;
+      timeline = sim_timeline_;
+    }
+    auto report = std::make_shared<const sim::SimReport>(sim::simulate(*program, a, *t, timeline));
+    std::lock_guard<std::mutex> l(mu_);
+    sim_report_ = std::move(report);
+    return;
+  }
   std::shared_ptr<cpu::CompiledKernel> k;
   {
     std::lock_guard<std::mutex> l(mu_);
-    k = native_;
+    k = profile ? profiling_ : native_;
   }
   if (!k) {
-    compile();
+    profile ? compile_profiling() : compile();
     std::lock_guard<std::mutex> l(mu_);
-    k = native_;
+    k = profile ? profiling_ : native_;
   }
-  cpu::run(*k, a);
+  cpu::run(*k, a, profile);
 }
 
 }  // namespace pypto::runtime

@@ -8,14 +8,20 @@ inputs, as any array reached from a kernel does."""
 from __future__ import annotations
 
 import difflib
+import linecache
 import math
 import os
 import sys
 
 from .. import dtypes as _dt
 from . import composite_ops as C
+from . import contract_ops as K
+from . import index_ops as X
+from . import torch_nn as NN
+from . import tracer
 from . import tensor_ops as T
 from .errors import PyptoError
+from .intrinsics import public_op_names
 from .values import Opcode, TensorValue
 
 _table = None          # torch callable -> implementation
@@ -131,6 +137,11 @@ def masked_fill(input, mask, value):  # noqa: A002
     return T.where(mask, value, input)
 
 
+def masked_fill_(input, mask, value):  # noqa: A002
+    T.assign(input, T.where(mask, value, input))
+    return input
+
+
 def _cmp(op):
     def f(input, other, *, out=None):  # noqa: A002
         _no_out(out)
@@ -151,7 +162,7 @@ def logical_or(input, other):  # noqa: A002
 
 
 def _as_bool(x):
-    return x if not isinstance(x, TensorValue) or x.dtype is _dt.bool_ else T.compare(Opcode.TCMP_NE, x, 0)
+    return x if not isinstance(x, TensorValue) or x.pdtype is _dt.bool_ else T.compare(Opcode.TCMP_NE, x, 0)
 
 
 # reductions
@@ -191,6 +202,10 @@ def _minmax(kind, op, arg):
         return _torch().return_types.max((values, arg(input, dim, keepdim))) if kind == "max" else \
             _torch().return_types.min((values, arg(input, dim, keepdim)))
     return f
+
+
+torch_max = _minmax("max", Opcode.TMAX, C.argmax)
+torch_min = _minmax("min", Opcode.TMIN, C.argmin)
 
 
 def _torch_tensor(x):
@@ -248,8 +263,7 @@ def _tv(x):
     """A traced tensor for x (real tensors become kernel inputs)."""
     if isinstance(x, TensorValue):
         return x
-    from .tracer import current
-    tr = current()
+    tr = tracer.current()
     return T.wrap(tr, T.tensor_of(tr, x))
 
 
@@ -281,7 +295,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # no
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
     if eps is None:  # torch's default: the machine epsilon of the input's dtype
-        eps = _torch().finfo(getattr(_torch(), input.dtype.name)).eps
+        eps = _torch().finfo(_dt.to_dtype(input.dtype).torch).eps
     return T.rms_norm(input, normalized_shape, weight, eps)
 
 
@@ -315,7 +329,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         scores = T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf"))
     elif attn_mask is not None:
         m = _tv(attn_mask)
-        if m.dtype is _dt.bool_:
+        if m.pdtype is _dt.bool_:
             scores = T.where(m, scores, float("-inf"))
         else:
             scores = T.binary(Opcode.TADD, scores, m)
@@ -329,6 +343,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise PyptoError("embedding: PyPTO has no gather/embedding operation yet")
     if max_norm is not None:
         raise PyptoError("embedding: max_norm is not supported inside a kernel")
+    if scale_grad_by_freq:
+        raise PyptoError("embedding: scale_grad_by_freq is not supported inside a kernel")
     return fn(input, weight)
 
 
@@ -427,6 +443,19 @@ def type_as(input, other):  # noqa: A002
     return T.cast(input, other.dtype)
 
 
+def _new(fill):
+    """x.new_zeros(size) / new_ones / new_full(size, value) / new_empty: x's dtype unless given."""
+    def f(input, *size, fill_value=None, dtype=None, **_):  # noqa: A002
+        if fill is None and size and not isinstance(size[-1], (tuple, list)) and len(size) >= 2 \
+                and isinstance(size[0], (tuple, list)):
+            size, fill_value = size[:-1], size[-1]  # new_full(size, value)
+        shape = _varargs(size)
+        d = _dt.to_dtype(dtype if dtype is not None else input.dtype)
+        value = fill if fill is not None else fill_value
+        return T.full(shape, value, d) if value is not None else T.empty(shape, d)
+    return f
+
+
 def _like(fill):
     def f(input, fill_value=None, *, dtype=None, **_):  # noqa: A002
         value = fill if fill is not None else fill_value
@@ -470,7 +499,7 @@ def _entries():
         (lambda x, m: T.clamp(x, None, m), ["clamp_max"]),
         (lambda a, b, **k: T.binary(Opcode.TMAX, a, b), ["maximum", "fmax"]),
         (lambda a, b, **k: T.binary(Opcode.TMIN, a, b), ["minimum", "fmin"]),
-        (where, ["where"]), (masked_fill, ["masked_fill"]),
+        (where, ["where"]), (masked_fill, ["masked_fill"]), (masked_fill_, ["masked_fill_"]),
         (_cmp(Opcode.TCMP_EQ), ["eq", "__eq__"]), (_cmp(Opcode.TCMP_NE), ["ne", "not_equal", "__ne__"]),
         (_cmp(Opcode.TCMP_LT), ["lt", "less", "__lt__"]), (_cmp(Opcode.TCMP_LE), ["le", "less_equal", "__le__"]),
         (_cmp(Opcode.TCMP_GT), ["gt", "greater", "__gt__"]),
@@ -478,13 +507,16 @@ def _entries():
         (logical_not, ["logical_not", "__invert__"]), (logical_and, ["logical_and", "__and__"]),
         (logical_or, ["logical_or", "__or__"]),
         (sum, ["sum"]), (mean, ["mean"]), (amax, ["amax"]), (amin, ["amin"]),
-        (_minmax("max", Opcode.TMAX, C.argmax), ["max"]), (_minmax("min", Opcode.TMIN, C.argmin), ["min"]),
+        (torch_max, ["max"]), (torch_min, ["min"]),
         (var, ["var"]), (std, ["std"]), (C.logsumexp, ["logsumexp"]), (C.any, ["any"]), (C.all, ["all"]),
         (C.argmax, ["argmax"]), (C.argmin, ["argmin"]),
         (softmax, ["softmax"]), (log_softmax, ["log_softmax"]), (layer_norm, ["layer_norm"]),
         (rms_norm, ["rms_norm"]), (dropout, ["dropout"]), (scaled_dot_product_attention,
                                                             ["scaled_dot_product_attention"]),
         (embedding, ["embedding"]), (pad, ["pad"]),
+        (X.gather, ["gather"]), (X.scatter, ["scatter"]), (X.scatter_add, ["scatter_add"]),
+        (X.index_select, ["index_select"]), (X.index_add, ["index_add"]), (X.index_add_, ["index_add_"]),
+        (X.index_put_, ["index_put_"]), (X.flip, ["flip"]),
         (cat, ["cat", "concat", "concatenate"]), (stack, ["stack"]), (C.split, ["split"]), (C.chunk, ["chunk"]),
         (unbind, ["unbind"]), (lambda x, *s: T.reshape(x, _varargs(s)), ["reshape", "view"]),
         (lambda x, o: T.reshape(x, tuple(o.shape)), ["reshape_as", "view_as"]),
@@ -494,12 +526,20 @@ def _entries():
         (expand, ["expand"]), (lambda x, o: T.broadcast_to(x, tuple(o.shape)), ["expand_as"]),
         (T.broadcast_to, ["broadcast_to"]), (repeat, ["repeat"]), (C.repeat_interleave, ["repeat_interleave"]),
         (narrow, ["narrow"]), (select, ["select"]), (C.tril, ["tril"]), (C.triu, ["triu"]), (C.roll, ["roll"]),
-        (to, ["to"]), (type_as, ["type_as"]), (_identity, ["contiguous", "detach", "requires_grad_"]),
+        (to, ["to"]), (type_as, ["type_as"]), (_identity, ["contiguous", "requires_grad_"]),
+        (T.detach, ["detach"]),
         (lambda x, **k: T.copy(x), ["clone"]),
         (_like(0), ["zeros_like"]), (_like(1), ["ones_like"]), (_like(None), ["full_like", "empty_like"]),
         (lambda x, d=_dt.float32: T.cast(x, d), ["type"]),
         (lambda x, n=-1: C.one_hot(x, n), ["one_hot"]),
-        (lambda x, i: T.index(x, i), ["__getitem__"]),
+        (lambda x, i: X.index(x, i), ["__getitem__"]),
+        (_new(0), ["new_zeros"]), (_new(1), ["new_ones"]), (_new(None), ["new_full", "new_empty"]),
+        (K.einsum, ["einsum"]), (K.outer, ["outer", "ger"]), (K.baddbmm, ["baddbmm"]),
+        (K.vector_norm, ["vector_norm"]), (K.norm, ["norm"]), (K.normalize, ["normalize"]),
+        (K.mse_loss, ["mse_loss"]), (K.l1_loss, ["l1_loss"]), (K.smooth_l1_loss, ["smooth_l1_loss"]),
+        (K.huber_loss, ["huber_loss"]), (K.nll_loss, ["nll_loss"]), (K.cross_entropy, ["cross_entropy"]),
+        (K.binary_cross_entropy, ["binary_cross_entropy"]), (K.kl_div, ["kl_div"]),
+        (K.binary_cross_entropy_with_logits, ["binary_cross_entropy_with_logits"]),
         (lambda x: x.dtype.is_floating_point, ["is_floating_point"]),
         (lambda x, **k: True, ["is_contiguous"]), (lambda x: x.dtype.itemsize, ["element_size"]),
         (lambda x: -1, ["get_device"]),
@@ -511,14 +551,15 @@ def _build():
     torch = _torch()
     import torch.nn.functional as F
     table = {}
-    for impl, names in _entries():
+    for impl, names in _entries() + NN.ENTRIES:
         for name in names:
             _methods.setdefault(name, impl)
-            for ns in (torch, torch.Tensor, F, torch.special):
+            for ns in (torch, torch.Tensor, F, torch.special, torch.linalg):
                 f = getattr(ns, name, None)
                 if f is not None and callable(f):
                     table.setdefault(f, impl)
     _table = table
+    NN.install_helpers(F)
 
 
 def dispatch(func, args, kwargs):
@@ -535,7 +576,7 @@ def dispatch(func, args, kwargs):
 
 # What torch code asks a tensor about itself (a traced tensor lives on the CPU, needs no grad).
 ATTRIBUTES = {"requires_grad": False, "is_cuda": False, "is_sparse": False, "is_quantized": False,
-              "is_meta": False, "grad": None, "is_leaf": True}
+              "is_meta": False, "grad": None, "is_leaf": True, **NN.ATTRIBUTES}
 
 
 def method(name):
@@ -569,10 +610,8 @@ def _name_of(func):
 def unsupported(name):
     """The error for a torch function PyPTO cannot express: the function, where it was called
     from (when that is not the kernel's own line, which the walker adds) and the nearest pypto.X."""
-    from .. import ops, ops_composite
     short = name.rsplit(".", 1)[-1].strip("_")
-    public = sorted(n for n in set(dir(ops)) | set(dir(ops_composite))
-                    if not n.startswith("_") and callable(getattr(ops, n, getattr(ops_composite, n, None))))
+    public = public_op_names()
     near = [short] if short in public else difflib.get_close_matches(short, public, n=1, cutoff=0.6)
     msg = f"{name} is not supported inside a PyPTO kernel"
     where = _caller_line()
@@ -597,7 +636,6 @@ def _caller_line():
                     fn.startswith(os.path.join(_PKG, "frontend", "expressions")):
                 return None
         elif not fn.startswith(torch_dir):
-            import linecache
             line = linecache.getline(fn, f.f_lineno).strip()
             return f"{fn}:{f.f_lineno}: {line}" if line else f"{fn}:{f.f_lineno}"
         f = f.f_back

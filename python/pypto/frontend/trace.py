@@ -3,13 +3,20 @@ must be unrolled or a scalar argument must be a compile-time constant, and descr
 (which outputs to allocate, how to rebuild the returned value)."""
 from __future__ import annotations
 
+import ast
 import numbers
+import sys
 
 from .. import interop
 from .errors import KernelSourceError, NeedsConcrete, PyptoError, Restart
 from .tracer import Path, Tracer
 from .values import TensorValue, is_expr
 from .walker import FunctionWalker
+from . import composite_ops, index_ops, math_ops, tensor_ops, torch_functions, values
+
+# TensorValue's methods call the operation modules, which sit above it: this driver binds them
+# before anything is traced.
+values.bind_operations(tensor_ops, composite_ops, index_ops, math_ops, torch_functions)
 
 MAX_RESTARTS = 64
 
@@ -50,6 +57,7 @@ def trace_kernel(src, names, args, static_args, unroll, backend, static_reasons=
 
 
 def _trace_once(tr, src, names, args):
+    tr.torch_flavour = any(interop.array_kind(v) == interop.TORCH or _is_module(v) for v in args)
     bound = {}
     for i, (name, v) in enumerate(zip(names, args)):
         if interop.is_array(v):
@@ -65,13 +73,18 @@ def _trace_once(tr, src, names, args):
     except NeedsConcrete as e:
         _resolve_at_top(tr, src, e)
     try:
-        outputs, template = _describe_result(tr, result)
+        outputs, template = describe_result(tr, result)
         program = tr.finish(outputs)
     except PyptoError as e:
         if isinstance(e, KernelSourceError):
             raise
         raise KernelSourceError(src.where(_last_return(src.fdef), str(e))) from None
     return Trace(tr, program, outputs, template)
+
+
+def _is_module(v):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(v, torch.nn.Module)
 
 
 def _resolve_at_top(tr, src, e):
@@ -89,14 +102,13 @@ def _resolve_at_top(tr, src, e):
 
 
 def _last_return(fdef):
-    import ast
     for n in reversed(list(ast.walk(fdef))):
         if isinstance(n, ast.Return):
             return n
     return fdef
 
 
-def _describe_result(tr, result):
+def describe_result(tr, result):
     """Output TensorValues (deduplicated) and a template to rebuild the returned value:
     ("out", k) | ("input", k) | ("static", v) | ("seq", type, [templates]) | ("dict", keys, [templates])."""
     outputs = []

@@ -4,6 +4,7 @@ parameters, the guards that say when a cached trace is still valid, and what the
 (loops to unroll, scalar arguments to specialise)."""
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import types
@@ -103,6 +104,9 @@ class Tracer:
         self.paths = {}                 # id(obj) -> (obj, Path) for objects reached from roots
         self.unroll = set(unroll)
         self.static_args = set(static_args)
+        # Called with torch tensors (or a module): tensor methods whose meaning differs between
+        # NumPy and torch follow torch (x.max(dim) gives (values, indices)).
+        self.torch_flavour = False
         self.loops = []                 # active symbolic loop frames (innermost last)
         self.sym_depth = 0              # nesting of symbolic loops and ifs
         self.owned = set()              # ids of Python containers the kernel created
@@ -197,7 +201,6 @@ class Tracer:
         named = getattr(obj, "named_parameters", None)
         if named is None or not callable(getattr(obj, "named_buffers", None)):
             return
-        import itertools
         for name, t in itertools.chain(named(), obj.named_buffers()):
             if t is not None and id(t) not in self.paths:
                 p = path

@@ -451,7 +451,8 @@ class Verifier {
           fail("allocated buffer %" + s->buffer->name + " must have kind temp");
         dynamic_dims(*s->buffer);
         declare_buffer(s->buffer);
-        if (level_ == Level::Tile && s->buffer->space != Space::Global) local_tile_size(*s->buffer);
+        if (level_ == Level::Tile && s->buffer->space != Space::Global && !s->buffer->is_dynamic())
+          local_tile_size(*s->buffer);
         break;
       case StmtKind::OpStmt:
         where_ = "`" + print(s->op) + "`";

@@ -26,8 +26,8 @@ from .ops_composite import (all, any, argmax, argmin, argsort, chunk, sort, topk
                             logsumexp, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
                             std, tril, triu, var)
 from .ops_composite import (baddbmm, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, einsum,
-                            huber_loss, kl_div, l1_loss, mse_loss, nll_loss, normalize, outer, smooth_l1_loss,
-                            vector_norm)
+                            huber_loss, kl_div, l1_loss, mse_loss, nll_loss, normalize, outer, scaled_mm,
+                            smooth_l1_loss, vector_norm)
 from .ops_math import (absolute, arctan2, atan2, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
                        bitwise_right_shift, bitwise_xor, cbrt, ceil, ceil_div, clip, copysign, cos, equal, exp2, expm1,
                        fix, floor_divide, fmod, gcd, greater, greater_equal, hardsigmoid, hardswish, hypot,

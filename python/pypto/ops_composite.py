@@ -197,6 +197,13 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
     """beta * input + alpha * (batch1 @ batch2)."""
 
 
+@_op(_K.scaled_mm)
+def scaled_mm(a, b, scale_a=1.0, scale_b=1.0, bias=None, out_dtype=None):
+    """(a @ b) * scale_a * scale_b (+ bias) with per-row scale_a (M,) / (M, 1) and per-column
+    scale_b (N,) / (1, N) (or single numbers): int8/uint8/int16/int32 inputs multiply exactly in
+    int32, float inputs in float32; the result is float32 unless out_dtype says otherwise."""
+
+
 @_op(_K.vector_norm)
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
     """The vector p-norm over `dim` (all elements when None): ord 2, 1, inf, -inf, 0 or p > 0."""

@@ -124,3 +124,31 @@ def test_eager_bitwise_on_torch_int8():
     got = pypto.bitwise_xor(a, pypto.right_shift(a, 1))
     assert isinstance(got, torch.Tensor) and got.dtype == torch.int8
     np.testing.assert_array_equal(got.numpy(), (a ^ (a >> 1)).numpy())
+
+
+def scaled_mm_kernel(a, b, sa, sb, fa, fb):
+    return pypto.scaled_mm(a, b, sa, sb), pypto.scaled_mm(fa, fb, 0.5, sb, out_dtype=pypto.float64)
+
+
+def test_scaled_mm_int8_rowwise_scales(backend):
+    rng = np.random.default_rng(5)
+    m, k, n = 37, 70, 21
+    a = extreme_ints(rng, np.int8, (m, k))
+    b = extreme_ints(rng, np.int8, (k, n))
+    sa = rng.uniform(0.5, 2.0, m).astype(np.float32)
+    sb = rng.uniform(0.5, 2.0, (1, n)).astype(np.float32)
+    fa = rng.standard_normal((m, k)).astype(np.float16)
+    fb = rng.standard_normal((k, n)).astype(np.float16)
+    got, gotf = jit(scaled_mm_kernel, backend)(a, b, sa, sb, fa, fb)
+    acc = a.astype(np.int64) @ b.astype(np.int64)  # |acc| <= 70 * 128 * 128: exact in int32
+    ref = acc * sa.astype(np.float64)[:, None] * sb.astype(np.float64)
+    assert np.asarray(got).dtype == np.float32 and np.asarray(gotf).dtype == np.float64
+    assert np.linalg.norm(np.asarray(got, np.float64) - ref) <= 1e-6 * np.linalg.norm(ref)
+    reff = (fa.astype(np.float64) @ fb.astype(np.float64)) * 0.5 * sb.astype(np.float64)
+    assert np.linalg.norm(np.asarray(gotf) - reff) <= 1e-5 * np.linalg.norm(reff)
+
+
+def test_scaled_mm_rejects_bad_scales():
+    with pytest.raises(pypto.PyptoError, match="scale_b"):
+        jit(scaled_mm_kernel, "interp")(np.ones((3, 4), np.int8), np.ones((4, 5), np.int8), np.ones(3, np.float32),
+                                        np.ones(4, np.float32), np.ones((3, 4), np.float32), np.ones((4, 5), np.float32))

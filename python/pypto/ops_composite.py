@@ -159,6 +159,12 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
     reduce='add' accumulates."""
 
 
+@_op(_X.masked_select)
+def masked_select(x, mask, fill=0):
+    """(values, count): the elements of x where mask is true, in row-major order, in a 1-d buffer
+    of x.numel() elements (the static bound) whose tail past count is fill."""
+
+
 @_op(_X.scatter_add)
 def scatter_add(x, dim, index, src):
     """torch.scatter_add (out of place)."""

@@ -152,3 +152,55 @@ def test_scaled_mm_rejects_bad_scales():
     with pytest.raises(pypto.PyptoError, match="scale_b"):
         jit(scaled_mm_kernel, "interp")(np.ones((3, 4), np.int8), np.ones((4, 5), np.int8), np.ones(3, np.float32),
                                         np.ones(4, np.float32), np.ones((3, 4), np.float32), np.ones((4, 5), np.float32))
+
+
+def masked_kernel(x, m, rows):
+    y = x * 1.0
+    y[m] = -5.0
+    z = x * 2.0
+    z[rows] = 0.0  # a mask over the leading dimension: whole rows
+    vals, count = pypto.masked_select(x, m)
+    filled, _ = pypto.masked_select(x, rows, fill=7.0)
+    return y, z, vals, count, filled
+
+
+def test_boolean_mask_writes_and_masked_select(backend):
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((5, 6)).astype(np.float32)
+    x.flat[:3] = [np.nan, np.inf, -np.inf]
+    m = rng.random((5, 6)) > 0.4
+    rows = np.array([True, False, True, True, False])
+    y, z, vals, count, filled = jit(masked_kernel, backend)(x, m, rows)
+    tx, tm, tr = map(torch.from_numpy, (x, m, rows))
+    ty, tz = tx.clone(), tx * 2
+    ty[tm] = -5.0
+    tz[tr] = 0.0
+    np.testing.assert_array_equal(np.asarray(y), ty.numpy())
+    np.testing.assert_array_equal(np.asarray(z), tz.numpy())
+    sel = torch.masked_select(tx, tm).numpy()
+    assert int(np.asarray(count)) == sel.size and np.asarray(vals).shape == (30,)
+    np.testing.assert_array_equal(np.asarray(vals)[:sel.size], sel)
+    np.testing.assert_array_equal(np.asarray(vals)[sel.size:], 0)
+    selr = tx[tr].reshape(-1).numpy()
+    np.testing.assert_array_equal(np.asarray(filled), np.concatenate([selr, np.full(30 - selr.size, 7.0, np.float32)]))
+
+
+def read_mask_kernel(x, m):
+    return x[m]
+
+
+def test_reading_by_mask_names_the_alternatives():
+    with pytest.raises(pypto.PyptoError, match="masked_select"):
+        jit(read_mask_kernel, "interp")(np.ones((2, 2), np.float32), np.ones((2, 2), np.bool_))
+
+
+def cumsum_then_scale(x):
+    return pypto.cumsum(x, 1) * 2.0
+
+
+def test_a_scan_feeds_an_elementwise_consumer(backend):
+    # Regression: the scan's last pass writes its buffer in pieces; fusion used to treat the last
+    # piece as the whole buffer and the consumer read it at the wrong offset.
+    x = np.random.default_rng(2).standard_normal((3, 30))
+    got = np.asarray(jit(cumsum_then_scale, backend)(x))
+    np.testing.assert_allclose(got, np.cumsum(x, 1) * 2.0, rtol=1e-12, atol=1e-12)

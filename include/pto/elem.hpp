@@ -53,9 +53,9 @@ PTO_INLINE D cast(S x) {
     // Saturating, NaN -> 0. Every select is computed unconditionally (the conversion sees only
     // in-range values), so loops over it vectorise.
     using L = std::numeric_limits<D>;
-    constexpr S lo = S(L::min());                  // 0 / -2^(bits-1): exact in float and double
+    constexpr S lo = S(L::min());                 // 0 / -2^(bits-1): exact in float and double
     constexpr S hi = S(2) * S(L::max() / 2 + 1);  // 2^bits / 2^(bits-1): the first value out of range
-    const S c = x == x ? x : S(0);  // NaN -> 0
+    const S c = x == x ? x : S(0);                // NaN -> 0
     const S in = c < lo ? lo : (c < hi ? c : lo);
     D r = D(in);
     r = c >= hi ? L::max() : r;
@@ -321,15 +321,15 @@ PTO_INLINE T lor(T a, T b) {
 // ---- bitwise and shifts (integers; floats as bnot) -------------------------------------------------
 // A narrow type (i8/u8/i16) computes in i32 and is narrowed when stored: the same bits as the
 // operation in the narrow type, shifts included (a shift past the narrow width leaves 0 or -1).
-#define PTO_ELEM_BITWISE(name, expr)                                     \
-  template <class T>                                                     \
-  PTO_INLINE T name(T a, T b) {                                          \
-    if constexpr (is_float_v<T>)                                         \
-      return T(name(cast<int64_t>(a), cast<int64_t>(b)));                \
-    else                                                                 \
-      return expr;                                                       \
+#define PTO_ELEM_BITWISE(name, expr)                      \
+  template <class T>                                      \
+  PTO_INLINE T name(T a, T b) {                           \
+    if constexpr (is_float_v<T>)                          \
+      return T(name(cast<int64_t>(a), cast<int64_t>(b))); \
+    else                                                  \
+      return expr;                                        \
   }
-PTO_ELEM_BITWISE(band, T(a & b))
+PTO_ELEM_BITWISE(band, T(a& b))
 PTO_ELEM_BITWISE(bor, T(a | b))
 PTO_ELEM_BITWISE(bxor, T(a ^ b))
 #undef PTO_ELEM_BITWISE

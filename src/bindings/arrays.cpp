@@ -93,8 +93,9 @@ ir::DType dtype_from_dlpack(nb::dlpack::dtype t) {
         break;
     }
   }
-  throw ir::Error("unsupported array dtype " + describe(t) +
-                  " (supported: float32, float16, bfloat16, float64, int32, int64, int16, int8, uint8, bool)");
+  throw ir::Error(
+      "unsupported array dtype " + describe(t) +
+      " (supported: float32, float16, bfloat16, float64, int32, int64, int16, int8, uint8, bool)");
 }
 
 nb::dlpack::dtype dlpack_from_dtype(ir::DType t) {

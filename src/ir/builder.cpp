@@ -509,10 +509,11 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
             op == Opcode::TCOPYSIGN) &&
            !is_float(t))
     t = DType::F32;
-  const bool int_only = op == Opcode::TGCD || op == Opcode::TBAND || op == Opcode::TBOR || op == Opcode::TBXOR ||
-                        op == Opcode::TSHL || op == Opcode::TSHR;
+  const bool int_only = op == Opcode::TGCD || op == Opcode::TBAND || op == Opcode::TBOR ||
+                        op == Opcode::TBXOR || op == Opcode::TSHL || op == Opcode::TSHR;
   if (int_only && is_float(t))
-    throw Error(std::string(opcode_name(op)) + ": needs integer or bool tensors, got " + std::string(dtype_name(t)));
+    throw Error(std::string(opcode_name(op)) + ": needs integer or bool tensors, got " +
+                std::string(dtype_name(t)));
   View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));
   impl_->emit_op(op, {out, a, b});
   return out;

@@ -56,7 +56,7 @@ TEST(ElemSemantics, FloatToIntSaturatesNanIsZero) {
   EXPECT_EQ(e::cast<int64_t>(std::nanf("")), 0);
   EXPECT_EQ(e::cast<int32_t>(2147483648.0f), INT32_MAX);
   EXPECT_EQ(e::cast<int32_t>(int64_t(1) << 32 | 5), 5);  // int -> int wraps
-  EXPECT_EQ(e::cast<bool>(kNaN), 1);  // NaN is true
+  EXPECT_EQ(e::cast<bool>(kNaN), 1);                     // NaN is true
   EXPECT_EQ(e::cast<bool>(-0.0), 0);
   // The small integers: saturating from floats (NaN -> 0), wrapping from integers.
   EXPECT_EQ(e::cast<int8_t>(kNaN), 0);

@@ -3,7 +3,8 @@
 // Row reductions keep a block of independent lane accumulators (which the compiler maps onto
 // SIMD registers) and combine them pairwise at the end: vectorised without -ffast-math, and more
 // accurate than one running sum. Empty reductions give 0 (sum), -inf (max), +inf (min); integer
-// max/min start from the type's limits. A sum accumulates in the promotion of src and dst types. Max/min propagate NaN like TMAX/TMIN.
+// max/min start from the type's limits. A sum accumulates in the promotion of src and dst types. Max/min
+// propagate NaN like TMAX/TMIN.
 #pragma once
 #include "pto/cpu/elementwise.hpp"
 #include "pto/cpu/types.hpp"

@@ -25,8 +25,8 @@ from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, 
 from .ops_composite import (all, any, argmax, argmin, argsort, chunk, sort, topk, cummax, cummin, cumprod, cumsum, embedding, flip, gather, index_add, index_select,
                             logsumexp, masked_select, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
                             std, tril, triu, var)
-from .ops_composite import (baddbmm, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, einsum,
-                            huber_loss, kl_div, l1_loss, mse_loss, nll_loss, normalize, outer, scaled_mm,
+from .ops_composite import (baddbmm, detach, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
+                            einsum, huber_loss, kl_div, l1_loss, mse_loss, nll_loss, normalize, outer, scaled_mm,
                             smooth_l1_loss, vector_norm)
 from .ops_math import (absolute, arctan2, atan2, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
                        bitwise_right_shift, bitwise_xor, cbrt, ceil, ceil_div, clip, copysign, cos, equal, exp2, expm1,
@@ -37,7 +37,9 @@ from .ops_math import (absolute, arctan2, atan2, bitwise_and, bitwise_left_shift
 from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor
+from . import pipeline
 from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
+from .sim import SimReport
 from .profiling import machine_peak, profiling
 from .autotune import Autotuned, TuningResult, autotune
 

@@ -214,7 +214,7 @@ class Lowered:
         self.kernel = entry.kernel
 
     def as_text(self, level="tensor"):
-        levels = ("tensor", "tile", "isa", "source")
+        levels = ("tensor", "tile", "isa", "source", "sim")  # sim: the ISA with the simulator's sync flags
         if level not in levels:
             raise PyptoError(f"unknown level {level!r}; expected one of {', '.join(levels)}")
         return self.kernel.as_text(level)

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import autograd as _autograd
 from . import profile as _profile
+from . import sim as _sim
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
@@ -162,6 +163,13 @@ def _options(fusion, tiles, parallel, double_buffer, promote=True):
     return o
 
 
+def _follow_profiling(on):
+    JitFunction._profile_calls = on
+
+
+_profile.state.listeners.append(_follow_profiling)
+
+
 # A fork() while another thread traces or compiles leaves that thread's lock held in the child,
 # where no thread would ever release it: the child gets fresh locks.
 def _fresh_locks_in_child():
@@ -176,9 +184,13 @@ class JitFunction:
     """A kernel: call it with arrays (NumPy, torch, pypto.Tensor, DLPack) and Python values."""
 
     _pypto_jit = True
+    # Whether calls run profiled: one attribute look-up on the call path. Class-wide, it follows
+    # PYPTO_PROFILE and open pypto.profiling() regions; a kernel made with profile=True sets it
+    # on itself.
+    _profile_calls = _profile.state.on
 
     def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
-                 promote=True, alignment=None, profile=False):
+                 promote=True, alignment=None, profile=False, sim_target=None):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
@@ -191,8 +203,11 @@ class JitFunction:
             raise PyptoError(f"pypto.jit expects a Python function or bound method, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
-        if backend not in (None, "cpu", "interp"):
-            raise PyptoError(f"unknown backend {backend!r} (expected 'cpu' or 'interp')")
+        if backend not in (None, "cpu", "interp", "sim"):
+            raise PyptoError(f"unknown backend {backend!r} (expected 'cpu', 'interp' or 'sim')")
+        if sim_target is not None and backend != "sim":
+            raise PyptoError("sim_target= describes the simulated NPU: it needs backend='sim'")
+        self._sim_target = _sim.target_text(sim_target)
         self._func = func
         self._signature = inspect.signature(func)
         params = list(self._signature.parameters.values())
@@ -207,8 +222,9 @@ class JitFunction:
         self._options = _options(fusion, tiles, parallel, double_buffer, promote)
         self._made_with = dict(fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
                                double_buffer=double_buffer, promote=promote, alignment=alignment,
-                               profile=profile)
-        self._profiled = bool(profile)
+                               profile=profile, sim_target=sim_target)
+        if profile:
+            self._profile_calls = True  # shadows the class-wide flag below
         if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool)
                                       or alignment < 1 or alignment & (alignment - 1)):
             raise PyptoError(f"alignment must be a power of two (bytes), got {alignment!r}")
@@ -294,6 +310,8 @@ class JitFunction:
         trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
                              self._static_reasons)
         entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        if backend == "sim":
+            _sim.configure(entry.kernel, self._sim_target)
         entry.specialised = {self._names[i]: args[i] for i in sorted(self._static_args)
                              if i >= self._k0}
         entry.built_at_ns = _now()
@@ -314,7 +332,7 @@ class JitFunction:
         if _autograd.wants_grad(args):
             _profile.forget()
             return _autograd.call(self, args)
-        if self._profiled or _profile.state.on:
+        if self._profile_calls:
             return self._profiled_call(args, t0)
         entries = self._cache.get(self._key(args))
         if entries is not None:
@@ -359,6 +377,12 @@ class JitFunction:
         p = _profile.get_last_profile()
         p.result = out
         return p
+
+    def last_sim_report(self):
+        """backend='sim': the pypto.SimReport (cycles, per-pipe busy time, bytes per memory path,
+        timeline) of this kernel's last call, or None."""
+        reports = [r for es in self._cache.values() for e in es if (r := _sim.report_of(e)) is not None]
+        return max(reports, key=lambda r: r.sequence, default=None)
 
     def with_options(self, **changes):
         """A new kernel from the same function with some jit options changed (e.g. tiles=...)."""
@@ -445,7 +469,7 @@ class _BoundKernel:
 
 
 def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
-        alignment=None, profile=False, autotune=False):
+        alignment=None, profile=False, autotune=False, sim_target=None):
     """Compile a Python function into a PyPTO kernel.
 
         @pypto.jit
@@ -458,11 +482,14 @@ def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, doubl
         def p(...): ...
         @pypto.jit(autotune=True)  # matmul tile sizes tuned per shape, the choice kept in the cache
         def t(...): ...
+        @pypto.jit(backend="sim", sim_target={"machine.cores": 8})  # the simulated NPU
+        def s(...): ...            # s.last_sim_report(): cycles, pipes, bytes, timeline
         compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
     """
     def wrap(f):
         k = JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                        double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile)
+                        double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile,
+                        sim_target=sim_target)
         if autotune:
             from .autotune import Autotuned
             return Autotuned(k, configs=None)

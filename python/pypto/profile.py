@@ -30,9 +30,12 @@ class _State:
         self.regions = []
         self.on = self.env
         self.lock = threading.Lock()
+        self.listeners = []  # called with the new value of `on` (jit.py keeps its call-path flag)
 
     def update(self):
         self.on = self.env or bool(self.regions)
+        for f in self.listeners:
+            f(self.on)
 
 
 state = _State()
@@ -99,6 +102,8 @@ class Profile:
         self.nest_spans, self.chunk_spans = spans if spans is not None else ([], [])
         self.profiled = spans is not None
         self.nests = self._nests(entry) if spans is not None else []
+        from .sim import report_of
+        self.sim = report_of(entry)  # backend='sim': the pypto.SimReport of the run (cycles, pipes)
 
     def _nests(self, entry):
         infos = entry.nest_info()

@@ -1,9 +1,12 @@
 // Kernel: lowers a tensor-level program once, then checks arguments and runs it on a backend.
 #include "runtime/kernel.h"
 
+#include <stdexcept>
+
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
+#include "backends/sim/simulator.h"
 #include "exec/arg_check.h"
 #include "ir/printer.h"
 #include "runtime/index_checks.h"
@@ -32,14 +35,47 @@ const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& st
 Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes::PipelineOptions& options)
     : lowered_(passes::lower(tensor_program, options)),
       backend_(backend),
-      written_(written_params(lowered_.isa)) {}
+      written_(written_params(lowered_.isa)) {
+  if (backend_ == Backend::Sim) {
+    sim_program_ = std::make_shared<const ir::Program>(sim::insert_sync(lowered_.isa));
+    set_sim_target("");
+  }
+}
+
+void Kernel::set_sim_target(const std::string& description) {
+  std::shared_ptr<const target::NpuTarget> t;
+  try {
+    target::NpuTarget base = target::npu_target_from_env();
+    t = std::make_shared<const target::NpuTarget>(target::parse_npu_target(description, base));
+  } catch (const std::invalid_argument& e) {
+    throw Error(e.what());
+  }
+  if (sim_program_) sim::place_tiles(*sim_program_, *t);  // a program that does not fit fails here
+  std::lock_guard<std::mutex> l(mu_);
+  sim_target_ = std::move(t);
+}
+
+void Kernel::set_sim_timeline(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  sim_timeline_ = on;
+}
+
+std::shared_ptr<const sim::SimReport> Kernel::last_sim_report() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return sim_report_;
+}
 
 std::string Kernel::as_text(const std::string& level) const {
   if (level == "tensor") return ir::print(lowered_.tensor);
   if (level == "tile") return ir::print(lowered_.tile);
   if (level == "isa") return ir::print(lowered_.isa);
   if (level == "source") return cpu::generate_cpp(lowered_.isa);  // for either backend: it is inspection
-  throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source'");
+  if (level == "sim") {
+    if (!sim_program_)
+      throw Error("IR level 'sim' is the simulator's program: make the kernel with backend='sim'");
+    return ir::print(*sim_program_);
+  }
+  throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source', 'sim'");
 }
 
 double Kernel::compile() {
@@ -83,6 +119,19 @@ void Kernel::run(const RunArgs& args, cpu::RunProfile* profile) {
   check_indices(lowered_.tensor, a);
   if (backend_ == Backend::Interp) {
     interp::interpret(p, a);
+    return;
+  }
+  if (backend_ == Backend::Sim) {
+    std::shared_ptr<const target::NpuTarget> t;
+    bool timeline;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      t = sim_target_;
+      timeline = sim_timeline_;
+    }
+    auto report = std::make_shared<const sim::SimReport>(sim::simulate(*sim_program_, a, *t, timeline));
+    std::lock_guard<std::mutex> l(mu_);
+    sim_report_ = std::move(report);
     return;
   }
   std::shared_ptr<cpu::CompiledKernel> k;

@@ -41,7 +41,8 @@ const void* element_key(const GlobalBuf& b, int64_t a) {
 }
 }  // namespace
 
-Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
+Machine::Machine(const Program& p, const runtime::RunArgs& args, ExecObserver* observer)
+    : prog_(p), observer_(observer) {
   runtime::check_args(p, args, runtime::written_params(p));
   for (size_t k = 0; k < p.params.size(); ++k) {
     const Buffer& b = *p.params[k];
@@ -121,14 +122,18 @@ void Machine::exec_for(const StmtNode& s) {
     // and record their accesses, so a dependence between them is an error, not a lucky pass.
     std::vector<int64_t> values =
         parallel_iterations(lo, hi, step, parallel_, std::hash<std::string>{}(s.var) ^ races_.depth());
+    const size_t depth = races_.depth();
     races_.enter(s.var, values);
+    if (observer_) observer_->on_parallel_enter(depth, int64_t(values.size()));
     for (size_t k = 0; k < values.size(); ++k) {
       if (runtime::stop_requested()) throw runtime::Interrupted();  // Ctrl-C, between iterations
       races_.iteration(k);
+      if (observer_) observer_->on_parallel_iteration(depth, int64_t((values[k] - lo) / step));
       env_[s.var] = ScalarValue{false, values[k], 0};
       exec_block(s.body);
     }
     races_.leave();
+    if (observer_) observer_->on_parallel_leave(depth);
   } else {
     for (__int128 t = 0, trips = trip_count(lo, hi, step); t < trips; ++t) {
       if (runtime::stop_requested()) throw runtime::Interrupted();
@@ -212,6 +217,34 @@ void Machine::exec_op(const Op& op) {
       exec_sync(*this, op);
       break;
   }
+  if (observer_) {
+    std::vector<ScalarValue> scalars;
+    for (size_t i = 0; i < op.args.size(); ++i)
+      if (is_scalar(op, i)) scalars.push_back(scalar(op, i));
+    observer_->on_op(op, operand_uses(op), scalars);
+  }
+}
+
+std::vector<OperandUse> Machine::operand_uses(const Op& op) {
+  std::vector<OperandUse> uses;
+  for (size_t i = 0; i < op.args.size(); ++i) {
+    const View* v = std::get_if<View>(&op.args[i]);
+    if (!v || !v->buf) continue;
+    OperandUse u{v->buf.get(), i == 0, 0, 0};
+    if (v->buf->space == Space::Global) {
+      const GView g = global_view(op, i);
+      u.rows = g.rows;
+      u.cols = g.cols;
+    } else {
+      auto it = tiles_.find(v->buf->name);
+      if (it != tiles_.end()) {
+        u.rows = it->second->vr;
+        u.cols = it->second->vc;
+      }
+    }
+    uses.push_back(u);
+  }
+  return uses;
 }
 
 // ---- operands ---------------------------------------------------------------------------------
@@ -406,8 +439,8 @@ void Machine::gwrite(const Op& op, const GView& v, int64_t i, int64_t j, const N
   }
 }
 
-void interpret(const Program& tile_program, const runtime::RunArgs& args) {
-  Machine m(tile_program, args);
+void interpret(const Program& tile_program, const runtime::RunArgs& args, ExecObserver* observer) {
+  Machine m(tile_program, args, observer);
   m.run();
 }
 

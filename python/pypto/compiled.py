@@ -4,8 +4,10 @@ or attributes), allocate the outputs in the caller's array type, run, rebuild th
 from __future__ import annotations
 
 import operator
+import os
 
 from . import _C
+from . import autograd
 from . import dtypes as _dt
 from . import interop
 from .frontend.errors import PyptoError
@@ -229,13 +231,11 @@ class Lowered:
         tile-level IR text (which `ptoc` reads). By default the path's suffix decides (.so, .cpp,
         .pto or .ir; anything else an executable). Returns the paths written. The C ABI is in
         docs/guide.md ("Ahead-of-time export")."""
-        import os
         return self.kernel.export(os.fspath(path), emit or "")
 
     def backward(self):
         """The derived backward (its vector-Jacobian product), as a Lowered kernel."""
-        from .autograd import derived
-        return _LoweredBackward(derived(self._entry))
+        return _LoweredBackward(autograd.derived(self._entry))
 
     @property
     def compiled_from_cache(self):

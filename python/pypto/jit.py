@@ -30,33 +30,12 @@ from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
 from .frontend.source import SourceInfo
 from .frontend.trace import trace_kernel
+from .specialize import compile_options, default_backend, static_key
 from .tensor import Tensor
 
-_TILE_KEYS = {"m": "mm_tile_m", "n": "mm_tile_n", "k": "mm_tile_k", "rows": "tile_rows", "cols": "tile_cols",
-              "mm_tile_m": "mm_tile_m", "mm_tile_n": "mm_tile_n", "mm_tile_k": "mm_tile_k",
-              "tile_rows": "tile_rows", "tile_cols": "tile_cols"}
-
-
-def default_backend():
-    return "interp" if os.environ.get("PYPTO_INTERPRET", "") not in ("", "0") else "cpu"
-
-
-def _static_key(a):
-    """Key of a value that is part of the kernel's compile-time state."""
-    t = type(a)
-    if t in (int, float, bool, str, bytes) or a is None:
-        return (t, a)
-    if t in (tuple, list):
-        return (t, tuple(_static_key(e) for e in a))
-    if t is dict:
-        return (t, tuple((k, _static_key(v)) for k, v in a.items()))
-    if interop.is_array(a):
-        return interop.array_key(a)
-    try:
-        hash(a)
-        return ("h", a)
-    except TypeError:
-        return ("id", id(a))
+# The compile options, the default backend and the cache key of compile-time values live in
+# specialize.py (eager.py and torch_ops.py use them too).
+_options, _static_key = compile_options, static_key
 
 
 _torch_tensor = None  # torch.Tensor once torch is imported (it is optional)
@@ -73,7 +52,8 @@ def _bind_torch(torch):
     custom-op glue is loaded (outside any compiled region, as dynamo wants)."""
     global _torch_tensor, _torch_compiling, _torch_ops
     if _torch_ops is None:
-        from . import torch_ops
+        torch.utils._pytree.register_constant(JitFunction)  # a kernel passes through nonstrict_trace as is
+        from . import torch_ops  # needs torch, which is optional: loaded once torch is
         _torch_ops = torch_ops
         if os.environ.get("PYPTO_SHARE_THREADS", "1") != "0":
             _C.share_threads_with_openmp()  # parallel loops on torch's OpenMP threads
@@ -91,8 +71,6 @@ def _release_compiled():
     alive past that point (torch.compile's caches hold kernels) would be reported as leaks."""
     for k in list(_live_kernels):
         k._cache.clear()
-    from . import eager
-    eager._cache.clear()
 
 
 def _call_traced(kernel, args, kwargs):
@@ -135,32 +113,6 @@ class CacheInfo(NamedTuple):
     size: int
     specialised: dict
     variants: list
-
-
-def _options(fusion, tiles, parallel, double_buffer, promote=True):
-    o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer), "promote": bool(promote)}
-    if fusion == "off":  # not even elementwise chains fuse
-        o["fusion"] = False
-        o["fusion_off"] = True
-    elif isinstance(fusion, (list, tuple)):
-        o["fusion"] = bool(fusion)
-        o["fusion_ops"] = [str(f) for f in fusion]
-    else:
-        o["fusion"] = bool(fusion)
-    if tiles is not None:
-        if isinstance(tiles, (tuple, list)):
-            if len(tiles) != 3:
-                raise PyptoError("tiles=(m, n, k) needs three sizes; or pass a dict like {'m': 64, 'n': 64, 'k': 64}")
-            tiles = dict(zip("mnk", tiles))
-        if not isinstance(tiles, dict):
-            raise PyptoError("tiles must be a dict like {'m': 64, 'n': 64, 'k': 64, 'rows': 32, 'cols': 256}")
-        for k, v in tiles.items():
-            if k not in _TILE_KEYS:
-                raise PyptoError(f"unknown tile size '{k}' (known: m, n, k, rows, cols)")
-            if not isinstance(v, int) or v <= 0:
-                raise PyptoError(f"tile size '{k}' must be a positive int, got {v!r}")
-            o[_TILE_KEYS[k]] = v
-    return o
 
 
 def _follow_profiling(on):
@@ -466,37 +418,6 @@ class _BoundKernel:
 
     def __repr__(self):
         return f"<bound pypto.jit kernel {self._kernel._func.__qualname__} of {self._self!r}>"
-
-
-def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
-        alignment=None, profile=False, autotune=False, sim_target=None):
-    """Compile a Python function into a PyPTO kernel.
-
-        @pypto.jit
-        def f(x, w): ...
-        @pypto.jit(fusion=True, backend="interp", tiles={"m": 64, "n": 64, "k": 64})
-        def g(...): ...
-        @pypto.jit(alignment=64)   # array arguments whose address is not a multiple of 64 raise
-        def h(...): ...
-        @pypto.jit(profile=True)   # every call runs the profiling variant: per-nest times
-        def p(...): ...
-        @pypto.jit(autotune=True)  # matmul tile sizes tuned per shape, the choice kept in the cache
-        def t(...): ...
-        @pypto.jit(backend="sim", sim_target={"machine.cores": 8})  # the simulated NPU
-        def s(...): ...            # s.last_sim_report(): cycles, pipes, bytes, timeline
-        compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
-    """
-    def wrap(f):
-        k = JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                        double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile,
-                        sim_target=sim_target)
-        if autotune:
-            from .autotune import Autotuned
-            return Autotuned(k, configs=None)
-        return k
-    if fn is None:
-        return wrap
-    return wrap(fn)
 
 
 if "torch" in sys.modules:

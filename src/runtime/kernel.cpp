@@ -37,7 +37,9 @@ Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes:
       backend_(backend),
       written_(written_params(lowered_.isa)) {
   if (backend_ == Backend::Sim) {
-    sim_program_ = std::make_shared<const ir::Program>(sim::insert_sync(lowered_.isa));
+    sim_single_ = std::make_shared<const ir::Program>(sim::insert_sync(lowered_.isa));
+    if (options.double_buffer)
+      sim_double_ = std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa)));
     set_sim_target("");
   }
 }
@@ -50,9 +52,20 @@ void Kernel::set_sim_target(const std::string& description) {
   } catch (const std::invalid_argument& e) {
     throw Error(e.what());
   }
-  if (sim_program_) sim::place_tiles(*sim_program_, *t);  // a program that does not fit fails here
+  // Ping-pong buffers where they fit the target's memories, else single ones; a program whose
+  // single buffers do not fit fails here, naming the tile.
+  std::shared_ptr<const ir::Program> program = sim_single_;
+  if (sim_double_) {
+    try {
+      sim::place_tiles(*sim_double_, *t);
+      program = sim_double_;
+    } catch (const Error&) {
+    }
+  }
+  if (program == sim_single_ && sim_single_) sim::place_tiles(*sim_single_, *t);
   std::lock_guard<std::mutex> l(mu_);
   sim_target_ = std::move(t);
+  sim_program_ = std::move(program);
 }
 
 void Kernel::set_sim_timeline(bool on) {
@@ -71,6 +84,7 @@ std::string Kernel::as_text(const std::string& level) const {
   if (level == "isa") return ir::print(lowered_.isa);
   if (level == "source") return cpu::generate_cpp(lowered_.isa);  // for either backend: it is inspection
   if (level == "sim") {
+    std::lock_guard<std::mutex> l(mu_);
     if (!sim_program_)
       throw Error("IR level 'sim' is the simulator's program: make the kernel with backend='sim'");
     return ir::print(*sim_program_);
@@ -123,13 +137,15 @@ void Kernel::run(const RunArgs& args, cpu::RunProfile* profile) {
   }
   if (backend_ == Backend::Sim) {
     std::shared_ptr<const target::NpuTarget> t;
+    std::shared_ptr<const ir::Program> program;
     bool timeline;
     {
       std::lock_guard<std::mutex> l(mu_);
       t = sim_target_;
+      program = sim_program_;
       timeline = sim_timeline_;
     }
-    auto report = std::make_shared<const sim::SimReport>(sim::simulate(*sim_program_, a, *t, timeline));
+    auto report = std::make_shared<const sim::SimReport>(sim::simulate(*program, a, *t, timeline));
     std::lock_guard<std::mutex> l(mu_);
     sim_report_ = std::move(report);
     return;

@@ -59,7 +59,9 @@ class Kernel {
   std::string source_;
   std::shared_ptr<cpu::CompiledKernel> native_, profiling_;
   bool from_cache_ = false;
-  std::shared_ptr<const ir::Program> sim_program_;
+  // Sim: the ISA with flags, with single and (double_buffer) ping-pong buffers; the one that
+  // fits the target runs.
+  std::shared_ptr<const ir::Program> sim_single_, sim_double_, sim_program_;
   std::shared_ptr<const target::NpuTarget> sim_target_;
   std::shared_ptr<const sim::SimReport> sim_report_;
   bool sim_timeline_ = false;

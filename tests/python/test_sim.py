@@ -141,3 +141,44 @@ def test_bad_target_descriptions_are_errors():
         with pytest.raises(pypto.PyptoError, match=what):
             pypto.jit(f, backend="sim", sim_target=target)(rand(8, 8))
     assert "[matrix]" in pypto.sim.default_target_text()
+
+
+def stream_exp(x, out):
+    for i in range(0, x.shape[0], 16):
+        out[i:i + 16, :] = pypto.exp(x[i:i + 16, :]) * 2.0 + 1.0
+
+
+def test_double_buffering_overlaps_load_and_compute():
+    x = rand(256, 256)
+    cycles, outs = {}, {}
+    for db in (False, True):
+        out = np.full_like(x, np.nan)
+        k = pypto.jit(stream_exp, backend="sim", double_buffer=db, parallel=False, sim_target={"machine.cores": 1})
+        k(x, out)
+        cycles[db], outs[db] = k.last_sim_report().cycles, out
+        if db:
+            assert "_pong" in k.lower(x, out).as_text("sim")  # the second buffer of each tile
+    ref = np.full_like(x, np.nan)
+    pypto.jit(stream_exp, backend="interp", parallel=False)(x, ref)
+    assert np.array_equal(outs[True], ref) and np.array_equal(outs[False], ref)
+    assert cycles[False] / cycles[True] >= 1.6, cycles
+
+
+def test_matmul_near_its_roofline():
+    A, B = rand(256, 256), rand(256, 256)
+    k = pypto.jit(matrix_multiply, backend="sim", sim_target={"machine.cores": 1})
+    k(A, B, np.empty((256, 256), np.float32))
+    rep = k.last_sim_report()
+    bound = max(rep.busy["MTE2"], rep.busy["M"])  # DMA-in or the cube, whichever is longer
+    assert bound <= rep.cycles <= 1.25 * bound, (rep.cycles, bound)
+
+
+def test_fusion_moves_fewer_bytes_on_attention():
+    Q, K, V = rand(1, 2, 64, 32), rand(1, 2, 64, 32), rand(1, 2, 64, 32)
+    reps = {}
+    for fusion in (False, True):
+        k = pypto.jit(optimized_attention, backend="sim", fusion=fusion)
+        k(Q, K, V)
+        reps[fusion] = k.last_sim_report()
+    assert reps[True].gm_bytes < reps[False].gm_bytes / 2
+    assert reps[True].cycles < reps[False].cycles

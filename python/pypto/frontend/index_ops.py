@@ -5,15 +5,16 @@ from __future__ import annotations
 
 from .errors import PyptoError
 from .. import dtypes as _dt
-from .tensor_ops import (_find_tracer, arange, assign, binary, broadcast_to, cast, full, index, operand, reduce,
-                         reshape, static_int, tensor_of, where, wrap)
-from .values import TensorValue
+from ..interop import is_array
+from .tensor_ops import (arange, assign, binary, broadcast_to, cast, copy, find_tracer, full, operand, reduce, reshape,
+                         static_int, tensor_of, where, wrap)
+from .tensor_ops import index as view_index
+from .values import Opcode, TensorValue
 
 
 def _is_index_tensor(it):
     if isinstance(it, TensorValue):
         return True
-    from ..interop import is_array
     return is_array(it) and not isinstance(it, (int, float))
 
 
@@ -51,11 +52,16 @@ def _split_key(tr, v, key):
     return tuple(items), dim, idx
 
 
+def index(x, key):
+    """x[key]: a view, or a gather when the key holds an index tensor."""
+    return getitem(x, key) if has_tensor_index(key) else view_index(x, key)
+
+
 def getitem(x, key):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     rest, dim, idx = _split_key(tr, v, key)
-    base = index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
+    base = view_index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
     tr.note_index_site()
     return wrap(tr, tr.b.take(base.bv, dim, idx, True))
 
@@ -78,21 +84,21 @@ def setitem(x, key, value):
     """x[key] = value: a store into a view, a scatter when the key holds an index tensor, or, for a
     bool mask, a select: x = where(mask, value, x) (value: a number or a tensor broadcastable to x)."""
     if not has_tensor_index(key):
-        return assign(index(x, key), value)
-    if _is_mask(_find_tracer(x, key), key):
-        tr = _find_tracer(x, key, value)
+        return assign(view_index(x, key), value)
+    if _is_mask(find_tracer(x, key), key):
+        tr = find_tracer(x, key, value)
         xv = x if isinstance(x, TensorValue) else wrap(tr, tensor_of(tr, x))
         return assign(xv, where(_mask_over(tr, xv, key, "x[mask] = value"), value, xv))
-    tr = _find_tracer(x, value)
+    tr = find_tracer(x, value)
     v = tensor_of(tr, x)
     rest, dim, idx = _split_key(tr, v, key)
-    base = index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
+    base = view_index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
     tr.note_index_site()
     tr.b.put(base.bv, dim, idx, operand(tr, value), False, True)
 
 
 def index_select(x, dim, index_):
-    tr = _find_tracer(x, index_)
+    tr = find_tracer(x, index_)
     idx = tensor_of(tr, index_, "index")
     if len(idx.shape) > 1:
         raise PyptoError(f"index_select: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
@@ -104,7 +110,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
               sparse=False):
     if max_norm is not None:
         raise PyptoError("embedding: max_norm is not supported")
-    tr = _find_tracer(input, weight)
+    tr = find_tracer(input, weight)
     w = tensor_of(tr, weight, "embedding weight")
     if len(w.shape) != 2:
         raise PyptoError(f"embedding: weight must be 2-d, got shape {tuple(w.shape)}")
@@ -113,7 +119,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
 
 
 def gather(x, dim, index_):
-    tr = _find_tracer(x, index_)
+    tr = find_tracer(x, index_)
     tr.note_index_site()
     return wrap(tr, tr.b.gather_elements(tensor_of(tr, x), static_int(dim, "dim"), tensor_of(tr, index_, "index")))
 
@@ -123,7 +129,7 @@ def scatter(x, dim, index_, src=None, value=None, reduce=None):
         raise PyptoError(f"scatter: reduce={reduce!r} is not supported (None or 'add')")
     if (src is None) == (value is None):
         raise PyptoError("scatter: give exactly one of src and value")
-    tr = _find_tracer(x, index_, src)
+    tr = find_tracer(x, index_, src)
     s = operand(tr, src if src is not None else value)
     tr.note_index_site()
     return wrap(tr, tr.b.scatter_elements(tensor_of(tr, x), static_int(dim, "dim"), tensor_of(tr, index_, "index"), s,
@@ -136,21 +142,18 @@ def scatter_add(x, dim, index_, src):
 
 def index_add(x, dim, index_, source, alpha=1):
     """Out of place: a copy of x with source's slices added at the indexed positions."""
-    from .tensor_ops import copy
     y = copy(x)
     index_add_(y, dim, index_, source, alpha)
     return y
 
 
 def index_add_(x, dim, index_, source, alpha=1):
-    tr = _find_tracer(x, index_, source)
+    tr = find_tracer(x, index_, source)
     idx = tensor_of(tr, index_, "index")
     if len(idx.shape) > 1:
         raise PyptoError(f"index_add: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
     s = operand(tr, source)
     if alpha != 1:
-        from .tensor_ops import binary
-        from .values import Opcode
         s = operand(tr, binary(Opcode.TMUL, source, alpha))
     tr.note_index_site()
     tr.b.put(tensor_of(tr, x), static_int(dim, "dim"), idx, s, True, False)
@@ -160,14 +163,14 @@ def index_add_(x, dim, index_, source, alpha=1):
 def index_put_(x, indices, values, accumulate=False):
     if not isinstance(indices, (tuple, list)) or len(indices) != 1:
         raise PyptoError("index_put_: only a single index tensor is supported")
-    tr = _find_tracer(x, values)
+    tr = find_tracer(x, values)
     tr.note_index_site()
     tr.b.put(tensor_of(tr, x), 0, tensor_of(tr, indices[0], "index"), operand(tr, values), bool(accumulate), True)
     return x
 
 
 def flip(x, dims):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     ds = dims if isinstance(dims, (tuple, list)) else (dims,)
     return wrap(tr, tr.b.flip(tensor_of(tr, x), [static_int(d, "dims") for d in ds]))
 
@@ -178,8 +181,7 @@ def masked_select(x, mask, fill=0):
     The buffer's size is static (the bound), the count is an int64 0-d tensor. The mask has x's
     shape, the shape of x's leading dimensions (as in x[mask]), or broadcasts to x's shape."""
     from .composite_ops import cumsum
-    from .values import Opcode
-    tr = _find_tracer(x, mask)
+    tr = find_tracer(x, mask)
     xv = x if isinstance(x, TensorValue) else wrap(tr, tensor_of(tr, x))
     m = tensor_of(tr, mask, "mask")
     if m.dtype != "bool":
@@ -198,7 +200,7 @@ def masked_select(x, mask, fill=0):
     buf = full((n + 1,), 0, xv.dtype)
     tr.note_index_site()
     buf = wrap(tr, tr.b.scatter_elements(buf.bv, 0, slot.bv, operand(tr, where(flat_m, flat_x, 0)), True))
-    values = index(buf, (slice(0, n),))
+    values = view_index(buf, (slice(0, n),))
     if fill != 0:
         values = where(binary(Opcode.TCMP_LT, arange(n), count), values, fill)
     return values, count

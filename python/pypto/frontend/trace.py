@@ -3,6 +3,7 @@ must be unrolled or a scalar argument must be a compile-time constant, and descr
 (which outputs to allocate, how to rebuild the returned value)."""
 from __future__ import annotations
 
+import ast
 import numbers
 import sys
 
@@ -11,6 +12,11 @@ from .errors import KernelSourceError, NeedsConcrete, PyptoError, Restart
 from .tracer import Path, Tracer
 from .values import TensorValue, is_expr
 from .walker import FunctionWalker
+from . import composite_ops, index_ops, math_ops, tensor_ops, torch_functions, values
+
+# TensorValue's methods call the operation modules, which sit above it: this driver binds them
+# before anything is traced.
+values.bind_operations(tensor_ops, composite_ops, index_ops, math_ops, torch_functions)
 
 MAX_RESTARTS = 64
 
@@ -67,7 +73,7 @@ def _trace_once(tr, src, names, args):
     except NeedsConcrete as e:
         _resolve_at_top(tr, src, e)
     try:
-        outputs, template = _describe_result(tr, result)
+        outputs, template = describe_result(tr, result)
         program = tr.finish(outputs)
     except PyptoError as e:
         if isinstance(e, KernelSourceError):
@@ -96,14 +102,13 @@ def _resolve_at_top(tr, src, e):
 
 
 def _last_return(fdef):
-    import ast
     for n in reversed(list(ast.walk(fdef))):
         if isinstance(n, ast.Return):
             return n
     return fdef
 
 
-def _describe_result(tr, result):
+def describe_result(tr, result):
     """Output TensorValues (deduplicated) and a template to rebuild the returned value:
     ("out", k) | ("input", k) | ("static", v) | ("seq", type, [templates]) | ("dict", keys, [templates])."""
     outputs = []

@@ -4,6 +4,7 @@ parameters, the guards that say when a cached trace is still valid, and what the
 (loops to unroll, scalar arguments to specialise)."""
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import types
@@ -200,7 +201,6 @@ class Tracer:
         named = getattr(obj, "named_parameters", None)
         if named is None or not callable(getattr(obj, "named_buffers", None)):
             return
-        import itertools
         for name, t in itertools.chain(named(), obj.named_buffers()):
             if t is not None and id(t) not in self.paths:
                 p = path

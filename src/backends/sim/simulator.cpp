@@ -155,7 +155,11 @@ class Timer : public interp::ExecObserver {
     used_ = int(std::min<int64_t>(iterations_, int64_t(cores_.size())));
     r_.cores_used = std::max(r_.cores_used, used_);
     const int64_t t0 = cores_[0].end();
-    for (int k = 0; k < used_; ++k) cores_[size_t(k)].reset(t0);
+    for (int k = 0; k < used_; ++k) {
+      cores_[size_t(k)].reset(t0);
+      // Flags set before the loop (a prologue's) are there for each core's first iteration.
+      if (k > 0) cores_[size_t(k)].flags = cores_[0].flags;
+    }
   }
   void on_parallel_iteration(size_t depth, int64_t k) override {
     if (depth == 0) core_ = int(k * used_ / iterations_);  // contiguous blocks of iterations per core
@@ -165,6 +169,8 @@ class Timer : public interp::ExecObserver {
     int64_t t1 = 0;
     for (int k = 0; k < used_; ++k) t1 = std::max(t1, cores_[size_t(k)].end());
     core_ = 0;
+    // What the last core's last iteration set is what the code after the loop (an epilogue) waits for.
+    if (used_ > 1) cores_[0].flags = cores_[size_t(used_ - 1)].flags;
     cores_[0].reset(t1);
   }
 

@@ -56,13 +56,18 @@ constexpr size_t kMaxSpans = 200000;
 std::map<std::string, std::pair<int64_t, int64_t>> place_tiles(const ir::Program& program,
                                                                const target::NpuTarget& t);
 
-// Inserts SET_FLAG/WAIT_FLAG pairs so that every cross-pipe dependence through a buffer (read
-// after write, write after read or write, including across loop iterations) is ordered: before
-// an instruction on pipe q that conflicts with an earlier unordered access on pipe p, it inserts
-// `SET_FLAG p, q, 0; WAIT_FLAG p, q, 0`. A pair orders everything pipe p did before it, so later
-// conflicts with those accesses need no new pair. A program that has sync instructions already
-// (written by hand) is returned as it is: the simulator's race check judges its flags.
+// Inserts SET_FLAG/WAIT_FLAG so that every cross-pipe dependence through a buffer (read after
+// write, write after read or write, including across loop iterations) is ordered: per edge an
+// event, set right after the producer's statement and waited right before the consumer's in
+// their common block (loop-carried edges: prologue set, epilogue wait; sync_insert.cpp). A
+// program that has sync instructions already (written by hand) is returned as it is: the
+// simulator's race check judges its flags.
 ir::Program insert_sync(const ir::Program& tile_program);
+
+// Double buffering for the NPU: each serial loop whose body loads into tiles it allocates runs two
+// iterations per trip, the second (under `if var + step < hi`) on copies of those tiles named
+// `<tile>_pong`; the instructions run in the same order, so the values are unchanged.
+ir::Program ping_pong(const ir::Program& tile_program);
 
 // Runs `program` (a tile-level program with its sync instructions) on the interpreter and times
 // it. `spans`: record the timeline.

@@ -148,32 +148,32 @@ def logical_not(x):
     """x == 0 (bool)."""
 
 
-@_op(lambda a, b: T.bitwise(Op.TBAND, a, b), lambda a, b: a & b)
+@make_op(lambda a, b: T.bitwise(Op.TBAND, a, b), lambda a, b: a & b)
 def bitwise_and(a, b):
     """a & b on integer tensors; logical and on bool tensors."""
 
 
-@_op(lambda a, b: T.bitwise(Op.TBOR, a, b), lambda a, b: a | b)
+@make_op(lambda a, b: T.bitwise(Op.TBOR, a, b), lambda a, b: a | b)
 def bitwise_or(a, b):
     """a | b on integer tensors; logical or on bool tensors."""
 
 
-@_op(lambda a, b: T.bitwise(Op.TBXOR, a, b), lambda a, b: a ^ b)
+@make_op(lambda a, b: T.bitwise(Op.TBXOR, a, b), lambda a, b: a ^ b)
 def bitwise_xor(a, b):
     """a ^ b on integer tensors; logical xor on bool tensors."""
 
 
-@_op(T.bitwise_not, lambda x: not x if isinstance(x, bool) else ~x)
+@make_op(T.bitwise_not, lambda x: not x if isinstance(x, bool) else ~x)
 def bitwise_not(x):
     """~x on integer tensors (two's complement); logical not on bool tensors."""
 
 
-@_op(lambda a, b: T.bitwise(Op.TSHL, a, b), lambda a, b: a << b)
+@make_op(lambda a, b: T.bitwise(Op.TSHL, a, b), lambda a, b: a << b)
 def left_shift(a, b):
     """a << b; 0 where b < 0 or b >= the bit width (as torch and NumPy)."""
 
 
-@_op(lambda a, b: T.bitwise(Op.TSHR, a, b), lambda a, b: a >> b)
+@make_op(lambda a, b: T.bitwise(Op.TSHR, a, b), lambda a, b: a >> b)
 def right_shift(a, b):
     """a >> b, arithmetic; the sign fill (0 or -1) where b < 0 or b >= the bit width."""
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from .errors import PyptoError
 from .. import dtypes as _dt
 from ..interop import is_array
+from .composite_ops import cumsum
 from .tensor_ops import (arange, assign, binary, broadcast_to, cast, copy, find_tracer, full, operand, reduce, reshape,
                          static_int, tensor_of, where, wrap)
 from .tensor_ops import index as view_index
@@ -180,7 +181,6 @@ def masked_select(x, mask, fill=0):
     buffer of x.numel() elements whose tail past the count is `fill`; returns (values, count).
     The buffer's size is static (the bound), the count is an int64 0-d tensor. The mask has x's
     shape, the shape of x's leading dimensions (as in x[mask]), or broadcasts to x's shape."""
-    from .composite_ops import cumsum
     tr = find_tracer(x, mask)
     xv = x if isinstance(x, TensorValue) else wrap(tr, tensor_of(tr, x))
     m = tensor_of(tr, mask, "mask")

@@ -146,7 +146,7 @@ _BOOL_LOGICAL = {Opcode.TBAND: Opcode.TAND, Opcode.TBOR: Opcode.TOR, Opcode.TBXO
 
 def bitwise(op, a, b):
     """& | ^ << >> on integer tensors (two's complement, as torch); on bool tensors & | ^ are logical."""
-    tr = _find_tracer(a, b)
+    tr = find_tracer(a, b)
     oa, ob = operand(tr, a), operand(tr, b)
     name = _BITWISE_NAMES[op]
     all_bool = True
@@ -169,7 +169,7 @@ def bitwise(op, a, b):
 
 def bitwise_not(x):
     """~x: bitwise not of an integer tensor, logical not of a bool tensor."""
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     d = _dt.to_dtype(v.dtype)
     if d is _dt.bool_:

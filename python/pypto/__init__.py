@@ -16,7 +16,7 @@ from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, in
 from .frontend.errors import PyptoError
 from .interop import from_numpy, from_torch, to_numpy, to_torch
 from .api import jit
-from .jit import JitFunction
+from .jit import JitFunction, mark_dynamic
 from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, concat, conv2d, div,
                   divide, empty, empty_like, eq, erf, exp, floor, full, full_like, ge, gelu, gt, inplace,
                   layer_norm, le, log, log_softmax, lt, matmul, max, maximum, mean, min, minimum, mul,

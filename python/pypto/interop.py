@@ -109,12 +109,19 @@ def _pypto_arg(x):
     return x._run_arg()
 
 
-def run_converter(kind):
+def _torch_arg_dynamic(x):
+    """(data pointer, strides, keep, shape): a param with dynamic dims needs the shape too."""
+    if x.is_neg() or x.is_conj():
+        x = x.resolve_conj().resolve_neg()
+    return (x.data_ptr(), x.stride(), x, tuple(x.shape))
+
+
+def run_converter(kind, dynamic=False):
     """A function array -> Kernel.run entry for arrays of `kind`, or None for "pass as is".
     Torch tensors go as (data pointer, strides): their dtype and shape were matched by the
-    signature key, and DLPack export is slow."""
+    signature key, and DLPack export is slow (with dynamic dims the shape goes along)."""
     if kind == TORCH:
-        return _torch_arg
+        return _torch_arg_dynamic if dynamic else _torch_arg
     if kind == PYPTO:
         return _pypto_arg
     return None
@@ -128,14 +135,20 @@ def _contiguous_strides(shape):
     return tuple(reversed(st))
 
 
-def make_allocator(kind, shape, dtype: _dt.dtype):
-    """A function () -> (object returned to the caller, object passed to Kernel.run)."""
+def make_allocator(kind, shape, dtype: _dt.dtype, dynamic=False):
+    """A function () -> (object returned to the caller, object passed to Kernel.run). dynamic: the
+    param has dynamic dims (a torch output goes with its shape)."""
     shape = tuple(shape)
     if kind == TORCH:
         torch = _torch()
         tdt = getattr(torch, dtype.name)
         empty = torch.empty
         strides = _contiguous_strides(shape)
+        if dynamic:
+            def alloc():
+                o = empty(shape, dtype=tdt)
+                return o, (o.data_ptr(), strides, o, shape)
+            return alloc
 
         def alloc():
             o = empty(shape, dtype=tdt)

@@ -16,13 +16,15 @@ namespace {
 
 using ir::Error;
 
-// Integral floats passed for integer scalars are normalised so every backend sees an int.
+// Integral floats passed for integer scalars are normalised so every backend sees an int; the
+// dimension symbols are bound from the argument shapes.
 const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& storage) {
-  bool need = false;
-  for (size_t j = 0; j < p.scalars.size(); ++j)
+  bool need = p.has_dynamic_dims();
+  for (size_t j = 0; j < p.caller_scalars(); ++j)
     need |= !ir::is_float(p.scalars[j].dtype) && args.scalars[j].is_float;
   if (!need) return args;
   storage = args;
+  bind_dim_symbols(p, storage.tensors, storage.scalars);
   for (size_t j = 0; j < p.scalars.size(); ++j) {
     ir::ScalarValue& v = storage.scalars[j];
     if (!ir::is_float(p.scalars[j].dtype) && v.is_float) v = ir::ScalarValue{false, int64_t(v.f), 0};
@@ -90,6 +92,11 @@ std::string Kernel::as_text(const std::string& level) const {
     return ir::print(*sim_program_);
   }
   throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source', 'sim'");
+}
+
+std::vector<std::vector<int64_t>> Kernel::output_shapes(
+    const std::vector<std::vector<int64_t>>& input_shapes) const {
+  return ir::output_shapes(lowered_.tensor, input_shapes);
 }
 
 double Kernel::compile() {

@@ -38,6 +38,10 @@ class Kernel {
   // use) and records each nest's span and each parallel chunk's (cpu/compiler.h); the
   // interpreter records nothing.
   void run(const RunArgs& args, cpu::RunProfile* profile = nullptr);
+  // Shapes of the Output params for inputs (the other params, in order) of these shapes: dynamic
+  // extents evaluated from the dimension symbols the inputs bind.
+  std::vector<std::vector<int64_t>> output_shapes(
+      const std::vector<std::vector<int64_t>>& input_shapes) const;
   // Compiles now (cpu); returns seconds spent, 0 when it came from a cache.
   double compile();
   // The profiling variant (nest timer hooks); seconds spent, 0 when it came from a cache.

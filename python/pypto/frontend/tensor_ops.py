@@ -13,7 +13,7 @@ from .. import _C
 from .. import dtypes as _dt
 from ..interop import is_array
 from .errors import NeedsConcrete, PyptoError
-from .values import Expr, Opcode, TensorValue, is_expr
+from .values import DYNAMIC_BOUND, Expr, Opcode, TensorValue, is_expr
 from . import tracer as _tracer
 
 __all__ = []
@@ -100,6 +100,23 @@ def static_shape(shape, what="shape"):
     if not isinstance(shape, (tuple, list)):
         raise PyptoError(f"{what} must be a tuple of integers, got {_describe(shape)}")
     return [static_int(s, f"{what} entries") for s in shape]
+
+
+def creation_shape(tr, shape, what="shape"):
+    """A shape for a new tensor: ints, and for a dynamic dim its extent (an Expr of dimension
+    symbols only; any other run-time value must be known at compile time)."""
+    if isinstance(shape, (int, np.integer, Expr)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise PyptoError(f"{what} must be a tuple of integers, got {_describe(shape)}")
+    out = []
+    for s in shape:
+        if is_expr(s) and not s.is_const and not s.is_float and tr.dim_vars and \
+                all(v in tr.dim_vars for v in s.vars()):
+            out.append(s)
+        else:
+            out.append(static_int(s, f"{what} entries"))
+    return out
 
 
 def dims_arg(dim):
@@ -374,7 +391,11 @@ def permute(x, dims):
 def reshape(x, shape):
     tr = find_tracer(x)
     v = tensor_of(tr, x)
-    shape = list(static_shape(shape))
+    shape = creation_shape(tr, shape)
+    if any(is_expr(s) for s in shape) or DYNAMIC_BOUND in v.shape:  # dynamic dims stay in place: one step
+        if len(shape) == len(x.shape) and all(_same_dim(a, b) for a, b in zip(shape, x.shape)):
+            return x
+        return wrap(tr, tr.b.reshape(v, shape))
     if shape == list(v.shape):
         return x
     n = math.prod(v.shape)
@@ -408,6 +429,12 @@ def _reshape_steps(src, dst):
             cur = cur[:i] + [cur[i] * cur[i + 1]] + cur[i + 2:]
         steps.append(list(cur))
     return steps
+
+
+def _same_dim(a, b):
+    if is_expr(a) or is_expr(b):
+        return is_expr(a) and is_expr(b) and str(a) == str(b)
+    return a == b
 
 
 def unsqueeze(x, dim):
@@ -515,13 +542,13 @@ def full(shape, value, dtype=None):
     d = _dt.to_dtype(dtype)
     if isinstance(value, TensorValue):
         raise PyptoError("full: the fill value must be a scalar")
-    return wrap(tr, tr.b.full(static_shape(shape), d.c, operand(tr, value)))
+    return wrap(tr, tr.b.full(creation_shape(tr, shape), d.c, operand(tr, value)))
 
 
 def empty(shape, dtype=None):
     tr = find_tracer()
     d = _dt.to_dtype(dtype if dtype is not None else _dt.float32)
-    return wrap(tr, tr.b.empty(static_shape(shape), d.c))
+    return wrap(tr, tr.b.empty(creation_shape(tr, shape), d.c))
 
 
 def arange(start, stop=None, step=1, dtype=None):

@@ -17,6 +17,7 @@ from .errors import PyptoError
 
 Expr = _C.Expr
 Opcode = _C.Opcode
+DYNAMIC_BOUND = _C.DYNAMIC_BOUND  # the static shape entry of a dynamic dim (ir.h)
 # NumPy scalars mixed with run-time scalars (np.float32(2) * i) defer to Expr's own operators.
 Expr.__array_ufunc__ = None
 
@@ -46,7 +47,11 @@ class TensorValue:
     def __init__(self, tr, view):
         self.tr = tr
         self.bv = view
-        self.shape = tuple(view.shape)
+        shape = tuple(view.shape)
+        if DYNAMIC_BOUND in shape:  # a dynamic dim is its run-time extent, an Expr over dimension symbols
+            valid = view.valid_shape
+            shape = tuple(valid[i] if n == DYNAMIC_BOUND else n for i, n in enumerate(shape))
+        self.shape = shape
         self.pdtype = _dt.from_c(view.dtype_enum)  # the pypto.dtype, whatever the caller's flavour
 
     @property

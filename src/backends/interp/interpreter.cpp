@@ -50,15 +50,17 @@ Machine::Machine(const Program& p, const runtime::RunArgs& args, ExecObserver* o
     auto g = std::make_unique<GlobalBuf>();
     g->name = b.name;
     g->dtype = b.dtype;
-    g->shape = b.shape;
+    g->shape = t.shape;  // (dynamic dims: checked against their extents by check_args)
     g->external = true;
     g->data = static_cast<char*>(t.data);
     g->strides = t.strides;
     globals_[b.name] = std::move(g);
   }
+  std::vector<ScalarValue> scalars = args.scalars;
+  runtime::bind_dim_symbols(p, args.tensors, scalars);
   for (size_t k = 0; k < p.scalars.size(); ++k) {
     const ScalarParam& sp = p.scalars[k];
-    ScalarValue v = args.scalars[k];
+    ScalarValue v = scalars[k];
     if (is_float(sp.dtype))
       v = round_to(sp.dtype, fnum(v.as_double()));
     else
@@ -150,16 +152,17 @@ void Machine::allocate(const BufferRef& b) {
     throw Error("alloc of '" + b->name + "' shadows a parameter");
   // The interpreter holds every element (24 bytes with its written bit): refuse what cannot fit
   // rather than overflow the count or die in the allocator.
+  const std::vector<int64_t> shape = runtime_shape(*b, env_);  // dynamic extents evaluated now
   int64_t n = 1;
-  for (int64_t d : b->shape)
+  for (int64_t d : shape)
     if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t(1) << 32))
-      throw Error("alloc of '" + b->name + "' " + shape_str(b->shape) + " is too large for the interpreter");
+      throw Error("alloc of '" + b->name + "' " + shape_str(shape) + " is too large for the interpreter");
   if (b->space == Space::Global) {
     // Scratch in global memory: fresh (unwritten) at every execution of its Alloc.
     auto g = std::make_unique<GlobalBuf>();
     g->name = b->name;
     g->dtype = b->dtype;
-    g->shape = b->shape;
+    g->shape = shape;
     g->val.assign(size_t(n), fnum(NAN));
     g->written.assign(size_t(n), 0);
     g->parallel_depth = races_.depth();

@@ -80,6 +80,7 @@ bool is_unary_float_op(Opcode op) {
     case Opcode::TROUND:
     case Opcode::TTRUNC:
     case Opcode::TSIGN:
+    case Opcode::TBNOT:
       return false;
     default:
       return true;
@@ -590,6 +591,8 @@ View Builder::unary(Opcode op, const View& x) {
   if (opcode_info(op).category != OpCategory::Unary)
     throw Error(std::string(opcode_name(op)) + " is not a unary op");
   DType t = x.buf->dtype;
+  if (op == Opcode::TBNOT && (is_float(t) || t == DType::Bool))
+    throw Error("bitwise_not: needs an integer tensor, got " + std::string(dtype_name(t)));
   if (op == Opcode::TNOT)
     t = DType::Bool;
   else if (is_unary_float_op(op) && !is_float(t))
@@ -628,8 +631,11 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
     auto k = e && !is_float((*e)->dtype) ? as_int(*e) : std::nullopt;
     if (!va || !k || *k < 0) t = DType::F32;
   }
-  if (op == Opcode::TGCD && is_float(t))
-    throw Error("gcd: needs integer tensors, got " + std::string(dtype_name(t)));
+  const bool int_only = op == Opcode::TGCD || op == Opcode::TBAND || op == Opcode::TBOR ||
+                        op == Opcode::TBXOR || op == Opcode::TSHL || op == Opcode::TSHR;
+  if (int_only && is_float(t))
+    throw Error(std::string(opcode_name(op)) + ": needs integer or bool tensors, got " +
+                std::string(dtype_name(t)));
   View out = impl_->result(views, shape, t, broadcast_valid(shape, views));
   impl_->emit_op(op, {out, a, b});
   return out;

@@ -11,7 +11,8 @@ struct DTypeRow {
 };
 constexpr DTypeRow kDTypes[] = {
     {DType::F32, "f32", 4}, {DType::F16, "f16", 2}, {DType::BF16, "bf16", 2}, {DType::F64, "f64", 8},
-    {DType::I32, "i32", 4}, {DType::I64, "i64", 8}, {DType::Bool, "bool", 1},
+    {DType::I32, "i32", 4}, {DType::I64, "i64", 8}, {DType::Bool, "bool", 1}, {DType::I8, "i8", 1},
+    {DType::U8, "u8", 1},   {DType::I16, "i16", 2},
 };
 constexpr std::string_view kSpaces[] = {"gm", "vec", "mat", "acc"};
 }  // namespace
@@ -52,9 +53,12 @@ DType promote_types(DType a, DType b) {
   if (is_float(a) && is_float(b)) return DType::F32;  // f16 with bf16
   if (is_float(a)) return a;
   if (is_float(b)) return b;
-  if (a == DType::I64 || b == DType::I64) return DType::I64;
-  if (a == DType::I32 || b == DType::I32) return DType::I32;
-  return a;
+  if (a == DType::Bool) return b;
+  if (b == DType::Bool) return a;
+  // Integers as NumPy/torch: the wider of two signed types; u8 with i8 needs i16.
+  if (a == DType::U8 && b == DType::I8) return DType::I16;
+  if (a == DType::I8 && b == DType::U8) return DType::I16;
+  return dtype_bytes(a) >= dtype_bytes(b) ? (a == DType::U8 ? b : a) : b;
 }
 
 }  // namespace pypto::ir

@@ -142,6 +142,16 @@ class Verifier {
       if (d < 0) fail("buffer %" + b->name + " has a negative dimension");
     scopes_.back().buffers[b->name] = b;
   }
+  // A local tile holds 1 to 2^30 elements (what the CPU backend allocates; the interpreter would
+  // otherwise run a 0-row tile that the CPU backend refuses).
+  void local_tile_size(const Buffer& b) {
+    int64_t n = 1;
+    for (int64_t d : b.shape) {
+      if (d == 0) fail("local tile %" + b.name + " has an empty dimension (tiles hold 1 to 2^30 elements)");
+      n = d > (int64_t(1) << 30) ? d : n * d;
+      if (n > (int64_t(1) << 30)) fail("local tile %" + b.name + " has more than 2^30 elements");
+    }
+  }
   const DType* find_var(const std::string& n) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
       if (auto f = it->vars.find(n); f != it->vars.end()) return &f->second;
@@ -456,6 +466,8 @@ class Verifier {
           fail("allocated buffer %" + s->buffer->name + " must have kind temp");
         dynamic_dims(*s->buffer);
         declare_buffer(s->buffer);
+        if (level_ == Level::Tile && s->buffer->space != Space::Global && !s->buffer->is_dynamic())
+          local_tile_size(*s->buffer);
         break;
       case StmtKind::OpStmt:
         where_ = "`" + print(s->op) + "`";

@@ -107,6 +107,7 @@ class Builder {
   // Sorting along dim (stable; NaN last ascending, first descending, as torch): the i64 indices
   // (argsort), the values and indices (sort), or the first k of a descending/ascending sort (topk).
   View argsort(const View& x, int dim, bool descending);
+  View sort_order(const View& x, int dim, bool descending, int64_t k);
   std::pair<View, View> sort(const View& x, int dim, bool descending);
   std::pair<View, View> topk(const View& x, int64_t k, int dim, bool largest);
   // NCHW or CHW input, OIHW weight. padding: {ph, pw}; same_padding computes it for stride 1.

@@ -266,25 +266,32 @@ class Lowerer {
     emit(n, std::move(body), out);
   }
 
-  // TARGSORT over the last dimension: blocks of whole rows, each sorted in one tile.
+  // TARGSORT over the last dimension: blocks of whole rows, each sorted in one tile. A destination
+  // narrower than the source (topk) keeps the first columns of each row's permutation.
   void argsort(const Op& op, std::vector<Stmt>& out) {
     const View& d = std::get<View>(op.args[0]);
     const View* x = std::get_if<View>(&op.args[1]);
-    if (!x || is_local(d) || is_local(*x) || x->shape() != d.shape())
-      throw Error("TARGSORT at the tensor level takes global tensors of one shape");
-    auto shape = d.shape();
+    if (!x || is_local(d) || is_local(*x) || x->rank() != d.rank() || d.rank() == 0)
+      throw Error("TARGSORT at the tensor level takes global tensors of one rank");
+    auto shape = d.shape(), xs = x->shape();
     int r = int(shape.size());
+    if (!std::equal(shape.begin(), shape.end() - 1, xs.begin()) || shape.back() > xs.back())
+      throw Error("TARGSORT at the tensor level: the destination must have the source's shape but for a "
+                  "narrower last dimension");
     std::vector<int64_t> ext(size_t(r), 1);
     ext[size_t(r - 1)] = shape.back();
     if (r >= 2)
       ext[size_t(r - 2)] =
-          std::max<int64_t>(1, std::min(shape[size_t(r - 2)], ts_.elem_rows * ts_.elem_cols / shape.back()));
+          std::max<int64_t>(1, std::min(shape[size_t(r - 2)], ts_.elem_rows * ts_.elem_cols / xs.back()));
     Nest n = nest(d, ext, "s");
     auto sel = n.dst_sel(std::max(r - 2, 0));
+    auto xsel = sel;
+    xsel.back() = Sel{int_imm(0), xs.back(), sel.back().keep, false};
     auto [tr, tc] = tile_shape(sel, 2);
-    View xt = tile("x", compute_dtype(x->buf->dtype), tr, tc), it = tile("order", d.buf->dtype, tr, tc);
+    View xt = tile("x", compute_dtype(x->buf->dtype), tr, tile_shape(xsel, 2).second),
+         it = tile("order", d.buf->dtype, tr, tc);
     emit(n,
-         {op_stmt(Op{Opcode::TLOAD, {xt, sub(*x, sel)}}), op_stmt(Op{Opcode::TARGSORT, {it, xt, op.args[2]}}),
+         {op_stmt(Op{Opcode::TLOAD, {xt, sub(*x, xsel)}}), op_stmt(Op{Opcode::TARGSORT, {it, xt, op.args[2]}}),
           op_stmt(Op{Opcode::TSTORE, {sub(d, sel), it}})},
          out);
   }

@@ -85,6 +85,8 @@ void exec_layout(Machine& m, const Op& op) {
         if (b.f != b.f) return a.f == a.f;
         return a.f < b.f;
       };
+      // A destination narrower than the row takes the first dst.C entries of the permutation.
+      const int64_t k = std::min(src.vc, dst.C);
       for (int64_t r = 0; r < src.vr; ++r) {
         for (int64_t c = 0; c < src.vc; ++c) {
           row[size_t(c)] = m.get(op, src, r, c);
@@ -93,9 +95,9 @@ void exec_layout(Machine& m, const Op& op) {
         std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
           return desc ? key_less(row[size_t(b)], row[size_t(a)]) : key_less(row[size_t(a)], row[size_t(b)]);
         });
-        for (int64_t c = 0; c < src.vc; ++c) out[size_t(r * src.vc + c)] = inum(order[size_t(c)]);
+        for (int64_t c = 0; c < k; ++c) out[size_t(r * src.vc + c)] = inum(order[size_t(c)]);
       }
-      commit(m, op, dst, src.vr, src.vc, [&](int64_t r, int64_t c) { return out[size_t(r * src.vc + c)]; });
+      commit(m, op, dst, src.vr, k, [&](int64_t r, int64_t c) { return out[size_t(r * src.vc + c)]; });
       break;
     }
     case Opcode::TSCATTER:

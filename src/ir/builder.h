@@ -83,6 +83,8 @@ class Builder {
   View one_hot(const View& idx, int64_t num_classes);  // i64, a new last dimension
   // Inclusive scans along dim (cumsum: TADD, cumprod: TMUL; integers and bool accumulate in i64).
   View scan(Opcode combine, const View& x, int dim);
+  // TSCAN along dim: inclusive running sum (or product), from the end with `reverse`.
+  View row_scan(const View& x, int dim, bool product, bool reverse);
   // cummax (TMAX) / cummin (TMIN) along dim: {values, i64 indices}; ties and NaN take the later index.
   std::pair<View, View> scan_extreme(Opcode combine, const View& x, int dim);
   // Constant padding; pads: (before, after) per dimension from the last one backwards, as

@@ -50,6 +50,7 @@ struct Builder::Impl {
 std::string shape_str(const std::vector<int64_t>& s);
 int normalize_dim(int dim, int rank, const char* what);
 Expr min_valid(const Expr& a, const Expr& b);
+std::vector<int> inverse_perm(const std::vector<int>& p);
 // i64 iota of shape [1, .., n, .., 1] (rank r, n at dim d), for masks and index arithmetic.
 View iota_along(Builder& b, int64_t n, int r, int d);
 

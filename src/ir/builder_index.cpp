@@ -35,17 +35,17 @@ std::vector<int> to_rows(int r, int d) {
   return p;
 }
 
-std::vector<int> inverse_perm(const std::vector<int>& p) {
-  std::vector<int> q(p.size());
-  for (size_t i = 0; i < p.size(); ++i) q[size_t(p[i])] = int(i);
-  return q;
-}
-
 int64_t numel(const std::vector<int64_t>& s) {
   return std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<int64_t>());
 }
 
 }  // namespace
+
+std::vector<int> inverse_perm(const std::vector<int>& p) {
+  std::vector<int> q(p.size());
+  for (size_t i = 0; i < p.size(); ++i) q[size_t(p[i])] = int(i);
+  return q;
+}
 
 // A rank-1 copy of v in row-major order (each reshape step merges the last two dimensions).
 static View flatten_all(Builder& b, const View& v) {

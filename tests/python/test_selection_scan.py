@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pypto
-from pypto_testutil import backend_params, edge_rand, jit, poisoned, rand, assert_close, as_numpy
+from pypto_testutil import assert_close, assert_close_edges, backend_params, edge_rand, jit, poisoned, rand
 
 
 @pytest.fixture(params=backend_params(tiled=True))
@@ -63,3 +63,45 @@ def test_topk_int_rows(backend):
     i = np.full((4, 9), -7, dtype=np.int64)
     jit(f, backend)(x, i)
     np.testing.assert_array_equal(i, np.argsort(-x.astype(np.int64), axis=-1, kind="stable")[:, :9])
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_cumsum_cumprod(backend, dim):
+    x = edge_rand(33, 70)                       # ragged against every tile size; NaN and +-inf rows
+    x64 = torch.from_numpy(x.astype(np.float64))
+
+    def f(x, s, p):
+        s[...] = pypto.cumsum(x, dim)
+        p[...] = pypto.cumprod(x * 0.5 + 1.0, dim)
+
+    s, p = poisoned(33, 70), poisoned(33, 70)
+    jit(f, backend)(x, s, p)
+    assert_close_edges(s, torch.cumsum(x64, dim).numpy(), tol=1e-5)
+    assert_close_edges(p, torch.cumprod(x64 * 0.5 + 1.0, dim).numpy(), tol=1e-5)
+
+
+def test_cumsum_ints_and_long_rows(backend):
+    rng = np.random.default_rng(5)
+    xi = rng.integers(-1000, 1000, size=(3, 5000)).astype(np.int32)
+    xf = rng.standard_normal((20, 1000)).astype(np.float32)
+
+    def f(xi, xf, si, sf):
+        si[...] = pypto.cumsum(xi, -1)
+        sf[...] = pypto.cumsum(xf, 1)
+
+    si, sf = np.full((3, 5000), -7, dtype=np.int64), poisoned(20, 1000)
+    jit(f, backend)(xi, xf, si, sf)
+    np.testing.assert_array_equal(si, np.cumsum(xi.astype(np.int64), -1))
+    assert_close(sf, np.cumsum(xf.astype(np.float64), 1), tol=1e-5)
+
+
+def test_cumsum_gradient():
+    x = rand(6, 45)
+    w = rand(6, 45)
+    @pypto.jit
+    def loss(x, w):
+        return pypto.sum(pypto.cumsum(x, -1) * w)
+
+    g = pypto.grad(loss)(x, w)
+    want = np.flip(np.cumsum(np.flip(w.astype(np.float64), -1), -1), -1)
+    assert_close(g, want, tol=1e-5)

@@ -3,7 +3,7 @@
 #define PTO_ABI_H
 #include <stdint.h>
 
-#define PTO_HEADERS_VERSION 3
+#define PTO_HEADERS_VERSION 4
 
 #ifdef __cplusplus
 extern "C" {
@@ -16,6 +16,9 @@ typedef void (*pto_parallel_for_fn)(int64_t n, pto_loop_body body, void* ctx);
    safely (no out-of-bounds access) and the runtime raises the first report once it returns.
    May be called from any worker thread. */
 typedef void (*pto_report_error_fn)(void* ctx, const char* message);
+/* Called by the profiling variant of a kernel only (pypto.profile): phase 0 as loop nest `nest`
+   (a top-level group of statements ending in a store to global memory) starts, 1 as it ends. */
+typedef void (*pto_nest_hook_fn)(void* ctx, int32_t nest, int32_t phase);
 
 typedef struct pto_kernel_args {
   void* const* data;             /* one pointer per tensor param, in Program.params order */
@@ -28,6 +31,8 @@ typedef struct pto_kernel_args {
   const int32_t* stop;
   pto_report_error_fn report_error; /* may be null: errors are then not reported */
   void* error_ctx;
+  pto_nest_hook_fn nest_hook; /* may be null; read only by profiling variants */
+  void* nest_ctx;
 } pto_kernel_args;
 
 typedef void (*pto_kernel_fn)(const pto_kernel_args* args);

@@ -73,6 +73,7 @@ class CompiledKernel:
         self.build_seconds = 0.0  # trace + lower + compile (set by JitFunction._compile)
         self.built_at_ns = 0      # perf_counter_ns when it was built
         self._cost = None
+        self._nests = None
         if backend == "cpu":
             self.compile()
         self.fast = self._make_fast()
@@ -113,6 +114,12 @@ class CompiledKernel:
                 raise PyptoError(f"kernel '{name}' failed at run time: {e}{sites(e)}") from None
             return out
         return fast
+
+    def nest_info(self):
+        """Per loop nest: (source lines, global buffers written, flops, bytes, exact), once."""
+        if self._nests is None:
+            self._nests = [tuple(n) for n in self.kernel.nests(self.builder)]
+        return self._nests
 
     def cost(self):
         """(flops, bytes, exact) counted from the tensor-level IR, once (runtime/kernel_cost.h)."""
@@ -159,8 +166,8 @@ class CompiledKernel:
             objs.append(v)
         return objs
 
-    def run(self, args, implicit=()):
-        outs, objs = self.run_flat(args, implicit)
+    def run(self, args, implicit=(), profiled=False):
+        outs, objs = self.run_flat(args, implicit, profiled)
         if self.single_out:
             return outs[0]
         return rebuild(self.template, outs, objs)
@@ -169,8 +176,9 @@ class CompiledKernel:
         """The arrays bound to the program's input params, in param order."""
         return [args[k] if kind == "a" else implicit[k] for kind, k in self.plan]
 
-    def run_flat(self, args, implicit=()):
-        """Run; (the fresh outputs in order, the input arrays in param order)."""
+    def run_flat(self, args, implicit=(), profiled=False):
+        """Run; (the fresh outputs in order, the input arrays in param order). profiled: run the
+        profiling variant (cpu) and leave its spans in self.last_spans."""
         if self.arg_only is not None:
             objs = [args[i] for i in self.arg_only]
         else:
@@ -185,7 +193,11 @@ class CompiledKernel:
             outs.append(o)
             run_list.append(r)
         try:
-            self.kernel.run(run_list, [args[i] for i in self.scalar_idx])
+            if profiled and self.backend == "cpu":
+                self.last_spans = self.kernel.run_profiled(run_list, [args[i] for i in self.scalar_idx])
+            else:
+                self.kernel.run(run_list, [args[i] for i in self.scalar_idx])
+                self.last_spans = ([], []) if profiled else None
         except PyptoError as e:
             raise PyptoError(f"kernel '{self.name}' failed at run time: {e}{self._index_sites(e)}") from None
         finally:
@@ -209,6 +221,16 @@ class Lowered:
 
     def compile(self):
         return self._entry.compile()
+
+    def export(self, path, emit=None):
+        """Write this kernel ahead of time, for use without Python or PyPTO: emit="so" a shared
+        library with a C header beside it (path with .h), "exe" a standalone executable that runs
+        the kernel on .npy files and prints its time, "cpp" / "exe.cpp" their C++ source, "ir" the
+        tile-level IR text (which `ptoc` reads). By default the path's suffix decides (.so, .cpp,
+        .pto or .ir; anything else an executable). Returns the paths written. The C ABI is in
+        docs/guide.md ("Ahead-of-time export")."""
+        import os
+        return self.kernel.export(os.fspath(path), emit or "")
 
     def backward(self):
         """The derived backward (its vector-Jacobian product), as a Lowered kernel."""

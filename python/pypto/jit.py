@@ -178,7 +178,7 @@ class JitFunction:
     _pypto_jit = True
 
     def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
-                 promote=True, alignment=None):
+                 promote=True, alignment=None, profile=False):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
@@ -206,7 +206,9 @@ class JitFunction:
         self._backend = backend or default_backend()  # PYPTO_INTERPRET is read when the kernel is made
         self._options = _options(fusion, tiles, parallel, double_buffer, promote)
         self._made_with = dict(fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                               double_buffer=double_buffer, promote=promote, alignment=alignment)
+                               double_buffer=double_buffer, promote=promote, alignment=alignment,
+                               profile=profile)
+        self._profiled = bool(profile)
         if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool)
                                       or alignment < 1 or alignment & (alignment - 1)):
             raise PyptoError(f"alignment must be a power of two (bytes), got {alignment!r}")
@@ -312,6 +314,8 @@ class JitFunction:
         if _autograd.wants_grad(args):
             _profile.forget()
             return _autograd.call(self, args)
+        if self._profiled or _profile.state.on:
+            return self._profiled_call(args, t0)
         entries = self._cache.get(self._key(args))
         if entries is not None:
             e = entries[0]
@@ -331,6 +335,30 @@ class JitFunction:
         out = e.run(args, imp)
         _profile.record(e, t0, t_run)
         return out
+
+    def _profiled_call(self, args, t0):
+        e, imp = self._entry(args)
+        if imp and _autograd.wants_grad(imp):
+            _profile.forget()
+            return _autograd.call(self, args)
+        if e.backend == "cpu":
+            e.kernel.compile_profiling()  # before the clock starts: once per kernel (or from the disk cache)
+        t_run = _now()
+        out = e.run(args, imp, profiled=True)
+        _profile.record(e, t0, t_run, e.last_spans)
+        return out
+
+    def profile(self, *args, **kwargs):
+        """Run once on the profiling variant and return the pypto.Profile (per-nest times, FLOPs,
+        bytes, rates; `.result` holds what the call returned)."""
+        t0 = _now()
+        args = self._full_args(args, kwargs)
+        if self._alignment:
+            _profile.check_alignment(self, args[self._k0:])
+        out = self._profiled_call(args, t0)
+        p = _profile.get_last_profile()
+        p.result = out
+        return p
 
     def with_options(self, **changes):
         """A new kernel from the same function with some jit options changed (e.g. tiles=...)."""
@@ -417,7 +445,7 @@ class _BoundKernel:
 
 
 def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
-        alignment=None):
+        alignment=None, profile=False, autotune=False):
     """Compile a Python function into a PyPTO kernel.
 
         @pypto.jit
@@ -426,11 +454,19 @@ def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, doubl
         def g(...): ...
         @pypto.jit(alignment=64)   # array arguments whose address is not a multiple of 64 raise
         def h(...): ...
+        @pypto.jit(profile=True)   # every call runs the profiling variant: per-nest times
+        def p(...): ...
+        @pypto.jit(autotune=True)  # matmul tile sizes tuned per shape, the choice kept in the cache
+        def t(...): ...
         compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
     """
     def wrap(f):
-        return JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                           double_buffer=double_buffer, promote=promote, alignment=alignment)
+        k = JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
+                        double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile)
+        if autotune:
+            from .autotune import Autotuned
+            return Autotuned(k, configs=None)
+        return k
     if fn is None:
         return wrap
     return wrap(fn)

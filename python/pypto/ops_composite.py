@@ -175,3 +175,84 @@ def flip(x, dims):
 
 
 __all__ += ["index_select", "embedding", "gather", "scatter", "scatter_add", "index_add", "flip"]
+
+
+# --- contractions, norms and losses ---------------------------------------------------------
+from .frontend import contract_ops as _K  # noqa: E402
+
+
+@_op(_K.einsum)
+def einsum(equation, *operands):
+    """Einstein summation ('ij,jk->ik', 'bhqd,bhkd->bhqk', '...ij->...ji', implicit output as
+    NumPy); pairs contract left to right, each as one batched matmul; no diagonals."""
+
+
+@_op(_K.outer)
+def outer(a, b):
+    """The outer product of two vectors."""
+
+
+@_op(_K.baddbmm)
+def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
+    """beta * input + alpha * (batch1 @ batch2)."""
+
+
+@_op(_K.vector_norm)
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
+    """The vector p-norm over `dim` (all elements when None): ord 2, 1, inf, -inf, 0 or p > 0."""
+
+
+@_op(_K.normalize)
+def normalize(x, p=2.0, dim=1, eps=1e-12):
+    """x / max(||x||_p over dim, eps), as torch.nn.functional.normalize."""
+
+
+@_op(_K.mse_loss)
+def mse_loss(input, target, reduction="mean"):  # noqa: A002
+    """Mean squared error ('mean', 'sum' or 'none')."""
+
+
+@_op(_K.l1_loss)
+def l1_loss(input, target, reduction="mean"):  # noqa: A002
+    """Mean absolute error."""
+
+
+@_op(_K.smooth_l1_loss)
+def smooth_l1_loss(input, target, reduction="mean", beta=1.0):  # noqa: A002
+    """Quadratic below beta, linear above, as torch."""
+
+
+@_op(_K.huber_loss)
+def huber_loss(input, target, reduction="mean", delta=1.0):  # noqa: A002
+    """delta * smooth_l1_loss(beta=delta), as torch."""
+
+
+@_op(_K.cross_entropy)
+def cross_entropy(input, target, weight=None, ignore_index=-100, reduction="mean",  # noqa: A002
+                  label_smoothing=0.0):
+    """Cross entropy of logits (N, C) or (N, C, d1, ...) against class indices or probabilities."""
+
+
+@_op(_K.nll_loss)
+def nll_loss(input, target, weight=None, ignore_index=-100, reduction="mean"):  # noqa: A002
+    """Negative log-likelihood of class indices under log-probabilities."""
+
+
+@_op(_K.binary_cross_entropy)
+def binary_cross_entropy(input, target, weight=None, reduction="mean"):  # noqa: A002
+    """-(y log p + (1 - y) log(1 - p)), logs clamped at -100 as torch."""
+
+
+@_op(_K.binary_cross_entropy_with_logits)
+def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean", pos_weight=None):  # noqa: A002
+    """The logistic loss on logits, computed stably."""
+
+
+@_op(_K.kl_div)
+def kl_div(input, target, reduction="mean", log_target=False):  # noqa: A002
+    """target * (log target - input) with input as log-probabilities; reduction 'batchmean' too."""
+
+
+__all__ += ["einsum", "outer", "baddbmm", "vector_norm", "normalize", "mse_loss", "l1_loss", "smooth_l1_loss",
+            "huber_loss", "cross_entropy", "nll_loss", "binary_cross_entropy",
+            "binary_cross_entropy_with_logits", "kl_div"]

@@ -1,12 +1,16 @@
-"""Debugging and tuning aids: the profile of the last kernel call (pypto.get_last_profile), the
-time of a kernel over several tile sizes (pypto.tile_curve), and the alignment check behind
-@pypto.jit(alignment=N).
+"""Debugging and tuning aids: the profile of the last kernel call (pypto.get_last_profile), with
+per-nest times when profiling is on (@pypto.jit(profile=True), PYPTO_PROFILE=1, kernel.profile,
+pypto.profiling()), the time of a kernel over several tile sizes (pypto.tile_curve), and the
+alignment check behind @pypto.jit(alignment=N).
 
 Recording costs two clock reads and one thread-local store per call; everything else (FLOP and
 byte counts from the IR, rates, the table) is computed when someone asks, and the counts once per
-compiled kernel."""
+compiled kernel. Per-nest times come from a profiling variant of the kernel (timer hooks around
+each nest), which only profiled calls run."""
 from __future__ import annotations
 
+import os
+import re
 import statistics
 import threading
 import time
@@ -19,21 +23,66 @@ _tls = threading.local()
 _now = time.perf_counter_ns
 
 
-def record(entry, t0, t_run):
-    """A kernel call that started at t0 and ran entry's kernel from t_run (perf_counter_ns)."""
-    _tls.last = (entry, t0, t_run, _now())
+class _State:
+    """Whether calls run profiled: PYPTO_PROFILE=1, or while a pypto.profiling() region is open."""
+    def __init__(self):
+        self.env = os.environ.get("PYPTO_PROFILE", "") not in ("", "0")
+        self.regions = []
+        self.on = self.env
+        self.lock = threading.Lock()
+
+    def update(self):
+        self.on = self.env or bool(self.regions)
+
+
+state = _State()
+
+
+def record(entry, t0, t_run, spans=None):
+    """A kernel call that started at t0 and ran entry's kernel from t_run (perf_counter_ns);
+    spans: (nest spans, chunk spans) of a profiled run."""
+    last = (entry, t0, t_run, _now(), spans, threading.get_native_id())
+    _tls.last = last
+    if state.regions:
+        with state.lock:
+            for r in state.regions:
+                r._calls.append(last)
 
 
 def forget():
     _tls.last = None
 
 
+class NestTime(NamedTuple):
+    """One loop nest of a profiled call: the kernel lines it covers, its time on the calling
+    thread, FLOPs and bytes moved between global memory and tiles (counted from the tile-level
+    IR), the rates, and those rates as a fraction of the machine's peak (pypto.machine_peak)."""
+    index: int
+    lines: list
+    ms: float
+    flops: float
+    bytes: float
+    gflops: float
+    gbytes_per_s: float
+    threads: int       # threads that ran chunks of its parallel loops (1: it ran on the caller)
+
+
+_PASS_LINE = re.compile(r"^\[pypto\] pass (\S+): ([0-9.eE+-]+) ms$", re.M)
+
+
+def pass_times(log):
+    """{pass name: ms} from a kernel's lowering log."""
+    return {m.group(1): float(m.group(2)) for m in _PASS_LINE.finditer(log or "")}
+
+
 class Profile:
     """What pypto.get_last_profile() returns. Times are wall-clock milliseconds on the calling
     thread; flops and bytes are counted from the kernel's tensor-level IR (not measured)."""
 
-    def __init__(self, entry, t0, t_run, t1):
+    def __init__(self, entry, t0, t_run, t1, spans=None, thread=None):
         self.kernel = entry.name
+        self.t0_ns, self.t_run_ns, self.t1_ns = t0, t_run, t1
+        self.thread = thread if thread is not None else threading.get_native_id()
         self.backend = entry.backend
         self.total_ms = (t1 - t0) / 1e6      # the whole call: argument checks, any trace/compile, run
         self.run_ms = (t1 - t_run) / 1e6     # allocating the outputs and running the kernel
@@ -46,6 +95,39 @@ class Profile:
         secs = self.run_ms / 1e3
         self.gflops = self.flops / secs / 1e9 if secs > 0 else float("nan")
         self.gbytes_per_s = self.bytes / secs / 1e9 if secs > 0 else float("nan")
+        self.passes = pass_times(entry.kernel.log)  # lowering time per pass, ms
+        self.nest_spans, self.chunk_spans = spans if spans is not None else ([], [])
+        self.profiled = spans is not None
+        self.nests = self._nests(entry) if spans is not None else []
+
+    def _nests(self, entry):
+        infos = entry.nest_info()
+        threads = {}
+        for nest, tid, _, _ in self.chunk_spans:
+            threads.setdefault(nest, set()).add(tid)
+        out = []
+        for nest, _, b, e in self.nest_spans:
+            lines, _, flops, nbytes, _ = infos[nest] if 0 <= nest < len(infos) else ([], [], 0.0, 0.0, True)
+            ms = (e - b) / 1e6
+            rate = (lambda x: x / (ms * 1e6)) if ms > 0 else (lambda x: float("nan"))
+            out.append(NestTime(nest, list(lines), ms, flops, nbytes, rate(flops), rate(nbytes),
+                                max(1, len(threads.get(nest, ())))))
+        return out
+
+    def fraction_of_peak(self, nest=None):
+        """(of peak GFLOP/s, of peak GB/s) for the whole run, or for nest `nest` (an index into
+        .nests); the peak is measured once per machine (pypto.machine_peak)."""
+        from .profiling import machine_peak
+        peak = machine_peak()
+        g, b = (self.gflops, self.gbytes_per_s) if nest is None else (self.nests[nest].gflops,
+                                                                      self.nests[nest].gbytes_per_s)
+        return g / peak["gflops"], b / peak["gbytes_per_s"]
+
+    def to_chrome_trace(self, path):
+        """Write this call as a Chrome trace (chrome://tracing, ui.perfetto.dev): the call, its
+        nests, and its parallel chunks, one track per thread."""
+        from .profiling import write_chrome_trace
+        write_chrome_trace([self], path)
 
     def __repr__(self):
         return f"<pypto.Profile {self.kernel}: {self.total_ms:.3f} ms, {self.gflops:.2f} GFLOP/s>"
@@ -65,8 +147,16 @@ class Profile:
             ("compile time", f"{self.compile_ms:.1f} ms (build: {self.build_ms:.1f} ms)"),
             ("threads", str(self.threads)),
         ]
+        if self.passes:
+            rows.append(("lowering passes", ", ".join(f"{k} {v:.2f} ms" for k, v in self.passes.items())))
         width = max(len(k) for k, _ in rows)
-        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+        text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+        if self.nests:
+            from .profiling import nest_table
+            text += "\n\n" + nest_table(self)
+        elif not self.profiled:
+            text += "\n(per-nest times: profile the call, e.g. kernel.profile(*args) or pypto.profiling())"
+        return text
 
 
 def get_last_profile():

@@ -5,8 +5,8 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include "exec/tensor_arg.h"
 #include "ir/types.h"
-#include "runtime/tensor_arg.h"
 
 namespace pypto::bindings {
 

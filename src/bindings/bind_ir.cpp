@@ -11,12 +11,12 @@
 #include "backends/interp/interpreter.h"
 #include "bindings/arrays.h"
 #include "bindings/gil.h"
+#include "exec/arg_check.h"
 #include "ir/ir.h"
 #include "ir/opcodes.h"
 #include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
-#include "runtime/arg_check.h"
 
 namespace nb = nanobind;
 

@@ -11,14 +11,18 @@
 #include <vector>
 
 #include "bindings/arrays.h"
+#include "backends/cpu/compiler.h"
+#include "backends/cpu/export.h"
 #include "bindings/gil.h"
+#include "exec/loop_cost.h"
+#include "exec/openmp_bridge.h"
+#include "exec/thread_pool.h"
+#include "ir/builder.h"
 #include "ir/ir.h"
 #include "runtime/kernel.h"
 #include "runtime/kernel_cost.h"
-#include "runtime/loop_cost.h"
-#include "runtime/openmp_bridge.h"
-#include "runtime/target.h"
-#include "runtime/thread_pool.h"
+#include "runtime/nest_profile.h"
+#include "target/target.h"
 
 namespace pypto::bindings {
 namespace nb = nanobind;
@@ -69,7 +73,7 @@ const char* kind_name(ir::BufferKind k) {
   }
 }
 
-void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
+void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars, cpu::RunProfile* profile = nullptr) {
   runtime::RunArgs args;
   // The ndarray handles keep DLPack capsules (and so the memory) alive until the run ends.
   std::vector<AnyArray> keep;
@@ -116,7 +120,13 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars) {
     args.scalars.reserve(n);
     for (size_t i = 0; i < n; ++i) args.scalars.push_back(to_scalar(ss[i], i));
   }
-  interruptible_without_gil([&] { k.run(args); });
+  interruptible_without_gil([&] { k.run(args, profile); });
+}
+
+nb::list spans(const std::vector<cpu::ProfileSpan>& v) {
+  nb::list out;
+  for (const cpu::ProfileSpan& s : v) out.append(nb::make_tuple(s.nest, s.thread, s.begin_ns, s.end_ns));
+  return out;
 }
 
 }  // namespace
@@ -147,9 +157,45 @@ void bind_runtime(nb::module_& m) {
           "program"_a, "backend"_a = "cpu", "fusion"_a = false, "fusion_ops"_a = std::vector<std::string>{},
           "tile_rows"_a = 0, "tile_cols"_a = 0, "mm_tile_m"_a = 0, "mm_tile_n"_a = 0, "mm_tile_k"_a = 0,
           "parallel"_a = true, "double_buffer"_a = true, "fusion_off"_a = false, "promote"_a = true)
-      .def("run", &run_kernel, "tensors"_a, "scalars"_a,
+      .def(
+          "run", [](Kernel& k, nb::handle tensors, nb::handle scalars) { run_kernel(k, tensors, scalars); },
+          "tensors"_a, "scalars"_a,
            "Run on a list of arrays (one per param: inputs then outputs) and a list of scalars. An entry\n"
            "may also be a tuple (data_pointer, strides) for an array already known to match the param.")
+      .def(
+          "run_profiled",
+          [](Kernel& k, nb::handle tensors, nb::handle scalars) {
+            cpu::RunProfile p;
+            run_kernel(k, tensors, scalars, &p);
+            return nb::make_tuple(spans(p.nests), spans(p.chunks));
+          },
+          "tensors"_a, "scalars"_a,
+          "Run the profiling variant (cpu): ([(nest, thread, begin_ns, end_ns)] per nest,\n"
+          "[(nest, thread, begin_ns, end_ns)] per parallel chunk), on the perf_counter_ns clock.")
+      .def(
+          "compile_profiling", [](Kernel& k) { return interruptible_without_gil([&] { return k.compile_profiling(); }); },
+          "Compile the profiling variant now (cpu); seconds spent, 0 when it came from a cache.")
+      .def(
+          "nests",
+          [](const Kernel& k, const ir::Builder* builder) {
+            std::function<std::string(const ir::StmtNode*)> locate;
+            if (builder) locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
+            nb::list out;
+            for (const runtime::NestInfo& n : runtime::describe_nests(k.lowered(), locate))
+              out.append(nb::make_tuple(n.lines, n.writes, n.flops, n.bytes, n.exact));
+            return out;
+          },
+          "builder"_a = nb::none(),
+          "Per loop nest (cpu/nests.h): (source lines, global buffers written, flops, bytes, exact).")
+      .def(
+          "export",
+          [](const Kernel& k, const std::string& path, const std::string& emit) {
+            cpu::ExportKind kind = emit.empty() ? cpu::export_kind_for_path(path) : cpu::parse_export_kind(emit);
+            return interruptible_without_gil([&] { return cpu::export_kernel(k.lowered().isa, path, kind); });
+          },
+          "path"_a, "emit"_a = "",
+          "Write the kernel ahead of time (backends/cpu/export.h): emit 'so' (+ a C header), 'exe', 'cpp',\n"
+          "'exe.cpp' or 'ir'; '' picks by the path's suffix. Returns the files written.")
       .def("as_text", &Kernel::as_text, "level"_a, "levels: \"tensor\", \"tile\", \"isa\", \"source\" (cpu)")
       .def(
           "compile", [](Kernel& k) { return interruptible_without_gil([&] { return k.compile(); }); },
@@ -213,6 +259,8 @@ void bind_runtime(nb::module_& m) {
       },
       "n"_a, "Size the thread pool; at most max_threads() (a few per core).");
   m.def("max_threads", &runtime::max_threads);
+  m.def("cpu_key", &cpu::host_cpu_key, "A short hash of this CPU's model and feature flags.");
+  m.def("cache_dir", &cpu::cache_dir, "The private kernel cache directory (created if missing).");
   m.def("num_threads", &runtime::num_threads);
   m.def("share_threads_with_openmp", &runtime::openmp::attach,
         "Run parallel loops on an OpenMP runtime already loaded (torch's); its path, or '' when none is.");

@@ -16,7 +16,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "runtime/interrupt.h"
+#include "exec/interrupt.h"
 
 namespace pypto::bindings {
 

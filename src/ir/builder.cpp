@@ -593,10 +593,11 @@ View Builder::mean(const View& x, std::vector<int> dims, bool keepdim) {
   }
   View src = is_float(x.buf->dtype) ? x : cast(x, DType::F32);
   View s = reduce(Opcode::TROWSUM, src, dims, keepdim);
-  // Multiply by 1/count (a constant folded here, or one scalar division per call).
-  Expr inv = as_int(count) ? float_imm(1.0 / double(*as_int(count)))
-                           : div(float_imm(1.0), ir::cast(count, DType::F32));
-  return binary(Opcode::TMUL, s, inv);
+  // Divide by the count in the sum's own type (as torch does): a reciprocal rounded to f32 would
+  // lose precision in f64 means.
+  DType t = compute_dtype(s.buf->dtype);
+  Expr n = as_int(count) ? float_imm(double(*as_int(count)), t) : ir::cast(count, t);
+  return binary(Opcode::TDIV, s, n);
 }
 
 View Builder::matmul(const View& a0, const View& b0) {

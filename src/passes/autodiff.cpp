@@ -45,40 +45,41 @@ std::vector<const View*> sources(const Op& op) {
   return out;
 }
 
+// Records each statement's position and enclosing loops, and each buffer's writes and reads.
+class Differentiator::Analysis : public StmtVisitor {
+ public:
+  explicit Analysis(Differentiator& d) : d_(d) {}
+  void visit(const Stmt& s) override {
+    auto& info = d_.stmts_[s.get()];
+    info.pos = int(d_.stmts_.size());
+    info.loops = loops_;
+    StmtVisitor::visit(s);
+  }
+
+ private:
+  Differentiator& d_;
+  std::vector<const StmtNode*> loops_;
+
+  void visit_alloc(const StmtNode& s) override { d_.bufs_[s.buffer.get()].loops_at_alloc = loops_; }
+  void visit_op(const StmtNode& s) override {
+    if (auto dst = s.op.args.empty() ? nullptr : view_of(s.op.args[0]))
+      d_.bufs_[dst->buf.get()].writes.push_back(&s);
+    for (const View* v : sources(s.op)) d_.bufs_[v->buf.get()].reads.push_back(&s);
+  }
+  void visit_for(const StmtNode& s) override {
+    loops_.push_back(&s);
+    visit_block(s.body);
+    loops_.pop_back();
+  }
+  void visit_if(const StmtNode& s) override {
+    visit_block(s.body);
+    visit_block(s.orelse);
+  }
+};
+
 Differentiator::Differentiator(const Program& forward, const Locate& locate, const std::vector<bool>& wanted)
     : fwd_(forward), locate_(locate), wanted_(wanted), b_(forward.name + "_backward") {
-  std::vector<const StmtNode*> loops;
-  analyse(forward.body, loops);
-}
-
-void Differentiator::analyse(const std::vector<Stmt>& body, std::vector<const StmtNode*>& loops) {
-  for (const Stmt& s : body) {
-    auto& info = stmts_[s.get()];
-    info.pos = int(stmts_.size());
-    info.loops = loops;
-    switch (s->kind) {
-      case StmtKind::Alloc:
-        bufs_[s->buffer.get()].loops_at_alloc = loops;
-        break;
-      case StmtKind::OpStmt: {
-        if (auto d = view_of(s->op.args.empty() ? Operand(Expr()) : s->op.args[0]))
-          bufs_[d->buf.get()].writes.push_back(s.get());
-        for (const View* v : sources(s->op)) bufs_[v->buf.get()].reads.push_back(s.get());
-        break;
-      }
-      case StmtKind::For:
-        loops.push_back(s.get());
-        analyse(s->body, loops);
-        loops.pop_back();
-        break;
-      case StmtKind::If:
-        analyse(s->body, loops);
-        analyse(s->orelse, loops);
-        break;
-      default:
-        break;
-    }
-  }
+  Analysis(*this).visit_block(forward.body);
 }
 
 // Whether buffer b, read at statement s, may hold another value by the time the backward reads
@@ -556,11 +557,7 @@ void forward_copies(Program& p) {
 }
 
 void used_buffers(const std::vector<Stmt>& body, std::set<const Buffer*>& used) {
-  walk(body, [&](const Stmt& s) {
-    if (s->kind != StmtKind::OpStmt) return;
-    for (auto& a : s->op.args)
-      if (auto v = view_of(a)) used.insert(v->buf.get());
-  });
+  for_each_view(body, [&](const View& v, bool) { used.insert(v.buf.get()); });
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ class Differentiator {
     std::vector<const ir::StmtNode*> writes;
     std::vector<const ir::StmtNode*> reads;
   };
-  void analyse(const std::vector<ir::Stmt>& body, std::vector<const ir::StmtNode*>& loops);
+  class Analysis;  // fills stmts_ and bufs_ (a visitor over the forward program)
   bool stale(const ir::Buffer* b, const ir::StmtNode* s, bool before_write) const;
   bool overwritten(const ir::Buffer* b) const;  // written more than once (an earlier value dies)
   bool needs_reversal(const ir::StmtNode* loop) const;
@@ -50,6 +50,7 @@ class Differentiator {
   void replay(const std::vector<ir::Stmt>& body, Env& env, std::set<const ir::Buffer*>& local);
   void sweep(const std::vector<ir::Stmt>& body, Env& env);
   void rule(const ir::StmtNode* s, const Env& env);   // autodiff_rules.cpp
+  void indexed_rows_rule(const ir::StmtNode* s, const Env& env);
   ir::BufferRef new_adjoint(const ir::Buffer& like);  // a zero-filled adjoint buffer
 
   // Helpers for the rules.

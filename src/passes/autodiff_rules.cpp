@@ -39,11 +39,10 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
   auto cat = opcode_info(op.code).category;
   if (op.code == Opcode::TSCAN && as_int(std::get<Expr>(op.args[2])).value_or(1) & 1)
     refuse(s, "the gradient of a running product (cumprod) is not derived");
-  if (cat == OpCategory::Gather && op.code != Opcode::TSCAN)
-    refuse(s, "a gather or scatter indexes by data, and its gradient is not derived");
   if (cat == OpCategory::Layout)
     refuse(s, std::string(opcode_name(op.code)) + " is not differentiated at the tensor level");
   if (!adj_.count(D.buf.get())) return;  // no gradient flows through a non-float value
+  if (cat == OpCategory::Gather && op.code != Opcode::TSCAN) return indexed_rows_rule(s, env);
   View g = adjoint(D, env);
   if (!in_place_linear(op) && overwritten(D.buf.get())) {
     // The old value of this region dies here: its adjoint so far belongs to this write alone.
@@ -249,6 +248,31 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
     return;
   }
   refuse(s, std::string("no derivative rule for ") + std::string(opcode_name(op.code)));
+}
+
+// Row gathers and scatters by an index tensor (embedding lookups, torch.gather/scatter, x[idx]):
+// the gradient moves the same rows the other way. The index is data, so it has no gradient.
+void Differentiator::indexed_rows_rule(const StmtNode* s, const Env& env) {
+  const Op& op = s->op;
+  View g = adjoint(std::get<View>(op.args[0]), env);
+  const Operand& src = op.args[1];
+  View idx = std::get<View>(value(op.args[2], s, env));
+  switch (op.code) {
+    case Opcode::TGATHER:  // out = src[idx]: each row of g adds to the row it was read from
+      if (has_adjoint(src)) b_.scatter_rows(adjoint(std::get<View>(src), env), g, idx, true);
+      return;
+    case Opcode::TSCATTER_ADD:  // dst[idx] += src: dst's gradient passes through unchanged
+      if (has_adjoint(src)) accumulate(src, b_.gather_rows(g, idx), env);
+      return;
+    case Opcode::TSCATTER: {  // dst[idx] = src: the overwritten rows' old values get no gradient
+      View rows = b_.gather_rows(g, idx);
+      if (has_adjoint(src)) accumulate(src, rows, env);
+      b_.scatter_rows(g, b_.full(rows.shape(), g.buf->dtype, constant(0, g)), idx, false);
+      return;
+    }
+    default:
+      refuse(s, std::string("no derivative rule for ") + std::string(opcode_name(op.code)));
+  }
 }
 
 }  // namespace pypto::passes::ad

@@ -1,5 +1,6 @@
 #include "passes/double_buffer.h"
 
+#include "ir/mutator.h"
 #include "passes/pass_util.h"
 
 namespace pypto::passes {
@@ -15,39 +16,29 @@ View shifted(const View& v, const std::string& var, const Expr& next) {
   return out;
 }
 
-std::vector<Stmt> rewrite(const std::vector<Stmt>& body) {
-  std::vector<Stmt> out;
-  for (auto& s : body) {
-    if (s->kind != StmtKind::For && s->kind != StmtKind::If) {
-      out.push_back(s);
-      continue;
-    }
-    auto n = std::make_shared<StmtNode>(*s);
-    n->body = rewrite(s->body);
-    n->orelse = rewrite(s->orelse);
-    if (s->kind == StmtKind::For) {
-      Expr next = var(s->var) + s->step;
-      std::vector<Stmt> prefetch;
-      for (auto& st : s->body)  // loads directly in this body that move with the loop
-        if (st->kind == StmtKind::OpStmt && st->op.code == Opcode::TLOAD) {
-          const View& src = std::get<View>(st->op.args[1]);
-          if (src.buf->space == Space::Global && mentions(src, s->var))
-            prefetch.push_back(op_stmt(Op{Opcode::TPREFETCH, {shifted(src, s->var, next)}}));
-        }
-      if (!prefetch.empty())
-        n->body.insert(n->body.begin(), if_then(cmp(ExprOp::Lt, next, s->hi), std::move(prefetch)));
-    }
-    out.push_back(n);
+// At the top of every loop body, prefetches the next iteration's windows of the loads directly in
+// that body that move with the loop.
+class Prefetcher : public StmtMutator {
+  Stmt mutate_for(const Stmt& s) override {
+    Stmt n = StmtMutator::mutate_for(s);
+    Expr next = var(s->var) + s->step;
+    std::vector<Stmt> prefetch;
+    for (auto& st : s->body)
+      if (st->kind == StmtKind::OpStmt && st->op.code == Opcode::TLOAD) {
+        const View& src = std::get<View>(st->op.args[1]);
+        if (src.buf->space == Space::Global && mentions(src, s->var))
+          prefetch.push_back(op_stmt(Op{Opcode::TPREFETCH, {shifted(src, s->var, next)}}));
+      }
+    if (prefetch.empty()) return n;
+    auto c = std::make_shared<StmtNode>(*n);
+    c->body.insert(c->body.begin(), if_then(cmp(ExprOp::Lt, next, s->hi), std::move(prefetch)));
+    return c;
   }
-  return out;
-}
+  Stmt mutate_op(const Stmt& s) override { return s; }
+};
 
 }  // namespace
 
-Program double_buffer(const Program& p) {
-  Program out = p;
-  out.body = rewrite(p.body);
-  return out;
-}
+Program double_buffer(const Program& p) { return Prefetcher().mutate_program(p); }
 
 }  // namespace pypto::passes

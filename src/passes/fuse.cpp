@@ -5,6 +5,7 @@
 #include <cctype>
 #include <map>
 
+#include "ir/mutator.h"
 #include "ir/printer.h"
 #include "passes/nest.h"
 #include "passes/pass_util.h"
@@ -110,20 +111,18 @@ struct Group {
 };
 
 void count_refs(const std::vector<Stmt>& body, std::map<const Buffer*, int>& refs) {
-  walk(body, [&](const Stmt& s) {
-    if (s->kind != StmtKind::OpStmt) return;
-    for (auto& a : s->op.args)
-      if (auto v = std::get_if<View>(&a)) refs[v->buf.get()]++;
-  });
+  for_each_view(body, [&](const View& v, bool) { refs[v.buf.get()]++; });
 }
 
-class Fuser {
+class Fuser : public StmtMutator {
  public:
   Fuser(const Program& p, const FusionOptions& o, const TileSizes& ts) : nb_(p), o_(o), ts_(ts) {
     count_refs(p.body, refs_);
   }
 
-  std::vector<Stmt> block(const std::vector<Stmt>& in) {
+  // Groups runs of consecutive tensor-level instructions of one block; loops and branches are
+  // rebuilt around their own blocks.
+  std::vector<Stmt> mutate_block(const std::vector<Stmt>& in) override {
     std::vector<Stmt> out;
     std::set<const Buffer*> allocs;
     for (size_t i = 0; i < in.size(); ++i) {
@@ -137,14 +136,8 @@ class Fuser {
           i = g.end - 1;
           continue;
         }
-      } else if (s->kind == StmtKind::For || s->kind == StmtKind::If) {
-        auto n = std::make_shared<StmtNode>(*s);
-        n->body = block(s->body);
-        n->orelse = block(s->orelse);
-        out.push_back(n);
-        continue;
       }
-      out.push_back(s);
+      out.push_back(mutate(s));
     }
     return out;
   }
@@ -152,6 +145,8 @@ class Fuser {
  private:
   NestBuilder nb_;
   FusionOptions o_;
+
+  Stmt mutate_op(const Stmt& s) override { return s; }
   TileSizes ts_;
   std::map<const Buffer*, int> refs_;
 
@@ -489,10 +484,7 @@ class Fuser {
 
 Program fuse(const Program& p, const FusionOptions& options, const TileSizes& sizes) {
   if (options.mode == FusionOptions::Off) return p;
-  Fuser f(p, options, sizes);
-  Program out = p;
-  out.body = f.block(p.body);
-  return out;
+  return Fuser(p, options, sizes).mutate_program(p);
 }
 
 }  // namespace pypto::passes

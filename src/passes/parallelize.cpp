@@ -6,6 +6,9 @@
 #include <map>
 #include <set>
 
+#include "ir/mutator.h"
+#include "ir/visitor.h"
+
 namespace pypto::passes {
 using namespace ir;
 
@@ -33,39 +36,33 @@ std::optional<Interval> loop_var_bounds(const StmtNode& s, const VarBounds& vb) 
   return Interval{lo->lo, std::max(lo->lo, last)};
 }
 
-void collect(const std::vector<Stmt>& body, BodyInfo& info, VarBounds& vb) {
-  for (auto& s : body) {
-    switch (s->kind) {
-      case StmtKind::Alloc:
-        info.local.insert(s->buffer.get());
-        break;
-      case StmtKind::For: {
-        info.inner_vars.insert(s->var);
-        if (auto b = loop_var_bounds(*s, vb)) vb[s->var] = *b;
-        collect(s->body, info, vb);
-        break;
-      }
-      case StmtKind::If:
-        collect(s->body, info, vb);
-        collect(s->orelse, info, vb);
-        break;
-      case StmtKind::Let:
-        info.inner_vars.insert(s->var);
-        if (auto b = bounds(s->value, vb)) vb[s->var] = *b;
-        break;
-      case StmtKind::OpStmt: {
-        auto cat = opcode_info(s->op.code).category;
-        if (cat == OpCategory::Sync || s->op.code == Opcode::TPREFETCH) break;  // hints touch nothing
-        for (size_t i = 0; i < s->op.args.size(); ++i)
-          if (auto v = std::get_if<View>(&s->op.args[i]))
-            info.accesses.push_back(Access{*v, i == 0 && s->op.code != Opcode::TPREFETCH});
-        break;
-      }
-      default:
-        break;
-    }
+// The allocations, accesses and inner variables of a loop body; vb gains the bounds of the
+// variables defined inside it.
+class Collector : public StmtVisitor {
+ public:
+  Collector(BodyInfo& info, VarBounds& vb) : info_(info), vb_(vb) {}
+
+ private:
+  BodyInfo& info_;
+  VarBounds& vb_;
+
+  void visit_alloc(const StmtNode& s) override { info_.local.insert(s.buffer.get()); }
+  void visit_for(const StmtNode& s) override {
+    info_.inner_vars.insert(s.var);
+    if (auto b = loop_var_bounds(s, vb_)) vb_[s.var] = *b;
+    visit_block(s.body);
   }
-}
+  void visit_let(const StmtNode& s) override {
+    info_.inner_vars.insert(s.var);
+    if (auto b = bounds(s.value, vb_)) vb_[s.var] = *b;
+  }
+  void visit_op(const StmtNode& s) override {
+    if (opcode_info(s.op.code).category == OpCategory::Sync || s.op.code == Opcode::TPREFETCH)
+      return;  // hints touch nothing
+    StmtVisitor::visit_op(s);
+  }
+  void visit_view(const View& v, bool written) override { info_.accesses.push_back(Access{v, written}); }
+};
 
 bool mentions(const Expr& e, const std::string& v) {
   std::vector<std::string> vars;
@@ -110,7 +107,7 @@ bool independent(const StmtNode& loop, const VarBounds& outer) {
   BodyInfo info;
   VarBounds vb = outer;
   if (auto b = loop_var_bounds(loop, vb)) vb[loop.var] = *b;
-  collect(loop.body, info, vb);
+  Collector(info, vb).visit_block(loop.body);
   std::map<const Buffer*, std::vector<const Access*>> by_buffer;
   for (auto& acc : info.accesses) {
     if (info.local.count(acc.view.buf.get())) continue;
@@ -150,36 +147,27 @@ bool independent(const StmtNode& loop, const VarBounds& outer) {
   return true;
 }
 
-std::vector<Stmt> mark(const std::vector<Stmt>& body, VarBounds& vb) {
-  std::vector<Stmt> out;
-  for (auto& s : body) {
-    if (s->kind != StmtKind::For && s->kind != StmtKind::If) {
-      out.push_back(s);
-      continue;
-    }
-    auto n = std::make_shared<StmtNode>(*s);
-    if (s->kind == StmtKind::For) {
-      if (n->loop_kind != LoopKind::Parallel && independent(*s, vb)) n->loop_kind = LoopKind::Parallel;
-      auto saved = vb;
-      if (auto b = loop_var_bounds(*s, vb)) vb[s->var] = *b;
-      n->body = mark(s->body, vb);
-      vb = saved;
-    } else {
-      n->body = mark(s->body, vb);
-      n->orelse = mark(s->orelse, vb);
-    }
-    out.push_back(n);
+// Marks every loop whose iterations are independent parallel, knowing the bounds of the
+// variables of the loops around it.
+class Marker : public StmtMutator {
+  VarBounds vb_;
+
+  Stmt mutate_for(const Stmt& s) override {
+    bool parallel = s->loop_kind != LoopKind::Parallel && independent(*s, vb_);
+    auto saved = vb_;
+    if (auto b = loop_var_bounds(*s, vb_)) vb_[s->var] = *b;
+    Stmt n = StmtMutator::mutate_for(s);
+    vb_ = saved;
+    if (!parallel) return n;
+    auto c = std::make_shared<StmtNode>(*n);
+    c->loop_kind = LoopKind::Parallel;
+    return c;
   }
-  return out;
-}
+  Stmt mutate_op(const Stmt& s) override { return s; }
+};
 
 }  // namespace
 
-Program parallelize(const Program& p) {
-  Program out = p;
-  VarBounds vb;
-  out.body = mark(p.body, vb);
-  return out;
-}
+Program parallelize(const Program& p) { return Marker().mutate_program(p); }
 
 }  // namespace pypto::passes

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ir/ir.h"
+#include "ir/visitor.h"
 
 namespace pypto::passes {
 
@@ -17,14 +18,10 @@ class NameGen {
   std::set<std::string> used_;
 };
 
-// Calls f on every statement (pre-order), descending into loops and ifs.
+// Calls f on every statement (pre-order), descending into loops, ifs and sequences.
 template <class F>
 void walk(const std::vector<ir::Stmt>& body, F&& f) {
-  for (auto& s : body) {
-    f(s);
-    walk(s->body, f);
-    walk(s->orelse, f);
-  }
+  ir::for_each_stmt(body, f);
 }
 
 // The whole buffer in its own dimension order (its valid extents may be smaller): offsets 0,

@@ -15,7 +15,7 @@
 #include "passes/parallelize.h"
 #include "passes/promote.h"
 #include "passes/tile_ops.h"
-#include "runtime/target.h"
+#include "target/target.h"
 
 namespace pypto::passes {
 using namespace ir;

@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "ir/mutator.h"
 #include "passes/nest.h"
 #include "passes/pass_util.h"
 
@@ -10,29 +11,30 @@ using namespace ir;
 
 namespace {
 
-std::vector<Stmt> rewrite(const std::vector<Stmt>& body, const std::map<const Buffer*, BufferRef>& repl) {
-  std::vector<Stmt> out;
-  for (auto& s : body) {
+// Gives promoted temporaries their tile buffers: at their allocations and in every operand.
+class Promote : public StmtMutator {
+ public:
+  explicit Promote(const std::map<const Buffer*, BufferRef>& repl) : repl_(repl) {}
+
+ private:
+  const std::map<const Buffer*, BufferRef>& repl_;
+
+  Stmt mutate_alloc(const Stmt& s) override {
+    auto it = repl_.find(s->buffer.get());
+    if (it == repl_.end()) return s;
     auto n = std::make_shared<StmtNode>(*s);
-    if (n->buffer) {
-      auto it = repl.find(n->buffer.get());
-      if (it != repl.end()) n->buffer = it->second;
-    }
-    // A promoted temporary is referenced whole (promote_small_temps admits only such views). As a
-    // tile its valid region is run-time state that each instruction sets, so the view's valid
-    // extents are dropped: a tile-level instruction takes whole tiles, and a valid extent left on
-    // it would turn an all-local instruction into one that no backend accepts.
-    for (auto& a : n->op.args)
-      if (auto v = std::get_if<View>(&a)) {
-        auto it = repl.find(v->buf.get());
-        if (it != repl.end()) *v = View::whole(it->second);
-      }
-    n->body = rewrite(s->body, repl);
-    n->orelse = rewrite(s->orelse, repl);
-    out.push_back(n);
+    n->buffer = it->second;
+    return n;
   }
-  return out;
-}
+  // A promoted temporary is referenced whole (promote_small_temps admits only such views). As a
+  // tile its valid region is run-time state that each instruction sets, so the view's valid
+  // extents are dropped: a tile-level instruction takes whole tiles, and a valid extent left on
+  // it would turn an all-local instruction into one that no backend accepts.
+  View mutate_view(const View& v) override {
+    auto it = repl_.find(v.buf.get());
+    return it == repl_.end() ? v : View::whole(it->second);
+  }
+};
 
 }  // namespace
 
@@ -78,9 +80,7 @@ Program promote_small_temps(const Program& p, const TileSizes& ts) {
           candidates.erase(v->buf.get());  // (already-tiled code, e.g. a fused nest, reads it from memory)
   });
   if (candidates.empty()) return p;
-  Program out = p;
-  out.body = rewrite(p.body, candidates);
-  return out;
+  return Promote(candidates).mutate_program(p);
 }
 
 }  // namespace pypto::passes

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "ir/mutator.h"
 #include "passes/nest.h"
 
 namespace pypto::passes {
@@ -10,28 +11,17 @@ using namespace ir;
 
 namespace {
 
-class Lowerer {
+class Lowerer : public StmtMutator {
  public:
   Lowerer(const Program& p, const TileSizes& ts) : nb_(p), ts_(ts) {}
 
-  std::vector<Stmt> block(const std::vector<Stmt>& in) {
-    std::vector<Stmt> out;
-    for (auto& s : in) {
-      if (s->kind == StmtKind::OpStmt && is_tensor_level(s->op)) {
-        lower(s->op, out);
-        continue;
-      }
-      if (s->kind == StmtKind::For || s->kind == StmtKind::If) {
-        auto n = std::make_shared<StmtNode>(*s);
-        n->body = block(s->body);
-        n->orelse = block(s->orelse);
-        out.push_back(n);
-        continue;
-      }
-      out.push_back(s);
-    }
-    return out;
+ protected:
+  // A tensor-level instruction becomes its loop nest; everything else is rebuilt around it.
+  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
+    if (s->kind == StmtKind::OpStmt && is_tensor_level(s->op)) return lower(s->op, out);
+    StmtMutator::mutate_into(s, out);
   }
+  Stmt mutate_op(const Stmt& s) override { return s; }  // tile level already
 
  private:
   NestBuilder nb_;
@@ -332,11 +322,6 @@ class Lowerer {
 
 }  // namespace
 
-Program tile_ops(const Program& p, const TileSizes& sizes) {
-  Lowerer l(p, sizes);
-  Program out = p;
-  out.body = l.block(p.body);
-  return out;
-}
+Program tile_ops(const Program& p, const TileSizes& sizes) { return Lowerer(p, sizes).mutate_program(p); }
 
 }  // namespace pypto::passes

@@ -1,8 +1,8 @@
 // Host-side range checks of run-time indices (ir::IndexCheck), made before a kernel runs so an
 // out-of-range index raises instead of reading or writing outside the caller's arrays.
 #pragma once
+#include "exec/tensor_arg.h"
 #include "ir/ir.h"
-#include "runtime/tensor_arg.h"
 
 namespace pypto::runtime {
 

@@ -4,8 +4,8 @@
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
+#include "exec/arg_check.h"
 #include "ir/printer.h"
-#include "runtime/arg_check.h"
 #include "runtime/index_checks.h"
 
 namespace pypto::runtime {
@@ -63,7 +63,19 @@ double Kernel::compile() {
   return from_cache_ ? 0 : r.compile_seconds;
 }
 
-void Kernel::run(const RunArgs& args) {
+double Kernel::compile_profiling() {
+  if (backend_ != Backend::Cpu) return 0;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (profiling_) return 0;
+  }
+  cpu::CompileResult r = cpu::compile_cpp(cpu::generate_cpp(lowered_.isa, /*profile=*/true));
+  std::lock_guard<std::mutex> l(mu_);
+  if (!profiling_) profiling_ = r.kernel;
+  return r.from_memory || r.from_disk ? 0 : r.compile_seconds;
+}
+
+void Kernel::run(const RunArgs& args, cpu::RunProfile* profile) {
   const ir::Program& p = lowered_.isa;
   check_args(p, args, written_);
   RunArgs storage;
@@ -76,14 +88,14 @@ void Kernel::run(const RunArgs& args) {
   std::shared_ptr<cpu::CompiledKernel> k;
   {
     std::lock_guard<std::mutex> l(mu_);
-    k = native_;
+    k = profile ? profiling_ : native_;
   }
   if (!k) {
-    compile();
+    profile ? compile_profiling() : compile();
     std::lock_guard<std::mutex> l(mu_);
-    k = native_;
+    k = profile ? profiling_ : native_;
   }
-  cpu::run(*k, a);
+  cpu::run(*k, a, profile);
 }
 
 }  // namespace pypto::runtime

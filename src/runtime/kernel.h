@@ -5,11 +5,12 @@
 #include <string>
 #include <vector>
 
+#include "exec/tensor_arg.h"
 #include "passes/pipeline.h"
-#include "runtime/tensor_arg.h"
 
 namespace pypto::cpu {
 struct CompiledKernel;
+struct RunProfile;
 }
 
 namespace pypto::runtime {
@@ -24,11 +25,16 @@ class Kernel {
   // levels: "tensor", "tile", "isa", "source" (generated C++; cpu backend only)
   std::string as_text(const std::string& level) const;
   // Checks the arguments against the program's params (count, dtype, shape), then runs.
-  void run(const RunArgs& args);
+  // With `profile` (cpu backend), runs the profiling variant of the kernel (compiled on first
+  // use) and records each nest's span and each parallel chunk's (cpu/compiler.h); the
+  // interpreter records nothing.
+  void run(const RunArgs& args, cpu::RunProfile* profile = nullptr);
   // Compiles now (cpu); returns seconds spent, 0 when it came from a cache.
   double compile();
+  // The profiling variant (nest timer hooks); seconds spent, 0 when it came from a cache.
+  double compile_profiling();
   bool compiled_from_cache() const { return from_cache_; }
-  // Per tensor param, whether the kernel writes it (runtime/arg_check.h).
+  // Per tensor param, whether the kernel writes it (exec/arg_check.h).
   const std::vector<bool>& written() const { return written_; }
 
  private:
@@ -36,7 +42,7 @@ class Kernel {
   Backend backend_;
   std::vector<bool> written_;
   std::string source_;
-  std::shared_ptr<cpu::CompiledKernel> native_;
+  std::shared_ptr<cpu::CompiledKernel> native_, profiling_;
   bool from_cache_ = false;
   std::mutex mu_;
 };

@@ -9,6 +9,7 @@ namespace {
 
 struct Counter {
   KernelCost cost;
+  bool memory_bytes = false;  // count the bytes loads and stores move (tile level)
 
   // Elements of a view's valid region; the static window where an extent is not constant.
   double elements(const ir::View& v) {
@@ -55,6 +56,14 @@ struct Counter {
     }
   }
 
+  double op_bytes(const ir::Op& op) {
+    if (ir::opcode_info(op.code).category != ir::OpCategory::Memory || op.code == ir::Opcode::TPREFETCH ||
+        op.args.empty())
+      return 0;
+    const ir::View* dst = std::get_if<ir::View>(&op.args[0]);
+    return dst && dst->buf ? elements(*dst) * ir::dtype_bytes(dst->buf->dtype) : 0;
+  }
+
   void walk(const std::vector<ir::Stmt>& body, double times) {
     for (const ir::Stmt& s : body) {
       switch (s->kind) {
@@ -86,6 +95,7 @@ struct Counter {
         }
         case ir::StmtKind::OpStmt:
           cost.flops += times * op_flops(s->op);
+          if (memory_bytes) cost.bytes += times * op_bytes(s->op);
           break;
         default:
           break;
@@ -100,6 +110,13 @@ KernelCost count_cost(const ir::Program& p) {
   Counter c;
   c.walk(p.body, 1);
   for (const ir::BufferRef& b : p.params) c.cost.bytes += double(b->numel()) * ir::dtype_bytes(b->dtype);
+  return c.cost;
+}
+
+KernelCost count_tile_cost(const std::vector<ir::Stmt>& statements) {
+  Counter c;
+  c.memory_bytes = true;
+  c.walk(statements, 1);
   return c.cost;
 }
 

@@ -20,4 +20,8 @@ struct KernelCost {
 
 KernelCost count_cost(const ir::Program& tensor_program);
 
+// The cost of some statements of a tile-level program (one loop nest, cpu/nests.h): flops as
+// above, bytes = the global memory its loads and stores move (a tile re-read counts again).
+KernelCost count_tile_cost(const std::vector<ir::Stmt>& statements);
+
 }  // namespace pypto::runtime

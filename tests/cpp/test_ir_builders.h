@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "exec/tensor_arg.h"
 #include "ir/ir.h"
-#include "runtime/tensor_arg.h"
 
 namespace ir_build {
 using namespace pypto::ir;

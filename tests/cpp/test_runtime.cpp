@@ -17,9 +17,9 @@
 
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/compiler_internal.h"
+#include "exec/thread_pool.h"
 #include "ir/types.h"
-#include "runtime/target.h"
-#include "runtime/thread_pool.h"
+#include "target/target.h"
 #include "test_cpu_codegen_util.h"
 
 namespace {

@@ -18,9 +18,9 @@
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/compiler_internal.h"
 #include "backends/cpu/kernel_cache.h"
+#include "exec/subprocess.h"
+#include "exec/thread_pool.h"
 #include "ir/types.h"
-#include "runtime/subprocess.h"
-#include "runtime/thread_pool.h"
 #include "test_cpu_codegen_util.h"
 
 namespace {

@@ -11,9 +11,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/loop_cost.h"
-#include "runtime/openmp_bridge.h"
-#include "runtime/thread_pool.h"
+#include "exec/loop_cost.h"
+#include "exec/openmp_bridge.h"
+#include "exec/thread_pool.h"
 
 namespace {
 

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
+#include "backends/cpu/export.h"
 #include "backends/interp/interpreter.h"
 #include "ir/number_text.h"
 #include "ir/parser.h"
@@ -38,6 +39,11 @@ const char* kUsage = R"(usage: ptoc FILE.pto [options]       (FILE '-' reads sta
                         filled with NaN, or the lowest integer, so unwritten elements show)
   --scalar NAME=VALUE   value of scalar param NAME
   --backend interp|cpu  executor for --run (default interp: the reference interpreter)
+  -o PATH               export the (lowered) program ahead of time: a shared library with a C
+                        header beside it, a standalone executable running it on .npy files, the
+                        C++ source, or the tile-level IR text
+  --emit so|exe|cpp|exe.cpp|ir   what -o writes (default: by PATH's suffix: .so, .cpp, .pto/.ir,
+                        anything else an executable)
 exit status: 0 success, 1 error (message on stderr), 2 bad usage
 )";
 
@@ -48,6 +54,7 @@ struct Options {
   std::map<std::string, std::string> in, out, scalars;
   std::vector<std::string> out_order;
   std::string backend = "interp";
+  std::string output, emit;
 };
 
 [[noreturn]] void usage_error(const std::string& msg) {
@@ -92,6 +99,12 @@ Options parse_args(int argc, char** argv) {
         o.level = ir::Level::Tensor;
       else
         usage_error("--level is tile or tensor, got '" + v + "'");
+    } else if (a == "-o") {
+      o.output = value();
+    } else if (a == "--emit" || a.rfind("--emit=", 0) == 0) {
+      o.emit = a == "--emit" ? value() : a.substr(7);
+      if (o.emit != "so" && o.emit != "exe" && o.emit != "cpp" && o.emit != "exe.cpp" && o.emit != "ir")
+        usage_error("--emit is so, exe, cpp, exe.cpp or ir, got '" + o.emit + "'");
     } else if (a == "--backend") {
       o.backend = value();
       if (o.backend != "interp" && o.backend != "cpu")
@@ -111,6 +124,7 @@ Options parse_args(int argc, char** argv) {
     }
   }
   if (o.file.empty()) usage_error("no input file");
+  if (!o.emit.empty() && o.output.empty()) usage_error("--emit needs -o PATH");
   if ((!o.in.empty() || !o.out.empty() || !o.scalars.empty()) && !o.run)
     usage_error("--in/--out/--scalar need --run");
   return o;
@@ -215,10 +229,15 @@ void run(const ir::Program& isa, const Options& o) {
 
 int ptoc_main(const Options& o) {
   ir::Program p = ir::parse_program(read_text(o.file));
-  if (o.verify || o.run || o.lower || o.emit_cpp) ir::verify(p, o.level);
+  const bool exporting = !o.output.empty();
+  if (o.verify || o.run || o.lower || o.emit_cpp || exporting) ir::verify(p, o.level);
   if (o.print) std::cout << ir::print(p);
   ir::Program isa = p;
-  if (o.level == ir::Level::Tensor && (o.lower || o.emit_cpp || o.run)) isa = passes::lower(p, {}).isa;
+  if (o.level == ir::Level::Tensor && (o.lower || o.emit_cpp || o.run || exporting)) isa = passes::lower(p, {}).isa;
+  if (exporting) {
+    cpu::ExportKind kind = o.emit.empty() ? cpu::export_kind_for_path(o.output) : cpu::parse_export_kind(o.emit);
+    for (const std::string& f : cpu::export_kernel(isa, o.output, kind)) std::cerr << "ptoc: wrote " << f << "\n";
+  }
   if (o.lower) std::cout << ir::print(isa);
   if (o.emit_cpp) std::cout << cpu::generate_cpp(isa);
   if (o.run) run(isa, o);

@@ -8,6 +8,7 @@ import math
 import numbers
 
 from .. import _C
+from .. import dtypes as _dt
 from .errors import NeedsConcrete, PyptoError
 from .values import TensorValue, is_expr
 from .expressions import concrete, first_symbolic, truth
@@ -225,6 +226,8 @@ def call_value(ev, f, args, kwargs):
         check_mutation(ev, owner)
     if isinstance(f, TensorValue) or is_expr(f):
         raise PyptoError("a tensor or scalar is not callable")
+    if _is_torch_callable(f):
+        args, kwargs = _torch_dtypes(args, kwargs)
     try:
         result = f(*args, **kwargs)
     except (NeedsConcrete, PyptoError):
@@ -239,3 +242,18 @@ def call_value(ev, f, args, kwargs):
     if is_array(result):
         return ev.tr.const_input(result)
     return result
+
+
+def _is_torch_callable(f):
+    mod = getattr(f, "__module__", None)
+    return isinstance(mod, str) and (mod == "torch" or mod.startswith("torch."))
+
+
+def _torch_dtypes(args, kwargs):
+    """A traced tensor's dtype is a pypto.dtype; torch callables such as torch.finfo(x.dtype) or
+    torch.zeros(n, dtype=x.dtype) want a torch.dtype: convert at the call."""
+    def conv(v):
+        return v.torch if isinstance(v, _dt.dtype) else v
+    if not any(isinstance(v, _dt.dtype) for v in (*args, *kwargs.values())):
+        return args, kwargs
+    return [conv(v) for v in args], {k: conv(v) for k, v in kwargs.items()}

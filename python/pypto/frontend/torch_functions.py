@@ -14,6 +14,8 @@ import sys
 
 from .. import dtypes as _dt
 from . import composite_ops as C
+from . import contract_ops as K
+from . import index_ops as X
 from . import tensor_ops as T
 from .errors import PyptoError
 from .values import Opcode, TensorValue
@@ -193,6 +195,10 @@ def _minmax(kind, op, arg):
     return f
 
 
+torch_max = _minmax("max", Opcode.TMAX, C.argmax)
+torch_min = _minmax("min", Opcode.TMIN, C.argmin)
+
+
 def _torch_tensor(x):
     t = sys.modules.get("torch")
     return t is not None and isinstance(x, t.Tensor)
@@ -329,6 +335,8 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise PyptoError("embedding: PyPTO has no gather/embedding operation yet")
     if max_norm is not None:
         raise PyptoError("embedding: max_norm is not supported inside a kernel")
+    if scale_grad_by_freq:
+        raise PyptoError("embedding: scale_grad_by_freq is not supported inside a kernel")
     return fn(input, weight)
 
 
@@ -427,6 +435,19 @@ def type_as(input, other):  # noqa: A002
     return T.cast(input, other.dtype)
 
 
+def _new(fill):
+    """x.new_zeros(size) / new_ones / new_full(size, value) / new_empty: x's dtype unless given."""
+    def f(input, *size, fill_value=None, dtype=None, **_):  # noqa: A002
+        if fill is None and size and not isinstance(size[-1], (tuple, list)) and len(size) >= 2 \
+                and isinstance(size[0], (tuple, list)):
+            size, fill_value = size[:-1], size[-1]  # new_full(size, value)
+        shape = _varargs(size)
+        d = _dt.to_dtype(dtype if dtype is not None else input.dtype)
+        value = fill if fill is not None else fill_value
+        return T.full(shape, value, d) if value is not None else T.empty(shape, d)
+    return f
+
+
 def _like(fill):
     def f(input, fill_value=None, *, dtype=None, **_):  # noqa: A002
         value = fill if fill is not None else fill_value
@@ -478,13 +499,16 @@ def _entries():
         (logical_not, ["logical_not", "__invert__"]), (logical_and, ["logical_and", "__and__"]),
         (logical_or, ["logical_or", "__or__"]),
         (sum, ["sum"]), (mean, ["mean"]), (amax, ["amax"]), (amin, ["amin"]),
-        (_minmax("max", Opcode.TMAX, C.argmax), ["max"]), (_minmax("min", Opcode.TMIN, C.argmin), ["min"]),
+        (torch_max, ["max"]), (torch_min, ["min"]),
         (var, ["var"]), (std, ["std"]), (C.logsumexp, ["logsumexp"]), (C.any, ["any"]), (C.all, ["all"]),
         (C.argmax, ["argmax"]), (C.argmin, ["argmin"]),
         (softmax, ["softmax"]), (log_softmax, ["log_softmax"]), (layer_norm, ["layer_norm"]),
         (rms_norm, ["rms_norm"]), (dropout, ["dropout"]), (scaled_dot_product_attention,
                                                             ["scaled_dot_product_attention"]),
         (embedding, ["embedding"]), (pad, ["pad"]),
+        (X.gather, ["gather"]), (X.scatter, ["scatter"]), (X.scatter_add, ["scatter_add"]),
+        (X.index_select, ["index_select"]), (X.index_add, ["index_add"]), (X.index_add_, ["index_add_"]),
+        (X.index_put_, ["index_put_"]), (X.flip, ["flip"]),
         (cat, ["cat", "concat", "concatenate"]), (stack, ["stack"]), (C.split, ["split"]), (C.chunk, ["chunk"]),
         (unbind, ["unbind"]), (lambda x, *s: T.reshape(x, _varargs(s)), ["reshape", "view"]),
         (lambda x, o: T.reshape(x, tuple(o.shape)), ["reshape_as", "view_as"]),
@@ -500,6 +524,13 @@ def _entries():
         (lambda x, d=_dt.float32: T.cast(x, d), ["type"]),
         (lambda x, n=-1: C.one_hot(x, n), ["one_hot"]),
         (lambda x, i: T.index(x, i), ["__getitem__"]),
+        (_new(0), ["new_zeros"]), (_new(1), ["new_ones"]), (_new(None), ["new_full", "new_empty"]),
+        (K.einsum, ["einsum"]), (K.outer, ["outer", "ger"]), (K.baddbmm, ["baddbmm"]),
+        (K.vector_norm, ["vector_norm"]), (K.norm, ["norm"]), (K.normalize, ["normalize"]),
+        (K.mse_loss, ["mse_loss"]), (K.l1_loss, ["l1_loss"]), (K.smooth_l1_loss, ["smooth_l1_loss"]),
+        (K.huber_loss, ["huber_loss"]), (K.nll_loss, ["nll_loss"]), (K.cross_entropy, ["cross_entropy"]),
+        (K.binary_cross_entropy, ["binary_cross_entropy"]), (K.kl_div, ["kl_div"]),
+        (K.binary_cross_entropy_with_logits, ["binary_cross_entropy_with_logits"]),
         (lambda x: x.dtype.is_floating_point, ["is_floating_point"]),
         (lambda x, **k: True, ["is_contiguous"]), (lambda x: x.dtype.itemsize, ["element_size"]),
         (lambda x: -1, ["get_device"]),
@@ -514,7 +545,7 @@ def _build():
     for impl, names in _entries():
         for name in names:
             _methods.setdefault(name, impl)
-            for ns in (torch, torch.Tensor, F, torch.special):
+            for ns in (torch, torch.Tensor, F, torch.special, torch.linalg):
                 f = getattr(ns, name, None)
                 if f is not None and callable(f):
                     table.setdefault(f, impl)

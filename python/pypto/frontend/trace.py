@@ -4,6 +4,7 @@ must be unrolled or a scalar argument must be a compile-time constant, and descr
 from __future__ import annotations
 
 import numbers
+import sys
 
 from .. import interop
 from .errors import KernelSourceError, NeedsConcrete, PyptoError, Restart
@@ -50,6 +51,7 @@ def trace_kernel(src, names, args, static_args, unroll, backend, static_reasons=
 
 
 def _trace_once(tr, src, names, args):
+    tr.torch_flavour = any(interop.array_kind(v) == interop.TORCH or _is_module(v) for v in args)
     bound = {}
     for i, (name, v) in enumerate(zip(names, args)):
         if interop.is_array(v):
@@ -72,6 +74,11 @@ def _trace_once(tr, src, names, args):
             raise
         raise KernelSourceError(src.where(_last_return(src.fdef), str(e))) from None
     return Trace(tr, program, outputs, template)
+
+
+def _is_module(v):
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(v, torch.nn.Module)
 
 
 def _resolve_at_top(tr, src, e):

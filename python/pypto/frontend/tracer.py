@@ -103,6 +103,9 @@ class Tracer:
         self.paths = {}                 # id(obj) -> (obj, Path) for objects reached from roots
         self.unroll = set(unroll)
         self.static_args = set(static_args)
+        # Called with torch tensors (or a module): tensor methods whose meaning differs between
+        # NumPy and torch follow torch (x.max(dim) gives (values, indices)).
+        self.torch_flavour = False
         self.loops = []                 # active symbolic loop frames (innermost last)
         self.sym_depth = 0              # nesting of symbolic loops and ifs
         self.owned = set()              # ids of Python containers the kernel created

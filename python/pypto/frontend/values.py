@@ -186,10 +186,20 @@ class TensorValue:
     def mean(self, dim=None, keepdim=False, **kw):
         return T.mean(_dtype_kw(self, kw), _dim(dim, kw), _keep(keepdim, kw))
 
-    def max(self, dim=None, keepdim=False, **kw): return T.reduce("max", self, _dim(dim, kw), _keep(keepdim, kw))
-    def min(self, dim=None, keepdim=False, **kw): return T.reduce("min", self, _dim(dim, kw), _keep(keepdim, kw))
-    amax = max
-    amin = min
+    def max(self, dim=None, keepdim=False, **kw):
+        if dim is not None and not kw and self.tr.torch_flavour:
+            from .torch_functions import torch_max
+            return torch_max(self, dim, keepdim)  # torch: (values, indices)
+        return T.reduce("max", self, _dim(dim, kw), _keep(keepdim, kw))
+
+    def min(self, dim=None, keepdim=False, **kw):
+        if dim is not None and not kw and self.tr.torch_flavour:
+            from .torch_functions import torch_min
+            return torch_min(self, dim, keepdim)
+        return T.reduce("min", self, _dim(dim, kw), _keep(keepdim, kw))
+
+    def amax(self, dim=None, keepdim=False, **kw): return T.reduce("max", self, _dim(dim, kw), _keep(keepdim, kw))
+    def amin(self, dim=None, keepdim=False, **kw): return T.reduce("min", self, _dim(dim, kw), _keep(keepdim, kw))
 
     def softmax(self, dim=-1, dtype=None): return T.softmax(self if dtype is None else T.cast(self, dtype), dim)
 

@@ -4,6 +4,7 @@
 // (heap for big ones); global scratch is a pto::ScratchBuffer. All IR names are renamed into a
 // prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
 #include "backends/cpu/codegen.h"
+#include "backends/cpu/nests.h"
 #include "ir/number_text.h"
 #include "pto/elem.hpp"
 
@@ -129,7 +130,7 @@ constexpr const char* kStopCheck = "if (pto::stop_requested(args)) return;\n";
 
 class Gen {
  public:
-  explicit Gen(const Program& p) : p_(p) {}
+  Gen(const Program& p, bool profile) : p_(p), profile_(profile) {}
 
   std::string run() {
     std::string pname;
@@ -141,7 +142,10 @@ class Gen {
     out_ << "  (void)args;\n";
     for (size_t i = 0; i < p_.params.size(); ++i) declare_param(i);
     for (size_t j = 0; j < p_.scalars.size(); ++j) declare_scalar(j);
-    block(p_.body);
+    if (profile_)
+      profiled_body();
+    else
+      block(p_.body);
     out_ << "}\n";
     return out_.str();
   }
@@ -568,6 +572,17 @@ class Gen {
     for (const Stmt& s : body) stmt(s);
   }
 
+  // The top-level statements with a hook call before and after each nest; the hooks are plain
+  // statements (no new scope), so the tiles a nest declares stay visible to the next.
+  void profiled_body() {
+    std::vector<Nest> nests = top_level_nests(p_);
+    for (size_t n = 0; n < nests.size(); ++n) {
+      line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 0);\n";
+      for (size_t i = nests[n].begin; i < nests[n].end; ++i) stmt(p_.body[i]);
+      line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 1);\n";
+    }
+  }
+
   void stmt(const Stmt& s) {
     if (!s) throw Error("cpu codegen: null statement");
     switch (s->kind) {
@@ -679,6 +694,7 @@ class Gen {
   }
 
   const Program& p_;
+  bool profile_ = false;
   std::ostringstream out_ = classic_stream();
   int indent_ = 1;
   int parallel_depth_ = 0;
@@ -691,6 +707,8 @@ class Gen {
 
 }  // namespace
 
-std::string generate_cpp(const ir::Program& tile_program) { return Gen(tile_program).run(); }
+std::string generate_cpp(const ir::Program& tile_program, bool profile) {
+  return Gen(tile_program, profile).run();
+}
 
 }  // namespace pypto::cpu

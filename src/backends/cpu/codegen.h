@@ -6,5 +6,7 @@
 #include "ir/ir.h"
 
 namespace pypto::cpu {
-std::string generate_cpp(const ir::Program& tile_program);
+// profile: the profiling variant, which calls args->nest_hook around each nest (nests.h); the
+// plain variant has no hooks, so per-nest timing costs nothing unless asked for.
+std::string generate_cpp(const ir::Program& tile_program, bool profile = false);
 }  // namespace pypto::cpu

@@ -12,9 +12,11 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -29,10 +31,10 @@
 
 #include "backends/cpu/compiler_internal.h"
 #include "backends/cpu/kernel_cache.h"
+#include "exec/interrupt.h"
+#include "exec/subprocess.h"
+#include "exec/thread_pool.h"
 #include "pto/abi.h"
-#include "runtime/interrupt.h"
-#include "runtime/subprocess.h"
-#include "runtime/thread_pool.h"
 
 namespace pypto::cpu {
 
@@ -305,6 +307,65 @@ void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) {
   runtime::parallel_for_costed(n, body, ctx);
 }
 
+// --- profiled runs: nest hooks and per-thread chunk spans ----------------------------------------
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+int64_t this_thread_id() {
+  thread_local const int64_t tid = int64_t(syscall(SYS_gettid));
+  return tid;
+}
+
+struct Recorder {
+  RunProfile* out;
+  std::mutex mu;  // chunks end on any worker thread
+  std::atomic<int32_t> nest{-1};
+  int64_t nest_begin = 0;
+};
+thread_local Recorder* t_recorder = nullptr;  // set on the calling thread for a profiled run
+
+void nest_hook(void* ctx, int32_t nest, int32_t phase) {
+  auto* r = static_cast<Recorder*>(ctx);
+  const int64_t t = now_ns();
+  if (phase == 0) {
+    r->nest.store(nest, std::memory_order_relaxed);
+    r->nest_begin = t;
+  } else {
+    r->out->nests.push_back(ProfileSpan{nest, this_thread_id(), r->nest_begin, t});
+  }
+}
+
+struct TimedLoop {
+  pto_loop_body body;
+  void* ctx;
+  Recorder* rec;
+  int32_t nest;
+};
+void timed_chunk(void* ctx, int64_t begin, int64_t end) {
+  auto* l = static_cast<TimedLoop*>(ctx);
+  const int64_t t0 = now_ns();
+  l->body(l->ctx, begin, end);
+  const int64_t t1 = now_ns();
+  std::lock_guard<std::mutex> lock(l->rec->mu);
+  l->rec->out->chunks.push_back(ProfileSpan{l->nest, this_thread_id(), t0, t1});
+}
+// The profiled run's parallel_for: times each chunk. Nested loops (inside a chunk, on a worker)
+// are not split further in the record.
+void profiled_parallel_for(int64_t n, pto_loop_body body, void* ctx) {
+  Recorder* rec = t_recorder;
+  if (!rec) return runtime::parallel_for_costed(n, body, ctx);
+  TimedLoop l{body, ctx, rec, rec->nest.load(std::memory_order_relaxed)};
+  t_recorder = nullptr;  // worker-side nesting on the caller: plain
+  try {
+    runtime::parallel_for_costed(n, &timed_chunk, &l);
+  } catch (...) {
+    t_recorder = rec;
+    throw;
+  }
+  t_recorder = rec;
+}
+
 // The headers next to the code that is running: an installed package ships them beside its module
 // (<package>/include); in a source tree the module sits in python/pypto and a tool or test binary
 // in build/, both below the tree's include/.
@@ -408,6 +469,28 @@ std::string include_dir() {
 
 std::string kernel_path(const CompiledKernel& k) { return k.path; }
 
+void compile_file(const std::string& source_path, const std::string& out_path, bool shared) {
+  const std::string cxx = compiler_command();
+  const std::string inc = include_dir();
+  if (inc.empty()) throw Error("the PTO headers are missing (set PYPTO_INCLUDE_DIR)");
+  std::vector<std::string> argv = split_words(cxx);
+  if (argv.empty()) no_compiler(cxx, "empty PYPTO_CXX");
+  for (const std::string& f : all_flags(inc))
+    if (shared || (f != "-shared" && f != "-fvisibility=hidden")) argv.push_back(f);
+  argv.insert(argv.end(), {"-o", out_path, source_path});
+  if (!shared) argv.push_back("-pthread");
+  const double timeout = runtime::compile_timeout_seconds();
+  runtime::ProcessResult r = runtime::run_process(argv, timeout);
+  if (r.status == -1) no_compiler(cxx, std::strerror(r.spawn_error));
+  if (r.timed_out) timed_out(argv, timeout);
+  if (r.status != 0)
+    throw Error("C++ compilation of an exported kernel failed (exit status " + std::to_string(r.status) + "):\n" +
+                truncate_output(r.output) + "command: " + join(argv));
+}
+
+std::string host_cpu_key() { return sha256_hex(host_cpu_identity()).substr(0, 16); }
+std::string cache_dir() { return kernel_cache_dir(); }
+
 void clear_memory_cache_for_testing() {
   std::lock_guard<std::mutex> l(g_mu);
   for (auto it = g_memory->begin(); it != g_memory->end();)
@@ -474,7 +557,7 @@ CompileResult compile_cpp(const std::string& source) {
   return r;
 }
 
-void run(const CompiledKernel& k, const runtime::RunArgs& args) {
+void run(const CompiledKernel& k, const runtime::RunArgs& args, RunProfile* profile) {
   // Small fixed arrays keep a call allocation-free for the common case of few parameters.
   constexpr size_t kInline = 16;
   const size_t nt = args.tensors.size(), ns = args.scalars.size();
@@ -523,7 +606,24 @@ void run(const CompiledKernel& k, const runtime::RunArgs& args) {
   KernelErrors errors;
   a.report_error = &collect_error;
   a.error_ctx = &errors;
-  k.fn(&a);
+  a.nest_hook = nullptr;
+  a.nest_ctx = nullptr;
+  if (profile) {
+    Recorder rec{profile};
+    a.nest_hook = &nest_hook;
+    a.nest_ctx = &rec;
+    a.parallel_for = &profiled_parallel_for;
+    t_recorder = &rec;
+    try {
+      k.fn(&a);
+    } catch (...) {
+      t_recorder = nullptr;
+      throw;
+    }
+    t_recorder = nullptr;
+  } else {
+    k.fn(&a);
+  }
   if (runtime::stop_requested()) throw runtime::Interrupted();
   if (!errors.first.empty()) throw ir::Error(errors.first);
 }

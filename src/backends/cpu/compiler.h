@@ -8,8 +8,9 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
-#include "runtime/tensor_arg.h"
+#include "exec/tensor_arg.h"
 
 namespace pypto::cpu {
 
@@ -25,12 +26,34 @@ struct CompileResult {
 // backend='interp'") or if compilation fails (message includes the compiler's output).
 CompileResult compile_cpp(const std::string& source);
 
-// Runs the kernel on the runtime's thread pool.
-void run(const CompiledKernel& k, const runtime::RunArgs& args);
+// What a profiled run records (steady_clock nanoseconds, the clock of Python's perf_counter_ns
+// on Linux): each nest's span on the calling thread, and each chunk of a parallel loop on the
+// thread that ran it, tagged with the nest it belongs to.
+struct ProfileSpan {
+  int32_t nest = -1;
+  int64_t thread = 0;  // the OS thread id
+  int64_t begin_ns = 0, end_ns = 0;
+};
+struct RunProfile {
+  std::vector<ProfileSpan> nests, chunks;
+};
+
+// Runs the kernel on the runtime's thread pool. With `profile` (the kernel should be the profiling
+// variant, whose nest hooks it records), also records the spans above.
+void run(const CompiledKernel& k, const runtime::RunArgs& args, RunProfile* profile = nullptr);
 
 // The directory holding the include/pto headers: set_include_dir's, else $PYPTO_INCLUDE_DIR, else
 // found beside the library at run time (<package>/include, or the source tree's include/).
 void set_include_dir(const std::string& dir);
+// Compiles the C++ file `source_path` into `out_path` with the compiler and flags compile_cpp uses
+// (a shared object, or with shared=false an executable); throws ir::Error with the compiler's
+// output on failure. No cache: for exports (export.h).
+void compile_file(const std::string& source_path, const std::string& out_path, bool shared);
+
+// A short hash of this CPU's model and feature flags (part of every cache key), and the cache
+// directory (created if missing): per-machine records such as autotune results live there too.
+std::string host_cpu_key();
+std::string cache_dir();
 std::string include_dir();
 
 }  // namespace pypto::cpu

@@ -15,8 +15,8 @@
 #include <mutex>
 #include <thread>
 
+#include "exec/interrupt.h"
 #include "ir/types.h"
-#include "runtime/interrupt.h"
 
 namespace pypto::cpu {
 namespace {

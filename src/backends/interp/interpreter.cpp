@@ -8,10 +8,10 @@
 #include <sstream>
 
 #include "backends/interp/machine.h"
+#include "exec/arg_check.h"
+#include "exec/interrupt.h"
 #include "ir/printer.h"
 #include "ir/trip_count.h"
-#include "runtime/arg_check.h"
-#include "runtime/interrupt.h"
 
 namespace pypto::interp {
 using namespace ir;

@@ -7,8 +7,8 @@
 //    f64 in double: the results equal those of a correct native implementation up to the
 //    order of floating-point reductions.
 #pragma once
+#include "exec/tensor_arg.h"
 #include "ir/ir.h"
-#include "runtime/tensor_arg.h"
 
 namespace pypto::interp {
 void interpret(const ir::Program& tile_program, const runtime::RunArgs& args);

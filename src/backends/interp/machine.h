@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "backends/interp/parallel.h"
+#include "exec/tensor_arg.h"
 #include "ir/ir.h"
-#include "runtime/tensor_arg.h"
 
 namespace pypto::interp {
 

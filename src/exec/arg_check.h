@@ -5,8 +5,8 @@
 #pragma once
 #include <vector>
 
+#include "exec/tensor_arg.h"
 #include "ir/ir.h"
-#include "runtime/tensor_arg.h"
 
 namespace pypto::runtime {
 

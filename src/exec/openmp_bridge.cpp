@@ -1,6 +1,6 @@
 // See openmp_bridge.h. Only the stable GOMP entry points are used (Intel's runtime exports them
 // too); the library is looked up with RTLD_NOLOAD, so PyPTO never brings in an OpenMP runtime.
-#include "runtime/openmp_bridge.h"
+#include "exec/openmp_bridge.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

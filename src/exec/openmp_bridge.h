@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "runtime/thread_pool.h"
+#include "exec/thread_pool.h"
 
 namespace pypto::runtime::openmp {
 // Finds a loaded OpenMP runtime (never loads one). Returns its path, or "" when none is loaded.

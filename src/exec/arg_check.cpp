@@ -1,5 +1,5 @@
 // The one argument check: see arg_check.h.
-#include "runtime/arg_check.h"
+#include "exec/arg_check.h"
 
 #include "ir/number_text.h"
 

@@ -11,7 +11,7 @@
 // what its body throws; the caller waits until all chunks have finished, whatever happened, and
 // only then rethrows the first exception: the loop's context lives in the caller's frame, so
 // nothing may unwind it while a worker still runs.
-#include "runtime/thread_pool.h"
+#include "exec/thread_pool.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -30,9 +30,9 @@
 #include <thread>
 #include <vector>
 
+#include "exec/loop_cost.h"
+#include "exec/openmp_bridge.h"
 #include "ir/types.h"
-#include "runtime/loop_cost.h"
-#include "runtime/openmp_bridge.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>

@@ -6,7 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#include "runtime/thread_pool.h"
+#include "exec/thread_pool.h"
 
 namespace pypto::runtime {
 constexpr int64_t kSmallLoopNanos = 10000;

@@ -1,6 +1,6 @@
 // SIGINT -> stop flag. The handler is installed only for the duration of a scope and chains to the
 // handler it replaced, so the rest of the process (Python's signal module) sees every signal.
-#include "runtime/interrupt.h"
+#include "exec/interrupt.h"
 
 #include <pthread.h>
 #include <signal.h>

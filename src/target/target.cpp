@@ -1,5 +1,5 @@
 // Start-up analysis of the host: logical CPUs, cache sizes and SIMD features.
-#include "runtime/target.h"
+#include "target/target.h"
 
 #include <sched.h>
 

@@ -1,7 +1,7 @@
 // See loop_cost.h. A loop is known by its body (one trampoline per loop of generated code) and
 // its trip count. A stale entry (a kernel unloaded and another loaded at the same address) only
 // costs speed, never correctness: both ways run the same iterations.
-#include "runtime/loop_cost.h"
+#include "exec/loop_cost.h"
 
 #include <chrono>
 #include <mutex>

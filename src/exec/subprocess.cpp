@@ -1,7 +1,7 @@
 // The child's output is read through a close-on-exec pipe with poll(), and its end is detected by
 // waitpid(), not by end-of-file: a process forked from ours (or a grandchild of the compiler) may
 // hold the pipe's write end open long after the compiler exited.
-#include "runtime/subprocess.h"
+#include "exec/subprocess.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -16,8 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "exec/interrupt.h"
 #include "ir/types.h"
-#include "runtime/interrupt.h"
 
 extern char** environ;
 

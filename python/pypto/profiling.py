@@ -1,0 +1,173 @@
+"""Profiled regions and what they produce: `with pypto.profiling() as prof:` runs every kernel call
+inside on the kernel's profiling variant and keeps the profiles; the per-nest table; the Chrome
+trace (chrome://tracing, ui.perfetto.dev) of profiled calls; the machine's peak rates, measured
+once per machine and kept in the kernel cache directory."""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+
+import numpy as np
+
+from . import _C
+from . import profile as _profile
+
+
+class Profiling:
+    """A region of profiled calls (pypto.profiling()). `.profiles`: one pypto.Profile per kernel
+    call made inside the region, on any thread, in order; `to_chrome_trace(path)`; printing it
+    shows each call's total and its nests."""
+
+    def __init__(self):
+        self._calls = []
+        self._profiles = None
+
+    def __enter__(self):
+        with _profile.state.lock:
+            _profile.state.regions.append(self)
+            _profile.state.update()
+        return self
+
+    def __exit__(self, *exc):
+        with _profile.state.lock:
+            _profile.state.regions.remove(self)
+            _profile.state.update()
+        return False
+
+    @property
+    def profiles(self):
+        if self._profiles is None or len(self._profiles) != len(self._calls):
+            self._profiles = [_profile.Profile(*c) for c in list(self._calls)]
+        return self._profiles
+
+    def to_chrome_trace(self, path):
+        write_chrome_trace(self.profiles, path)
+
+    def __len__(self):
+        return len(self._calls)
+
+    def __str__(self):
+        return "\n\n".join(str(p) for p in self.profiles) or "(no kernel calls in the region)"
+
+
+def profiling():
+    """Profile every kernel call in a `with` block:
+
+        with pypto.profiling() as prof:
+            y = model(x)
+        print(prof)                        # per call: times, FLOPs, per-nest table
+        prof.to_chrome_trace("trace.json")
+    """
+    return Profiling()
+
+
+def nest_table(p):
+    """The per-nest lines of a profile: time, share of the run, rates, fraction of peak, lines."""
+    peak = machine_peak()
+    head = f"{'nest':>4} {'ms':>9} {'%run':>5} {'GFLOP/s':>9} {'GB/s':>8} {'%peak':>6} {'thr':>3}  source"
+    rows = [head]
+    for n in p.nests:
+        share = 100 * n.ms / p.run_ms if p.run_ms > 0 else float("nan")
+        # The bound that matters: compute-bound nests against peak FLOP/s, the rest against GB/s.
+        frac = max(n.gflops / peak["gflops"], n.gbytes_per_s / peak["gbytes_per_s"])
+        where = "; ".join(_short(w) for w in n.lines[:3]) or "(no source line)"
+        if len(n.lines) > 3:
+            where += f"; +{len(n.lines) - 3} more"
+        rows.append(f"{n.index:>4} {n.ms:>9.4f} {share:>5.1f} {n.gflops:>9.2f} {n.gbytes_per_s:>8.2f} "
+                    f"{100 * frac:>5.1f}% {n.threads:>3}  {where}")
+    rows.append(f"peak of this machine: {peak['gflops']:.1f} GFLOP/s, {peak['gbytes_per_s']:.1f} GB/s "
+                f"({peak['how']})")
+    return "\n".join(rows)
+
+
+def _short(where):
+    """'path/to/file.py:12: text' -> 'file.py:12: text'."""
+    path, sep, rest = where.partition(":")
+    return os.path.basename(path) + sep + rest if sep else where
+
+
+# --- Chrome trace ------------------------------------------------------------------------------
+
+def write_chrome_trace(profiles, path):
+    """Chrome trace event JSON ("X" complete events, microseconds): per call a span on the calling
+    thread, inside it one span per nest, and per parallel chunk a span on the thread that ran it."""
+    pid = os.getpid()
+    events, threads = [], {}
+    for i, p in enumerate(profiles):
+        caller = p.thread
+        threads.setdefault(caller, "caller")
+        events.append(_span(f"{p.kernel} (call {i})", "call", p.t0_ns, p.t1_ns, pid, caller,
+                            {"run_ms": p.run_ms, "flops": p.flops, "bytes": p.bytes, "backend": p.backend}))
+        by_index = {n.index: n for n in p.nests}
+        for nest, tid, b, e in p.nest_spans:
+            n = by_index.get(nest)
+            args = {"lines": n.lines, "flops": n.flops, "bytes": n.bytes, "gflops": n.gflops} if n else {}
+            events.append(_span(f"{p.kernel} nest {nest}", "nest", b, e, pid, tid, args))
+        for nest, tid, b, e in p.chunk_spans:
+            threads.setdefault(tid, "worker")
+            events.append(_span(f"{p.kernel} nest {nest} chunk", "chunk", b, e, pid, tid, {"nest": nest}))
+    for tid, kind in threads.items():
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+                       "args": {"name": f"{kind} {tid}"}})
+    with open(path, "w") as f:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ms"}, f)
+
+
+def _span(name, cat, b, e, pid, tid, args):
+    return {"name": name, "cat": cat, "ph": "X", "ts": b / 1e3, "dur": max(0, e - b) / 1e3, "pid": pid,
+            "tid": tid, "args": args}
+
+
+# --- the machine's peak rates ------------------------------------------------------------------
+
+_peak = None
+_peak_lock = threading.Lock()
+
+
+def machine_peak():
+    """{"gflops", "gbytes_per_s", "how"}: the best rate of a float32 BLAS matmul (NumPy's) and of
+    a large array copy on this machine, best of three, with every thread. Measured once per
+    machine (keyed by the CPU's model and flags) and kept in the kernel cache directory."""
+    global _peak
+    with _peak_lock:
+        if _peak is not None:
+            return _peak
+        path = os.path.join(_C.cache_dir(), f"peak-{_C.cpu_key()}.json")
+        try:
+            with open(path) as f:
+                _peak = json.load(f)
+            if {"gflops", "gbytes_per_s", "how"} <= set(_peak):
+                return _peak
+        except (OSError, ValueError):
+            pass
+        _peak = _measure_peak()
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            json.dump(_peak, f)
+        os.replace(tmp, path)
+        return _peak
+
+
+def _measure_peak():
+    rng = np.random.default_rng(0)
+    n = 1024
+    a = rng.random((n, n), dtype=np.float32)
+    b = rng.random((n, n), dtype=np.float32)
+    gflops = 2 * n ** 3 / _best(lambda: a @ b) / 1e9
+    src = rng.random(16 << 20, dtype=np.float32)  # 64 MiB: past the caches
+    dst = np.empty_like(src)
+    gbs = 2 * src.nbytes / _best(lambda: np.copyto(dst, src)) / 1e9
+    return {"gflops": gflops, "gbytes_per_s": gbs,
+            "how": "measured: NumPy float32 matmul 1024^3 and a 64 MiB copy, best of 3"}
+
+
+def _best(fn, repeats=3):
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best

@@ -1,0 +1,92 @@
+"""Per-nest profiles (kernel.profile, pypto.profiling(), PYPTO_PROFILE), the Chrome trace and the
+machine's peak rates."""
+import json
+import os
+
+import numpy as np
+
+import pypto
+from pypto_testutil import rand, rel_err, requires_compiler
+
+pytestmark = requires_compiler
+
+
+def linear_rowsum(x, w, b):
+    h = pypto.matmul(x, w)                # line of nest 0
+    y = pypto.relu(h + b)
+    return pypto.sum(y, 1)
+
+
+def test_kernel_profile_times_each_nest_with_its_lines_and_counts():
+    M, K, N = 256, 64, 128
+    k = pypto.jit(linear_rowsum, tiles={"m": 64, "n": 64, "k": 64})
+    x, w, b = rand(M, K), rand(K, N), rand(1, N)
+    p = k.profile(x, w, b)
+    want = np.maximum(x.astype(np.float64) @ w + b, 0).sum(1)
+    assert rel_err(p.result, want) < 1e-5
+    assert p.profiled and len(p.nests) >= 2
+    assert sum(n.ms for n in p.nests) <= p.run_ms
+    assert all(n.ms >= 0 for n in p.nests)
+    mm = p.nests[0]
+    assert mm.flops == 2 * M * N * K                   # counted from the tile-level IR
+    assert mm.bytes >= (M * K + K * N + M * N) * 4     # at least every operand once
+    assert any("pypto.matmul(x, w)" in line and "test_profile_nests.py" in line for line in mm.lines)
+    assert any("pypto.relu" in line for n in p.nests[1:] for line in n.lines)
+    assert {"fuse", "tile_ops", "parallelize"} <= set(p.passes)
+    text = str(p)
+    assert "nest" in text and "GFLOP/s" in text and "pypto.matmul(x, w)" in text
+    g, bw = p.fraction_of_peak(0)
+    assert g > 0 and bw > 0
+
+
+def test_unprofiled_calls_have_no_nest_times_and_profiled_variant_matches():
+    k = pypto.jit(linear_rowsum)
+    x, w, b = rand(64, 32), rand(32, 48), rand(1, 48)
+    plain = k(x, w, b)
+    p = pypto.get_last_profile()
+    assert not p.profiled and p.nests == [] and "kernel.profile" in str(p)
+    assert np.array_equal(k.profile(x, w, b).result, plain)
+
+
+def test_profiling_region_and_chrome_trace(tmp_path):
+    k = pypto.jit(linear_rowsum)
+    x, w, b = rand(256, 64), rand(64, 96), rand(1, 96)
+    k(x, w, b)
+    threads = pypto.num_threads()
+    pypto.set_num_threads(2)
+    try:
+        with pypto.profiling() as prof:
+            k(x, w, b)
+            k(x, w, b)
+    finally:
+        pypto.set_num_threads(threads)
+    k(x, w, b)  # outside: not recorded, not profiled
+    assert not pypto.get_last_profile().profiled
+    assert len(prof) == 2 and all(p.nests for p in prof.profiles)
+    path = tmp_path / "trace.json"
+    prof.to_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    calls = [e for e in spans if e["cat"] == "call"]
+    nests = [e for e in spans if e["cat"] == "nest"]
+    chunks = [e for e in spans if e["cat"] == "chunk"]
+    assert len(calls) == 2 and len(nests) == 2 * len(prof.profiles[0].nests) and chunks
+    for c in calls:  # each call's nests lie inside it, on its thread
+        inside = [n for n in nests if c["ts"] <= n["ts"] and n["ts"] + n["dur"] <= c["ts"] + c["dur"] + 1e-3]
+        assert len(inside) == len(prof.profiles[0].nests) and all(n["tid"] == c["tid"] for n in inside)
+    assert len({e["tid"] for e in chunks}) >= 1
+    assert {e["args"]["name"].split()[0] for e in events if e["ph"] == "M"} >= {"caller"}
+
+
+def test_jit_profile_option_profiles_every_call():
+    k = pypto.jit(linear_rowsum, profile=True)
+    k(rand(32, 16), rand(16, 8), rand(1, 8))
+    assert pypto.get_last_profile().nests
+
+
+def test_machine_peak_is_measured_once_and_cached():
+    peak = pypto.machine_peak()
+    assert peak["gflops"] > 0 and peak["gbytes_per_s"] > 0
+    files = [f for f in os.listdir(pypto._C.cache_dir()) if f.startswith("peak-")]
+    assert files
+    assert pypto.machine_peak() is peak

@@ -105,3 +105,21 @@ def test_cumsum_gradient():
     g = pypto.grad(loss)(x, w)
     want = np.flip(np.cumsum(np.flip(w.astype(np.float64), -1), -1), -1)
     assert_close(g, want, tol=1e-5)
+
+
+def test_streaming_store_of_an_output_bigger_than_the_cache():
+    """A kernel output bigger than the last-level cache is stored with streaming stores (TSTORE's
+    kStream hint): rows of 1001 floats start at every alignment, so the unaligned head and tail
+    of each row are covered too."""
+    cols = 1001
+    rows = pypto.target()["caches"]["l3"] // (cols * 4) + 3
+    x = rand(rows, cols)
+    y = rand(cols)
+
+    def f(x, y, out):
+        out[...] = x * 2.0 + y
+
+    out = poisoned(rows, cols)
+    pypto.jit(f)(x, y, out)
+    np.testing.assert_array_equal(out, x * np.float32(2.0) + y)
+    assert "pto::kStream" in pypto.jit(f).lower(x, y, out).as_text("source")

@@ -28,6 +28,8 @@ SHARED_SEED := $(firstword $(wildcard $(abspath ../shared/seed) /work/shared/see
 XDIST = $(shell $(VPY) -c 'import xdist' >/dev/null 2>&1 && echo '-n auto')
 PYENV = PYTHONPATH=$(CURDIR)/python
 
+
+.PHONY: install
 .PHONY: setup configure build test test-cpp test-python test-sanitize fuzz mutate demo bench format lint clean distclean help
 
 help:
@@ -54,8 +56,18 @@ configure: setup
 	    -DPython_EXECUTABLE=$(VPY) $(CMAKE_ARGS); \
 	fi
 
+# After the build, a venv inside this tree (the default .venv) gets a development install of the
+# package (scripts/dev_install.py: a .pth naming python/), so `import pypto` works from any
+# directory. A venv outside the tree (one shared by several checkouts) is left alone.
 build: configure
 	$(VENV_ABS)/bin/cmake --build $(BUILD_DIR)
+	@case '$(VENV_ABS)/' in '$(CURDIR)'/*) $(VPY) scripts/dev_install.py $(CURDIR)/python >/dev/null;; esac
+
+# C++ library, headers (the C++ API and include/pto), ptoc and the CMake package file
+# (find_package(pypto)) under PREFIX; see examples/cpp_api.
+PREFIX ?= /usr/local
+install: build
+	$(VENV_ABS)/bin/cmake --install $(BUILD_DIR) --prefix $(PREFIX)
 
 # ---- tests ----------------------------------------------------------------------------------------
 # C++ and Python suites both run even if the first fails, so one report shows every failure.

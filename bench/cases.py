@@ -178,44 +178,69 @@ def fused_linear_case(ctx, n):
         bars=[Bar("vs", 1.1, other="torch", label="fused_linear >= 1.1x torch eager")])
 
 
+def _step_impl(name, make_fn, arrays, checked, compiled=False):
+    """One training step: fn(*params).sum().backward() with every array requiring grad; the result
+    checked is the gradient of arrays[checked]."""
+    def setup():
+        t = _torch()
+        fn = make_fn(t)
+        params = [t.from_numpy(a.copy()).requires_grad_() for a in arrays]
+
+        def run():
+            for q in params:
+                q.grad = None
+            fn(*params).sum().backward()
+            return params[checked].grad.numpy()
+        return run
+    return Impl(name, setup, compiled=compiled)
+
+
+def _step_impls(ctx, kname, tfn, arrays, checked):
+    impls = [_step_impl("pypto", lambda t: kernel(kname), arrays, checked, compiled=True),
+             _step_impl("torch", lambda t: tfn, arrays, checked)]
+    impls.append(Impl("torch.compile", None, skip=ctx.no_compile) if ctx.no_compile
+                 else _step_impl("torch.compile", lambda t: t.compile(tfn, dynamic=False), arrays, checked,
+                                 compiled=True))
+    return impls
+
+
+def _grad64(tfn, arrays, checked):
+    """The float64 reference gradient of sum(tfn(*arrays)) with respect to arrays[checked]."""
+    def reference():
+        t = _torch()
+        params = [t.from_numpy(a.astype(np.float64)).requires_grad_() for a in arrays]
+        tfn(*params).sum().backward()
+        return params[checked].grad.numpy()
+    return reference
+
+
 def training_step_case(ctx, n):
     """fused_linear forward + backward (loss = sum of the output; x, w and b all require grad):
     PyPTO's derived backward vs torch autograd, eager and compiled. The output checked is dW."""
     rng = ctx.rng()
     x, w, b = rand(rng, n, n), rand(rng, n, n, scale=n ** -0.5), rand(rng, n)
 
-    def step_impl(name, make_fn, compiled=False):
-        def setup():
-            t = _torch()
-            fn = make_fn(t)
-            params = [t.from_numpy(a.copy()).requires_grad_() for a in (x, w, b)]
-
-            def run():
-                for p in params:
-                    p.grad = None
-                fn(*params).sum().backward()
-                return params[1].grad.numpy()
-            return run
-        return Impl(name, setup, compiled=compiled)
-
-    def eager(t):
-        return lambda x, w, b: t.relu(x @ w + b)
-
-    def compiled(t):
-        return t.compile(lambda x, w, b: t.relu(x @ w + b), dynamic=False)
-
-    def reference():
-        z = x.astype(np.float64) @ w + b
-        return x.astype(np.float64).T @ (z > 0).astype(np.float64)
-    impls = [step_impl("pypto", lambda t: kernel("fused_linear"), compiled=True),
-             step_impl("torch", eager)]
-    impls.append(Impl("torch.compile", None, skip=ctx.no_compile) if ctx.no_compile
-                 else step_impl("torch.compile", compiled, compiled=True))
+    def tfn(x, w, b):
+        return _torch().relu(x @ w + b)
     return Case(
         name="training_step", shape=f"fused_linear {n}x{n}x{n} fwd+bwd",
-        impls=impls, reference=reference,
+        impls=_step_impls(ctx, "fused_linear", tfn, [x, w, b], 1), reference=_grad64(tfn, [x, w, b], 1),
         flops=6.0 * n ** 3, bytes=(6.0 * n * n + 2 * n) * 4,
         bars=[Bar("vs", 1.0, other="torch", label="training step >= 1.0x torch eager forward+backward")])
+
+
+def block_training_case(ctx, S, d, mlp):
+    """The transformer block forward + backward, every parameter and the input requiring grad; the
+    gradient checked is that of the MLP's first weight."""
+    rng = ctx.rng()
+    arrays = [rand(rng, S, d), *block_params(rng, d, mlp)]
+    flops = 3 * (2.0 * S * d * (3 * d + d + 2 * mlp) + 4.0 * S * S * d)
+    return Case(
+        name="training_block", shape=f"transformer block S{S} d{d} mlp{mlp} fwd+bwd",
+        impls=_step_impls(ctx, "transformer_block", torch_block, arrays, 9),
+        reference=_grad64(torch_block, arrays, 9), flops=flops,
+        bytes=4.0 * 3 * (2 * S * d + sum(p.size for p in arrays[1:])),
+        bars=[Bar("vs", 1.0, other="torch", label="block training step >= 1.0x torch eager forward+backward")])
 
 
 # ---- attention --------------------------------------------------------------------------------
@@ -448,5 +473,6 @@ def compute_cases(ctx):
     if ctx.mode != "smoke":
         cases.insert(1, matmul_case(ctx, 2048))
         cases.append(block_case(ctx, 512, 768, 3072))
+        cases.append(block_training_case(ctx, p(None, 128, 256), p(None, 768, 768), p(None, 3072, 3072)))
         cases.append(conv_case(ctx, 1, 64, 56, 64))
     return cases

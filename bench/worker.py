@@ -39,7 +39,9 @@ def build_cases(ctx, args, threads):
     from bench.memory_cases import memory_cases
     from bench.op_cases import op_cases
     from bench.torch_interop import interop_cases
-    cases = compute_cases(ctx) + memory_cases(ctx) + op_cases(ctx) + system_cases(ctx) + interop_cases(ctx)
+    from bench.pipeline_case import pipeline_cases
+    cases = (compute_cases(ctx) + memory_cases(ctx) + op_cases(ctx) + system_cases(ctx) + interop_cases(ctx)
+             + pipeline_cases(ctx))
     if args.cases:
         wanted = [w.strip() for w in args.cases.split(",") if w.strip()]
         cases = [c for c in cases if any(w in n for w in wanted

@@ -24,7 +24,7 @@ from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, 
 from .ops_composite import (all, any, argmax, argmin, argsort, chunk, sort, topk, cummax, cummin, cumprod, cumsum, embedding, flip, gather, index_add, index_select,
                             logsumexp, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
                             std, tril, triu, var)
-from .ops_composite import (baddbmm, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, einsum,
+from .ops_composite import (baddbmm, detach, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, einsum,
                             huber_loss, kl_div, l1_loss, mse_loss, nll_loss, normalize, outer, smooth_l1_loss,
                             vector_norm)
 from .ops_math import (absolute, arctan2, atan2, cbrt, ceil, ceil_div, clip, copysign, cos, equal, exp2, expm1,
@@ -35,6 +35,7 @@ from .ops_math import (absolute, arctan2, atan2, cbrt, ceil, ceil_div, clip, cop
 from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor
+from . import pipeline
 from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
 from .profiling import machine_peak, profiling
 from .autotune import Autotuned, TuningResult, autotune

@@ -162,6 +162,13 @@ def _options(fusion, tiles, parallel, double_buffer, promote=True):
     return o
 
 
+def _follow_profiling(on):
+    JitFunction._profile_calls = on
+
+
+_profile.state.listeners.append(_follow_profiling)
+
+
 # A fork() while another thread traces or compiles leaves that thread's lock held in the child,
 # where no thread would ever release it: the child gets fresh locks.
 def _fresh_locks_in_child():
@@ -176,6 +183,10 @@ class JitFunction:
     """A kernel: call it with arrays (NumPy, torch, pypto.Tensor, DLPack) and Python values."""
 
     _pypto_jit = True
+    # Whether calls run profiled: one attribute look-up on the call path. Class-wide, it follows
+    # PYPTO_PROFILE and open pypto.profiling() regions; a kernel made with profile=True sets it
+    # on itself.
+    _profile_calls = _profile.state.on
 
     def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
                  promote=True, alignment=None, profile=False):
@@ -208,7 +219,8 @@ class JitFunction:
         self._made_with = dict(fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
                                double_buffer=double_buffer, promote=promote, alignment=alignment,
                                profile=profile)
-        self._profiled = bool(profile)
+        if profile:
+            self._profile_calls = True  # shadows the class-wide flag below
         if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool)
                                       or alignment < 1 or alignment & (alignment - 1)):
             raise PyptoError(f"alignment must be a power of two (bytes), got {alignment!r}")
@@ -314,7 +326,7 @@ class JitFunction:
         if _autograd.wants_grad(args):
             _profile.forget()
             return _autograd.call(self, args)
-        if self._profiled or _profile.state.on:
+        if self._profile_calls:
             return self._profiled_call(args, t0)
         entries = self._cache.get(self._key(args))
         if entries is not None:

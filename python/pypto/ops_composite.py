@@ -4,6 +4,7 @@ Like every pypto op each works inside a kernel (traced), and eagerly on arrays o
 from __future__ import annotations
 
 from .frontend import composite_ops as C
+from .frontend import tensor_ops as _T
 from .ops import _op
 
 
@@ -175,6 +176,15 @@ def flip(x, dims):
 
 
 __all__ += ["index_select", "embedding", "gather", "scatter", "scatter_add", "index_add", "flip"]
+
+
+@_op(_T.detach)
+def detach(x):
+    """x as a constant for differentiation (torch's x.detach(), JAX's stop_gradient): the value
+    passes, no gradient flows back through it."""
+
+
+__all__ += ["detach"]
 
 
 # --- contractions, norms and losses ---------------------------------------------------------

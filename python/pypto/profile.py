@@ -30,9 +30,12 @@ class _State:
         self.regions = []
         self.on = self.env
         self.lock = threading.Lock()
+        self.listeners = []  # called with the new value of `on` (jit.py keeps its call-path flag)
 
     def update(self):
         self.on = self.env or bool(self.regions)
+        for f in self.listeners:
+            f(self.on)
 
 
 state = _State()

@@ -528,6 +528,7 @@ void bind_builder(nb::module_& m) {
           },
           "op"_a, "dst"_a, "src"_a)
       .def("finish", &B::finish, "outputs"_a)
+      .def("detach", &B::detach, "x"_a, "A copy autodiff treats as a constant (no gradient flows through).")
       .def("set_location", &B::set_location, "where"_a,
            "Source location of the statements built from now on (named by autodiff's errors).")
       .def_static("broadcast_shapes", &B::broadcast_shapes);
@@ -536,8 +537,12 @@ void bind_builder(nb::module_& m) {
       "autodiff",
       [](const ir::Program& forward, const B* builder, const std::vector<bool>& wanted) {
         passes::Locate locate;
-        if (builder) locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
-        passes::Backward bw = passes::autodiff(forward, locate, wanted);
+        passes::IsDetached detached;
+        if (builder) {
+          locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
+          detached = [builder](const ir::Buffer* b) { return builder->is_detached(b); };
+        }
+        passes::Backward bw = passes::autodiff(forward, locate, wanted, detached);
         std::vector<std::pair<std::string, int>> args;
         for (auto& a : bw.args)
           args.emplace_back(a.role == passes::Backward::Role::Input   ? "input"

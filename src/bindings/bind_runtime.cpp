@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "bindings/arrays.h"
 #include "backends/cpu/compiler.h"
 #include "backends/cpu/export.h"
+#include "bindings/arrays.h"
 #include "bindings/gil.h"
 #include "exec/loop_cost.h"
 #include "exec/openmp_bridge.h"
@@ -160,8 +160,8 @@ void bind_runtime(nb::module_& m) {
       .def(
           "run", [](Kernel& k, nb::handle tensors, nb::handle scalars) { run_kernel(k, tensors, scalars); },
           "tensors"_a, "scalars"_a,
-           "Run on a list of arrays (one per param: inputs then outputs) and a list of scalars. An entry\n"
-           "may also be a tuple (data_pointer, strides) for an array already known to match the param.")
+          "Run on a list of arrays (one per param: inputs then outputs) and a list of scalars. An entry\n"
+          "may also be a tuple (data_pointer, strides) for an array already known to match the param.")
       .def(
           "run_profiled",
           [](Kernel& k, nb::handle tensors, nb::handle scalars) {
@@ -173,7 +173,8 @@ void bind_runtime(nb::module_& m) {
           "Run the profiling variant (cpu): ([(nest, thread, begin_ns, end_ns)] per nest,\n"
           "[(nest, thread, begin_ns, end_ns)] per parallel chunk), on the perf_counter_ns clock.")
       .def(
-          "compile_profiling", [](Kernel& k) { return interruptible_without_gil([&] { return k.compile_profiling(); }); },
+          "compile_profiling",
+          [](Kernel& k) { return interruptible_without_gil([&] { return k.compile_profiling(); }); },
           "Compile the profiling variant now (cpu); seconds spent, 0 when it came from a cache.")
       .def(
           "nests",
@@ -190,7 +191,8 @@ void bind_runtime(nb::module_& m) {
       .def(
           "export",
           [](const Kernel& k, const std::string& path, const std::string& emit) {
-            cpu::ExportKind kind = emit.empty() ? cpu::export_kind_for_path(path) : cpu::parse_export_kind(emit);
+            cpu::ExportKind kind =
+                emit.empty() ? cpu::export_kind_for_path(path) : cpu::parse_export_kind(emit);
             return interruptible_without_gil([&] { return cpu::export_kernel(k.lowered().isa, path, kind); });
           },
           "path"_a, "emit"_a = "",

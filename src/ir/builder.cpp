@@ -182,6 +182,13 @@ std::string Builder::location(const StmtNode* s) const {
   auto it = impl_->locations.find(s);
   return it == impl_->locations.end() ? std::string() : it->second;
 }
+bool Builder::is_detached(const Buffer* b) const { return impl_->detached.count(b) > 0; }
+
+View Builder::detach(const View& x) {
+  View out = copy(x);
+  impl_->detached.insert(out.buf.get());
+  return out;
+}
 
 // --- signature -----------------------------------------------------------------------------
 

@@ -58,6 +58,9 @@ class Builder {
   View select(const Operand& cond, const Operand& a, const Operand& b);
   View cast(const View& x, DType t);
   View copy(const View& x);
+  // A copy of x that autodiff treats as a constant (torch's x.detach(), JAX's stop_gradient): no
+  // gradient flows through it. The forward value is x's.
+  View detach(const View& x);
   // Reduce over `dims` (negative allowed; empty = all) with TROWSUM/TROWMAX/TROWMIN semantics.
   View reduce(Opcode row_op, const View& x, std::vector<int> dims, bool keepdim);
   View mean(const View& x, std::vector<int> dims, bool keepdim);
@@ -131,6 +134,7 @@ class Builder {
   // `location(s)` finds it again for a statement of the finished program ("" when unknown).
   void set_location(std::string where);
   std::string location(const StmtNode* s) const;
+  bool is_detached(const Buffer* b) const;  // made by detach(): autodiff gives it no adjoint
 
   // Shape helpers the front end uses for error messages and folding.
   static std::vector<int64_t> broadcast_shapes(const std::vector<int64_t>& a, const std::vector<int64_t>& b);

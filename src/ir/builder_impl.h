@@ -26,6 +26,7 @@ struct Builder::Impl {
   VarBounds var_bounds;  // induction variables in scope
   std::string where;     // source location of the statements being built
   std::map<const StmtNode*, std::string> locations;
+  std::set<const Buffer*> detached;  // results of Builder::detach
 
   // Python's index rule at run time: `k` must satisfy 0 <= k < len; records a host-side check
   // unless the bounds prove it.

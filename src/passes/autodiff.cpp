@@ -77,8 +77,9 @@ class Differentiator::Analysis : public StmtVisitor {
   }
 };
 
-Differentiator::Differentiator(const Program& forward, const Locate& locate, const std::vector<bool>& wanted)
-    : fwd_(forward), locate_(locate), wanted_(wanted), b_(forward.name + "_backward") {
+Differentiator::Differentiator(const Program& forward, const Locate& locate, const std::vector<bool>& wanted,
+                               const IsDetached& detached)
+    : fwd_(forward), locate_(locate), wanted_(wanted), detached_(detached), b_(forward.name + "_backward") {
   Analysis(*this).visit_block(forward.body);
 }
 
@@ -329,7 +330,8 @@ BufferRef Differentiator::new_adjoint(const Buffer& like) {
 
 void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
   for (const Stmt& s : body)
-    if (s->kind == StmtKind::Alloc && is_float(s->buffer->dtype))
+    if (s->kind == StmtKind::Alloc && is_float(s->buffer->dtype) &&
+        !(detached_ && detached_(s->buffer.get())))
       adj_[s->buffer.get()] = new_adjoint(*s->buffer);
   for (auto it = body.rbegin(); it != body.rend(); ++it) {
     const Stmt& s = *it;
@@ -661,8 +663,9 @@ Backward Differentiator::run() {
 
 }  // namespace ad
 
-Backward autodiff(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted) {
-  return ad::Differentiator(forward, locate, wanted).run();
+Backward autodiff(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted,
+                  const IsDetached& detached) {
+  return ad::Differentiator(forward, locate, wanted, detached).run();
 }
 
 }  // namespace pypto::passes

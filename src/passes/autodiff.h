@@ -17,9 +17,11 @@
 //    views and slices, select, and thus every composite the builder decomposes (softmax, norms,
 //    concat, conv2d); loops over disjoint output tiles, accumulators updated linearly
 //    (`acc += a @ b`, `acc -= x`), and values carried across iterations and updated non-linearly
-//    (an online softmax): those are kept on a tape, one slot per iteration.
+//    (an online softmax): those are kept on a tape, one slot per iteration. Row gathers and
+//    scatters by index tensors (embedding, gather, scatter, index_add): the rows move back. A
+//    buffer the builder made with detach() gets no adjoint: no gradient flows through it.
 //  * Refused, with ir::Error naming the statement (and its kernel line when the builder knew it):
-//    gathers/scatters (data-dependent indices), a loop-carried value in a loop whose trip count is
+//    a loop-carried value in a loop whose trip count is
 //    not static (no tape to size), a derivative that needs a value the program has overwritten by
 //    then (an argument read and then written). The message points to `defvjp`, the manual route.
 #pragma once
@@ -46,10 +48,12 @@ struct Backward {
 
 // Where a forward statement came from, for error messages ("" when unknown).
 using Locate = std::function<std::string(const ir::StmtNode*)>;
+// Buffers no gradient flows through (the builder's detach()); none when empty.
+using IsDetached = std::function<bool(const ir::Buffer*)>;
 
 // `wanted[i]`: whether the gradient of forward param i is asked for (empty: all of them); the
 // backward computes (and reads what it needs for) only those.
-Backward autodiff(const ir::Program& forward, const Locate& locate = {},
-                  const std::vector<bool>& wanted = {});
+Backward autodiff(const ir::Program& forward, const Locate& locate = {}, const std::vector<bool>& wanted = {},
+                  const IsDetached& detached = {});
 
 }  // namespace pypto::passes

@@ -23,7 +23,8 @@ struct Env {
 
 class Differentiator {
  public:
-  Differentiator(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted);
+  Differentiator(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted,
+                 const IsDetached& detached);
   Backward run();
 
  private:
@@ -49,7 +50,7 @@ class Differentiator {
   // Building the backward.
   void replay(const std::vector<ir::Stmt>& body, Env& env, std::set<const ir::Buffer*>& local);
   void sweep(const std::vector<ir::Stmt>& body, Env& env);
-  void rule(const ir::StmtNode* s, const Env& env);   // autodiff_rules.cpp
+  void rule(const ir::StmtNode* s, const Env& env);  // autodiff_rules.cpp
   void indexed_rows_rule(const ir::StmtNode* s, const Env& env);
   ir::BufferRef new_adjoint(const ir::Buffer& like);  // a zero-filled adjoint buffer
 
@@ -68,6 +69,7 @@ class Differentiator {
   const ir::Program& fwd_;
   Locate locate_;
   std::vector<bool> wanted_;
+  IsDetached detached_;
   ir::Builder b_;
   std::map<const ir::StmtNode*, StmtInfo> stmts_;
   std::map<const ir::Buffer*, BufInfo> bufs_;

@@ -8,6 +8,7 @@
 #include <locale>
 #include <sstream>
 
+#include "ir/debug_log.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/double_buffer.h"
@@ -22,14 +23,6 @@ using namespace ir;
 
 namespace {
 
-bool debug_logging() {
-  for (const char* name : {"PYPTO_LOG_LEVEL", "PYTO_LOG_LEVEL"}) {
-    const char* v = std::getenv(name);
-    if (v && strcasecmp(v, "DEBUG") == 0) return true;
-  }
-  return false;
-}
-
 bool verify_each_pass() {
 #ifdef PYPTO_DEBUG_VERIFY
   return true;
@@ -42,7 +35,8 @@ bool verify_each_pass() {
 // Runs one pass, timing it, verifying its output and logging it.
 class PassRunner {
  public:
-  explicit PassRunner(std::string& log) : log_(log), debug_(debug_logging()), verify_(verify_each_pass()) {}
+  explicit PassRunner(std::string& log)
+      : log_(log), debug_(ir::debug_logging()), verify_(verify_each_pass()) {}
 
   template <class F>
   Program run(const char* name, Level level, F&& pass) {

@@ -11,7 +11,7 @@
 namespace pypto::cpu {
 struct CompiledKernel;
 struct RunProfile;
-}
+}  // namespace pypto::cpu
 
 namespace pypto::runtime {
 

@@ -24,7 +24,8 @@ void tensor_writes(const ir::Stmt& s, std::vector<std::string>& out) {
   for (const ir::Stmt& c : s->body) tensor_writes(c, out);
   for (const ir::Stmt& c : s->orelse) tensor_writes(c, out);
   if (s->kind != ir::StmtKind::OpStmt || s->op.args.empty()) return;
-  if (const ir::View* dst = std::get_if<ir::View>(&s->op.args[0]); dst && dst->buf) out.push_back(dst->buf->name);
+  if (const ir::View* dst = std::get_if<ir::View>(&s->op.args[0]); dst && dst->buf)
+    out.push_back(dst->buf->name);
 }
 
 }  // namespace

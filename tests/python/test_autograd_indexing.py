@@ -1,5 +1,5 @@
-"""Derived gradients through indexing by tensors: embedding lookups, torch.gather / scatter /
-scatter_add / index_add and x[idx], against torch autograd in float64 on both backends."""
+"""Derived gradients through indexing by tensors (embedding lookups, torch.gather / scatter /
+scatter_add / index_add, x[idx]) and through detach(), against torch autograd in float64 on both backends."""
 import torch
 import torch.nn.functional as F
 
@@ -49,3 +49,22 @@ def test_embedding_training_step_matches_torch(backend):
     loss_fn(ids, target, *ps).backward()
     for a, b in zip(ours, ps):
         assert_close(a.grad.numpy(), b.grad.numpy(), 1e-10)
+
+
+def stop_gradients(x, w):
+    q = torch.floor(x * 4) / 4
+    ste = x + (q - x).detach()                      # straight-through estimator: gradient 1
+    centred = x - x.detach().mean(-1, keepdim=True)  # the mean is a constant
+    return (ste * w).sum() + (centred ** 2).sum() + (w.detach() * x).sum()
+
+
+def test_detach_stops_the_gradient(backend):
+    torch.manual_seed(2)
+    x, w = torch.randn(4, 6).double(), torch.randn(4, 6).double()
+    ours = [t.clone().requires_grad_() for t in (x, w)]
+    ref = [t.clone().requires_grad_() for t in (x, w)]
+    jit(stop_gradients, backend)(*ours).backward()
+    stop_gradients(*ref).backward()
+    for a, b in zip(ours, ref):
+        assert_close(a.grad.numpy(), b.grad.numpy(), 1e-12)
+    assert_close(ours[0].grad.numpy(), (w + 2 * (x - x.mean(-1, keepdim=True)) + w).numpy(), 1e-12)

@@ -78,10 +78,23 @@ def test_profiling_region_and_chrome_trace(tmp_path):
     assert {e["args"]["name"].split()[0] for e in events if e["ph"] == "M"} >= {"caller"}
 
 
-def test_jit_profile_option_profiles_every_call():
+def test_jit_profile_option_and_env_profile_every_call(monkeypatch):
+    args = rand(32, 16), rand(16, 8), rand(1, 8)
     k = pypto.jit(linear_rowsum, profile=True)
-    k(rand(32, 16), rand(16, 8), rand(1, 8))
+    k(*args)
     assert pypto.get_last_profile().nests
+    plain = pypto.jit(linear_rowsum)
+    state = pypto.profile.state
+    monkeypatch.setattr(state, "env", True)  # what PYPTO_PROFILE=1 sets at import
+    state.update()
+    try:
+        plain(*args)
+        assert pypto.get_last_profile().nests
+    finally:
+        monkeypatch.setattr(state, "env", False)
+        state.update()
+    plain(*args)
+    assert not pypto.get_last_profile().profiled
 
 
 def test_machine_peak_is_measured_once_and_cached():

@@ -233,10 +233,13 @@ int ptoc_main(const Options& o) {
   if (o.verify || o.run || o.lower || o.emit_cpp || exporting) ir::verify(p, o.level);
   if (o.print) std::cout << ir::print(p);
   ir::Program isa = p;
-  if (o.level == ir::Level::Tensor && (o.lower || o.emit_cpp || o.run || exporting)) isa = passes::lower(p, {}).isa;
+  if (o.level == ir::Level::Tensor && (o.lower || o.emit_cpp || o.run || exporting))
+    isa = passes::lower(p, {}).isa;
   if (exporting) {
-    cpu::ExportKind kind = o.emit.empty() ? cpu::export_kind_for_path(o.output) : cpu::parse_export_kind(o.emit);
-    for (const std::string& f : cpu::export_kernel(isa, o.output, kind)) std::cerr << "ptoc: wrote " << f << "\n";
+    cpu::ExportKind kind =
+        o.emit.empty() ? cpu::export_kind_for_path(o.output) : cpu::parse_export_kind(o.emit);
+    for (const std::string& f : cpu::export_kernel(isa, o.output, kind))
+      std::cerr << "ptoc: wrote " << f << "\n";
   }
   if (o.lower) std::cout << ir::print(isa);
   if (o.emit_cpp) std::cout << cpu::generate_cpp(isa);

@@ -213,6 +213,14 @@ def copy(x):
 _REDUCE = {"sum": Opcode.TROWSUM, "max": Opcode.TROWMAX, "min": Opcode.TROWMIN}
 
 
+def detach(x):
+    """x as a constant for autodiff (no gradient flows through it); scalars are returned as they are."""
+    if not isinstance(x, TensorValue):
+        return x
+    tr = _find_tracer(x)
+    return wrap(tr, tr.b.detach(tensor_of(tr, x)))
+
+
 def reduce(kind, x, dim=None, keepdim=False):
     tr = _find_tracer(x)
     if isinstance(x, TensorValue) and x.ndim == 0 and dim is None:

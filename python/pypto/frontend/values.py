@@ -201,6 +201,8 @@ class TensorValue:
     def amax(self, dim=None, keepdim=False, **kw): return T.reduce("max", self, _dim(dim, kw), _keep(keepdim, kw))
     def amin(self, dim=None, keepdim=False, **kw): return T.reduce("min", self, _dim(dim, kw), _keep(keepdim, kw))
 
+    def detach(self): return T.detach(self)
+
     def softmax(self, dim=-1, dtype=None): return T.softmax(self if dtype is None else T.cast(self, dtype), dim)
 
     def log_softmax(self, dim=-1, dtype=None):

@@ -34,7 +34,10 @@
 #include "exec/interrupt.h"
 #include "exec/subprocess.h"
 #include "exec/thread_pool.h"
+#include "ir/debug_log.h"
 #include "pto/abi.h"
+
+extern "C" const char* pypto_installed_headers_dir() __attribute__((weak));
 
 namespace pypto::cpu {
 
@@ -270,6 +273,8 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
   std::vector<std::string> argv = split_words(cxx);
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.insert(argv.end(), {"-o", tmp, src});
+  if (ir::debug_logging()) ir::debug_log("kernel " + key + ": compiling: " + join(argv));
+  const auto t0 = std::chrono::steady_clock::now();
   runtime::ProcessResult r;
   try {
     r = runtime::run_process(argv, timeout);
@@ -277,6 +282,12 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
     std::remove(tmp.c_str());
     throw;
   }
+  if (ir::debug_logging())
+    ir::debug_log(
+        "kernel " + key + ": compiler exit status " + std::to_string(r.status) + " after " +
+        std::to_string(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()) +
+        " ms");
   if (r.status == -1) no_compiler(cxx, std::strerror(r.spawn_error));
   if (r.timed_out) {
     std::remove(tmp.c_str());
@@ -309,7 +320,8 @@ void forward_parallel_for(int64_t n, pto_loop_body body, void* ctx) {
 
 // --- profiled runs: nest hooks and per-thread chunk spans ----------------------------------------
 int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
 int64_t this_thread_id() {
@@ -464,6 +476,9 @@ std::string include_dir() {
   }
   if (const char* env = std::getenv("PYPTO_INCLUDE_DIR"); env && *env) return env;
   static const std::string beside = headers_beside_this_library();
+  // A program built against an installed PyPTO (find_package(pypto)) compiles in a definition
+  // of this function naming the install's include/ (cmake/installed_headers.cpp).
+  if (beside.empty() && pypto_installed_headers_dir) return pypto_installed_headers_dir();
   return beside;
 }
 
@@ -480,12 +495,20 @@ void compile_file(const std::string& source_path, const std::string& out_path, b
   argv.insert(argv.end(), {"-o", out_path, source_path});
   if (!shared) argv.push_back("-pthread");
   const double timeout = runtime::compile_timeout_seconds();
+  if (ir::debug_logging()) ir::debug_log("export: compiling: " + join(argv));
+  const auto t0 = std::chrono::steady_clock::now();
   runtime::ProcessResult r = runtime::run_process(argv, timeout);
+  if (ir::debug_logging())
+    ir::debug_log(
+        "export: compiler exit status " + std::to_string(r.status) + " after " +
+        std::to_string(
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()) +
+        " ms");
   if (r.status == -1) no_compiler(cxx, std::strerror(r.spawn_error));
   if (r.timed_out) timed_out(argv, timeout);
   if (r.status != 0)
-    throw Error("C++ compilation of an exported kernel failed (exit status " + std::to_string(r.status) + "):\n" +
-                truncate_output(r.output) + "command: " + join(argv));
+    throw Error("C++ compilation of an exported kernel failed (exit status " + std::to_string(r.status) +
+                "):\n" + truncate_output(r.output) + "command: " + join(argv));
 }
 
 std::string host_cpu_key() { return sha256_hex(host_cpu_identity()).substr(0, 16); }
@@ -529,6 +552,7 @@ CompileResult compile_cpp(const std::string& source) {
     if (e->kernel) {
       r.kernel = e->kernel;
       r.from_memory = true;
+      if (ir::debug_logging()) ir::debug_log("kernel " + key + ": in-memory cache hit");
       return r;
     }
     e->building = true;
@@ -545,8 +569,13 @@ CompileResult compile_cpp(const std::string& source) {
     if (auto k = load_from_disk(dir, key)) {
       r.from_disk = true;
       r.kernel = k;
+      if (ir::debug_logging())
+        ir::debug_log("kernel " + key + ": disk cache hit (" + dir + "/" + key + ".so)");
     } else {
+      if (ir::debug_logging()) ir::debug_log("kernel " + key + ": cache miss in " + dir);
       r.kernel = build(dir, key, source, cxx, flags, r.from_disk);
+      if (ir::debug_logging() && !r.from_disk)
+        ir::debug_log("kernel " + key + ": built " + dir + "/" + key + ".so");
     }
   } catch (...) {
     finish(nullptr);

@@ -43,7 +43,8 @@ std::string signature_text(const ir::Program& p) {
   for (const ir::BufferRef& b : p.params)
     s += b->name + " " + std::string(ir::dtype_name(b->dtype)) + "[" + shape_text(b->shape) + "] " +
          (b->kind == ir::BufferKind::Output ? "out" : "in") + "\n";
-  for (const ir::ScalarParam& sp : p.scalars) s += sp.name + " " + std::string(ir::dtype_name(sp.dtype)) + " scalar\n";
+  for (const ir::ScalarParam& sp : p.scalars)
+    s += sp.name + " " + std::string(ir::dtype_name(sp.dtype)) + " scalar\n";
   return s;
 }
 
@@ -327,7 +328,8 @@ std::string export_header(const ir::Program& p) {
   h << "#ifndef PYPTO_EXPORT_" << n << "_H\n#define PYPTO_EXPORT_" << n << "_H\n#include <stdint.h>\n";
   h << "#ifdef __cplusplus\nextern \"C\" {\n#endif\n";
   h << "int pypto_" << n
-    << "_run(void* const* data, const int64_t* const* strides, const int64_t* iscalars, const double* fscalars, "
+    << "_run(void* const* data, const int64_t* const* strides, const int64_t* iscalars, const double* "
+       "fscalars, "
        "int num_threads);\n";
   h << "const char* pypto_" << n << "_error(void);\nconst char* pypto_" << n << "_signature(void);\n";
   h << "#ifdef __cplusplus\n}\n#endif\n#endif\n";
@@ -339,8 +341,9 @@ std::string export_source(const ir::Program& p, ExportKind kind) {
   const std::string n = export_symbol(p);
   std::ostringstream s;
   s << private_kernel(p);
-  s << "\n#define PTO_RUN pypto_" << n << "_run\n#define PTO_ERROR pypto_" << n << "_error\n#define PTO_SIGNATURE pypto_"
-    << n << "_signature\n#define PTO_SIGNATURE_TEXT " << c_string(signature_text(p)) << "\n";
+  s << "\n#define PTO_RUN pypto_" << n << "_run\n#define PTO_ERROR pypto_" << n
+    << "_error\n#define PTO_SIGNATURE pypto_" << n << "_signature\n#define PTO_SIGNATURE_TEXT "
+    << c_string(signature_text(p)) << "\n";
   s << kRunner;
   if (kind == ExportKind::Executable || kind == ExportKind::ExecutableSource) {
     s << "\n#define PTO_NAME " << c_string(n) << "\n#define PTO_NPARAMS " << p.params.size()
@@ -349,11 +352,12 @@ std::string export_source(const ir::Program& p, ExportKind kind) {
     for (const ir::BufferRef& b : p.params) {
       std::string descr = npy_descr(b->dtype);
       if (descr.empty())
-        throw Error("export: the executable reads and writes .npy files, which have no dtype for param %" + b->name +
-                    " (" + std::string(ir::dtype_name(b->dtype)) + "); export a shared library instead");
+        throw Error("export: the executable reads and writes .npy files, which have no dtype for param %" +
+                    b->name + " (" + std::string(ir::dtype_name(b->dtype)) +
+                    "); export a shared library instead");
       if (b->shape.size() > 8) throw Error("export: param %" + b->name + " has more than 8 dimensions");
-      params << "  {" << c_string(b->name) << ", " << c_string(descr) << ", " << ir::dtype_bytes(b->dtype) << ", "
-             << b->shape.size() << ", {" << shape_text(b->shape) << "}, "
+      params << "  {" << c_string(b->name) << ", " << c_string(descr) << ", " << ir::dtype_bytes(b->dtype)
+             << ", " << b->shape.size() << ", {" << shape_text(b->shape) << "}, "
              << (b->kind == ir::BufferKind::Output ? 1 : 0) << "},\n";
     }
     for (const ir::ScalarParam& sp : p.scalars)

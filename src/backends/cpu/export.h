@@ -32,6 +32,7 @@ std::string export_source(const ir::Program& tile_program, ExportKind kind);
 
 // Writes `path` (compiling with the CPU backend's compiler and flags where needed); a shared
 // library gets its C header beside it (path with .h for its suffix). Returns the files written.
-std::vector<std::string> export_kernel(const ir::Program& tile_program, const std::string& path, ExportKind kind);
+std::vector<std::string> export_kernel(const ir::Program& tile_program, const std::string& path,
+                                       ExportKind kind);
 
 }  // namespace pypto::cpu

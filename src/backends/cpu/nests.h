@@ -12,8 +12,8 @@
 namespace pypto::cpu {
 
 struct Nest {
-  size_t begin = 0, end = 0;          // statements [begin, end) of the program's body
-  std::vector<std::string> writes;    // names of the global buffers it writes
+  size_t begin = 0, end = 0;        // statements [begin, end) of the program's body
+  std::vector<std::string> writes;  // names of the global buffers it writes
 };
 
 std::vector<Nest> top_level_nests(const ir::Program& tile_program);

@@ -1,0 +1,121 @@
+"""pypto.pipeline: stages over forked processes (gloo over loopback) and under a launcher that set
+up the process group itself (as torchrun does), against the same stages run in one process."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import pypto
+from pypto.seed_kernels import PipelineStage, run_pipeline
+from pypto_testutil import assert_close
+
+
+def _model(n=4, d=48):
+    rng = np.random.default_rng(0)
+    stages = [PipelineStage(i, (rng.standard_normal((d, d)) * 0.2).astype(np.float32)) for i in range(n)]
+    return stages, rng.standard_normal((20, d)).astype(np.float32)
+
+
+def _reference(stages, x):
+    ref = x.astype(np.float64)
+    for st in stages:
+        ref = np.maximum(ref @ st.weights, 0.0)
+    return ref
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_four_stages_over_processes_equal_one_process(processes):
+    stages, x = _model()
+    out = pypto.pipeline.run(stages, x, processes=processes, micro_batches=6)
+    assert isinstance(out, np.ndarray)
+    assert_close(out, _reference(stages, x))
+    seq = pypto.pipeline.Pipeline(stages, micro_batches=6)(x)  # in one process
+    np.testing.assert_array_equal(out, seq)
+    run_pipeline(stages, x)  # the seed's wave loop still works as written
+    np.testing.assert_array_equal(out, stages[-1].output_buf)
+
+
+def test_torch_tensors_and_measured_balance():
+    stages, x = _model()
+    p = pypto.pipeline.Pipeline(stages, micro_batches=4, balance="auto")
+    out = p.run(torch.from_numpy(x), processes=2)
+    assert isinstance(out, torch.Tensor)
+    assert_close(out.numpy(), _reference(stages, x))
+    groups = p.last_stats["groups"]  # from measured times: any split of the four, in order
+    assert len(groups) == 2 and sum(groups, []) == [0, 1, 2, 3]
+
+
+def test_balance_minimises_the_slowest_group():
+    assert pypto.pipeline.balance([1, 1, 1, 1], 2) == [2, 2]
+    assert pypto.pipeline.balance([4, 1, 1, 1, 1], 2) == [1, 4]
+    assert pypto.pipeline.balance([1, 2, 3, 4, 5, 6], 3) in ([3, 2, 1], [4, 1, 1])
+    with pytest.raises(pypto.PyptoError, match="cannot place 2 stages on 3"):
+        pypto.pipeline.balance([1, 1], 3)
+
+
+class Failing:
+    def compute(self, v):
+        raise ValueError("boom in the stage")
+
+
+class Dying:
+    def compute(self, v):
+        os._exit(3)
+
+
+class Growing:
+    def __init__(self):
+        self.calls = 0
+
+    def compute(self, v):
+        self.calls += 1
+        return np.concatenate([v] * self.calls, axis=1)  # the shape changes at the second micro-batch
+
+
+@pytest.mark.parametrize("bad, match", [(Failing(), "(?s)stage 2 failed on micro-batch 0.*boom in the stage"),
+                                        (Dying(), "rank 3 stopped answering"),
+                                        (Growing(), "stage 3: micro-batch 1 arrives with shape")])
+def test_failures_are_reported_not_hung(bad, match):
+    stages, x = _model()
+    model = stages[:2] + [bad] + stages[3:]
+    with pytest.raises(pypto.PyptoError, match=match):
+        pypto.pipeline.run(model, x, processes=4, micro_batches=4, timeout=30)
+
+
+def test_under_a_launcher_with_its_own_process_group(tmp_path):
+    """Two ranks set the group up themselves (as torchrun does) and call run(); rank 0 gets the result."""
+    stages, x = _model()
+    port = pypto.pipeline._free_port()
+    result = tmp_path / "out.npy"
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            torch.set_num_threads(1)
+            torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=1,
+                                                 world_size=2)
+            assert pypto.pipeline.Pipeline(stages, micro_batches=3).run(None) is None
+            torch.distributed.destroy_process_group()
+        except BaseException:  # noqa: B036
+            code = 1
+        os._exit(code)
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=2)
+    try:
+        out = pypto.pipeline.Pipeline(stages, micro_batches=3).run(x)
+    finally:
+        torch.distributed.destroy_process_group()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    np.save(result, out)
+    assert_close(out, _reference(stages, x))
+
+
+def test_started_workers_serve_many_runs():
+    stages, x = _model()
+    with pypto.pipeline.Pipeline(stages, micro_batches=5).start(2) as p:
+        for k in range(3):
+            xs = x[: 20 - 3 * k] * (k + 1)
+            assert_close(p.run(xs), _reference(stages, xs))
+        assert p.last_stats["processes"] == 2
+    assert p._workers is None  # closed: the workers have exited

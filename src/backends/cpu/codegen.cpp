@@ -5,9 +5,9 @@
 // prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/nests.h"
-#include "target/target.h"
 #include "ir/number_text.h"
 #include "pto/elem.hpp"
+#include "target/target.h"
 
 #include <cmath>
 #include <cstdio>

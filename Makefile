@@ -126,7 +126,7 @@ mutate: setup
 # ASan + UBSan build (in build-sanitize/, with its own copy of the package) of the C++ tests and a
 # Python subset, generated kernels compiled with the same sanitizers. Not part of `make test`.
 test-sanitize: setup
-	@VENV='$(VENV_ABS)' BUILD='$(BUILD_ABS)-sanitize' scripts/test_sanitize.sh
+	@VENV='$(VENV_ABS)' BUILD='$(BUILD_ABS)-sanitize' CMAKE_ARGS='$(CMAKE_ARGS)' scripts/test_sanitize.sh
 
 # The long run of tests/python/test_fuzz.py (make test runs a bounded one): new random inputs every
 # time; the summary goes to the terminal and to $(BUILD_DIR)/fuzz-report.txt (see docs/testing.md).

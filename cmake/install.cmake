@@ -6,7 +6,7 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(PYPTO_INSTALL_LAYERS pypto_target pypto_ir pypto_passes pypto_exec pypto_interp pypto_cpu_codegen
+set(PYPTO_INSTALL_LAYERS pypto_target pypto_ir pypto_passes pypto_exec pypto_interp pypto_sim pypto_cpu_codegen
                          pypto_runtime)
 install(TARGETS ${PYPTO_INSTALL_LAYERS} pypto_pto_headers pypto_core EXPORT pyptoTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})

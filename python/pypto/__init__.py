@@ -14,7 +14,8 @@ from . import _C
 from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int32, int64, to_dtype)
 from .frontend.errors import PyptoError
 from .interop import from_numpy, from_torch, to_numpy, to_torch
-from .jit import JitFunction, jit
+from .api import jit
+from .jit import JitFunction, mark_dynamic
 from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, concat, conv2d, div,
                   divide, empty, empty_like, eq, erf, exp, floor, full, full_like, ge, gelu, gt, inplace,
                   layer_norm, le, log, log_softmax, lt, matmul, max, maximum, mean, min, minimum, mul,
@@ -37,10 +38,18 @@ from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_
 from .tensor import Tensor
 from . import pipeline
 from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
-from .profiling import machine_peak, profiling
+from .sim import SimReport
+from .profile import profiling
+from .profiling import machine_peak
 from .autotune import Autotuned, TuningResult, autotune
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)
+
+from . import ops as _ops, ops_composite as _ops_composite, ops_math as _ops_math, tensor as _tensor  # noqa: E402
+
+_tensor.OPERATIONS.update({name: op for name, op in globals().items()
+                           if callable(op) and getattr(op, "__module__", "") in
+                           (_ops.__name__, _ops_composite.__name__, _ops_math.__name__)})
 
 try:
     from . import isa  # the PTO ISA text tools (parse/print)

@@ -113,7 +113,7 @@ def _kernel_entry(fn, args):
     """(kernel, compiled entry, implicit inputs, full args) for a call of `fn` with `args`."""
     kernel = getattr(fn, "_kernel", fn)  # a bound kernel method
     full = fn._full_args(tuple(args), {}) if not hasattr(fn, "_kernel") else (fn._self,) + tuple(args)
-    entry, imp = kernel._entry(full)
+    entry, imp = kernel._entry(full, static=True)
     return kernel, entry, imp, full
 
 
@@ -206,7 +206,6 @@ def _torch_function_class():
 
         @staticmethod
         def forward(ctx, call, *inputs):
-            from . import interop  # refuse a write into a leaf before it happens, as torch does
             for i in call.written:
                 interop.check_torch_written(inputs[i], f"kernel '{call.entry.name}': input {i + 1}", recording=True)
             outs = call.run(inputs)
@@ -302,7 +301,7 @@ class _TorchCall:
 
 def call(kernel, full):
     """A kernel call that records for autograd (JitFunction.__call__ sends it here)."""
-    entry, imp = kernel._entry(full)
+    entry, imp = kernel._entry(full, static=True)
     inputs = entry.inputs(full, imp)
     if any(type(a) is Tensor for a in inputs):
         return _call_pto(kernel, entry, imp, full)

@@ -31,6 +31,7 @@ import threading
 from . import _C
 from . import profile as _profile
 from .frontend.errors import PyptoError
+from .jit import JitFunction, arg_key
 
 JIT_OPTIONS = ("tiles", "fusion", "parallel", "double_buffer", "promote")
 
@@ -62,7 +63,6 @@ class Autotuned:
     _pypto_jit = True
 
     def __init__(self, kernel, configs, key=None, repeats=5):
-        from .jit import JitFunction
         if not isinstance(kernel, JitFunction):
             kernel = JitFunction(kernel)
         self.kernel = kernel
@@ -101,7 +101,6 @@ class Autotuned:
         return f"{fn.__module__}.{fn.__qualname__}\n{src}\n{json.dumps(self.kernel._made_with, default=repr)}"
 
     def _key(self, bound, configs):
-        from .jit import arg_key
         parts = []
         for name, a in zip(self.kernel._names, bound):
             if name in self._key_names:

@@ -4,8 +4,10 @@ or attributes), allocate the outputs in the caller's array type, run, rebuild th
 from __future__ import annotations
 
 import operator
+import os
 
 from . import _C
+from . import autograd
 from . import dtypes as _dt
 from . import interop
 from .frontend.errors import PyptoError
@@ -54,14 +56,20 @@ class CompiledKernel:
             first_kind = kinds[0] if kinds else interop.NUMPY
         self.guards = [(path.reader(), value) for path, value in tr.guards]
         self.scalar_idx = list(tr.scalar_args)
-        self.allocs = [interop.make_allocator(first_kind, p[2], _dt.to_dtype(p[1])) for p in out_params]
+        # Dynamic dims (None in a param's shape): outputs are allocated per call from the shapes
+        # the inputs bind (Kernel.output_shapes).
+        self.dynamic = any(n is None for p in params for n in p[2])
+        self.first_kind = first_kind
+        self.out_dtypes = [_dt.to_dtype(p[1]) for p in out_params]
+        self.allocs = [] if self.dynamic else [interop.make_allocator(first_kind, p[2], _dt.to_dtype(p[1]))
+                                               for p in out_params]
         self.template = trace.template
         self.simple = not self.implicit and not self.guards
         # Per input, how Kernel.run receives it (kinds are fixed by the signature key).
         kinds = []
         for src in tr.inputs:
             kinds.append(interop.array_kind(args[src[1]] if src[0] == "arg" else src[2]))
-        self.convs = [interop.run_converter(k) for k in kinds]
+        self.convs = [interop.run_converter(k, self.dynamic) for k in kinds]
         written = self.kernel.written()
         # Inputs (by position in param order) that are torch tensors the kernel writes: checked
         # against autograd's rules before the run, their version counters bumped after it.
@@ -81,7 +89,7 @@ class CompiledKernel:
     def _make_fast(self):
         """A specialised call path for the common case (explicit array arguments only, all of one
         library, at most one returned output): fewer Python calls per kernel call."""
-        if self.arg_only is None or not self.simple or len(self.allocs) > 1 or self.written_torch:
+        if self.arg_only is None or not self.simple or len(self.allocs) > 1 or self.written_torch or self.dynamic:
             return None
         if self.allocs and not self.single_out:
             return None
@@ -188,7 +196,11 @@ class CompiledKernel:
                                                  f"('{self.written_names[j]}')")
         run_list = [o if c is None else c(o) for c, o in zip(self.convs, objs)]
         outs = []
-        for alloc in self.allocs:
+        allocs = self.allocs
+        if self.dynamic:
+            shapes = self.kernel.output_shapes([interop.array_info(o)[1] for o in objs])
+            allocs = [interop.make_allocator(self.first_kind, s, t, True) for s, t in zip(shapes, self.out_dtypes)]
+        for alloc in allocs:
             o, r = alloc()
             outs.append(o)
             run_list.append(r)
@@ -214,7 +226,7 @@ class Lowered:
         self.kernel = entry.kernel
 
     def as_text(self, level="tensor"):
-        levels = ("tensor", "tile", "isa", "source")
+        levels = ("tensor", "tile", "isa", "source", "sim")  # sim: the ISA with the simulator's sync flags
         if level not in levels:
             raise PyptoError(f"unknown level {level!r}; expected one of {', '.join(levels)}")
         return self.kernel.as_text(level)
@@ -229,13 +241,11 @@ class Lowered:
         tile-level IR text (which `ptoc` reads). By default the path's suffix decides (.so, .cpp,
         .pto or .ir; anything else an executable). Returns the paths written. The C ABI is in
         docs/guide.md ("Ahead-of-time export")."""
-        import os
         return self.kernel.export(os.fspath(path), emit or "")
 
     def backward(self):
         """The derived backward (its vector-Jacobian product), as a Lowered kernel."""
-        from .autograd import derived
-        return _LoweredBackward(derived(self._entry))
+        return _LoweredBackward(autograd.derived(self._entry))
 
     @property
     def compiled_from_cache(self):

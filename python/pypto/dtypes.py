@@ -6,6 +6,7 @@ import sys
 import numpy as np
 
 from . import _C
+from .frontend.errors import PyptoError  # (a ValueError)
 
 
 class dtype:
@@ -114,10 +115,24 @@ def to_dtype(x) -> dtype:
 
 
 def _unsupported(name):
-    from .frontend.errors import PyptoError  # (a ValueError)
     return PyptoError(f"unsupported dtype {name} (supported: {', '.join(d.name for d in ALL)})")
 
 
 def result_float(d: dtype) -> dtype:
     """The type float math on `d` produces (integers and bool compute in float32)."""
     return d if d.is_floating_point else float32
+
+
+# bfloat16 has no NumPy type: its values are stored as the upper 16 bits of a float32.
+def f32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    u = a.view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+    nan = np.isnan(a)
+    if nan.any():
+        rounded[nan] = 0x7FC0
+    return rounded
+
+
+def bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)

@@ -2,17 +2,20 @@
 op and argument signature (compiled once, cached like any kernel)."""
 from __future__ import annotations
 
+import atexit
 import threading
 
 from . import interop
 from .compiled import CompiledKernel
 from .frontend.errors import PyptoError
-from .frontend.trace import Trace, _describe_result
+from .frontend.trace import Trace, describe_result
 from .frontend.tracer import Tracer
-from .jit import _options, _static_key, default_backend
+from .specialize import compile_options, default_backend, static_key
 
 _cache = {}
 _lock = threading.Lock()
+# Drop the compiled kernels before the interpreter tears the bindings down (as jit.py does).
+atexit.register(_cache.clear)
 
 
 def _flatten(args, kwargs):
@@ -44,7 +47,7 @@ def _substitute(v, it):
 def call_eager(fn, args, kwargs):
     arrays = _flatten(args, kwargs)
     backend = default_backend()
-    key = (fn, backend, _static_key(tuple(args)), _static_key(dict(sorted(kwargs.items()))))
+    key = (fn, backend, static_key(tuple(args)), static_key(dict(sorted(kwargs.items()))))
     entry = _cache.get(key)
     if entry is None:
         with _lock:
@@ -61,10 +64,10 @@ def _build(fn, args, kwargs, arrays, backend):
         targs = [_substitute(a, params) for a in args]
         tkw = {k: _substitute(kwargs[k], params) for k in sorted(kwargs)}
         result = fn(*targs, **tkw)
-        outputs, template = _describe_result(tr, result)
+        outputs, template = describe_result(tr, result)
         program = tr.finish(outputs)
     trace = Trace(tr, program, outputs, template)
     try:
-        return CompiledKernel(trace, backend, _options(False, None, True, True), tuple(arrays), f"pypto.{name}")
+        return CompiledKernel(trace, backend, compile_options(False, None, True, True), tuple(arrays), f"pypto.{name}")
     except PyptoError:
         raise

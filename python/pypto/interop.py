@@ -2,43 +2,20 @@
 kernel run receives, allocating outputs in the caller's array type, and conversions."""
 from __future__ import annotations
 
-import sys
-
 import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .tensor import Tensor, _f32_to_bf16_bits, _bf16_bits_to_f32
+from .frontend.errors import AutogradError, PyptoError
+# Array kinds and the conversion into a Tensor's storage live in tensor.py (Tensor() needs them);
+# the glue below and its callers use them from here too.
+from .tensor import DLPACK, NUMPY, PYPTO, TORCH, Tensor, array_kind, as_numpy_storage, is_array, loaded_torch
 
-# Array kinds: which library's type a kernel's outputs follow.
-NUMPY, TORCH, PYPTO, DLPACK = "numpy", "torch", "pypto", "dlpack"
-
-
-def _torch():
-    return sys.modules.get("torch")
-
-
-def array_kind(x):
-    """NUMPY / TORCH / PYPTO / DLPACK for an array, None for anything else."""
-    if isinstance(x, np.ndarray):
-        return NUMPY
-    if isinstance(x, Tensor):
-        return PYPTO
-    t = _torch()
-    if t is not None and isinstance(x, t.Tensor):
-        return TORCH
-    if hasattr(x, "__dlpack__") and not isinstance(x, type) and not isinstance(x, np.generic):
-        return DLPACK
-    return None
-
-
-def is_array(x):
-    return array_kind(x) is not None
+_torch = loaded_torch
 
 
 def array_info(x, what="argument"):
     """(pypto dtype, shape tuple) of an array; PyptoError for unsupported dtypes or devices."""
-    from .frontend.errors import PyptoError
     k = array_kind(x)
     try:
         if k == NUMPY:
@@ -105,7 +82,6 @@ def check_torch_written(x, what, recording=False):
     """Refuse, as torch's own in-place operations do, a kernel write that autograd could not see
     or that would land in the wrong values. `recording`: the call is being recorded by autograd
     (which sees the write: only a leaf is refused then)."""
-    from .frontend.errors import AutogradError, PyptoError
     torch = _torch()
     if x.requires_grad and (recording or torch.is_grad_enabled()):
         if x.is_leaf:
@@ -133,12 +109,19 @@ def _pypto_arg(x):
     return x._run_arg()
 
 
-def run_converter(kind):
+def _torch_arg_dynamic(x):
+    """(data pointer, strides, keep, shape): a param with dynamic dims needs the shape too."""
+    if x.is_neg() or x.is_conj():
+        x = x.resolve_conj().resolve_neg()
+    return (x.data_ptr(), x.stride(), x, tuple(x.shape))
+
+
+def run_converter(kind, dynamic=False):
     """A function array -> Kernel.run entry for arrays of `kind`, or None for "pass as is".
     Torch tensors go as (data pointer, strides): their dtype and shape were matched by the
-    signature key, and DLPack export is slow."""
+    signature key, and DLPack export is slow (with dynamic dims the shape goes along)."""
     if kind == TORCH:
-        return _torch_arg
+        return _torch_arg_dynamic if dynamic else _torch_arg
     if kind == PYPTO:
         return _pypto_arg
     return None
@@ -152,14 +135,20 @@ def _contiguous_strides(shape):
     return tuple(reversed(st))
 
 
-def make_allocator(kind, shape, dtype: _dt.dtype):
-    """A function () -> (object returned to the caller, object passed to Kernel.run)."""
+def make_allocator(kind, shape, dtype: _dt.dtype, dynamic=False):
+    """A function () -> (object returned to the caller, object passed to Kernel.run). dynamic: the
+    param has dynamic dims (a torch output goes with its shape)."""
     shape = tuple(shape)
     if kind == TORCH:
         torch = _torch()
         tdt = getattr(torch, dtype.name)
         empty = torch.empty
         strides = _contiguous_strides(shape)
+        if dynamic:
+            def alloc():
+                o = empty(shape, dtype=tdt)
+                return o, (o.data_ptr(), strides, o, shape)
+            return alloc
 
         def alloc():
             o = empty(shape, dtype=tdt)
@@ -178,47 +167,6 @@ def make_allocator(kind, shape, dtype: _dt.dtype):
         o = Tensor.empty(shape, dtype)
         return o, o._run_arg()
     return alloc
-
-
-def as_numpy_storage(data, dtype=None, copy=True):
-    """(NumPy storage array, pypto dtype) for Tensor(): bf16 data is stored as uint16 bits."""
-    want = _dt.to_dtype(dtype) if dtype is not None else None
-    k = array_kind(data)
-    if k == PYPTO:
-        src, src_dt = data._data, data._dtype
-    elif k == TORCH:
-        torch = _torch()
-        t = data.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
-        src_dt = _dt.to_dtype(t.dtype)
-        src = t.view(torch.int16).numpy().view(np.uint16) if src_dt is _dt.bfloat16 else t.numpy()
-    elif k in (NUMPY, DLPACK):
-        if k == DLPACK:
-            name, _, _ = _C.array_info(data)
-            if name == "bf16":
-                t = _torch()
-                if t is None:
-                    raise ValueError("importing a bfloat16 DLPack array needs torch")
-                return as_numpy_storage(t.from_dlpack(data), dtype, copy)
-            data = np.from_dlpack(data)
-        src = data
-        src_dt = _dt.to_dtype(src.dtype)
-    else:
-        src = np.asarray(data)
-        if src.dtype == np.float64 and want is None and not isinstance(data, np.ndarray):
-            src = src.astype(np.float32)  # Python floats default to float32, like torch
-        if src.dtype.kind == "i" and want is None and src.dtype != np.int32:
-            src = src.astype(np.int64)
-        src_dt = _dt.to_dtype(src.dtype)
-    out_dt = want or src_dt
-    if out_dt is src_dt:
-        return (np.array(src, copy=True) if copy else src), out_dt
-    # dtype conversion (always a copy)
-    f = _bf16_bits_to_f32(src) if src_dt is _dt.bfloat16 else src
-    if out_dt is _dt.bfloat16:
-        return _f32_to_bf16_bits(np.asarray(f, dtype=np.float32)), out_dt
-    return np.asarray(f).astype(out_dt.np), out_dt
 
 
 def from_numpy(a: np.ndarray) -> Tensor:

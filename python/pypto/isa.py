@@ -96,7 +96,15 @@ def run(program, inputs=None, backend="interp"):
     """
     inputs = dict(inputs or {})
     tensors, outputs = [], {}
-    for name, dtype, shape, is_output in program.params:
+    params = program.params
+    out_shapes = None
+    if any(n == _C.DYNAMIC_BOUND for p in params for n in p[2]):  # dynamic dims: from the inputs
+        given = [inputs.get(p[0]) for p in params if not p[3]]
+        if all(g is not None for g in given):
+            out_shapes = iter(program.output_shapes([list(g.shape) for g in given]))
+    for name, dtype, shape, is_output in params:
+        if is_output and out_shapes is not None:
+            shape = next(out_shapes)
         if name in inputs:
             tensors.append(inputs.pop(name))
             if is_output:

@@ -24,38 +24,18 @@ import numpy as np
 
 from . import autograd as _autograd
 from . import profile as _profile
+from . import sim as _sim
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
 from .frontend.source import SourceInfo
 from .frontend.trace import trace_kernel
+from .specialize import compile_options, default_backend, static_key
 from .tensor import Tensor
 
-_TILE_KEYS = {"m": "mm_tile_m", "n": "mm_tile_n", "k": "mm_tile_k", "rows": "tile_rows", "cols": "tile_cols",
-              "mm_tile_m": "mm_tile_m", "mm_tile_n": "mm_tile_n", "mm_tile_k": "mm_tile_k",
-              "tile_rows": "tile_rows", "tile_cols": "tile_cols"}
-
-
-def default_backend():
-    return "interp" if os.environ.get("PYPTO_INTERPRET", "") not in ("", "0") else "cpu"
-
-
-def _static_key(a):
-    """Key of a value that is part of the kernel's compile-time state."""
-    t = type(a)
-    if t in (int, float, bool, str, bytes) or a is None:
-        return (t, a)
-    if t in (tuple, list):
-        return (t, tuple(_static_key(e) for e in a))
-    if t is dict:
-        return (t, tuple((k, _static_key(v)) for k, v in a.items()))
-    if interop.is_array(a):
-        return interop.array_key(a)
-    try:
-        hash(a)
-        return ("h", a)
-    except TypeError:
-        return ("id", id(a))
+# The compile options, the default backend and the cache key of compile-time values live in
+# specialize.py (eager.py and torch_ops.py use them too).
+_options, _static_key = compile_options, static_key
 
 
 _torch_tensor = None  # torch.Tensor once torch is imported (it is optional)
@@ -72,7 +52,8 @@ def _bind_torch(torch):
     custom-op glue is loaded (outside any compiled region, as dynamo wants)."""
     global _torch_tensor, _torch_compiling, _torch_ops
     if _torch_ops is None:
-        from . import torch_ops
+        torch.utils._pytree.register_constant(JitFunction)  # a kernel passes through nonstrict_trace as is
+        from . import torch_ops  # needs torch, which is optional: loaded once torch is
         _torch_ops = torch_ops
         if os.environ.get("PYPTO_SHARE_THREADS", "1") != "0":
             _C.share_threads_with_openmp()  # parallel loops on torch's OpenMP threads
@@ -90,8 +71,6 @@ def _release_compiled():
     alive past that point (torch.compile's caches hold kernels) would be reported as leaks."""
     for k in list(_live_kernels):
         k._cache.clear()
-    from . import eager
-    eager._cache.clear()
 
 
 def _call_traced(kernel, args, kwargs):
@@ -130,36 +109,82 @@ def arg_key(a):
 class CacheInfo(NamedTuple):
     """What `kernel.cache_info()` reports: `size` compiled variants; `specialised` maps each
     argument the kernel specialises on its value to the kernel line that needed it at compile
-    time; `variants` lists, per compiled variant, the values of those arguments it was built for."""
+    time; `variants` lists, per compiled variant, the values of those arguments it was built for.
+    Dynamic shapes: `dynamic` lists per variant the dims compiled as symbols ({arg: [dims]}, empty
+    for a static variant) and `why` per variant the reason (dynamic=..., mark_dynamic, automatic,
+    or "static shapes"); `static_dims` maps (arg, dim) pairs the kernel needs as compile-time
+    values to the kernel line that needed them."""
     size: int
     specialised: dict
     variants: list
+    dynamic: list = []
+    why: list = []
+    static_dims: dict = {}
 
 
-def _options(fusion, tiles, parallel, double_buffer, promote=True):
-    o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer), "promote": bool(promote)}
-    if fusion == "off":  # not even elementwise chains fuse
-        o["fusion"] = False
-        o["fusion_off"] = True
-    elif isinstance(fusion, (list, tuple)):
-        o["fusion"] = bool(fusion)
-        o["fusion_ops"] = [str(f) for f in fusion]
-    else:
-        o["fusion"] = bool(fusion)
-    if tiles is not None:
-        if isinstance(tiles, (tuple, list)):
-            if len(tiles) != 3:
-                raise PyptoError("tiles=(m, n, k) needs three sizes; or pass a dict like {'m': 64, 'n': 64, 'k': 64}")
-            tiles = dict(zip("mnk", tiles))
-        if not isinstance(tiles, dict):
-            raise PyptoError("tiles must be a dict like {'m': 64, 'n': 64, 'k': 64, 'rows': 32, 'cols': 256}")
-        for k, v in tiles.items():
-            if k not in _TILE_KEYS:
-                raise PyptoError(f"unknown tile size '{k}' (known: m, n, k, rows, cols)")
-            if not isinstance(v, int) or v <= 0:
-                raise PyptoError(f"tile size '{k}' must be a positive int, got {v!r}")
-            o[_TILE_KEYS[k]] = v
-    return o
+# pypto.mark_dynamic: id(array) -> (weak reference or the array, dims)
+_marks = {}
+
+
+def mark_dynamic(t, dim):
+    """Compile the next kernel call that receives `t` with dimension `dim` (an int or a list;
+    negative counts from the end) as a dynamic dimension: one kernel for every extent of it."""
+    if not interop.is_array(t):
+        raise PyptoError(f"pypto.mark_dynamic expects an array (NumPy, torch, pypto.Tensor), got {type(t).__name__}")
+    _, shape = interop.array_info(t, "pypto.mark_dynamic's argument")
+    dims = dim if isinstance(dim, (list, tuple)) else [dim]
+    norm = set()
+    for d in dims:
+        if not isinstance(d, int) or not -len(shape) <= d < len(shape):
+            raise PyptoError(f"pypto.mark_dynamic: dimension {d!r} is out of range for shape {tuple(shape)}")
+        norm.add(d % len(shape))
+    key = id(t)
+    old = _marks.get(key)
+    if old is not None and _marked_object(old) is t:
+        norm |= old[1]
+    try:
+        ref = weakref.ref(t, lambda _r, k=key: _marks.pop(k, None))
+    except TypeError:
+        ref = t
+    _marks[key] = (ref, norm)
+    return t
+
+
+def _marked_object(entry):
+    ref = entry[0]
+    return ref() if isinstance(ref, weakref.ref) else ref
+
+
+def _marked_dims(a):
+    e = _marks.get(id(a))
+    if e is None or _marked_object(e) is not a:
+        return None
+    return e[1]
+
+
+def _parse_dynamic(dynamic, names, k0):
+    """dynamic= of pypto.jit -> (mode, {arg index: set of dims or None for all})."""
+    if dynamic is None:
+        return "auto", {}
+    if dynamic is False:
+        return "off", {}
+    if dynamic is True:
+        return "all", {}
+    if isinstance(dynamic, dict):
+        out = {}
+        for name, dims in dynamic.items():
+            if name not in names[k0:]:
+                raise PyptoError(f"dynamic={{...}} names '{name}', which is not an argument of the kernel "
+                                 f"(arguments: {', '.join(names[k0:])})")
+            if dims is True or dims is None:
+                out[names.index(name)] = None
+                continue
+            dims = dims if isinstance(dims, (list, tuple, set)) else [dims]
+            if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
+                raise PyptoError(f"dynamic={{'{name}': ...}} expects a list of dimension indices, got {dims!r}")
+            out[names.index(name)] = set(dims)
+        return "dict", out
+    raise PyptoError(f"dynamic must be True, False, None or a dict {{argument: [dims]}}, got {dynamic!r}")
 
 
 def _follow_profiling(on):
@@ -189,7 +214,7 @@ class JitFunction:
     _profile_calls = _profile.state.on
 
     def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
-                 promote=True, alignment=None, profile=False):
+                 promote=True, alignment=None, profile=False, sim_target=None, dynamic=None):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
         if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
@@ -202,8 +227,11 @@ class JitFunction:
             raise PyptoError(f"pypto.jit expects a Python function or bound method, got {type(fn).__name__}")
         functools.update_wrapper(self, fn)
         self.__wrapped__ = fn
-        if backend not in (None, "cpu", "interp"):
-            raise PyptoError(f"unknown backend {backend!r} (expected 'cpu' or 'interp')")
+        if backend not in (None, "cpu", "interp", "sim"):
+            raise PyptoError(f"unknown backend {backend!r} (expected 'cpu', 'interp' or 'sim')")
+        if sim_target is not None and backend != "sim":
+            raise PyptoError("sim_target= describes the simulated NPU: it needs backend='sim'")
+        self._sim_target = _sim.target_text(sim_target)
         self._func = func
         self._signature = inspect.signature(func)
         params = list(self._signature.parameters.values())
@@ -218,7 +246,16 @@ class JitFunction:
         self._options = _options(fusion, tiles, parallel, double_buffer, promote)
         self._made_with = dict(fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
                                double_buffer=double_buffer, promote=promote, alignment=alignment,
-                               profile=profile)
+                               profile=profile, sim_target=sim_target, dynamic=dynamic)
+        # Dynamic shapes: the mode, declared dims per arg index, dims learned by automatic dynamic
+        # (a dim seen with a second extent), the first shape seen per arg, dims the kernel needs
+        # as Python values ((arg, dim) -> kernel line) and why each dim became dynamic.
+        self._dyn_mode, self._dyn_declared = _parse_dynamic(dynamic, self._names, self._k0)
+        self._dyn_learned = {}
+        self._first_shapes = {}
+        self._static_dims = {}
+        self._dyn_why = {}
+        self._auto_dynamic_failed = None  # why automatic dynamic was given up for this kernel
         if profile:
             self._profile_calls = True  # shadows the class-wide flag below
         if alignment is not None and (not isinstance(alignment, int) or isinstance(alignment, bool)
@@ -269,6 +306,68 @@ class JitFunction:
         return tuple(_static_key(a) if i in static else arg_key(a)
                      for i, a in enumerate(args) if i >= self._k0)
 
+    # --- dynamic shapes ------------------------------------------------------------------------
+    def _dynamic_dims(self, args, learn=False):
+        """{arg index: set of dims} traced as dimension symbols for these arguments. Extents 0 and
+        1 are never dynamic (they keep their meaning: empty, broadcasting); dims the kernel needs
+        as Python values stay static. learn: automatic dynamic notes dims seen with a new extent."""
+        mode = self._dyn_mode
+        if (mode == "off" and not _marks) or self._backend == "sim":  # (the simulator runs static shapes)
+            return {}
+        out = {}
+        for i in range(self._k0, len(args)):
+            a = args[i]
+            if not interop.is_array(a):
+                continue
+            shape = interop.array_info(a, f"argument '{self._names[i]}'")[1]
+            dims = set()
+            if mode == "all":
+                dims = set(range(len(shape)))
+            elif mode == "dict" and i in self._dyn_declared:
+                want = self._dyn_declared[i]
+                dims = set(range(len(shape))) if want is None else {d % len(shape) for d in want
+                                                                    if -len(shape) <= d < len(shape)}
+            if _marks:
+                dims |= _marked_dims(a) or set()
+            if mode == "auto":
+                first = self._first_shapes.get(i)
+                if learn and first is None:
+                    self._first_shapes[i] = tuple(shape)
+                elif learn and len(first) == len(shape):
+                    for d, (n0, n) in enumerate(zip(first, shape)):
+                        if n0 != n and d not in self._dyn_learned.setdefault(i, set()):
+                            self._dyn_learned[i].add(d)
+                            self._dyn_why.setdefault((i, d), f"automatic: dim {d} of '{self._names[i]}' "
+                                                             f"seen as {n0} and {n}")
+                dims |= self._dyn_learned.get(i, set())
+            dims = {d for d in dims if shape[d] > 1 and (i, d) not in self._static_dims}
+            if dims:
+                out[i] = dims
+        return out
+
+    def _dyn_key(self, args, dyn):
+        """Cache key of a dynamic variant: dynamic dims are replaced by the class of their extent
+        (dims with equal extents share a symbol, so the equality pattern is part of the key)."""
+        classes = {}
+        parts = []
+        for i in range(self._k0, len(args)):
+            a = args[i]
+            if i not in dyn:
+                parts.append(_static_key(a) if i in self._static_args else arg_key(a))
+                continue
+            k = interop.array_key(a)
+            shape = interop.array_info(a, "")[1]
+            masked = tuple(("sym", classes.setdefault(n, len(classes))) if d in dyn[i] else n
+                           for d, n in enumerate(shape))
+            parts.append(("dyn", k[0], k[1], masked) + tuple(k[3:]))
+        return ("dynamic",) + tuple(parts)
+
+    def _dyn_lookup(self, args):
+        dyn = self._dynamic_dims(args)
+        if not dyn:
+            return None
+        return self._cached_entry(self._dyn_key(args, dyn), args)
+
     # --- calling -------------------------------------------------------------------------------
     def _cached_entry(self, key, args):
         for e in self._cache.get(key, ()):
@@ -279,19 +378,23 @@ class JitFunction:
                 return e, imp
         return None
 
-    def _entry(self, args):
+    def _entry(self, args, static=False):
+        """(entry, implicit inputs) for these arguments, compiled on a miss. static: a variant
+        with static shapes only (autograd derives its backward from static programs)."""
         backend = self._backend
         key = self._key(args)
-        e = self._cached_entry(key, args)
+        e = self._cached_entry(key, args) or (None if static else self._dyn_lookup(args))
         if e is not None:
             return e
         with self._lock:
             # Another thread may have traced and compiled this signature while we waited.
             e = self._cached_entry(self._key(args), args)  # the key may have learned static args
+            if e is None and not static:
+                e = self._dyn_lookup(args)
             if e is not None:
                 return e
             try:
-                e = self._compile(args, backend)
+                e = self._compile(args, backend, static)
             except KernelSourceError as err:
                 # The message names the kernel's line; the tracer's own frames would only distract.
                 raise err.with_traceback(None) from None
@@ -300,18 +403,43 @@ class JitFunction:
             raise PyptoError(f"kernel '{self.__name__}': its implicit inputs changed while it was traced")
         return e, imp
 
-    def _compile(self, args, backend):
+    def _compile(self, args, backend, static=False):
         t0 = _now()
         src = self._source()
-        trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
-                             self._static_reasons)
-        entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        dyn = {} if static else self._dynamic_dims(args, learn=True)
+        try:
+            trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
+                                 self._static_reasons, dyn, self._static_dims)
+            dyn = {i: d for i, d in trace.dynamic.items() if d}  # less the dims the kernel needed static
+            entry = CompiledKernel(trace, backend, self._options, args, src.name)
+        except PyptoError as err:
+            if not dyn or self._dyn_mode != "auto" or (_marks and any(_marked_dims(a) for a in args)):
+                raise
+            # Automatic dynamic is an optimisation: a kernel that cannot be compiled with symbolic
+            # dims (an op without dynamic support) keeps one static variant per shape.
+            self._dyn_mode = "off"
+            self._dyn_learned.clear()
+            self._auto_dynamic_failed = str(err).splitlines()[0]
+            return self._compile(args, backend)
+        if backend == "sim":
+            _sim.configure(entry.kernel, self._sim_target)
         entry.specialised = {self._names[i]: args[i] for i in sorted(self._static_args)
                              if i >= self._k0}
+        entry.dynamic = {self._names[i]: sorted(d) for i, d in sorted(dyn.items())}
+        entry.why = "; ".join(sorted({self._dim_reason(args, i, d) for i, ds in dyn.items() for d in ds})) \
+            if dyn else "static shapes"
         entry.built_at_ns = _now()
         entry.build_seconds = (entry.built_at_ns - t0) / 1e9
-        self._cache.setdefault(self._key(args), []).append(entry)
+        key = self._dyn_key(args, dyn) if dyn else self._key(args)
+        self._cache.setdefault(key, []).append(entry)
         return entry
+
+    def _dim_reason(self, args, i, d):
+        if _marks and d in (_marked_dims(args[i]) or ()):
+            return "pypto.mark_dynamic"
+        if self._dyn_mode in ("all", "dict"):
+            return f"dynamic={self._made_with['dynamic']!r}"
+        return self._dyn_why.get((i, d), "automatic")
 
     def __call__(self, *args, **kwargs):
         if _torch_compiling():  # a torch.library custom op in the graph (torch_ops.py)
@@ -329,6 +457,10 @@ class JitFunction:
         if self._profile_calls:
             return self._profiled_call(args, t0)
         entries = self._cache.get(self._key(args))
+        if entries is None and (self._dyn_learned or self._dyn_mode in ("all", "dict")):
+            dyn = self._dynamic_dims(args)
+            if dyn:
+                entries = self._cache.get(self._dyn_key(args, dyn))
         if entries is not None:
             e = entries[0]
             if e.fast is not None:
@@ -372,6 +504,12 @@ class JitFunction:
         p.result = out
         return p
 
+    def last_sim_report(self):
+        """backend='sim': the pypto.SimReport (cycles, per-pipe busy time, bytes per memory path,
+        timeline) of this kernel's last call, or None."""
+        reports = [r for es in self._cache.values() for e in es if (r := _sim.report_of(e)) is not None]
+        return max(reports, key=lambda r: r.sequence, default=None)
+
     def with_options(self, **changes):
         """A new kernel from the same function with some jit options changed (e.g. tiles=...)."""
         return JitFunction(self.__wrapped__, **{**self._made_with, **changes})
@@ -413,7 +551,10 @@ class JitFunction:
         with self._lock:
             entries = [e for v in self._cache.values() for e in v]
             why = {self._names[i]: r for i, r in sorted(self._static_reasons.items())}
-            return CacheInfo(len(entries), why, [dict(getattr(e, "specialised", {})) for e in entries])
+            static_dims = {(self._names[i], d): r for (i, d), r in sorted(self._static_dims.items())}
+            return CacheInfo(len(entries), why, [dict(getattr(e, "specialised", {})) for e in entries],
+                             [dict(getattr(e, "dynamic", {})) for e in entries],
+                             [getattr(e, "why", "static shapes") for e in entries], static_dims)
 
     # Identity equality, stated so torch's pytree can pass a kernel as a constant.
     def __eq__(self, other):
@@ -454,34 +595,6 @@ class _BoundKernel:
 
     def __repr__(self):
         return f"<bound pypto.jit kernel {self._kernel._func.__qualname__} of {self._self!r}>"
-
-
-def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
-        alignment=None, profile=False, autotune=False):
-    """Compile a Python function into a PyPTO kernel.
-
-        @pypto.jit
-        def f(x, w): ...
-        @pypto.jit(fusion=True, backend="interp", tiles={"m": 64, "n": 64, "k": 64})
-        def g(...): ...
-        @pypto.jit(alignment=64)   # array arguments whose address is not a multiple of 64 raise
-        def h(...): ...
-        @pypto.jit(profile=True)   # every call runs the profiling variant: per-nest times
-        def p(...): ...
-        @pypto.jit(autotune=True)  # matmul tile sizes tuned per shape, the choice kept in the cache
-        def t(...): ...
-        compute = pypto.jit(self._compute)   # bound methods work: self.* arrays are implicit inputs
-    """
-    def wrap(f):
-        k = JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
-                        double_buffer=double_buffer, promote=promote, alignment=alignment, profile=profile)
-        if autotune:
-            from .autotune import Autotuned
-            return Autotuned(k, configs=None)
-        return k
-    if fn is None:
-        return wrap
-    return wrap(fn)
 
 
 if "torch" in sys.modules:

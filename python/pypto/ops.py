@@ -16,10 +16,13 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from . import interop
+from .eager import call_eager
 from .frontend import tensor_ops as T
 from .frontend import tracer as _tracer
 from .frontend.errors import PyptoError
+from .frontend.intrinsics import MATMUL, PRANGE, STATIC_RANGE, intrinsic, register_public_op
 from .frontend.values import TensorValue, is_expr
+from .tensor import Tensor
 
 Op = _C.Opcode
 _TRACE, _EAGER, _CONST = 0, 1, 2
@@ -40,11 +43,10 @@ def _mode(args, kwargs):
 
 
 def _eager(fn, args, kwargs):
-    from .eager import call_eager
     return call_eager(fn, args, kwargs)
 
 
-def _op(trace_impl, const_impl=None, name=None):
+def make_op(trace_impl, const_impl=None, name=None):
     """Make a public op from its tracing implementation and its constant folding."""
     def decorate(public):
         opname = name or public.__name__
@@ -61,7 +63,7 @@ def _op(trace_impl, const_impl=None, name=None):
         op.__name__ = op.__qualname__ = opname
         op.__doc__ = public.__doc__
         op.__wrapped__ = public
-        return op
+        return register_public_op(op)
     return decorate
 
 
@@ -77,11 +79,11 @@ def _scalar_unary(pyfn, exprfn=None):
     return f
 
 
-def _unary(op, pyfn, exprfn=None, doc=""):
+def make_unary(op, pyfn, exprfn=None, doc=""):
     def public(x):
         pass
     public.__doc__ = doc
-    return _op(lambda x: T.unary(op, x), _scalar_unary(pyfn, exprfn), None)(public)
+    return make_op(lambda x: T.unary(op, x), _scalar_unary(pyfn, exprfn), None)(public)
 
 
 def _elem(name):
@@ -94,32 +96,32 @@ def _keep_int(name, pyfn):
     return lambda x: pyfn(x) if isinstance(x, int) else _C.elem_unary(name, float(x))
 
 
-exp = _unary(Op.TEXP, _elem("exp"), _C.expr_exp, "Elementwise e**x.")
+exp = make_unary(Op.TEXP, _elem("exp"), _C.expr_exp, "Elementwise e**x.")
 exp.__name__ = "exp"
-log = _unary(Op.TLOG, _elem("log"), _C.expr_log, "Elementwise natural logarithm.")
+log = make_unary(Op.TLOG, _elem("log"), _C.expr_log, "Elementwise natural logarithm.")
 log.__name__ = "log"
-sqrt = _unary(Op.TSQRT, _elem("sqrt"), _C.expr_sqrt, "Elementwise square root; on a number it folds (sqrt(64) == 8.0).")
+sqrt = make_unary(Op.TSQRT, _elem("sqrt"), _C.expr_sqrt, "Elementwise square root; on a number it folds (sqrt(64) == 8.0).")
 sqrt.__name__ = "sqrt"
-rsqrt = _unary(Op.TRSQRT, _elem("rsqrt"), lambda x: 1.0 / _C.expr_sqrt(x), "1/sqrt(x).")
+rsqrt = make_unary(Op.TRSQRT, _elem("rsqrt"), lambda x: 1.0 / _C.expr_sqrt(x), "1/sqrt(x).")
 rsqrt.__name__ = "rsqrt"
-abs = _unary(Op.TABS, _keep_int("abs", lambda x: x if x >= 0 else -x), lambda x: _C.expr_max(x, -x),  # noqa: A001
+abs = make_unary(Op.TABS, _keep_int("abs", lambda x: x if x >= 0 else -x), lambda x: _C.expr_max(x, -x),  # noqa: A001
              "Absolute value.")
 abs.__name__ = "abs"
-neg = _unary(Op.TNEG, lambda x: -x, lambda x: -x, "Negation.")
+neg = make_unary(Op.TNEG, lambda x: -x, lambda x: -x, "Negation.")
 neg.__name__ = "neg"
-tanh = _unary(Op.TTANH, _elem("tanh"), None, "Hyperbolic tangent.")
+tanh = make_unary(Op.TTANH, _elem("tanh"), None, "Hyperbolic tangent.")
 tanh.__name__ = "tanh"
-sigmoid = _unary(Op.TSIGMOID, _elem("sigmoid"), None, "1/(1+exp(-x)).")
+sigmoid = make_unary(Op.TSIGMOID, _elem("sigmoid"), None, "1/(1+exp(-x)).")
 sigmoid.__name__ = "sigmoid"
-relu = _unary(Op.TRELU, _keep_int("relu", lambda x: x if x > 0 else 0), lambda x: _C.expr_max(x, 0), "max(x, 0).")
+relu = make_unary(Op.TRELU, _keep_int("relu", lambda x: x if x > 0 else 0), lambda x: _C.expr_max(x, 0), "max(x, 0).")
 relu.__name__ = "relu"
-silu = _unary(Op.TSILU, _elem("silu"), None, "x * sigmoid(x).")
+silu = make_unary(Op.TSILU, _elem("silu"), None, "x * sigmoid(x).")
 silu.__name__ = "silu"
-erf = _unary(Op.TERF, _elem("erf"), None, "The error function.")
+erf = make_unary(Op.TERF, _elem("erf"), None, "The error function.")
 erf.__name__ = "erf"
-floor = _unary(Op.TFLOOR, _keep_int("floor", lambda x: x), None, "Elementwise floor.")
+floor = make_unary(Op.TFLOOR, _keep_int("floor", lambda x: x), None, "Elementwise floor.")
 floor.__name__ = "floor"
-reciprocal = _unary(Op.TRECIP, _elem("recip"), lambda x: 1.0 / x, "1/x.")
+reciprocal = make_unary(Op.TRECIP, _elem("recip"), lambda x: 1.0 / x, "1/x.")
 reciprocal.__name__ = "reciprocal"
 
 
@@ -136,52 +138,52 @@ def _gelu_const(x, approximate="none"):
     return _C.elem_unary("gelu_tanh" if approximate == "tanh" else "gelu", float(x))
 
 
-@_op(T.gelu, _scalar_unary(_gelu_const))
+@make_op(T.gelu, _scalar_unary(_gelu_const))
 def gelu(x, approximate="none"):
     """GELU; approximate='none' (erf form) or 'tanh'."""
 
 
-def _binary(op, pyfn, exprfn=None):
+def make_binary(op, pyfn, exprfn=None):
     def const(a, b):
         if is_expr(a) or is_expr(b):
             if exprfn is None:
                 raise PyptoError("this operation on run-time scalars is not supported; use a tensor")
             return exprfn(a, b)
         return pyfn(a, b)
-    return _op(lambda a, b: T.binary(op, a, b), const)
+    return make_op(lambda a, b: T.binary(op, a, b), const)
 
 
-@_binary(Op.TADD, lambda a, b: a + b, lambda a, b: a + b)
+@make_binary(Op.TADD, lambda a, b: a + b, lambda a, b: a + b)
 def add(a, b):
     """a + b with NumPy broadcasting."""
 
 
-@_binary(Op.TSUB, lambda a, b: a - b, lambda a, b: a - b)
+@make_binary(Op.TSUB, lambda a, b: a - b, lambda a, b: a - b)
 def sub(a, b):
     """a - b with NumPy broadcasting."""
 
 
-@_binary(Op.TMUL, lambda a, b: a * b, lambda a, b: a * b)
+@make_binary(Op.TMUL, lambda a, b: a * b, lambda a, b: a * b)
 def mul(a, b):
     """a * b with NumPy broadcasting."""
 
 
-@_binary(Op.TDIV, lambda a, b: a / b, lambda a, b: a / b)
+@make_binary(Op.TDIV, lambda a, b: a / b, lambda a, b: a / b)
 def div(a, b):
     """a / b (true division) with NumPy broadcasting."""
 
 
-@_binary(Op.TMAX, lambda a, b: _fold_minmax("max", a, b), _C.expr_max)
+@make_binary(Op.TMAX, lambda a, b: _fold_minmax("max", a, b), _C.expr_max)
 def maximum(a, b):
     """Elementwise maximum."""
 
 
-@_binary(Op.TMIN, lambda a, b: _fold_minmax("min", a, b), _C.expr_min)
+@make_binary(Op.TMIN, lambda a, b: _fold_minmax("min", a, b), _C.expr_min)
 def minimum(a, b):
     """Elementwise minimum."""
 
 
-@_op(T.power, lambda a, b: a ** b)
+@make_op(T.power, lambda a, b: a ** b)
 def pow(a, b):  # noqa: A001
     """a ** b."""
 
@@ -190,7 +192,7 @@ subtract, multiply, divide, true_divide = sub, mul, div, div
 
 
 def _cmp(op, pyfn):
-    return _op(lambda a, b: T.compare(op, a, b), pyfn)
+    return make_op(lambda a, b: T.compare(op, a, b), pyfn)
 
 
 eq = _cmp(Op.TCMP_EQ, lambda a, b: a == b)(lambda a, b: None)
@@ -207,37 +209,38 @@ ge = _cmp(Op.TCMP_GE, lambda a, b: a >= b)(lambda a, b: None)
 ge.__name__ = "ge"
 
 
-@_op(T.where, lambda c, a, b: a if c else b)
+@make_op(T.where, lambda c, a, b: a if c else b)
 def where(cond, a, b):
     """cond ? a : b elementwise (cond: a bool tensor)."""
 
 
-@_op(T.clamp)
+@make_op(T.clamp)
 def clamp(x, min=None, max=None):  # noqa: A002
     """Clamp into [min, max]."""
 
 
-@_op(T.matmul)
+@intrinsic(MATMUL)
+@make_op(T.matmul)
 def matmul(a, b):
     """Matrix product as numpy.matmul: 1-d operands, batched (broadcast) leading dimensions."""
 
 
-@_op(lambda x, dim=None, keepdim=False: T.reduce("sum", x, dim, keepdim))
+@make_op(lambda x, dim=None, keepdim=False: T.reduce("sum", x, dim, keepdim))
 def sum(x, dim=None, keepdim=False):  # noqa: A001
     """Sum over `dim` (int, tuple, or None = all)."""
 
 
-@_op(T.mean)
+@make_op(T.mean)
 def mean(x, dim=None, keepdim=False):
     """Mean over `dim` (int, tuple, or None = all)."""
 
 
-@_op(lambda x, dim=None, keepdim=False: T.reduce("max", x, dim, keepdim))
+@make_op(lambda x, dim=None, keepdim=False: T.reduce("max", x, dim, keepdim))
 def max(x, dim=None, keepdim=False):  # noqa: A001
     """Maximum over `dim` (values only)."""
 
 
-@_op(lambda x, dim=None, keepdim=False: T.reduce("min", x, dim, keepdim))
+@make_op(lambda x, dim=None, keepdim=False: T.reduce("min", x, dim, keepdim))
 def min(x, dim=None, keepdim=False):  # noqa: A001
     """Minimum over `dim` (values only)."""
 
@@ -245,57 +248,57 @@ def min(x, dim=None, keepdim=False):  # noqa: A001
 amax, amin = max, min
 
 
-@_op(T.softmax)
+@make_op(T.softmax)
 def softmax(x, dim=-1):
     """Softmax along `dim`."""
 
 
-@_op(T.log_softmax)
+@make_op(T.log_softmax)
 def log_softmax(x, dim=-1):
     """Log-softmax along `dim`."""
 
 
-@_op(T.layer_norm)
+@make_op(T.layer_norm)
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     """Layer normalisation over the trailing `normalized_shape` dimensions."""
 
 
-@_op(T.rms_norm)
+@make_op(T.rms_norm)
 def rms_norm(x, normalized_shape, weight=None, eps=1e-6):
     """RMS normalisation over the trailing `normalized_shape` dimensions."""
 
 
-@_op(T.transpose)
+@make_op(T.transpose)
 def transpose(x, dim0=-2, dim1=-1):
     """Swap two dimensions (a view)."""
 
 
-@_op(lambda x, *dims: T.permute(x, dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims))
+@make_op(lambda x, *dims: T.permute(x, dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims))
 def permute(x, *dims):
     """Reorder dimensions (a view)."""
 
 
-@_op(lambda x, *shape: T.reshape(x, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape))
+@make_op(lambda x, *shape: T.reshape(x, shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape))
 def reshape(x, *shape):
     """Reshape (one -1 allowed)."""
 
 
-@_op(T.unsqueeze)
+@make_op(T.unsqueeze)
 def unsqueeze(x, dim):
     """Insert a size-1 dimension."""
 
 
-@_op(T.squeeze)
+@make_op(T.squeeze)
 def squeeze(x, dim=None):
     """Remove size-1 dimensions."""
 
 
-@_op(T.broadcast_to)
+@make_op(T.broadcast_to)
 def broadcast_to(x, shape):
     """Broadcast to `shape` (a copy)."""
 
 
-@_op(T.concat)
+@make_op(T.concat)
 def concat(tensors, dim=0):
     """Concatenate along `dim`."""
 
@@ -303,12 +306,12 @@ def concat(tensors, dim=0):
 cat = concat
 
 
-@_op(T.cast)
+@make_op(T.cast)
 def cast(x, dtype):
     """Convert to `dtype`."""
 
 
-@_op(T.conv2d)
+@make_op(T.conv2d)
 def conv2d(input, weight, bias=None, stride=1, padding="same", dilation=1):  # noqa: A002
     """2-d convolution over NCHW (or CHW) input with OIHW weight. padding: 'same' (stride 1),
     'valid', an int or a pair."""
@@ -335,7 +338,6 @@ def _np_dtype(dtype, default=_dt.float32):
 
 
 def _eager_full(shape, value, dtype=None):
-    from .tensor import Tensor
     if dtype is None:
         dtype = _dt.bool_ if isinstance(value, bool) else _dt.int64 if isinstance(value, int) else _dt.float32
     return Tensor(np.full(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), value,
@@ -368,7 +370,6 @@ def empty(shape, dtype=None):
     """An uninitialised tensor (float32 unless `dtype`)."""
     if _tracer.current() is not None:
         return T.empty(shape, _np_dtype(dtype))
-    from .tensor import Tensor
     return Tensor.empty(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), _np_dtype(dtype))
 
 
@@ -416,19 +417,20 @@ def arange(start, end=None, step=1, dtype=None):
     """[start, end) by step (int64 unless a bound is a float or `dtype` says otherwise)."""
     if _tracer.current() is not None:
         return T.arange(start, end, step, dtype)
-    from .tensor import Tensor
     a = np.arange(start, end, step) if end is not None else np.arange(start)
     return Tensor(a, dtype if dtype is not None else (_dt.float32 if a.dtype.kind == "f" else _dt.int64))
 
 
 # --- loops ---------------------------------------------------------------------------------
 
+@intrinsic(PRANGE)
 def prange(*args):
     """A loop whose iterations are independent: `for i in pypto.prange(0, n, 64)` runs them in
     parallel on the cores. Outside a kernel it is range()."""
     return range(*args)
 
 
+@intrinsic(STATIC_RANGE)
 def static_range(*args):
     """A loop unrolled while tracing (its index is a Python int). Outside a kernel it is range()."""
     return range(*args)

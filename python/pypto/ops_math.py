@@ -8,7 +8,7 @@ import math
 from . import ops as _ops
 from .frontend import math_ops as M
 from .frontend import tensor_ops as T
-from .ops import Op, _binary, _op, _unary
+from .ops import Op, make_binary, make_op, make_unary
 
 
 def _named(f, name):
@@ -16,86 +16,86 @@ def _named(f, name):
     return f
 
 
-sin = _named(_unary(Op.TSIN, math.sin, None, "Elementwise sine."), "sin")
-cos = _named(_unary(Op.TCOS, math.cos, None, "Elementwise cosine."), "cos")
-tan = _named(_unary(Op.TTAN, math.tan, None, "Elementwise tangent."), "tan")
-exp2 = _named(_unary(Op.TEXP2, lambda x: 2.0 ** x, None, "Elementwise 2**x."), "exp2")
-expm1 = _named(_unary(Op.TEXPM1, math.expm1, None, "exp(x) - 1, accurate near 0."), "expm1")
-log2 = _named(_unary(Op.TLOG2, math.log2, None, "Base-2 logarithm."), "log2")
-log10 = _named(_unary(Op.TLOG10, math.log10, None, "Base-10 logarithm."), "log10")
-log1p = _named(_unary(Op.TLOG1P, math.log1p, None, "log(1 + x), accurate near 0."), "log1p")
-cbrt = _named(_unary(Op.TCBRT, lambda x: math.copysign(abs(x) ** (1 / 3), x), None, "Real cube root."), "cbrt")
-ceil = _named(_unary(Op.TCEIL, math.ceil, None, "Elementwise ceiling (integers unchanged)."), "ceil")
-trunc = _named(_unary(Op.TTRUNC, math.trunc, None, "Round toward zero (integers unchanged)."), "trunc")
-sign = _named(_unary(Op.TSIGN, lambda x: (x > 0) - (x < 0), None, "-1, 0 or 1 (NaN stays NaN)."), "sign")
+sin = _named(make_unary(Op.TSIN, math.sin, None, "Elementwise sine."), "sin")
+cos = _named(make_unary(Op.TCOS, math.cos, None, "Elementwise cosine."), "cos")
+tan = _named(make_unary(Op.TTAN, math.tan, None, "Elementwise tangent."), "tan")
+exp2 = _named(make_unary(Op.TEXP2, lambda x: 2.0 ** x, None, "Elementwise 2**x."), "exp2")
+expm1 = _named(make_unary(Op.TEXPM1, math.expm1, None, "exp(x) - 1, accurate near 0."), "expm1")
+log2 = _named(make_unary(Op.TLOG2, math.log2, None, "Base-2 logarithm."), "log2")
+log10 = _named(make_unary(Op.TLOG10, math.log10, None, "Base-10 logarithm."), "log10")
+log1p = _named(make_unary(Op.TLOG1P, math.log1p, None, "log(1 + x), accurate near 0."), "log1p")
+cbrt = _named(make_unary(Op.TCBRT, lambda x: math.copysign(abs(x) ** (1 / 3), x), None, "Real cube root."), "cbrt")
+ceil = _named(make_unary(Op.TCEIL, math.ceil, None, "Elementwise ceiling (integers unchanged)."), "ceil")
+trunc = _named(make_unary(Op.TTRUNC, math.trunc, None, "Round toward zero (integers unchanged)."), "trunc")
+sign = _named(make_unary(Op.TSIGN, lambda x: (x > 0) - (x < 0), None, "-1, 0 or 1 (NaN stays NaN)."), "sign")
 
 
-@_op(M.round_, lambda x, decimals=0: builtins.round(x, decimals))
+@make_op(M.round_, lambda x, decimals=0: builtins.round(x, decimals))
 def round(x, decimals=0):  # noqa: A001
     """Round to `decimals` places, halves to even (as torch.round): round(2.5) == 2."""
 
 
-@_binary(Op.TATAN2, math.atan2)
+@make_binary(Op.TATAN2, math.atan2)
 def atan2(a, b):
     """The angle of (b, a): atan(a / b) in the right quadrant, in [-pi, pi]."""
 
 
-@_binary(Op.THYPOT, math.hypot)
+@make_binary(Op.THYPOT, math.hypot)
 def hypot(a, b):
     """sqrt(a**2 + b**2) without overflow."""
 
 
-@_binary(Op.TCOPYSIGN, math.copysign)
+@make_binary(Op.TCOPYSIGN, math.copysign)
 def copysign(a, b):
     """|a| with the sign of b."""
 
 
-@_binary(Op.TFMOD, math.fmod)
+@make_binary(Op.TFMOD, math.fmod)
 def fmod(a, b):
     """Remainder of truncating division (the sign of a), as C fmod and torch.fmod."""
 
 
-@_binary(Op.TREM, lambda a, b: a % b)
+@make_binary(Op.TREM, lambda a, b: a % b)
 def remainder(a, b):
     """Remainder of floor division (the sign of b), as Python % and torch.remainder."""
 
 
-@_binary(Op.TFLOORDIV, lambda a, b: a // b)
+@make_binary(Op.TFLOORDIV, lambda a, b: a // b)
 def floor_divide(a, b):
     """Floor division, as Python //."""
 
 
-@_op(M.gcd, math.gcd)
+@make_op(M.gcd, math.gcd)
 def gcd(a, b):
     """Greatest common divisor of integer tensors (gcd(0, 0) == 0)."""
 
 
-@_op(M.ceil_div, lambda a, b: -(-a // b))
+@make_op(M.ceil_div, lambda a, b: -(-a // b))
 def ceil_div(a, b):
     """ceil(a / b) for integers."""
 
 
-@_op(M.softplus)
+@make_op(M.softplus)
 def softplus(x, beta=1.0, threshold=20.0):
     """log(1 + exp(beta * x)) / beta; x itself where beta * x > threshold."""
 
 
-@_op(M.mish)
+@make_op(M.mish)
 def mish(x):
     """x * tanh(softplus(x))."""
 
 
-@_op(M.hardswish)
+@make_op(M.hardswish)
 def hardswish(x):
     """x * relu6(x + 3) / 6."""
 
 
-@_op(M.hardsigmoid)
+@make_op(M.hardsigmoid)
 def hardsigmoid(x):
     """relu6(x + 3) / 6."""
 
 
-@_op(M.leaky_relu)
+@make_op(M.leaky_relu)
 def leaky_relu(x, negative_slope=0.01):
     """x where x > 0, else negative_slope * x."""
 
@@ -103,47 +103,47 @@ def leaky_relu(x, negative_slope=0.01):
 lrelu = leaky_relu
 
 
-@_op(M.prelu)
+@make_op(M.prelu)
 def prelu(x, weight):
     """x where x > 0, else weight * x (a weight of C values applies along dimension 1)."""
 
 
-@_op(M.isnan, math.isnan)
+@make_op(M.isnan, math.isnan)
 def isnan(x):
     """True where x is NaN."""
 
 
-@_op(M.isinf, math.isinf)
+@make_op(M.isinf, math.isinf)
 def isinf(x):
     """True where x is +inf or -inf."""
 
 
-@_op(M.isfinite, math.isfinite)
+@make_op(M.isfinite, math.isfinite)
 def isfinite(x):
     """True where x is neither inf nor NaN."""
 
 
-@_op(M.signbit, lambda x: math.copysign(1.0, x) < 0)
+@make_op(M.signbit, lambda x: math.copysign(1.0, x) < 0)
 def signbit(x):
     """True where the sign bit is set (negative numbers and -0.0)."""
 
 
-@_op(lambda a, b: T.binary(Op.TAND, a, b), lambda a, b: bool(a) and bool(b))
+@make_op(lambda a, b: T.binary(Op.TAND, a, b), lambda a, b: bool(a) and bool(b))
 def logical_and(a, b):
     """a != 0 and b != 0 (bool)."""
 
 
-@_op(lambda a, b: T.binary(Op.TOR, a, b), lambda a, b: bool(a) or bool(b))
+@make_op(lambda a, b: T.binary(Op.TOR, a, b), lambda a, b: bool(a) or bool(b))
 def logical_or(a, b):
     """a != 0 or b != 0 (bool)."""
 
 
-@_op(M.logical_xor, lambda a, b: bool(a) != bool(b))
+@make_op(M.logical_xor, lambda a, b: bool(a) != bool(b))
 def logical_xor(a, b):
     """(a != 0) != (b != 0) (bool)."""
 
 
-@_op(lambda x: T.unary(Op.TNOT, x), lambda x: not x)
+@make_op(lambda x: T.unary(Op.TNOT, x), lambda x: not x)
 def logical_not(x):
     """x == 0 (bool)."""
 

@@ -26,6 +26,7 @@ import traceback
 
 import numpy as np
 
+from . import _C
 from .frontend.errors import PyptoError
 
 _DATA, _ERROR, _DONE, _STOP = 0, 1, 2, 3
@@ -399,7 +400,6 @@ def _init(port, rank, world, timeout):
 
 def _pin(cpus, threads):
     """A worker keeps to its own cores, with as many threads as it has cores."""
-    from . import set_num_threads
     torch = _torch()
     try:
         os.sched_setaffinity(0, set(cpus))
@@ -408,7 +408,7 @@ def _pin(cpus, threads):
     # torch ops in a forked worker stay on one thread: the parent's OpenMP pool (GNU libgomp) does
     # not survive fork(); PyPTO's kernels use their own pool there, with `threads` threads.
     torch.set_num_threads(1)
-    set_num_threads(threads)
+    _C.set_num_threads(int(threads))  # as pypto.set_num_threads (pypto/__init__.py sits above)
 
 
 def _shutdown(dist):

@@ -18,6 +18,8 @@ from typing import NamedTuple
 
 from . import _C
 from .frontend.errors import PyptoError
+from .profiling import machine_peak, nest_table, write_chrome_trace
+from .sim import report_of
 
 _tls = threading.local()
 _now = time.perf_counter_ns
@@ -102,6 +104,7 @@ class Profile:
         self.nest_spans, self.chunk_spans = spans if spans is not None else ([], [])
         self.profiled = spans is not None
         self.nests = self._nests(entry) if spans is not None else []
+        self.sim = report_of(entry)  # backend='sim': the pypto.SimReport of the run (cycles, pipes)
 
     def _nests(self, entry):
         infos = entry.nest_info()
@@ -120,7 +123,6 @@ class Profile:
     def fraction_of_peak(self, nest=None):
         """(of peak GFLOP/s, of peak GB/s) for the whole run, or for nest `nest` (an index into
         .nests); the peak is measured once per machine (pypto.machine_peak)."""
-        from .profiling import machine_peak
         peak = machine_peak()
         g, b = (self.gflops, self.gbytes_per_s) if nest is None else (self.nests[nest].gflops,
                                                                       self.nests[nest].gbytes_per_s)
@@ -129,7 +131,6 @@ class Profile:
     def to_chrome_trace(self, path):
         """Write this call as a Chrome trace (chrome://tracing, ui.perfetto.dev): the call, its
         nests, and its parallel chunks, one track per thread."""
-        from .profiling import write_chrome_trace
         write_chrome_trace([self], path)
 
     def __repr__(self):
@@ -155,7 +156,6 @@ class Profile:
         width = max(len(k) for k, _ in rows)
         text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
         if self.nests:
-            from .profiling import nest_table
             text += "\n\n" + nest_table(self)
         elif not self.profiled:
             text += "\n(per-nest times: profile the call, e.g. kernel.profile(*args) or pypto.profiling())"
@@ -224,8 +224,7 @@ def tile_curve(kernel, args, png=None, tiles=None, repeats=5):
     that a change in machine load hits every configuration alike. Returns a list of TilePoint
     (config, ms, gflops) in the order tried; with png=path draws the curve (matplotlib), the
     fastest point marked."""
-    from .jit import JitFunction
-    if not isinstance(kernel, JitFunction):
+    if not callable(getattr(kernel, "with_options", None)):  # (profile.py sits below jit.py)
         raise PyptoError(f"tile_curve expects a @pypto.jit kernel, got {type(kernel).__name__}")
     args = tuple(args)
     configs = list(tiles) if tiles is not None else default_tile_configs(args)
@@ -275,3 +274,51 @@ def _draw(points, path, name):
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
+
+
+class Profiling:
+    """A region of profiled calls (pypto.profiling()). `.profiles`: one pypto.Profile per kernel
+    call made inside the region, on any thread, in order; `to_chrome_trace(path)`; printing it
+    shows each call's total and its nests."""
+
+    def __init__(self):
+        self._calls = []
+        self._profiles = None
+
+    def __enter__(self):
+        with state.lock:
+            state.regions.append(self)
+            state.update()
+        return self
+
+    def __exit__(self, *exc):
+        with state.lock:
+            state.regions.remove(self)
+            state.update()
+        return False
+
+    @property
+    def profiles(self):
+        if self._profiles is None or len(self._profiles) != len(self._calls):
+            self._profiles = [Profile(*c) for c in list(self._calls)]
+        return self._profiles
+
+    def to_chrome_trace(self, path):
+        write_chrome_trace(self.profiles, path)
+
+    def __len__(self):
+        return len(self._calls)
+
+    def __str__(self):
+        return "\n\n".join(str(p) for p in self.profiles) or "(no kernel calls in the region)"
+
+
+def profiling():
+    """Profile every kernel call in a `with` block:
+
+        with pypto.profiling() as prof:
+            y = model(x)
+        print(prof)                        # per call: times, FLOPs, per-nest table
+        prof.to_chrome_trace("trace.json")
+    """
+    return Profiling()

@@ -1,5 +1,5 @@
-"""Profiled regions and what they produce: `with pypto.profiling() as prof:` runs every kernel call
-inside on the kernel's profiling variant and keeps the profiles; the per-nest table; the Chrome
+"""What profiled calls produce (the region itself, `with pypto.profiling() as prof:`, is in
+profile.py, which uses this module): the per-nest table; the Chrome
 trace (chrome://tracing, ui.perfetto.dev) of profiled calls; the machine's peak rates, measured
 once per machine and kept in the kernel cache directory."""
 from __future__ import annotations
@@ -12,55 +12,6 @@ import time
 import numpy as np
 
 from . import _C
-from . import profile as _profile
-
-
-class Profiling:
-    """A region of profiled calls (pypto.profiling()). `.profiles`: one pypto.Profile per kernel
-    call made inside the region, on any thread, in order; `to_chrome_trace(path)`; printing it
-    shows each call's total and its nests."""
-
-    def __init__(self):
-        self._calls = []
-        self._profiles = None
-
-    def __enter__(self):
-        with _profile.state.lock:
-            _profile.state.regions.append(self)
-            _profile.state.update()
-        return self
-
-    def __exit__(self, *exc):
-        with _profile.state.lock:
-            _profile.state.regions.remove(self)
-            _profile.state.update()
-        return False
-
-    @property
-    def profiles(self):
-        if self._profiles is None or len(self._profiles) != len(self._calls):
-            self._profiles = [_profile.Profile(*c) for c in list(self._calls)]
-        return self._profiles
-
-    def to_chrome_trace(self, path):
-        write_chrome_trace(self.profiles, path)
-
-    def __len__(self):
-        return len(self._calls)
-
-    def __str__(self):
-        return "\n\n".join(str(p) for p in self.profiles) or "(no kernel calls in the region)"
-
-
-def profiling():
-    """Profile every kernel call in a `with` block:
-
-        with pypto.profiling() as prof:
-            y = model(x)
-        print(prof)                        # per call: times, FLOPs, per-nest table
-        prof.to_chrome_trace("trace.json")
-    """
-    return Profiling()
 
 
 def nest_table(p):

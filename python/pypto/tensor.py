@@ -4,24 +4,86 @@ bfloat16 has no NumPy type, so a bf16 Tensor stores its bits in a uint16 array a
 through DLPack with the bfloat16 type code (torch.from_dlpack sees a real bf16 tensor)."""
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from . import _C
 from . import dtypes as _dt
 
-
-def _f32_to_bf16_bits(a: np.ndarray) -> np.ndarray:
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    u = a.view(np.uint32).astype(np.uint64)
-    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
-    nan = np.isnan(a)
-    if nan.any():
-        rounded[nan] = 0x7FC0
-    return rounded
+# Array kinds: which library's type a kernel's outputs follow.
+NUMPY, TORCH, PYPTO, DLPACK = "numpy", "torch", "pypto", "dlpack"
 
 
-def _bf16_bits_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
+def loaded_torch():
+    """torch when the process has imported it (never imports it: torch is optional)."""
+    return sys.modules.get("torch")
+
+
+def array_kind(x):
+    """NUMPY / TORCH / PYPTO / DLPACK for an array, None for anything else."""
+    if isinstance(x, np.ndarray):
+        return NUMPY
+    if isinstance(x, Tensor):
+        return PYPTO
+    t = loaded_torch()
+    if t is not None and isinstance(x, t.Tensor):
+        return TORCH
+    if hasattr(x, "__dlpack__") and not isinstance(x, type) and not isinstance(x, np.generic):
+        return DLPACK
+    return None
+
+
+def is_array(x):
+    return array_kind(x) is not None
+
+
+def as_numpy_storage(data, dtype=None, copy=True):
+    """(NumPy storage array, pypto dtype) for Tensor(): bf16 data is stored as uint16 bits."""
+    want = _dt.to_dtype(dtype) if dtype is not None else None
+    k = array_kind(data)
+    if k == PYPTO:
+        src, src_dt = data._data, data._dtype
+    elif k == TORCH:
+        torch = loaded_torch()
+        t = data.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        src_dt = _dt.to_dtype(t.dtype)
+        src = t.view(torch.int16).numpy().view(np.uint16) if src_dt is _dt.bfloat16 else t.numpy()
+    elif k in (NUMPY, DLPACK):
+        if k == DLPACK:
+            name, _, _ = _C.array_info(data)
+            if name == "bf16":
+                t = loaded_torch()
+                if t is None:
+                    raise ValueError("importing a bfloat16 DLPack array needs torch")
+                return as_numpy_storage(t.from_dlpack(data), dtype, copy)
+            data = np.from_dlpack(data)
+        src = data
+        src_dt = _dt.to_dtype(src.dtype)
+    else:
+        src = np.asarray(data)
+        if src.dtype == np.float64 and want is None and not isinstance(data, np.ndarray):
+            src = src.astype(np.float32)  # Python floats default to float32, like torch
+        if src.dtype.kind == "i" and want is None and src.dtype != np.int32:
+            src = src.astype(np.int64)
+        src_dt = _dt.to_dtype(src.dtype)
+    out_dt = want or src_dt
+    if out_dt is src_dt:
+        return (np.array(src, copy=True) if copy else src), out_dt
+    # dtype conversion (always a copy)
+    f = _dt.bf16_bits_to_f32(src) if src_dt is _dt.bfloat16 else src
+    if out_dt is _dt.bfloat16:
+        return _dt.f32_to_bf16_bits(np.asarray(f, dtype=np.float32)), out_dt
+    return np.asarray(f).astype(out_dt.np), out_dt
+
+
+
+
+# The pypto operations, by name, that a Tensor offers as methods. The public API (pypto/__init__.py)
+# fills this in: the operations sit above tensors, which cannot import them.
+OPERATIONS = {}
 
 
 class Tensor:
@@ -35,7 +97,6 @@ class Tensor:
     __slots__ = ("_data", "_dtype", "_dl", "_autograd", "metadata", "__weakref__")
 
     def __init__(self, data, dtype=None):
-        from .interop import as_numpy_storage
         arr, dt = as_numpy_storage(data, dtype, copy=True)
         self._data = arr
         self._dtype = dt
@@ -94,7 +155,7 @@ class Tensor:
     def numpy(self) -> np.ndarray:
         """The data as a NumPy array: shares memory, except bfloat16 (converted to float32)."""
         if self._dtype is _dt.bfloat16:
-            return _bf16_bits_to_f32(self._data)
+            return _dt.bf16_bits_to_f32(self._data)
         return self._data
 
     def __array__(self, dtype=None, copy=None):
@@ -139,14 +200,13 @@ class Tensor:
         if isinstance(r, np.ndarray):
             return Tensor._wrap(r, self._dtype)
         if self._dtype is _dt.bfloat16:
-            return float(_bf16_bits_to_f32(np.asarray(r)))
+            return float(_dt.bf16_bits_to_f32(np.asarray(r)))
         return r.item()
 
     def __setitem__(self, key, value):
-        from .interop import as_numpy_storage
         if isinstance(value, (int, float, bool)):
             if self._dtype is _dt.bfloat16:
-                self._data[key] = _f32_to_bf16_bits(np.float32(value))
+                self._data[key] = _dt.f32_to_bf16_bits(np.float32(value))
             else:
                 self._data[key] = value
             return
@@ -155,11 +215,9 @@ class Tensor:
 
     # pypto operations as methods (eager): t.sin(), t.argmax(1), t.index_select(0, idx), ...
     def __getattr__(self, name):
-        if not name.startswith("_"):
-            import pypto
-            op = getattr(pypto, name, None)
-            if callable(op) and getattr(op, "__module__", "") in ("pypto.ops", "pypto.ops_composite", "pypto.ops_math"):
-                return lambda *args, **kwargs: op(self, *args, **kwargs)
+        op = OPERATIONS.get(name) if not name.startswith("_") else None
+        if op is not None:
+            return lambda *args, **kwargs: op(self, *args, **kwargs)
         raise AttributeError(f"'pypto.Tensor' object has no attribute '{name}'")
 
     def __repr__(self):

@@ -18,15 +18,14 @@ import threading
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
+from . import autograd
 from . import dtypes as _dt
 from . import interop
 from .frontend.errors import PyptoError
 from .frontend.trace import is_scalar_arg, rebuild, trace_kernel
-
-from .jit import JitFunction
+from .specialize import static_key
 
 _lib = torch.library.Library("pypto", "FRAGMENT")
-torch.utils._pytree.register_constant(JitFunction)  # a kernel passes through nonstrict_trace as is
 _lock = threading.RLock()
 _names = itertools.count()
 
@@ -96,7 +95,6 @@ class _Op:
         return [torch.empty_like(t) for t in inputs if t.is_floating_point()]
 
     def _backward_real(self, inputs, outputs, grads, *scalars):
-        from . import autograd
         kargs = self.kernel_args(inputs[:self.n_tensors], list(scalars))
         implicit = inputs[self.n_tensors:]
         kernel = self.kernel
@@ -104,7 +102,7 @@ class _Op:
             g = autograd.vjp_call(kernel, kargs[kernel._k0:], list(outputs), list(grads))
             by_slot = {slot[1]: g[i - kernel._k0] for i, slot in enumerate(self.slots) if slot[0] == "t"}
         else:
-            entry, _ = kernel._entry(kargs)
+            entry, _ = kernel._entry(kargs, static=True)  # autograd derives from static programs
             d = autograd.derived(entry)
             got = d(entry.inputs(kargs, implicit) + list(outputs), dict(zip(d.results, grads)),
                     [kargs[i] for i in entry.scalar_idx], interop.TORCH)
@@ -347,10 +345,9 @@ def _describe(kernel, args, trace):
             if interop.is_array(a):
                 raise PyptoError(f"kernel '{kernel.__name__}': under torch.compile its array arguments must "
                                  f"be torch tensors, got {type(a).__name__}")
-            from .jit import _static_key
             slots.append(("c",))
             static.append(a)
-            key.append(("c", _static_key(a)))
+            key.append(("c", static_key(a)))
     implicit = [src for src in trace.tr.inputs if src[0] != "arg"]
     written = []
     arg_pos = {}
@@ -361,7 +358,7 @@ def _describe(kernel, args, trace):
         [k for k, src in enumerate(trace.tr.inputs) if src[0] != "arg"])}
     for k in sorted(trace.tr.written):
         written.append(arg_pos[k] if k in arg_pos else imp_pos[k])
-    out_dtypes = tuple(getattr(torch, o.dtype.name) for o in trace.outputs)
+    out_dtypes = tuple(_dt.to_dtype(o.dtype).torch for o in trace.outputs)
     key += [("implicit", len(implicit)), ("written", tuple(written)), ("outs", out_dtypes)]
     return tuple(key), slots, static, tensors, scalars, implicit, written, out_dtypes
 

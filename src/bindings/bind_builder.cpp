@@ -33,6 +33,27 @@ struct PyExpr {
   Expr e;
 };
 
+// A creation shape from Python: ints, and Exprs for dynamic dims (their extents; a constant Expr
+// is a static dim). Returns the static shape and the extents (empty when all are static).
+std::pair<std::vector<int64_t>, std::vector<Expr>> shape_and_extents(nb::handle shape) {
+  std::vector<int64_t> s;
+  std::vector<Expr> ext;
+  bool dynamic = false;
+  for (nb::handle h : nb::borrow<nb::sequence>(shape)) {
+    PyExpr* pe = nullptr;
+    if (nb::try_cast<PyExpr*>(h, pe) && pe && !ir::as_int(pe->e)) {
+      s.push_back(ir::kDynamicBound);
+      ext.push_back(pe->e);
+      dynamic = true;
+      continue;
+    }
+    s.push_back(pe ? *ir::as_int(pe->e) : nb::cast<int64_t>(h));
+    ext.push_back(nullptr);
+  }
+  if (!dynamic) ext.clear();
+  return {s, ext};
+}
+
 // Scalars from Python: Expr, bool, int or float. `fdt` is the type a Python float takes.
 Expr to_expr(nb::handle h, DType fdt = DType::F32) {
   if (nb::isinstance<PyExpr>(h)) return nb::cast<const PyExpr&>(h).e;
@@ -385,7 +406,8 @@ void bind_builder(nb::module_& m) {
   using B = ir::Builder;
   nb::class_<B>(m, "Builder", "Builds a tensor-level program one statement at a time.")
       .def(nb::init<std::string>(), "name"_a)
-      .def("add_param", &B::add_param, "name"_a, "dtype"_a, "shape"_a)
+      .def("add_param", &B::add_param, "name"_a, "dtype"_a, "shape"_a,
+           "symbols"_a = std::vector<std::string>{})
       .def(
           "add_scalar_param",
           [](B& b, const std::string& n, DType t) { return PyExpr{b.add_scalar_param(n, t)}; }, "name"_a,
@@ -402,12 +424,19 @@ void bind_builder(nb::module_& m) {
       .def("begin_else", &B::begin_else)
       .def("end_if", &B::end_if)
       .def("let", [](B& b, const std::string& hint, nb::handle v) { return PyExpr{b.let(hint, to_expr(v))}; })
-      .def("empty", &B::empty, "shape"_a, "dtype"_a)
+      .def(
+          "empty",
+          [](B& b, nb::handle shape, DType t) {
+            auto [s, ext] = shape_and_extents(shape);
+            return b.empty(std::move(s), t, ext);
+          },
+          "shape"_a, "dtype"_a, "A new tensor; an Expr entry is a dynamic dim of that extent.")
       .def(
           "full",
-          [](B& b, std::vector<int64_t> shape, DType t, nb::handle v) {
-            return b.full(std::move(shape), t,
-                          to_expr(v, ir::is_float(t) ? ir::compute_dtype(t) : DType::F32));
+          [](B& b, nb::handle shape, DType t, nb::handle v) {
+            auto [s, ext] = shape_and_extents(shape);
+            return b.full(std::move(s), t, to_expr(v, ir::is_float(t) ? ir::compute_dtype(t) : DType::F32),
+                          ext);
           },
           "shape"_a, "dtype"_a, "value"_a)
       .def(
@@ -425,7 +454,13 @@ void bind_builder(nb::module_& m) {
       .def("transpose", &B::transpose)
       .def("unsqueeze", &B::unsqueeze)
       .def("squeeze", &B::squeeze)
-      .def("reshape", &B::reshape)
+      .def(
+          "reshape",
+          [](B& b, const ir::View& v, nb::handle shape) {
+            auto [s, ext] = shape_and_extents(shape);
+            return b.reshape(v, std::move(s), ext);
+          },
+          "v"_a, "shape"_a, "An Expr entry is a dynamic dim of that extent (it must stay in place).")
       .def("broadcast_to", &B::broadcast_to)
       .def("unary", &B::unary)
       .def("binary",

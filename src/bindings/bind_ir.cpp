@@ -81,6 +81,7 @@ ir::Level parse_level(const std::string& s) {
 }  // namespace
 
 void bind_ir(nb::module_& m) {
+  m.attr("DYNAMIC_BOUND") = ir::kDynamicBound;  // the static bound of a dynamic dim (ir.h)
   nb::class_<ir::Program>(m, "Program", "A PTO IR program (tensor or tile level).")
       .def(
           "text", [](const ir::Program& p) { return ir::print(p); }, "The program's text form.")
@@ -102,10 +103,17 @@ void bind_ir(nb::module_& m) {
           [](const ir::Program& p) {
             std::vector<std::tuple<std::string, std::string>> out;
             for (const ir::ScalarParam& s : p.scalars)
-              out.emplace_back(s.name, std::string(ir::dtype_name(s.dtype)));
+              if (!s.is_dim_symbol()) out.emplace_back(s.name, std::string(ir::dtype_name(s.dtype)));
             return out;
           },
-          "Scalar params in calling order: (name, dtype).")
+          "Scalar params the caller passes, in calling order: (name, dtype).")
+      .def(
+          "output_shapes",
+          [](const ir::Program& p, const std::vector<std::vector<int64_t>>& input_shapes) {
+            return ir::output_shapes(p, input_shapes);
+          },
+          nb::arg("input_shapes"),
+          "Shapes of the outputs for inputs of these shapes (dynamic dims evaluated).")
       .def("__eq__", [](const ir::Program& a, const ir::Program& b) { return ir::structural_equal(a, b); })
       .def("__hash__", [](const ir::Program& p) { return ir::structural_hash(p); });
 
@@ -160,6 +168,7 @@ void bind_ir(nb::module_& m) {
         std::vector<AnyArray> keep;
         runtime::RunArgs args = to_run_args(tensors, scalars, keep, runtime::written_params(p));
         runtime::check_args(p, args, runtime::written_params(p));  // the CPU backend trusts its arguments
+        runtime::bind_dim_symbols(p, args.tensors, args.scalars);
         interruptible_without_gil([&] {
           const cpu::CompileResult r = cpu::compile_cpp(cpu::generate_cpp(p));
           cpu::run(*r.kernel, args);

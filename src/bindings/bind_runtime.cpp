@@ -34,7 +34,8 @@ namespace {
 runtime::Backend parse_backend(const std::string& s) {
   if (s == "interp") return runtime::Backend::Interp;
   if (s == "cpu") return runtime::Backend::Cpu;
-  throw ir::Error("unknown backend '" + s + "' (expected \"interp\" or \"cpu\")");
+  if (s == "sim") return runtime::Backend::Sim;
+  throw ir::Error("unknown backend '" + s + "' (expected \"interp\", \"cpu\" or \"sim\")");
 }
 
 std::string py_type_name(nb::handle h) {
@@ -90,12 +91,20 @@ void run_kernel(Kernel& k, nb::handle tensors, nb::handle scalars, cpu::RunProfi
       // kernel's signature: (data pointer, strides in elements). Saves a DLPack round trip.
       // Torch tensors come this way; they are always writable.
       // A third item, if any, only keeps memory alive (a resolved copy of a torch negative view).
-      if (PyTuple_CheckExact(h.ptr()) && (PyTuple_GET_SIZE(h.ptr()) == 2 || PyTuple_GET_SIZE(h.ptr()) == 3) &&
-          i < params.size()) {
+      // A param with dynamic dims takes a fourth item, the shape (checked by Kernel::run).
+      const Py_ssize_t tn = PyTuple_CheckExact(h.ptr()) ? PyTuple_GET_SIZE(h.ptr()) : 0;
+      if ((tn == 2 || tn == 3 || tn == 4) && i < params.size()) {
         runtime::TensorArg t;
         t.data = reinterpret_cast<void*>(PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(h.ptr(), 0)));
         t.dtype = params[i]->dtype;
-        t.shape = params[i]->shape;
+        if (tn == 4) {
+          t.shape = nb::cast<std::vector<int64_t>>(nb::handle(PyTuple_GET_ITEM(h.ptr(), 3)));
+        } else if (params[i]->is_dynamic()) {
+          throw ir::Error("tensor argument " + std::to_string(i) +
+                          ": a dynamic shape needs (pointer, strides, keep, shape)");
+        } else {
+          t.shape = params[i]->shape;
+        }
         PyObject* st = PyTuple_GET_ITEM(h.ptr(), 1);
         if (!PyTuple_Check(st) || size_t(PyTuple_GET_SIZE(st)) != t.shape.size())
           throw ir::Error("tensor argument " + std::to_string(i) + ": bad (pointer, strides) form");
@@ -204,18 +213,38 @@ void bind_runtime(nb::module_& m) {
           "Compile now (cpu backend); returns the seconds spent, 0 when it came from a cache.")
       .def("compiled_from_cache", &Kernel::compiled_from_cache)
       .def_prop_ro("backend",
-                   [](const Kernel& k) { return k.backend() == runtime::Backend::Cpu ? "cpu" : "interp"; })
+                   [](const Kernel& k) {
+                     switch (k.backend()) {
+                       case runtime::Backend::Cpu:
+                         return "cpu";
+                       case runtime::Backend::Sim:
+                         return "sim";
+                       default:
+                         return "interp";
+                     }
+                   })
       .def_prop_ro("log", [](const Kernel& k) { return k.lowered().log; })
       .def(
           "params",
           [](const Kernel& k) {
             nb::list out;
-            for (auto& b : k.lowered().tensor.params)
-              out.append(nb::make_tuple(b->name, std::string(ir::dtype_name(b->dtype)),
-                                        nb::tuple(nb::cast(b->shape)), kind_name(b->kind)));
+            for (auto& b : k.lowered().tensor.params) {
+              nb::list shape;
+              for (int d = 0; d < b->rank(); ++d)
+                shape.append(b->is_dynamic(d) ? nb::none() : nb::cast(b->shape[size_t(d)]));
+              out.append(nb::make_tuple(b->name, std::string(ir::dtype_name(b->dtype)), nb::tuple(shape),
+                                        kind_name(b->kind)));
+            }
             return out;
           },
-          "The program's tensor params in calling order: (name, dtype, shape, 'param'|'output').")
+          "The program's tensor params in calling order: (name, dtype, shape, 'param'|'output'); a\n"
+          "dynamic dim is None.")
+      .def(
+          "output_shapes",
+          [](const Kernel& k, const std::vector<std::vector<int64_t>>& input_shapes) {
+            return k.output_shapes(input_shapes);
+          },
+          "input_shapes"_a, "Shapes of the outputs for inputs of these shapes (dynamic dims evaluated).")
       .def(
           "cost",
           [](const Kernel& k) {
@@ -229,7 +258,7 @@ void bind_runtime(nb::module_& m) {
       .def("scalar_params", [](const Kernel& k) {
         nb::list out;
         for (auto& s : k.lowered().tensor.scalars)
-          out.append(nb::make_tuple(s.name, std::string(ir::dtype_name(s.dtype))));
+          if (!s.is_dim_symbol()) out.append(nb::make_tuple(s.name, std::string(ir::dtype_name(s.dtype))));
         return out;
       });
 

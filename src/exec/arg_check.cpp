@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <string>
 
 namespace pypto::runtime {
@@ -16,6 +17,15 @@ using ir::Error;
 std::string type_text(ir::DType t, const std::vector<int64_t>& shape) {
   std::string s = std::string(ir::dtype_name(t)) + "[";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// The expected type, dynamic dims written as their extent (`f32[%S, 64]`).
+std::string type_text(const ir::Buffer& b) {
+  std::string s = std::string(ir::dtype_name(b.dtype)) + "[";
+  for (int i = 0; i < b.rank(); ++i)
+    s += (i ? ", " : "") +
+         (b.is_dynamic(i) ? ir::to_string(b.dyn[size_t(i)]) : std::to_string(b.shape[size_t(i)]));
   return s + "]";
 }
 
@@ -113,6 +123,57 @@ std::vector<bool> written_params(const ir::Program& p) {
   return out;
 }
 
+namespace {
+// Dynamic dims: each symbol's binding dim is within [0, kDynamicBound]; every other dynamic dim
+// (an argument sharing the symbol, an output) has the extent its expression gives.
+template <class Who>
+void check_dynamic_dims(const ir::Program& p, const RunArgs& args, const Who& who) {
+  ir::ScalarEnv env;
+  std::vector<std::string> bound_by(p.scalars.size());
+  std::map<std::string, size_t> binder;  // symbol -> the param that binds it
+  for (size_t j = p.caller_scalars(); j < p.scalars.size(); ++j) {
+    const ir::ScalarParam& s = p.scalars[j];
+    int64_t v = args.tensors[size_t(s.param)].shape[size_t(s.dim)];
+    if (v > ir::kDynamicBound)
+      throw Error(who(size_t(s.param)) + ": dim " + std::to_string(s.dim) + " is " + std::to_string(v) +
+                  ", more than a dynamic dimension may hold (" + std::to_string(ir::kDynamicBound) + ")");
+    if (j < args.scalars.size() && (args.scalars[j].is_float || args.scalars[j].i != v))
+      throw Error("kernel '" + p.name + "': the value passed for dimension symbol %" + s.name +
+                  " does not match the argument's shape");
+    env[s.name] = ir::ScalarValue{false, v, 0};
+    binder[s.name] = size_t(s.param);
+  }
+  for (size_t i = 0; i < p.params.size(); ++i) {
+    const ir::Buffer& b = *p.params[i];
+    for (int d = 0; d < b.rank(); ++d) {
+      int64_t got = args.tensors[i].shape[size_t(d)];
+      int64_t want = b.is_dynamic(d) ? ir::eval(b.dyn[size_t(d)], env).i : b.shape[size_t(d)];
+      if (got == want) continue;
+      std::string msg = who(i) + ": expected " + type_text(b) + ", got " +
+                        type_text(args.tensors[i].dtype, args.tensors[i].shape);
+      if (b.is_dynamic(d)) {
+        std::vector<std::string> vars;
+        ir::collect_vars(b.dyn[size_t(d)], vars);
+        for (auto& v : vars)
+          if (binder.count(v) && binder[v] != i)
+            msg += ": dim " + std::to_string(d) + " must be " + std::to_string(want) +
+                   " as the dynamic dimension %" + v + " of " + who(binder[v]) + " makes it";
+      }
+      throw Error(msg);
+    }
+  }
+}
+}  // namespace
+
+void bind_dim_symbols(const ir::Program& p, const std::vector<TensorArg>& tensors,
+                      std::vector<ir::ScalarValue>& scalars) {
+  scalars.resize(p.caller_scalars());
+  for (size_t j = p.caller_scalars(); j < p.scalars.size(); ++j) {
+    const ir::ScalarParam& s = p.scalars[j];
+    scalars.push_back(ir::ScalarValue{false, tensors[size_t(s.param)].shape[size_t(s.dim)], 0});
+  }
+}
+
 void check_args(const ir::Program& p, const RunArgs& args, const std::vector<bool>& written) {
   if (args.tensors.size() != p.params.size())
     throw Error("kernel '" + p.name + "' takes " + std::to_string(p.params.size()) + " tensor argument" +
@@ -122,13 +183,12 @@ void check_args(const ir::Program& p, const RunArgs& args, const std::vector<boo
   for (size_t i = 0; i < p.params.size(); ++i) {
     const ir::Buffer& b = *p.params[i];
     const TensorArg& t = args.tensors[i];
-    if (t.dtype != b.dtype || t.shape != b.shape)
-      throw Error(who(i) + ": expected " + type_text(b.dtype, b.shape) + ", got " +
-                  type_text(t.dtype, t.shape));
+    if (t.dtype != b.dtype || (b.is_dynamic() ? t.shape.size() != b.shape.size() : t.shape != b.shape))
+      throw Error(who(i) + ": expected " + type_text(b) + ", got " + type_text(t.dtype, t.shape));
     if (t.strides.size() != t.shape.size())
       throw Error(who(i) + ": has " + std::to_string(t.strides.size()) + " strides for " +
                   std::to_string(t.shape.size()) + " dimensions");
-    if (!t.data && b.numel() > 0) throw Error(who(i) + ": null data pointer");
+    if (!t.data && numel(t) > 0) throw Error(who(i) + ": null data pointer");
     if (i >= written.size() || !written[i]) continue;
     if (t.read_only) throw Error(who(i) + ": the kernel writes this argument, but its memory is read-only");
     if (!elements_distinct(t))
@@ -145,10 +205,12 @@ void check_args(const ir::Program& p, const RunArgs& args, const std::vector<boo
                     "; pass arrays that do not overlap (or a copy)");
     }
   }
-  if (args.scalars.size() != p.scalars.size())
-    throw Error("kernel '" + p.name + "' takes " + std::to_string(p.scalars.size()) + " scalar argument" +
-                (p.scalars.size() == 1 ? "" : "s") + ", got " + std::to_string(args.scalars.size()));
-  for (size_t j = 0; j < p.scalars.size(); ++j) {
+  const size_t nc = p.caller_scalars();
+  if (args.scalars.size() != nc && args.scalars.size() != p.scalars.size())
+    throw Error("kernel '" + p.name + "' takes " + std::to_string(nc) + " scalar argument" +
+                (nc == 1 ? "" : "s") + ", got " + std::to_string(args.scalars.size()));
+  if (p.has_dynamic_dims()) check_dynamic_dims(p, args, who);
+  for (size_t j = 0; j < nc; ++j) {
     const ir::ScalarParam& s = p.scalars[j];
     const ir::ScalarValue& v = args.scalars[j];
     if (!ir::is_float(s.dtype) && v.is_float && v.f != std::floor(v.f))

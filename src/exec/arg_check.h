@@ -15,6 +15,13 @@ namespace pypto::runtime {
 std::vector<bool> written_params(const ir::Program& p);
 
 // Throws ir::Error naming the argument and the problem. `written` is written_params(p).
+// args.scalars holds the caller's scalars, optionally followed by the dimension symbols (then they
+// must match the shapes). Dynamic dims: two arguments sharing a symbol must agree, outputs must
+// have the extents their expressions give, and no extent may exceed ir::kDynamicBound.
 void check_args(const ir::Program& p, const RunArgs& args, const std::vector<bool>& written);
+
+// Completes `scalars` (the caller's) with the dimension symbols read from the tensors' shapes.
+void bind_dim_symbols(const ir::Program& p, const std::vector<TensorArg>& tensors,
+                      std::vector<ir::ScalarValue>& scalars);
 
 }  // namespace pypto::runtime

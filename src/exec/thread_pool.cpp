@@ -12,6 +12,7 @@
 // only then rethrows the first exception: the loop's context lives in the caller's frame, so
 // nothing may unwind it while a worker still runs.
 #include "exec/thread_pool.h"
+#include "target/target.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -56,17 +57,6 @@ constexpr int kMinThreadLimit = 64;
 
 // True while this thread runs inside a parallel_for (as caller or worker): nested calls run inline.
 thread_local bool t_in_parallel = false;
-
-int available_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  unsigned hc = std::thread::hardware_concurrency();
-  return hc ? int(hc) : 1;
-}
 
 // More threads than this only cost memory (16 MiB of stack each) and scheduling.
 int thread_limit() { return std::max(kMinThreadLimit, kThreadsPerCore * available_cores()); }

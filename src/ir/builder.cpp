@@ -118,6 +118,7 @@ View Builder::Impl::new_temp(const std::vector<int64_t>& shape, DType dtype, con
   b->shape = shape;
   b->space = Space::Global;
   b->kind = BufferKind::Temp;
+  set_dynamic_extents(*b, valid);
   emit(alloc(b));
   View v = View::whole(b);
   if (!valid.empty()) {
@@ -127,6 +128,45 @@ View Builder::Impl::new_temp(const std::vector<int64_t>& shape, DType dtype, con
     }
   }
   return v;
+}
+
+std::vector<int64_t> Builder::Impl::traced_shape(const View& v) const {
+  auto shape = v.shape();
+  if (symbol_hints.empty()) return shape;
+  auto valid = v.valid_shape();
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] != kDynamicBound) continue;
+    std::vector<std::string> vars;
+    collect_vars(valid[d], vars);
+    if (std::all_of(vars.begin(), vars.end(),
+                    [&](const std::string& n) { return symbol_hints.count(n) > 0; }))
+      shape[d] = eval(valid[d], symbol_hints).i;
+  }
+  return shape;
+}
+
+void Builder::Impl::check_traced_broadcast(const std::vector<const View*>& views) const {
+  if (symbol_hints.empty() || views.size() < 2) return;
+  std::vector<int64_t> shape = traced_shape(*views[0]);
+  for (size_t i = 1; i < views.size(); ++i) shape = broadcast_shapes(shape, traced_shape(*views[i]));
+}
+
+void Builder::Impl::set_dynamic_extents(Buffer& b, const std::vector<Expr>& valid) const {
+  for (int d = 0; d < b.rank(); ++d) {
+    if (b.shape[size_t(d)] != kDynamicBound) continue;
+    if (size_t(d) >= valid.size() || as_int(valid[size_t(d)]))
+      throw Error("internal: dimension " + std::to_string(d) +
+                  " of a temporary has the dynamic bound but no extent");
+    std::vector<std::string> vars;
+    collect_vars(valid[size_t(d)], vars);
+    for (auto& v : vars)
+      if (!symbol_bounds.count(v))
+        throw Error("the extent `" + to_string(valid[size_t(d)]) +
+                    "` of a dynamic dimension of a temporary depends on %" + v +
+                    ", not only on the arguments' dynamic dimensions");
+    b.dyn.resize(b.shape.size());
+    b.dyn[size_t(d)] = valid[size_t(d)];
+  }
 }
 
 namespace {
@@ -192,15 +232,32 @@ View Builder::detach(const View& x) {
 
 // --- signature -----------------------------------------------------------------------------
 
-View Builder::add_param(const std::string& name, DType dtype, std::vector<int64_t> shape) {
+View Builder::add_param(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                        const std::vector<std::string>& symbols) {
   for (auto s : shape)
     if (s <= 0) throw Error("argument '" + name + "' has an empty dimension: shape " + shape_str(shape));
+  if (!symbols.empty() && symbols.size() != shape.size())
+    throw Error("argument '" + name + "': one dimension symbol (or none) per dimension expected");
   auto b = std::make_shared<Buffer>();
   b->name = impl_->fresh(name);
   b->dtype = dtype;
   b->shape = std::move(shape);
   b->space = Space::Global;
   b->kind = BufferKind::Param;
+  for (size_t d = 0; d < symbols.size(); ++d) {
+    if (symbols[d].empty()) continue;
+    b->dyn.resize(b->shape.size());
+    auto [it, fresh] = impl_->symbol_vars.try_emplace(symbols[d]);
+    if (fresh) {  // the first dim carrying a symbol binds it
+      std::string n = impl_->fresh(symbols[d]);
+      it->second = var(n);
+      impl_->dim_symbols.push_back(ScalarParam{n, DType::I64, int(impl_->prog.params.size()), int(d)});
+      impl_->symbol_bounds[n] = Interval{0, kDynamicBound};
+    }
+    impl_->symbol_hints.emplace(it->second->name, ScalarValue{false, b->shape[d], 0});
+    b->shape[d] = kDynamicBound;
+    b->dyn[d] = it->second;
+  }
   impl_->prog.params.push_back(b);
   return View::whole(b);
 }
@@ -227,6 +284,11 @@ Expr Builder::begin_for(const std::string& hint, Expr lo, Expr hi, Expr step, bo
   f.where = impl_->where;
   auto lb = bounds(lo, impl_->var_bounds);
   auto ub = impl_->upper_bound(hi, LLONG_MIN);
+  if (ub == LLONG_MIN && !impl_->symbol_bounds.empty()) {  // a loop up to a dynamic extent
+    VarBounds all = impl_->symbol_bounds;
+    all.insert(impl_->var_bounds.begin(), impl_->var_bounds.end());
+    if (auto u = upper(hi, all)) ub = *u;
+  }
   if (lb && ub != LLONG_MIN) impl_->var_bounds[f.var] = Interval{lb->lo, std::max(lb->lo, ub - 1)};
   Expr v = var(f.var);
   impl_->frames.push_back(std::move(f));
@@ -276,15 +338,22 @@ Expr Builder::let(const std::string&, Expr value) { return value; }
 
 // --- creation --------------------------------------------------------------------------------
 
-View Builder::empty(std::vector<int64_t> shape, DType dtype) {
+View Builder::empty(std::vector<int64_t> shape, DType dtype, const std::vector<Expr>& extents) {
   for (auto s : shape)
     if (s <= 0)
       throw Error("cannot create a tensor of shape " + shape_str(shape) + ": every dimension must be >= 1");
-  return impl_->new_temp(shape, dtype, {});
+  if (extents.empty()) return impl_->new_temp(shape, dtype, {});
+  if (extents.size() != shape.size()) throw Error("empty: one extent (or none) per dimension expected");
+  std::vector<Expr> valid;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (extents[d]) shape[d] = kDynamicBound;  // a dynamic dim: its extent is an expression of symbols
+    valid.push_back(extents[d] ? extents[d] : int_imm(shape[d]));
+  }
+  return impl_->new_temp(shape, dtype, valid);
 }
 
-View Builder::full(std::vector<int64_t> shape, DType dtype, Expr value) {
-  View t = empty(std::move(shape), dtype);
+View Builder::full(std::vector<int64_t> shape, DType dtype, Expr value, const std::vector<Expr>& extents) {
+  View t = empty(std::move(shape), dtype, extents);
   impl_->emit_op(Opcode::TEXPANDS, {t, value});
   return t;
 }
@@ -350,7 +419,11 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
   if (consumed > r)
     throw Error("too many indices for a tensor of shape " + shape_str(v.shape()) + ": " +
                 std::to_string(consumed) + " given");
-  const VarBounds& vb = impl_->var_bounds;
+  // Signs of starts, stops and extents are judged knowing the dimension symbols' range; the
+  // static size of a window (upper_bound) is not: a window of a dynamic dim bounded only by its
+  // symbol stays dynamic (size kDynamicBound).
+  VarBounds vb = impl_->var_bounds;
+  vb.insert(impl_->symbol_bounds.begin(), impl_->symbol_bounds.end());
   View out = v;
   std::vector<int> dims;
   std::vector<int> new_axes;  // positions in the result that are new size-1 axes
@@ -402,6 +475,8 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
         for (const Expr& e : {sp.if_negative, sp.if_not_negative, sp.if_negative ? nullptr : sp.value})
           if (a && e) hi = std::max(hi, impl_->upper_bound(extent(a, e), n));
       int64_t static_size = std::min(hi, (n + s - 1) / s);
+      // A dynamic dim stays dynamic unless the slice has a provably smaller static length.
+      if (n == kDynamicBound && static_size == (n + s - 1) / s) static_size = kDynamicBound;
       if (static_size <= 0)
         throw Error("slice selects no elements of dimension " + std::to_string(p) + " (size " +
                     std::to_string(n) + ")");
@@ -502,6 +577,7 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
       shape = views.empty() ? v->shape() : broadcast_shapes(shape, v->shape());
       views.push_back(v);
     }
+  impl_->check_traced_broadcast(views);
   DType base = va ? va->buf->dtype : vb->buf->dtype;
   DType t = promote(operand_dtype(a, base), operand_dtype(b, base));
   if (cat == OpCategory::Compare || op == Opcode::TAND || op == Opcode::TOR)
@@ -527,6 +603,7 @@ View Builder::select(const Operand& cond, const Operand& a, const Operand& b) {
       shape = broadcast_shapes(shape, v->shape());
       views.push_back(v);
     }
+  impl_->check_traced_broadcast(views);
   DType base = DType::F32;
   if (auto v = as_view(a))
     base = v->buf->dtype;
@@ -615,9 +692,10 @@ View Builder::matmul(const View& a0, const View& b0) {
   View a = a1 ? unsqueeze(a0, 0) : a0;
   View b = b1 ? unsqueeze(b0, 1) : b0;
   auto sa = a.shape(), sb = b.shape();
-  if (sa.back() != sb[sb.size() - 2])
-    throw Error("matmul: inner dimensions do not match: " + shape_str(a0.shape()) + " @ " +
-                shape_str(b0.shape()));
+  auto ta = impl_->traced_shape(a), tb = impl_->traced_shape(b);  // dynamic dims at their traced extents
+  if (sa.back() != sb[sb.size() - 2] || ta.back() != tb[tb.size() - 2])
+    throw Error("matmul: inner dimensions do not match: " + shape_str(impl_->traced_shape(a0)) + " @ " +
+                shape_str(impl_->traced_shape(b0)));
   std::vector<int64_t> ba(sa.begin(), sa.end() - 2), bb(sb.begin(), sb.end() - 2);
   std::vector<int64_t> batch;
   try {
@@ -652,8 +730,9 @@ void Builder::matmul_acc(const View& dst, const View& a, const View& b) {
   if (a.rank() < 2 || b.rank() < 2 || dst.rank() < 2)
     throw Error("matmul accumulate needs operands of rank >= 2");
   auto sa = a.shape(), sb = b.shape();
-  if (sa.back() != sb[sb.size() - 2])
-    throw Error("matmul: inner dimensions do not match: " + shape_str(sa) + " @ " + shape_str(sb));
+  auto ta = impl_->traced_shape(a), tb = impl_->traced_shape(b);
+  if (sa.back() != sb[sb.size() - 2] || ta.back() != tb[tb.size() - 2])
+    throw Error("matmul: inner dimensions do not match: " + shape_str(ta) + " @ " + shape_str(tb));
   std::vector<int64_t> batch = broadcast_shapes(std::vector<int64_t>(sa.begin(), sa.end() - 2),
                                                 std::vector<int64_t>(sb.begin(), sb.end() - 2));
   batch.push_back(sa[sa.size() - 2]);
@@ -733,11 +812,14 @@ Program Builder::finish(const std::vector<View>& outputs) {
     b->dtype = v.buf->dtype;
     b->shape = v.shape();
     b->kind = BufferKind::Output;
+    impl_->set_dynamic_extents(*b, v.valid_shape());
     impl_->prog.params.push_back(b);
     impl_->emit_op(Opcode::TMOV, {View::whole(b), v});
   }
   impl_->prog.body = root;
-  return impl_->prog;
+  Program p = impl_->prog;
+  p.scalars.insert(p.scalars.end(), impl_->dim_symbols.begin(), impl_->dim_symbols.end());
+  return p;
 }
 
 }  // namespace pypto::ir

@@ -26,7 +26,11 @@ class Builder {
   explicit Builder(std::string name);
 
   // --- signature ---------------------------------------------------------------------------
-  View add_param(const std::string& name, DType dtype, std::vector<int64_t> shape);
+  // symbols: per dim, "" for a static dim or the name of a dimension symbol (dims that share a
+  // name share the symbol: the arguments must agree at run time). A dynamic dim's shape entry is
+  // ignored: it becomes kDynamicBound (ir.h).
+  View add_param(const std::string& name, DType dtype, std::vector<int64_t> shape,
+                 const std::vector<std::string>& symbols = {});
   Expr add_scalar_param(const std::string& name, DType dtype);
 
   // --- structured control flow ----------------------------------------------------------------
@@ -39,8 +43,10 @@ class Builder {
   Expr let(const std::string& hint, Expr value);  // bind a scalar under a fresh name
 
   // --- creation (new Temp buffers in global scratch) ------------------------------------------
-  View empty(std::vector<int64_t> shape, DType dtype);
-  View full(std::vector<int64_t> shape, DType dtype, Expr value);
+  // extents: per dim, null for a static dim or the extent of a dynamic one (an expression of
+  // dimension symbols; its shape entry is ignored).
+  View empty(std::vector<int64_t> shape, DType dtype, const std::vector<Expr>& extents = {});
+  View full(std::vector<int64_t> shape, DType dtype, Expr value, const std::vector<Expr>& extents = {});
   View arange(Expr start, int64_t n, Expr step, DType dtype);  // n static
 
   // --- views (no data movement) --------------------------------------------------------------
@@ -49,7 +55,9 @@ class Builder {
   View transpose(const View& v, int d0, int d1);  // negative dims allowed
   View unsqueeze(const View& v, int dim);
   View squeeze(const View& v, int dim);
-  View reshape(const View& v, std::vector<int64_t> shape);       // -1 allowed; copies when not a view
+  // -1 allowed; copies. extents: the result's dynamic dims (null where static), which must stay in
+  // place with every dim before them unchanged.
+  View reshape(const View& v, std::vector<int64_t> shape, const std::vector<Expr>& extents = {});
   View broadcast_to(const View& v, std::vector<int64_t> shape);  // a copy
 
   // --- compute (each returns a new Temp) ----------------------------------------------------

@@ -27,6 +27,19 @@ struct Builder::Impl {
   std::string where;     // source location of the statements being built
   std::map<const StmtNode*, std::string> locations;
   std::set<const Buffer*> detached;  // results of Builder::detach
+  // Dynamic dimensions: the front end's symbol names -> their variables, the dimension symbols in
+  // binding order (appended to the program's scalars by finish), and their range.
+  std::map<std::string, Expr> symbol_vars;
+  std::vector<ScalarParam> dim_symbols;
+  VarBounds symbol_bounds;
+  ScalarEnv symbol_hints;  // each symbol's extent in the arguments being traced
+  // A view's shape with dynamic dims at their traced extents (when they can be evaluated): shape
+  // checks (broadcasting, matmul inner dims) see the values NumPy would.
+  std::vector<int64_t> traced_shape(const View& v) const;
+  // Throws the static shape error for these operands at their traced extents.
+  void check_traced_broadcast(const std::vector<const View*>& views) const;
+  // Dims of `b` at the static bound kDynamicBound become dynamic with their `valid` extent.
+  void set_dynamic_extents(Buffer& b, const std::vector<Expr>& valid) const;
 
   // Python's index rule at run time: `k` must satisfy 0 <= k < len; records a host-side check
   // unless the bounds prove it.

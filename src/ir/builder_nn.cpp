@@ -97,12 +97,37 @@ View Builder::concat(const std::vector<View>& xs, int dim) {
 
 // Reshape by splitting one dimension into several or merging adjacent dimensions into one,
 // each as a loop of strided copies; the common prefix and suffix of the shapes stay put.
-View Builder::reshape(const View& v, std::vector<int64_t> shape) {
+// Dynamic dims (static size kDynamicBound) must stay in place with all dims before them: `extents`
+// gives the result's dynamic dims (null where static), e.g. [S, H*D] -> [S, H, D].
+View Builder::reshape(const View& v, std::vector<int64_t> shape, const std::vector<Expr>& extents) {
   auto src = v.shape();
+  auto src_valid = v.valid_shape();
+  size_t kept = 0;  // leading dims carried over unchanged, covering every dynamic dim
+  for (size_t i = 0; i < src.size(); ++i)
+    if (src[i] == kDynamicBound) kept = i + 1;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (i < extents.size() && extents[i]) {
+      shape[i] = kDynamicBound;
+      kept = std::max(kept, i + 1);
+    }
+  std::vector<Expr> out_extents;
+  if (kept > 0) {
+    for (size_t i = 0; i < kept; ++i) {
+      bool same = i < src.size() && i < shape.size() && shape[i] == src[i] &&
+                  (src[i] != kDynamicBound ||
+                   (i < extents.size() && extents[i] && expr_equal(extents[i], src_valid[i])));
+      if (!same)
+        throw Error("reshape from " + shape_str(src) + " to " + shape_str(shape) +
+                    ": a dynamic dimension must stay in place, with the dimensions before it unchanged");
+      out_extents.push_back(src[i] == kDynamicBound ? src_valid[i] : nullptr);
+    }
+    out_extents.resize(shape.size());
+  }
   int64_t n = 1, known = 1;
-  for (auto s : src) n *= s;
+  for (size_t i = kept; i < src.size(); ++i) n *= src[i];
   int infer = -1;
   for (size_t i = 0; i < shape.size(); ++i) {
+    if (i < kept) continue;
     if (shape[i] == -1) {
       if (infer >= 0) throw Error("reshape: only one dimension may be -1");
       infer = int(i);
@@ -111,7 +136,8 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape) {
     }
   }
   if (infer >= 0 && known > 0 && n % known == 0) shape[infer] = n / known;
-  int64_t m = std::accumulate(shape.begin(), shape.end(), int64_t(1), std::multiplies<int64_t>());
+  int64_t m = std::accumulate(shape.begin() + std::ptrdiff_t(std::min(kept, shape.size())), shape.end(),
+                              int64_t(1), std::multiplies<int64_t>());
   if (m != n)
     throw Error("reshape: cannot reshape a tensor of shape " + shape_str(src) + " into " + shape_str(shape));
   // Drop size-1 dims from both sides, remembering where they go: size-1 dims are free.
@@ -124,7 +150,7 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape) {
   for (auto s : shape)
     if (s != 1) d1.push_back(s);
   if (s1 == d1) {
-    View out = empty(shape, v.buf->dtype);
+    View out = empty(shape, v.buf->dtype, out_extents);
     View target = out;
     for (int i = int(shape.size()) - 1; i >= 0; --i)
       if (shape[i] == 1) target = squeeze(target, i);
@@ -142,7 +168,7 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape) {
     throw Error(
         "reshape from " + shape_str(src) + " to " + shape_str(shape) +
         " is not supported yet: split one dimension in two or merge two adjacent dimensions per reshape");
-  View out = empty(shape, v.buf->dtype);
+  View out = empty(shape, v.buf->dtype, out_extents);
   View target = out;
   for (int i = int(shape.size()) - 1; i >= 0; --i)
     if (shape[i] == 1) target = squeeze(target, i);

@@ -11,6 +11,63 @@ int64_t Buffer::numel() const {
   return n;
 }
 
+Expr Buffer::extent(int d) const {
+  if (is_dynamic(d)) return dyn[size_t(d)];
+  return int_imm(shape[size_t(d)]);
+}
+
+size_t Program::caller_scalars() const {
+  size_t n = scalars.size();
+  while (n > 0 && scalars[n - 1].is_dim_symbol()) --n;
+  return n;
+}
+
+std::vector<int64_t> dim_symbol_values(const Program& p, const std::vector<std::vector<int64_t>>& shapes) {
+  std::vector<int64_t> out;
+  for (const auto& s : p.scalars)
+    if (s.is_dim_symbol()) out.push_back(shapes.at(size_t(s.param)).at(size_t(s.dim)));
+  return out;
+}
+
+std::vector<std::vector<int64_t>> output_shapes(const Program& p,
+                                                const std::vector<std::vector<int64_t>>& input_shapes) {
+  std::vector<std::vector<int64_t>> shapes(p.params.size());
+  size_t k = 0;
+  for (size_t i = 0; i < p.params.size(); ++i)
+    if (p.params[i]->kind != BufferKind::Output) {
+      if (k >= input_shapes.size()) throw Error("output_shapes: too few input shapes");
+      shapes[i] = input_shapes[k++];
+      if (shapes[i].size() != size_t(p.params[i]->rank()))
+        throw Error("output_shapes: input '" + p.params[i]->name + "' has the wrong rank");
+    }
+  ScalarEnv env;
+  for (const auto& s : p.scalars)
+    if (s.is_dim_symbol()) {
+      const auto& sh = shapes[size_t(s.param)];
+      if (size_t(s.dim) >= sh.size())
+        throw Error("output_shapes: the symbol %" + s.name + " is bound by an output");
+      env[s.name] = ScalarValue{false, sh[size_t(s.dim)], 0};
+    }
+  std::vector<std::vector<int64_t>> out;
+  for (const auto& b : p.params)
+    if (b->kind == BufferKind::Output) out.push_back(runtime_shape(*b, env));
+  return out;
+}
+
+VarBounds dim_symbol_bounds(const Program& p) {
+  VarBounds vb;
+  for (const auto& s : p.scalars)
+    if (s.is_dim_symbol()) vb[s.name] = Interval{0, kDynamicBound};
+  return vb;
+}
+
+std::vector<int64_t> runtime_shape(const Buffer& b, const ScalarEnv& env) {
+  std::vector<int64_t> s = b.shape;
+  for (int d = 0; d < b.rank(); ++d)
+    if (b.is_dynamic(d)) s[size_t(d)] = eval(b.dyn[size_t(d)], env).i;
+  return s;
+}
+
 View View::whole(const BufferRef& b) {
   View v;
   v.buf = b;
@@ -19,7 +76,7 @@ View View::whole(const BufferRef& b) {
     v.offset.push_back(int_imm(0));
     v.size.push_back(b->shape[size_t(d)]);
     v.step.push_back(1);
-    v.valid.push_back(int_imm(b->shape[size_t(d)]));
+    v.valid.push_back(b->extent(d));
     v.dims.push_back(d);
   }
   return v;
@@ -45,7 +102,8 @@ bool View::is_whole() const {
   for (size_t d = 0; d < r; ++d) {
     auto off = as_int(offset[d]);
     auto val = as_int(valid[d]);
-    if (!off || *off != 0 || size[d] != buf->shape[d] || step[d] != 1 || !val || *val != buf->shape[d] ||
+    bool full = buf->is_dynamic(int(d)) ? expr_equal(valid[d], buf->dyn[d]) : (val && *val == buf->shape[d]);
+    if (!off || *off != 0 || size[d] != buf->shape[d] || step[d] != 1 || !full ||
         valid[d]->dtype != DType::I64 || offset[d]->dtype != DType::I64 || dims[d] != int(d))
       return false;
   }

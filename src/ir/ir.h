@@ -17,6 +17,23 @@
 //    Tile level (the ISA proper): compute operands are whole local tiles (rank 2, space
 //    Vec/Mat/Acc) whose valid region is runtime state set by TLOAD and by each instruction;
 //    only TLOAD/TSTORE/TPREFETCH take global views.
+//
+// Dynamic dimensions (one compiled kernel for every sequence length):
+//  * A dimension of a Param may be dynamic: its extent is a *dimension symbol*, an i64 scalar
+//    (ScalarParam with `param`/`dim` set) that the runtime binds from that argument's shape at
+//    each call; the caller does not pass it. Symbols come after the caller's scalars.
+//  * Any buffer (Param, Output, global Temp) keeps per dim in `dyn` the extent expression of a
+//    dynamic dim (over symbols, e.g. `%S` or `(%S - 1)`); its `shape` entry is then the static
+//    bound kDynamicBound. Everything static (tile sizes, fusion, shape inference) sees the bound;
+//    everything about the data sees the extent: View::whole's valid extent is the expression, so
+//    tiling emits full tiles plus ragged edges over the symbolic remainder exactly as for a
+//    static ragged size, and bounds analysis gives a symbol the range [0, kDynamicBound].
+//  * Global Temps with dynamic dims are allocated at run time (the interpreter and the CPU code
+//    evaluate `dyn`); outputs are allocated by the caller from the evaluated extents
+//    (runtime::Kernel::output_shapes). The argument check binds symbols, checks that two
+//    arguments sharing a symbol agree and that an extent does not exceed kDynamicBound.
+//  * Text form: a param dim written `%S` (a name not yet declared) declares symbol S bound to that
+//    dim; other dims of buffers may be any expression of symbols: `%x: f32[%S, 64]`.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,12 +49,19 @@ namespace pypto::ir {
 
 enum class BufferKind : uint8_t { Param, Output, Temp };
 
+// The static bound of a dynamic dimension: its `shape` entry, and the largest extent a call may
+// give it (2^31 - 1, so that products of two dynamic dims stay far from overflow).
+constexpr int64_t kDynamicBound = (int64_t(1) << 31) - 1;
+
 struct Buffer {
   std::string name;
   DType dtype;
   std::vector<int64_t> shape;
   Space space = Space::Global;
   BufferKind kind = BufferKind::Temp;
+  // Per dim, the extent of a dynamic dimension (shape[d] is then kDynamicBound), null for a
+  // static one; empty when every dimension is static.
+  std::vector<Expr> dyn;
 
   template <class F>
   void for_each_field(F&& f) const {
@@ -46,9 +70,14 @@ struct Buffer {
     f(shape);
     f(space);
     f(kind);
+    f(dyn);
   }
-  int64_t numel() const;
+  int64_t numel() const;  // static buffers only
   int rank() const { return int(shape.size()); }
+  bool is_dynamic() const { return !dyn.empty(); }
+  bool is_dynamic(int d) const { return !dyn.empty() && dyn[size_t(d)]; }
+  // The extent of dimension d: the symbolic expression of a dynamic dim, else the constant.
+  Expr extent(int d) const;
 };
 using BufferRef = std::shared_ptr<Buffer>;
 
@@ -143,11 +172,18 @@ Stmt op_stmt(Op op);
 struct ScalarParam {
   std::string name;
   DType dtype;  // I64 or F32/F64
+  // A dimension symbol (param >= 0): the extent of params[param]'s dimension `dim`, bound by the
+  // runtime from the argument's shape; not passed by the caller.
+  int param = -1;
+  int dim = -1;
   template <class F>
   void for_each_field(F&& f) const {
     f(name);
     f(dtype);
+    f(param);
+    f(dim);
   }
+  bool is_dim_symbol() const { return param >= 0; }
 };
 
 // Where an IndexCheck applies: inside a loop (`var` set: for var = lo to hi step step) or inside
@@ -182,7 +218,22 @@ struct Program {
     f(scalars);
     f(body);
   }
+  // Scalars the caller passes (the dimension symbols follow them in `scalars`).
+  size_t caller_scalars() const;
+  bool has_dynamic_dims() const { return caller_scalars() != scalars.size(); }
 };
+
+// Values of every scalar of `p` for a call: the caller's, then each dimension symbol read from the
+// argument shapes (shapes[i] of params[i]). Does not check consistency (runtime/arg_check does).
+std::vector<int64_t> dim_symbol_values(const Program& p, const std::vector<std::vector<int64_t>>& shapes);
+// Shapes of the Output params of `p` for inputs (the other params, in order) of these shapes:
+// dynamic extents evaluated from the dimension symbols the inputs bind.
+std::vector<std::vector<int64_t>> output_shapes(const Program& p,
+                                                const std::vector<std::vector<int64_t>>& input_shapes);
+// Each dimension symbol of `p` with its range [0, kDynamicBound], for bounds analysis.
+VarBounds dim_symbol_bounds(const Program& p);
+// A buffer's shape at run time given the program's scalar environment (dynamic extents evaluated).
+std::vector<int64_t> runtime_shape(const Buffer& b, const ScalarEnv& env);
 
 // Structural equality and hashing, derived from the field lists above. Buffers compare by their
 // fields (names included), so a printed and re-parsed program is equal to the original.

@@ -6,7 +6,10 @@
 //   param    := '%'NAME ':' DTYPE                                   # scalar argument (i64, f32, f64)
 //             | '%'NAME ':' DTYPE shape [SPACE] [KIND]              # tensor; SPACE defaults to gm,
 //                                                                   # KIND to `in`
-//   shape    := '[' [INT (',' INT)*] ']'
+//   shape    := '[' [dim (',' dim)*] ']'
+//   dim      := INT | expr                          # an expression: a dynamic dim (its extent);
+//                                                   # in a param, an undeclared `%S` declares the
+//                                                   # dimension symbol S bound to that dim
 //   block    := '{' stmt* '}'
 //   stmt     := 'seq' block
 //             | ['parallel'] 'for' '%'NAME '=' expr 'to' expr ['step' expr] block   # hi exclusive
@@ -261,6 +264,7 @@ class Parser {
 
   Program program() {
     Program p;
+    std::vector<ScalarParam> symbols;  // dimension symbols, after the caller's scalars
     expect_ident("func");
     if (peek().kind != Tok::Global) fail("expected '@name' after 'func'");
     p.name = next().text;
@@ -274,7 +278,7 @@ class Parser {
           auto b = std::make_shared<Buffer>();
           b->name = name;
           b->dtype = t;
-          b->shape = shape();
+          shape(*b, int(p.params.size()), &symbols);
           b->kind = BufferKind::Param;
           b->space = Space::Global;
           if (auto s = peek_space()) {
@@ -294,6 +298,7 @@ class Parser {
       } while (accept(","));
       expect(")");
     }
+    p.scalars.insert(p.scalars.end(), symbols.begin(), symbols.end());
     p.body = block();
     if (peek().kind != Tok::End) fail("unexpected text after the program");
     return p;
@@ -381,20 +386,40 @@ class Parser {
   }
   // Element counts are checked here: an extent product that overflows (or exceeds 2^62) would
   // wrap every size and address computed from it later.
-  std::vector<int64_t> shape() {
-    std::vector<int64_t> s;
+  // Dynamic dims count as 1 here (their extent is checked at run time against kDynamicBound).
+  // For a param (`symbols` set), an undeclared bare `%S` declares the dimension symbol S.
+  void shape(Buffer& b, int param = -1, std::vector<ScalarParam>* symbols = nullptr) {
     const Token& at = peek();
     expect("[");
     int64_t n = 1;
+    std::vector<Expr> dyn;
     if (!accept("]")) {
       do {
-        s.push_back(int_literal());
-        if (__builtin_mul_overflow(n, s.back(), &n) || n > (int64_t(1) << 62))
-          fail("shape has more than 2^62 elements", &at);
+        const Token& t = peek();
+        if (t.kind == Tok::Int) {
+          b.shape.push_back(int_literal());
+          dyn.push_back(nullptr);
+          if (__builtin_mul_overflow(n, b.shape.back(), &n) || n > (int64_t(1) << 62))
+            fail("shape has more than 2^62 elements", &at);
+          continue;
+        }
+        b.shape.push_back(kDynamicBound);
+        if (symbols && t.kind == Tok::Name && !find_var(t.text) && !find_buffer(t.text)) {
+          std::string sym = next().text;
+          declare_var(sym, DType::I64);
+          symbols->push_back(ScalarParam{sym, DType::I64, param, int(b.shape.size()) - 1});
+          dyn.push_back(var(sym));
+        } else {
+          dyn.push_back(expr());  // an expression of declared symbols
+        }
       } while (accept(","));
       expect("]");
     }
-    return s;
+    for (auto& e : dyn)
+      if (e) {
+        b.dyn = dyn;
+        break;
+      }
   }
 
   // ---- scopes -----------------------------------------------------------------------------------
@@ -481,7 +506,7 @@ class Parser {
       b->name = expect_name("buffer");
       expect(":");
       b->dtype = dtype();
-      b->shape = shape();
+      shape(*b);
       auto sp = peek_space();
       if (!sp) fail("expected a memory space (gm, vec, mat, acc), found " + describe(peek()));
       next();

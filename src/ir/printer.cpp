@@ -22,11 +22,12 @@ bool is_int_value(const Expr& e, int64_t v) {
   return e && e->op == ExprOp::Int && e->dtype == DType::I64 && e->ival == v;
 }
 
-std::string shape_text(const std::vector<int64_t>& shape) {
+// A dynamic dim prints as its extent expression (a param's bare `%S` declares the symbol).
+std::string shape_text(const Buffer& b) {
   std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
+  for (int i = 0; i < b.rank(); ++i) {
     if (i) s += ", ";
-    s += std::to_string(shape[i]);
+    s += b.is_dynamic(i) ? expr_text(b.dyn[size_t(i)]) : std::to_string(b.shape[size_t(i)]);
   }
   return s + "]";
 }
@@ -47,7 +48,7 @@ std::string kind_suffix(BufferKind k, BufferKind dflt) {
 }
 
 std::string buffer_decl(const Buffer& b, bool is_param) {
-  std::string s = name_token('%', b.name) + ": " + std::string(dtype_name(b.dtype)) + shape_text(b.shape);
+  std::string s = name_token('%', b.name) + ": " + std::string(dtype_name(b.dtype)) + shape_text(b);
   if (!is_param || b.space != Space::Global) s += " " + std::string(space_name(b.space));
   return s + kind_suffix(b.kind, is_param ? BufferKind::Param : BufferKind::Temp);
 }
@@ -160,6 +161,7 @@ std::string print(const Program& p) {
     first = false;
   }
   for (const auto& s : p.scalars) {
+    if (s.is_dim_symbol()) continue;  // declared by the param dim that binds it
     out += (first ? "" : ", ") + name_token('%', s.name) + ": " + std::string(dtype_name(s.dtype));
     first = false;
   }

@@ -73,6 +73,8 @@ class Verifier {
              " (i64, i32, f32 or f64 expected)");
       declare_var(s.name, s.dtype);
     }
+    dim_symbols(p);
+    for (const auto& b : p.params) dynamic_dims(*b);
     block(p.body);
   }
 
@@ -81,6 +83,34 @@ class Verifier {
     std::map<std::string, DType> vars;
     std::map<std::string, BufferRef> buffers;
   };
+
+  // Dimension symbols follow the caller's scalars; each names a dynamic dim of a param whose
+  // extent is exactly the symbol. Symbols range over [0, kDynamicBound] for bounds analysis.
+  void dim_symbols(const Program& p) {
+    for (size_t j = p.caller_scalars(); j < p.scalars.size(); ++j) {
+      const ScalarParam& s = p.scalars[j];
+      if (s.dtype != DType::I64) fail("dimension symbol %" + s.name + " must be i64");
+      if (size_t(s.param) >= p.params.size() || s.dim < 0 || s.dim >= p.params[size_t(s.param)]->rank())
+        fail("dimension symbol %" + s.name + " names no parameter dimension");
+      const Buffer& b = *p.params[size_t(s.param)];
+      if (!b.is_dynamic(s.dim) || !expr_equal(b.dyn[size_t(s.dim)], var(s.name)))
+        fail("dimension symbol %" + s.name + " is not the extent of dim " + std::to_string(s.dim) + " of %" +
+             b.name);
+      loop_bounds_[s.name] = Interval{0, kDynamicBound};
+    }
+  }
+  void dynamic_dims(const Buffer& b) {
+    if (!b.is_dynamic()) return;
+    if (b.dyn.size() != b.shape.size()) fail("buffer %" + b.name + " needs a dynamic extent slot per dim");
+    for (int d = 0; d < b.rank(); ++d) {
+      if (!b.is_dynamic(d)) continue;
+      index_expr(b.dyn[size_t(d)], "dynamic extent");
+      if (b.shape[size_t(d)] != kDynamicBound)
+        fail("dynamic dim " + std::to_string(d) + " of %" + b.name + " must have the static bound " +
+             std::to_string(kDynamicBound));
+      if (b.space != Space::Global) fail("local tile %" + b.name + " has a dynamic dim");
+    }
+  }
 
   [[noreturn]] void fail(const std::string& msg) const {
     throw Error("verify: " + msg + " (in " + where_ + ")");
@@ -99,6 +129,16 @@ class Verifier {
     for (int64_t d : b->shape)
       if (d < 0) fail("buffer %" + b->name + " has a negative dimension");
     scopes_.back().buffers[b->name] = b;
+  }
+  // A local tile holds 1 to 2^30 elements (what the CPU backend allocates; the interpreter would
+  // otherwise run a 0-row tile that the CPU backend refuses).
+  void local_tile_size(const Buffer& b) {
+    int64_t n = 1;
+    for (int64_t d : b.shape) {
+      if (d == 0) fail("local tile %" + b.name + " has an empty dimension (tiles hold 1 to 2^30 elements)");
+      n = d > (int64_t(1) << 30) ? d : n * d;
+      if (n > (int64_t(1) << 30)) fail("local tile %" + b.name + " has more than 2^30 elements");
+    }
   }
   const DType* find_var(const std::string& n) const {
     for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it)
@@ -415,7 +455,10 @@ class Verifier {
         where_ = "alloc %" + s->buffer->name;
         if (s->buffer->kind != BufferKind::Temp)
           fail("allocated buffer %" + s->buffer->name + " must have kind temp");
+        dynamic_dims(*s->buffer);
         declare_buffer(s->buffer);
+        if (level_ == Level::Tile && s->buffer->space != Space::Global && !s->buffer->is_dynamic())
+          local_tile_size(*s->buffer);
         break;
       case StmtKind::OpStmt:
         where_ = "`" + print(s->op) + "`";

@@ -12,6 +12,8 @@
 namespace pypto::passes::ad {
 
 inline const ir::View* view_of(const ir::Operand& o) { return std::get_if<ir::View>(&o); }
+// A pointer into a temporary would dangle at the end of the statement (ASan found one).
+const ir::View* view_of(const ir::Operand&& o) = delete;
 // `dst += x`, `dst -= x` and `dst += a @ b`: the old value of dst passes through unchanged.
 bool in_place_linear(const ir::Op& op);
 

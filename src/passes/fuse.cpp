@@ -164,9 +164,19 @@ class Fuser : public StmtMutator {
         if (!g.produced.count(v->buf.get())) g.read[v->buf.get()].insert(key(*v));
   }
 
+  // A row group holds whole rows in one tile: a dynamic row width (ir.h) has no static tile
+  // shape, so only elementwise instructions of one shape (tiled along the row) group with one.
+  static bool dynamic_row(const Op& op) {
+    for (auto& a : op.args)
+      if (auto v = std::get_if<View>(&a))
+        if (v->rank() > 0 && v->shape().back() == kDynamicBound) return true;
+    return false;
+  }
+
   bool grow(const std::vector<Stmt>& in, size_t i, std::set<const Buffer*> allocs, Group& g) {
     const Op& first = in[i]->op;
     if (!allowed(o_, first.code) || narrowing(first)) return false;
+    if (kind_of(first.code) != Kind::Elementwise && dynamic_row(first)) return false;
     auto rs = row_space(dst(first));
     if (!rs) return false;
     if (kind_of(first.code) == Kind::Matmul) {
@@ -194,6 +204,9 @@ class Fuser : public StmtMutator {
   bool fits(const Group& g, const Op& op) const {
     if (!allowed(o_, op.code) || narrowing(op)) return false;
     Kind k = kind_of(op.code);
+    if ((dynamic_row(op) || dynamic_row(*g.ops[0])) &&
+        (k != Kind::Elementwise || dst(op).shape() != dst(*g.ops[0]).shape()))
+      return false;  // rows stay tiled only while every instruction covers the same shape
     const View& d = dst(op);
     auto ds = d.shape();
     if (g.epilogue) {

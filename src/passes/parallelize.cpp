@@ -150,6 +150,10 @@ bool independent(const StmtNode& loop, const VarBounds& outer) {
 // Marks every loop whose iterations are independent parallel, knowing the bounds of the
 // variables of the loops around it.
 class Marker : public StmtMutator {
+ public:
+  explicit Marker(VarBounds vb) : vb_(std::move(vb)) {}
+
+ private:
   VarBounds vb_;
 
   Stmt mutate_for(const Stmt& s) override {
@@ -168,6 +172,6 @@ class Marker : public StmtMutator {
 
 }  // namespace
 
-Program parallelize(const Program& p) { return Marker().mutate_program(p); }
+Program parallelize(const Program& p) { return Marker(dim_symbol_bounds(p)).mutate_program(p); }
 
 }  // namespace pypto::passes

@@ -1,9 +1,12 @@
 // Kernel: lowers a tensor-level program once, then checks arguments and runs it on a backend.
 #include "runtime/kernel.h"
 
+#include <stdexcept>
+
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler.h"
 #include "backends/interp/interpreter.h"
+#include "backends/sim/simulator.h"
 #include "exec/arg_check.h"
 #include "ir/printer.h"
 #include "runtime/index_checks.h"
@@ -13,13 +16,15 @@ namespace {
 
 using ir::Error;
 
-// Integral floats passed for integer scalars are normalised so every backend sees an int.
+// Integral floats passed for integer scalars are normalised so every backend sees an int; the
+// dimension symbols are bound from the argument shapes.
 const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& storage) {
-  bool need = false;
-  for (size_t j = 0; j < p.scalars.size(); ++j)
+  bool need = p.has_dynamic_dims();
+  for (size_t j = 0; j < p.caller_scalars(); ++j)
     need |= !ir::is_float(p.scalars[j].dtype) && args.scalars[j].is_float;
   if (!need) return args;
   storage = args;
+  bind_dim_symbols(p, storage.tensors, storage.scalars);
   for (size_t j = 0; j < p.scalars.size(); ++j) {
     ir::ScalarValue& v = storage.scalars[j];
     if (!ir::is_float(p.scalars[j].dtype) && v.is_float) v = ir::ScalarValue{false, int64_t(v.f), 0};
@@ -32,14 +37,66 @@ const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& st
 Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes::PipelineOptions& options)
     : lowered_(passes::lower(tensor_program, options)),
       backend_(backend),
-      written_(written_params(lowered_.isa)) {}
+      written_(written_params(lowered_.isa)) {
+  if (backend_ == Backend::Sim) {
+    sim_single_ = std::make_shared<const ir::Program>(sim::insert_sync(lowered_.isa));
+    if (options.double_buffer)
+      sim_double_ = std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa)));
+    set_sim_target("");
+  }
+}
+
+void Kernel::set_sim_target(const std::string& description) {
+  std::shared_ptr<const target::NpuTarget> t;
+  try {
+    target::NpuTarget base = target::npu_target_from_env();
+    t = std::make_shared<const target::NpuTarget>(target::parse_npu_target(description, base));
+  } catch (const std::invalid_argument& e) {
+    throw Error(e.what());
+  }
+  // Ping-pong buffers where they fit the target's memories, else single ones; a program whose
+  // single buffers do not fit fails here, naming the tile.
+  std::shared_ptr<const ir::Program> program = sim_single_;
+  if (sim_double_) {
+    try {
+      sim::place_tiles(*sim_double_, *t);
+      program = sim_double_;
+    } catch (const Error&) {
+    }
+  }
+  if (program == sim_single_ && sim_single_) sim::place_tiles(*sim_single_, *t);
+  std::lock_guard<std::mutex> l(mu_);
+  sim_target_ = std::move(t);
+  sim_program_ = std::move(program);
+}
+
+void Kernel::set_sim_timeline(bool on) {
+  std::lock_guard<std::mutex> l(mu_);
+  sim_timeline_ = on;
+}
+
+std::shared_ptr<const sim::SimReport> Kernel::last_sim_report() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return sim_report_;
+}
 
 std::string Kernel::as_text(const std::string& level) const {
   if (level == "tensor") return ir::print(lowered_.tensor);
   if (level == "tile") return ir::print(lowered_.tile);
   if (level == "isa") return ir::print(lowered_.isa);
   if (level == "source") return cpu::generate_cpp(lowered_.isa);  // for either backend: it is inspection
-  throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source'");
+  if (level == "sim") {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!sim_program_)
+      throw Error("IR level 'sim' is the simulator's program: make the kernel with backend='sim'");
+    return ir::print(*sim_program_);
+  }
+  throw Error("unknown IR level '" + level + "'; valid levels are 'tensor', 'tile', 'isa', 'source', 'sim'");
+}
+
+std::vector<std::vector<int64_t>> Kernel::output_shapes(
+    const std::vector<std::vector<int64_t>>& input_shapes) const {
+  return ir::output_shapes(lowered_.tensor, input_shapes);
 }
 
 double Kernel::compile() {
@@ -83,6 +140,21 @@ void Kernel::run(const RunArgs& args, cpu::RunProfile* profile) {
   check_indices(lowered_.tensor, a);
   if (backend_ == Backend::Interp) {
     interp::interpret(p, a);
+    return;
+  }
+  if (backend_ == Backend::Sim) {
+    std::shared_ptr<const target::NpuTarget> t;
+    std::shared_ptr<const ir::Program> program;
+    bool timeline;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      t = sim_target_;
+      program = sim_program_;
+      timeline = sim_timeline_;
+    }
+    auto report = std::make_shared<const sim::SimReport>(sim::simulate(*program, a, *t, timeline));
+    std::lock_guard<std::mutex> l(mu_);
+    sim_report_ = std::move(report);
     return;
   }
   std::shared_ptr<cpu::CompiledKernel> k;

@@ -40,17 +40,6 @@ int64_t parse_size(const std::string& s) {
   return v;
 }
 
-int available_cores() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  unsigned hc = std::thread::hardware_concurrency();
-  return hc ? int(hc) : 1;
-}
-
 void read_caches(Target& t) {
   for (int i = 0; i < 8; ++i) {
     std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
@@ -124,6 +113,17 @@ Target detect() {
 }
 
 }  // namespace
+
+int available_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    int n = CPU_COUNT(&set);
+    if (n > 0) return n;
+  }
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc ? int(hc) : 1;
+}
 
 const Target& host_target() {
   static const Target t = detect();

@@ -13,4 +13,6 @@ struct Target {
   int vector_bytes = 16;          // widest usable SIMD register
 };
 const Target& host_target();
+// Logical CPUs this process may run on now (its affinity mask; read afresh at each call).
+int available_cores();
 }  // namespace pypto::runtime

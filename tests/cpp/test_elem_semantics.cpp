@@ -26,6 +26,12 @@ TEST(ElemSemantics, IntegerArithmeticWraps) {
   EXPECT_EQ(e::pow<int64_t>(2, -1), 0);
   EXPECT_EQ(e::pow<int64_t>(-1, -3), -1);
   EXPECT_EQ(e::pow<int64_t>(0, 0), 1);
+  // 16-bit operands wrap too (computed in unsigned int: promoted to int, 0xFFFF * 0xFFFF would
+  // overflow, undefined behaviour that GCC happens to hide by narrowing the multiply).
+  volatile int16_t minus_one = -1;
+  EXPECT_EQ(e::wrap_mul<int16_t>(minus_one, minus_one), 1);
+  EXPECT_EQ(e::wrap_mul<int16_t>(INT16_MIN, minus_one), INT16_MIN);
+  EXPECT_EQ(e::wrap_add<int16_t>(INT16_MAX, 1), INT16_MIN);
 }
 
 TEST(ElemSemantics, IntegerDivisionNeverTraps) {

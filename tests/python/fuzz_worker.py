@@ -110,8 +110,13 @@ def check_isa(req):
             scale = float(w.max()) if w.size else 0.0
             g, r = got[name][tuple(bad.T)].astype(np.float64), want[tuple(bad.T)].astype(np.float64)
             with np.errstate(all="ignore"):
-                real = ~((np.abs(g - r) <= 1e-4 * scale) | (np.isnan(g) & np.isnan(r)))
-            bad = bad[real]
+                allowed = (np.abs(g - r) <= 1e-4 * scale) | (np.isnan(g) & np.isnan(r))
+                if dt == "f32":
+                    # Where the interpreter's double-precision sum is infinite, an f32 partial sum
+                    # (or product) may overflow to the other infinity first, and inf - inf is NaN:
+                    # 3.4e38 * 1.0026 + (-inf) is -inf in double, NaN in f32 (docs/isa.md §2).
+                    allowed |= np.isinf(r) & ~np.isfinite(g)
+            bad = bad[~allowed]
         if len(bad):
             i = tuple(bad[0])
             return {"outcome": "bug", "detail": f"interp/cpu disagree on {name}{list(i)}: cpu {got[name][i]!r}, "

@@ -108,6 +108,13 @@ def backend_params(tiled=False):
     if tiled:
         out += [pytest.param(Backend("interp", SMALL_TILES), id="interp-small-tiles"),
                 pytest.param(Backend("cpu", SMALL_TILES), id="cpu-small-tiles", marks=requires_compiler)]
+    # PYPTO_TEST_SIM=1: the NPU simulator too (it runs the interpreter, so values are the same;
+    # the sweep checks that every kernel places, syncs and times without error). Off by default:
+    # it would double the interpreter's share of the suite.
+    if os.environ.get("PYPTO_TEST_SIM", "") not in ("", "0"):
+        out.append(pytest.param(Backend("sim"), id="sim"))
+        if tiled:
+            out.append(pytest.param(Backend("sim", SMALL_TILES), id="sim-small-tiles"))
     return out
 
 

@@ -13,6 +13,7 @@ from pypto_testutil import rand, rel_err, requires_compiler
 
 pytestmark = requires_compiler
 PTOC = pathlib.Path(__file__).resolve().parents[2] / "build" / "ptoc"
+EXAMPLE_C = pathlib.Path(__file__).resolve().parents[2] / "examples" / "aot_c" / "main.c"
 
 
 def lin(x, w, b, s):
@@ -60,6 +61,13 @@ def test_export_so_exe_and_ir_agree_with_numpy(tmp_path):
     bad = subprocess.run([str(tmp_path / "lin_exe"), str(tmp_path / "w.npy"), str(tmp_path / "w.npy"),
                           str(tmp_path / "b.npy"), str(tmp_path / "o.npy"), "s=1"], capture_output=True, text=True)
     assert bad.returncode == 1 and "wrong shape for x" in bad.stderr
+
+    # A C program built against the exported header and library alone (examples/aot_c).
+    c = subprocess.run(["cc", "-O2", "-std=c99", str(EXAMPLE_C), "-I", str(tmp_path), str(tmp_path / "lin.so"),
+                        "-lm", "-o", str(tmp_path / "main")], capture_output=True, text=True, timeout=300)
+    assert c.returncode == 0, c.stderr
+    r = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and r.stdout.startswith("max abs error"), r.stdout + r.stderr
 
     lowered.export(tmp_path / "lin.pto")
     assert (tmp_path / "lin.pto").read_text().startswith("func @lin(")

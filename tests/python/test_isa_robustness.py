@@ -96,3 +96,12 @@ def test_verifier_rejects_valid_extent_larger_than_the_view():
     pypto.isa.verify(p, level="tile")
     x = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
     np.testing.assert_array_equal(pypto.isa.run(p, {"x": x})["y"][:4], x[:4])
+
+
+def test_verifier_rejects_empty_and_huge_local_tiles():
+    # (make fuzz found a 0 x 64 tile the interpreter ran and the CPU backend refused)
+    base = "func @f(%x: f32[1, 50]) {{\n  alloc %r: f32[{shape}] vec\n  TLOAD %r, %x\n}}"
+    for shape, message in (("0, 64", "empty dimension"), ("65536, 32768", "more than 2\\^30 elements")):
+        with pytest.raises(pypto.PyptoError, match=message):
+            pypto.isa.verify(pypto.isa.parse(base.format(shape=shape)), level="tile")
+    pypto.isa.verify(pypto.isa.parse(base.format(shape="1, 50")), level="tile")

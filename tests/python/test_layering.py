@@ -1,6 +1,10 @@
-"""The layers of the C++ tree hold: every #include of a folder is allowed by the dependencies its
-layer declares in CMakeLists.txt (pypto_layer calls), and the layers form no cycle."""
+"""The layers hold (docs/architecture.md §2.1). C++: every #include of a folder is allowed by the
+dependencies its layer declares in CMakeLists.txt (pypto_layer calls), and the layers form no
+cycle. Python: the package's import graph (top-level and function-local imports) has no cycle,
+no function-local import but of an optional heavy dependency, no private name imported across
+modules."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -144,3 +148,119 @@ def test_check_finds_a_violation_and_a_cycle(tmp_path):
     assert len(found) == 1 and "PRIVATE dependency" in found[0]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert find_cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+# --- the Python package ------------------------------------------------------------------------
+# Bottom to top: storage and dtypes (dtypes, frontend/errors), tensors and interop (tensor,
+# interop), the front end (frontend/*), specialisation and compiled kernels (specialize, compiled,
+# autograd, eager, jit, profile, torch_ops), the public API (ops*, pypto/__init__). Imports go down
+# only; the test below finds any cycle, counting imports inside functions too.
+
+PACKAGE = ROOT / "python" / "pypto"
+# Imports that may stay inside a function: optional dependencies that are heavy or absent, loaded
+# only when used. pypto.torch_ops is PyPTO's torch glue, which imports torch itself.
+LAZY_IMPORTS = {
+    "torch": "optional (torch interop), slow to import",
+    "jax": "optional (bench peer)",
+    "matplotlib": "optional (tile_curve's plot)",
+    "tqdm": "optional (autotune's progress bar, only on a terminal)",
+    "pypto.torch_ops": "imports torch; loaded once the caller has imported torch",
+}
+
+
+def module_name(path, package_dir):
+    parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_imports(package_dir):
+    """{module: [(imported module, line, inside a function?, imported names)]} for every import of
+    the package's modules, top-level or not. `from . import x` counts as an import of module x."""
+    files = {module_name(p, package_dir): p for p in package_dir.rglob("*.py")}
+    known = set(files) | {module_name(p, package_dir).split(".")[0] + "." + p.name.split(".")[0]
+                          for p in package_dir.glob("*.so")}
+    result = {}
+    for mod, path in files.items():
+        tree = ast.parse(path.read_text())
+        here = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
+        found = []
+
+        def visit(node, in_function):
+            for child in ast.iter_child_nodes(node):
+                nested = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                if isinstance(child, ast.Import):
+                    for a in child.names:
+                        found.append((a.name, child.lineno, in_function, ()))
+                elif isinstance(child, ast.ImportFrom):
+                    if child.level:
+                        base = ".".join(here[: len(here) - child.level + 1] + ([child.module] if child.module else []))
+                    else:
+                        base = child.module
+                    names = [a.name for a in child.names]
+                    subs = [f"{base}.{n}" for n in names if f"{base}.{n}" in known]
+                    for s in subs:
+                        found.append((s, child.lineno, in_function, ()))
+                    rest = tuple(n for n in names if f"{base}.{n}" not in known)
+                    if rest or not subs:
+                        found.append((base, child.lineno, in_function, rest))
+                visit(child, nested)
+
+        visit(tree, False)
+        result[mod] = found
+    return result
+
+
+def import_graph(imports, package):
+    """Module -> modules of the package it imports, with the sub-packages an import runs on the
+    way (importing pypto.frontend.x runs pypto/frontend/__init__.py; the root package is left out:
+    every module is inside it)."""
+    graph = {}
+    for mod, found in imports.items():
+        edges = set()
+        for target, _, _, _ in found:
+            if not (target == package or target.startswith(package + ".")) or target not in imports:
+                continue
+            edges.add(target)
+            parts = target.split(".")
+            edges.update(".".join(parts[:k]) for k in range(2, len(parts)))
+        edges.discard(mod)
+        graph[mod] = edges
+    return graph
+
+
+@pytest.fixture(scope="module")
+def imports():
+    return package_imports(PACKAGE)
+
+
+def test_package_has_no_import_cycle(imports):
+    assert find_cycle(import_graph(imports, "pypto")) is None
+
+
+def test_no_function_local_import_but_optional_dependencies(imports):
+    local = [f"{mod}:{line}: import {target}" for mod, found in imports.items() for target, line, inner, _ in found
+             if inner and target not in LAZY_IMPORTS and target.split(".")[0] not in LAZY_IMPORTS]
+    assert local == []
+
+
+def test_no_private_name_imported_from_another_module(imports):
+    private = [f"{mod}:{line}: from {target} import {name}" for mod, found in imports.items()
+               for target, line, _, names in found for name in names
+               if name.startswith("_") and not name.startswith("__") and target.startswith("pypto")]
+    assert private == []
+
+
+def test_import_check_finds_a_cycle_and_a_local_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from . import a\n")
+    (pkg / "a.py").write_text("from .sub import b\n")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n    from ..a import _hidden\n")
+    found = package_imports(pkg)
+    assert find_cycle(import_graph(found, "pkg")) in (["pkg.a", "pkg.sub.b", "pkg.a"], ["pkg.sub.b", "pkg.a", "pkg.sub.b"])
+    assert [(t, inner, names) for t, _, inner, names in found["pkg.sub.b"]] == [("pkg.a", True, ()), ("pkg.a", True, ("_hidden",))]
+    # A sub-package's __init__ that imports its modules closes a cycle through any of them.
+    (pkg / "sub" / "b.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from .. import a\n")
+    assert find_cycle(import_graph(package_imports(pkg), "pkg")) is not None

@@ -8,4 +8,5 @@
   walker.py       statements;  control.py: loops and ifs
   trace.py        the tracing driver (restarts) and result description
   errors.py       PyptoError and the tracer's internal signals
+  intrinsics.py   the tags of prange/static_range/matmul (set by the public API), public op names
 """

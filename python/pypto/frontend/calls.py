@@ -3,12 +3,17 @@ pypto ops (which dispatch on their arguments themselves), other @pypto.jit kerne
 walking their source), and plain Python callables (called at trace time)."""
 from __future__ import annotations
 
+import ast
 import builtins
 import math
 import numbers
+import sys
+
+import numpy as np
 
 from .. import _C
 from .. import dtypes as _dt
+from ..interop import Tensor, is_array
 from .errors import NeedsConcrete, PyptoError
 from .values import TensorValue, is_expr
 from .expressions import concrete, first_symbolic, truth
@@ -107,9 +112,6 @@ def b_range(ev, args, kwargs):
 def b_isinstance(ev, args, kwargs):
     obj, cls = args
     if isinstance(obj, TensorValue):
-        from ..interop import Tensor
-        import numpy as np
-        import sys
         classes = cls if isinstance(cls, tuple) else (cls,)
         tensor_types = [TensorValue, Tensor, np.ndarray]
         torch = sys.modules.get("torch")
@@ -130,7 +132,6 @@ def b_round(ev, args, kwargs):
 
 
 def b_pow(ev, args, kwargs):
-    import ast
     if len(args) == 2:
         return ev.binop(ast.Pow, args[0], args[1])
     return pow(*args)
@@ -238,7 +239,6 @@ def call_value(ev, f, args, kwargs):
             raise NeedsConcrete(s, f"calling {getattr(f, '__name__', 'a function')} with a value only "
                                    "known at run time") from None
         raise
-    from ..interop import is_array
     if is_array(result):
         return ev.tr.const_input(result)
     return result

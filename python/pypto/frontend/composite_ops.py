@@ -4,8 +4,8 @@ except split/chunk, which are plain views."""
 from __future__ import annotations
 
 from .errors import PyptoError
-from .tensor_ops import _find_tracer, dims_arg, index, operand, static_float, static_int, tensor_of, wrap
-from .values import TensorValue
+from .tensor_ops import cast, dims_arg, find_tracer, index, operand, static_float, static_int, tensor_of, unary, wrap
+from .values import Opcode, TensorValue
 
 
 def _flat(tr, v):
@@ -13,12 +13,12 @@ def _flat(tr, v):
 
 
 def tril(x, diagonal=0):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.tril(tensor_of(tr, x), static_int(diagonal, "diagonal")))
 
 
 def triu(x, diagonal=0):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.triu(tensor_of(tr, x), static_int(diagonal, "diagonal")))
 
 
@@ -33,34 +33,32 @@ def _correction(unbiased, correction, what):
 def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
     if isinstance(dim, bool):  # torch.var(x, unbiased)
         dim, unbiased = None, dim
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     c = _correction(unbiased, correction, "var")
     return wrap(tr, tr.b.variance(tensor_of(tr, x), dims_arg(dim), c, bool(keepdim)))
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    from .tensor_ops import unary
-    from .values import Opcode
     return unary(Opcode.TSQRT, var(x, dim, unbiased, keepdim, correction=correction))
 
 
 def logsumexp(x, dim=None, keepdim=False):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.logsumexp(tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
 
 
 def any(x, dim=None, keepdim=False):  # noqa: A001
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.any(tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
 
 
 def all(x, dim=None, keepdim=False):  # noqa: A001
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.all(tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
 
 
 def _arg(kind, x, dim, keepdim):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     if dim is None:  # over the flattened tensor (as torch)
         rank = len(v.shape)
@@ -82,12 +80,12 @@ def argmin(x, dim=None, keepdim=False):
 def stack(xs, dim=0):
     if not isinstance(xs, (list, tuple)) or not xs:
         raise PyptoError("stack expects a non-empty list or tuple of tensors")
-    tr = _find_tracer(*xs)
+    tr = find_tracer(*xs)
     return wrap(tr, tr.b.stack([tensor_of(tr, x, "stack input") for x in xs], static_int(dim, "dim")))
 
 
 def roll(x, shifts, dims=None):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     if dims is None:
         shape = list(v.shape)
@@ -102,7 +100,7 @@ def roll(x, shifts, dims=None):
 
 
 def repeat_interleave(x, repeats, dim=None):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     if isinstance(repeats, TensorValue):
         raise PyptoError("repeat_interleave: repeats must be an integer (a tensor of repeats would make the "
@@ -114,7 +112,7 @@ def repeat_interleave(x, repeats, dim=None):
 
 
 def one_hot(x, num_classes=-1):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     n = static_int(num_classes, "num_classes")
     if n < 0:
         raise PyptoError("one_hot: num_classes must be given inside a kernel (the output size cannot depend "
@@ -125,7 +123,7 @@ def one_hot(x, num_classes=-1):
 def pad(x, pad, mode="constant", value=None):
     if mode != "constant":
         raise PyptoError(f"pad: only mode='constant' is supported, got {mode!r}")
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     amounts = [static_int(p, "pad") for p in pad]
     return wrap(tr, tr.b.pad(tensor_of(tr, x), amounts, operand(tr, 0 if value is None else value)))
 
@@ -143,7 +141,7 @@ def _split_sizes(n, split_size_or_sections, what):
 
 
 def split(x, split_size_or_sections, dim=0):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     rank = len(v.shape)
     d = static_int(dim, "dim")
@@ -161,7 +159,7 @@ def split(x, split_size_or_sections, dim=0):
 
 
 def chunk(x, chunks, dim=0):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     c = static_int(chunks, "chunks")
     if c < 1:
@@ -175,9 +173,7 @@ def chunk(x, chunks, dim=0):
 
 
 def _scan(op, x, dim, dtype=None):
-    from .tensor_ops import cast
-    from .values import Opcode
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     if dim is None:
         raise PyptoError("cumsum/cumprod: dim must be given")
     v = tensor_of(tr, x)
@@ -195,8 +191,7 @@ def cumprod(x, dim=None, dtype=None):
 
 
 def _scan_extreme(op, x, dim):
-    from .values import Opcode
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     values, indices = tr.b.scan_extreme(getattr(Opcode, op), tensor_of(tr, x), static_int(dim, "dim"))
     return wrap(tr, values), wrap(tr, indices)
 
@@ -210,17 +205,17 @@ def cummin(x, dim):
 
 
 def sort(x, dim=-1, descending=False, stable=True):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     values, indices = tr.b.sort(tensor_of(tr, x), static_int(dim, "dim"), bool(descending))
     return wrap(tr, values), wrap(tr, indices)
 
 
 def argsort(x, dim=-1, descending=False, stable=True):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.argsort(tensor_of(tr, x), static_int(dim, "dim"), bool(descending)))
 
 
 def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     values, indices = tr.b.topk(tensor_of(tr, x), static_int(k, "k"), static_int(dim, "dim"), bool(largest))
     return wrap(tr, values), wrap(tr, indices)

@@ -111,7 +111,7 @@ def einsum(equation, *operands):
         operands = tuple(operands[0])
     if not isinstance(equation, str) or not operands:
         raise PyptoError("einsum(equation, *operands): an equation string and at least one operand")
-    tr = T._find_tracer(*operands)
+    tr = T.find_tracer(*operands)
     xs = [T.tensor_of(tr, x, "einsum operand") for x in operands]
     xs = [T.wrap(tr, v) for v in xs]
     terms, out = _parse_einsum(equation, [x.ndim for x in xs])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 
 from .. import _C
+from . import intrinsics
 from .errors import NeedsConcrete, PyptoError, Restart
 from .expressions import LoopLocal, truth
 from .values import TensorValue, is_expr
@@ -90,16 +91,15 @@ class ControlFlow:
 
     # --- for -------------------------------------------------------------------------------------
     def s_For(self, node):
-        from .. import ops
         if node.orelse:
             raise PyptoError("unsupported construct in a kernel: for ... else")
         it = node.iter
         if isinstance(it, ast.Call) and not it.keywords and not any(isinstance(a, ast.Starred) for a in it.args):
             f = self.eval(it.func)
-            if f is range or f is ops.prange or f is ops.static_range:
+            if f is range or intrinsics.intrinsic_of(f) in (intrinsics.PRANGE, intrinsics.STATIC_RANGE):
                 args = [self.eval(a) for a in it.args]
                 self.cur_node = node
-                return self.range_loop(node, f, args)
+                return self.range_loop(node, intrinsics.intrinsic_of(f), args)
             iterable = self.call(f, [self.eval(a) for a in it.args], {})
         else:
             iterable = self.eval(it)
@@ -107,7 +107,7 @@ class ControlFlow:
             if not iterable.shape:
                 raise PyptoError("cannot iterate over a 0-d tensor")
             x = iterable
-            return self.range_loop(node, range, [x.shape[0]], bind=lambda i: T.index(x, i))
+            return self.range_loop(node, None, [x.shape[0]], bind=lambda i: T.index(x, i))
         if is_expr(iterable):
             raise PyptoError("cannot iterate over a run-time scalar; use range(n)")
         self.python_loop(node, iterable)
@@ -137,7 +137,7 @@ class ControlFlow:
             self.loop_kinds.pop()
 
     def range_loop(self, node, kind, args, bind=None):
-        from .. import ops
+        """A for loop over range(*args); kind: None (range), intrinsics.PRANGE or STATIC_RANGE."""
         if not 1 <= len(args) <= 3:
             raise PyptoError(f"range expected 1 to 3 arguments, got {len(args)}")
         for a in args:
@@ -160,12 +160,12 @@ class ControlFlow:
             if not is_expr(span):
                 trip = len(range(0, span, step))
         key = self.loop_key(node)
-        unroll = kind is ops.static_range or key in self.tr.unroll
-        if kind is ops.static_range and trip is None:
+        unroll = kind == intrinsics.STATIC_RANGE or key in self.tr.unroll
+        if kind == intrinsics.STATIC_RANGE and trip is None:
             raise NeedsConcrete(hi - lo, "pypto.static_range needs bounds known at compile time")
         if step < 0 and not const:
             raise PyptoError("loops with a negative step need bounds known at compile time")
-        if unroll or step < 0 or (trip is not None and trip <= 1 and kind is not ops.prange):
+        if unroll or step < 0 or (trip is not None and trip <= 1 and kind != intrinsics.PRANGE):
             if trip is not None and trip > UNROLL_LIMIT:
                 raise PyptoError(f"this loop would be unrolled but has {trip} iterations, more than the limit of "
                                  f"{UNROLL_LIMIT}")
@@ -173,7 +173,7 @@ class ControlFlow:
             return self.python_loop(node, values, bind=bind)
         if trip == 0:
             return
-        self.symbolic_loop(node, lo, hi, step, kind is ops.prange, trip, key, bind)
+        self.symbolic_loop(node, lo, hi, step, kind == intrinsics.PRANGE, trip, key, bind)
 
     def symbolic_loop(self, node, lo, hi, step, parallel, trip, key, bind):
         tr = self.tr
@@ -241,8 +241,8 @@ class ControlFlow:
             if new.shape != tmp.shape:
                 raise PyptoError(f"'{name}' changes shape from {tmp.shape} to {new.shape} inside the loop/if; a "
                                  "value carried across iterations must keep its shape")
-            if new.dtype is not tmp.dtype:
-                new = T.cast(new, tmp.dtype)
+            if new.pdtype is not tmp.pdtype:
+                new = T.cast(new, tmp.pdtype)
             T.assign(tmp, new)
             self.locals[name] = tmp
 

@@ -24,10 +24,11 @@ class AutogradError(PyptoError, RuntimeError):
 class Restart(Exception):
     """Internal: trace again with more loops unrolled or more scalar arguments made static."""
 
-    def __init__(self, unroll=None, static_arg=None, why=None):
+    def __init__(self, unroll=None, static_arg=None, why=None, static_dim=None):
         super().__init__("restart")
         self.unroll = unroll
         self.static_arg = static_arg
+        self.static_dim = static_dim  # (arg index, dim): a dynamic dim needed as a Python value
         self.why = why  # "file:line: what needed the value", for kernel.cache_info()
 
 

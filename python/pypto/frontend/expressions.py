@@ -14,6 +14,7 @@ from .. import _C
 from .errors import NeedsConcrete, PyptoError
 from .tracer import Path
 from .values import TensorValue, is_expr, is_symbolic
+from . import index_ops as X
 from . import tensor_ops as T
 
 _BINOPS = {
@@ -92,7 +93,8 @@ def is_scalar(v):
 
 
 class ExpressionEvaluator:
-    """Mixin of the AST walker: `eval(node)` and the helpers expressions need."""
+    """Mixin of the AST walker: `eval(node)` and the helpers expressions need. Calls go through
+    the walker's `call(f, args, kwargs)` (calls.py)."""
 
     # Set by the walker: tr (Tracer), src (SourceInfo), locals, cells, globals, builtins.
 
@@ -183,7 +185,7 @@ class ExpressionEvaluator:
 
     def get_item(self, base, key):
         if isinstance(base, TensorValue):
-            return T.index(base, key)
+            return X.index(base, key)
         if is_expr(base):
             raise PyptoError("a run-time scalar cannot be indexed")
         k = concrete(key, "an index into a Python value (list, tuple, dict) must be known at trace time")
@@ -450,9 +452,6 @@ class ExpressionEvaluator:
         self.cur_node = node
         return self.call(f, args, kwargs)
 
-    def call(self, f, args, kwargs):
-        from .calls import call_value
-        return call_value(self, f, args, kwargs)
 
 
 def _is_module(v):

@@ -4,14 +4,15 @@ are checked when the kernel runs (an index out of range raises PyptoError, never
 from __future__ import annotations
 
 from .errors import PyptoError
-from .tensor_ops import _find_tracer, assign, index, operand, static_int, tensor_of, wrap
-from .values import TensorValue
+from ..interop import is_array
+from .tensor_ops import assign, binary, copy, find_tracer, operand, static_int, tensor_of, wrap
+from .tensor_ops import index as view_index
+from .values import Opcode, TensorValue
 
 
 def _is_index_tensor(it):
     if isinstance(it, TensorValue):
         return True
-    from ..interop import is_array
     return is_array(it) and not isinstance(it, (int, float))
 
 
@@ -48,11 +49,16 @@ def _split_key(tr, v, key):
     return tuple(items), dim, idx
 
 
+def index(x, key):
+    """x[key]: a view, or a gather when the key holds an index tensor."""
+    return getitem(x, key) if has_tensor_index(key) else view_index(x, key)
+
+
 def getitem(x, key):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     rest, dim, idx = _split_key(tr, v, key)
-    base = index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
+    base = view_index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
     tr.note_index_site()
     return wrap(tr, tr.b.take(base.bv, dim, idx, True))
 
@@ -60,17 +66,17 @@ def getitem(x, key):
 def setitem(x, key, value):
     """x[key] = value: a store into a view, or a scatter when the key holds an index tensor."""
     if not has_tensor_index(key):
-        return assign(index(x, key), value)
-    tr = _find_tracer(x, value)
+        return assign(view_index(x, key), value)
+    tr = find_tracer(x, value)
     v = tensor_of(tr, x)
     rest, dim, idx = _split_key(tr, v, key)
-    base = index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
+    base = view_index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
     tr.note_index_site()
     tr.b.put(base.bv, dim, idx, operand(tr, value), False, True)
 
 
 def index_select(x, dim, index_):
-    tr = _find_tracer(x, index_)
+    tr = find_tracer(x, index_)
     idx = tensor_of(tr, index_, "index")
     if len(idx.shape) > 1:
         raise PyptoError(f"index_select: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
@@ -82,7 +88,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
               sparse=False):
     if max_norm is not None:
         raise PyptoError("embedding: max_norm is not supported")
-    tr = _find_tracer(input, weight)
+    tr = find_tracer(input, weight)
     w = tensor_of(tr, weight, "embedding weight")
     if len(w.shape) != 2:
         raise PyptoError(f"embedding: weight must be 2-d, got shape {tuple(w.shape)}")
@@ -91,7 +97,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
 
 
 def gather(x, dim, index_):
-    tr = _find_tracer(x, index_)
+    tr = find_tracer(x, index_)
     tr.note_index_site()
     return wrap(tr, tr.b.gather_elements(tensor_of(tr, x), static_int(dim, "dim"), tensor_of(tr, index_, "index")))
 
@@ -101,7 +107,7 @@ def scatter(x, dim, index_, src=None, value=None, reduce=None):
         raise PyptoError(f"scatter: reduce={reduce!r} is not supported (None or 'add')")
     if (src is None) == (value is None):
         raise PyptoError("scatter: give exactly one of src and value")
-    tr = _find_tracer(x, index_, src)
+    tr = find_tracer(x, index_, src)
     s = operand(tr, src if src is not None else value)
     tr.note_index_site()
     return wrap(tr, tr.b.scatter_elements(tensor_of(tr, x), static_int(dim, "dim"), tensor_of(tr, index_, "index"), s,
@@ -114,21 +120,18 @@ def scatter_add(x, dim, index_, src):
 
 def index_add(x, dim, index_, source, alpha=1):
     """Out of place: a copy of x with source's slices added at the indexed positions."""
-    from .tensor_ops import copy
     y = copy(x)
     index_add_(y, dim, index_, source, alpha)
     return y
 
 
 def index_add_(x, dim, index_, source, alpha=1):
-    tr = _find_tracer(x, index_, source)
+    tr = find_tracer(x, index_, source)
     idx = tensor_of(tr, index_, "index")
     if len(idx.shape) > 1:
         raise PyptoError(f"index_add: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
     s = operand(tr, source)
     if alpha != 1:
-        from .tensor_ops import binary
-        from .values import Opcode
         s = operand(tr, binary(Opcode.TMUL, source, alpha))
     tr.note_index_site()
     tr.b.put(tensor_of(tr, x), static_int(dim, "dim"), idx, s, True, False)
@@ -138,13 +141,13 @@ def index_add_(x, dim, index_, source, alpha=1):
 def index_put_(x, indices, values, accumulate=False):
     if not isinstance(indices, (tuple, list)) or len(indices) != 1:
         raise PyptoError("index_put_: only a single index tensor is supported")
-    tr = _find_tracer(x, values)
+    tr = find_tracer(x, values)
     tr.note_index_site()
     tr.b.put(tensor_of(tr, x), 0, tensor_of(tr, indices[0], "index"), operand(tr, values), bool(accumulate), True)
     return x
 
 
 def flip(x, dims):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     ds = dims if isinstance(dims, (tuple, list)) else (dims,)
     return wrap(tr, tr.b.flip(tensor_of(tr, x), [static_int(d, "dims") for d in ds]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from .errors import PyptoError
-from .tensor_ops import _find_tracer, binary, clamp, compare, tensor_of, unary, where
+from .tensor_ops import find_tracer, binary, clamp, compare, tensor_of, unary, where
 from .values import Opcode, TensorValue
 
 
@@ -36,7 +36,7 @@ def leaky_relu(x, negative_slope=0.01):
 
 def prelu(x, weight):
     """x where x > 0, else weight * x; a weight of C values applies along dimension 1 (channels)."""
-    tr = _find_tracer(x, weight)
+    tr = find_tracer(x, weight)
     v = tensor_of(tr, x)
     w = weight
     if isinstance(weight, TensorValue) and weight.ndim == 1 and weight.shape[0] != 1 and len(v.shape) >= 2:

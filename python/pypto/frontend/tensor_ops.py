@@ -11,19 +11,20 @@ import numpy as np
 
 from .. import _C
 from .. import dtypes as _dt
+from ..interop import is_array
 from .errors import NeedsConcrete, PyptoError
-from .values import Expr, Opcode, TensorValue, is_expr
+from .values import DYNAMIC_BOUND, Expr, Opcode, TensorValue, is_expr
 from . import tracer as _tracer
 
 __all__ = []
 
 
-def _find_tracer(*xs):
+def find_tracer(*xs):
     for x in xs:
         if isinstance(x, TensorValue):
             return x.tr
         if isinstance(x, (list, tuple)):
-            t = _find_tracer(*x)
+            t = find_tracer(*x)
             if t is not None:
                 return t
     tr = _tracer.current()
@@ -44,7 +45,6 @@ def operand(tr, x):
         return x.item()
     if isinstance(x, numbers.Real):
         return float(x)
-    from ..interop import is_array
     if is_array(x):
         return tr.const_input(x).bv
     if x is None:
@@ -102,6 +102,23 @@ def static_shape(shape, what="shape"):
     return [static_int(s, f"{what} entries") for s in shape]
 
 
+def creation_shape(tr, shape, what="shape"):
+    """A shape for a new tensor: ints, and for a dynamic dim its extent (an Expr of dimension
+    symbols only; any other run-time value must be known at compile time)."""
+    if isinstance(shape, (int, np.integer, Expr)) and not isinstance(shape, bool):
+        shape = (shape,)
+    if not isinstance(shape, (tuple, list)):
+        raise PyptoError(f"{what} must be a tuple of integers, got {_describe(shape)}")
+    out = []
+    for s in shape:
+        if is_expr(s) and not s.is_const and not s.is_float and tr.dim_vars and \
+                all(v in tr.dim_vars for v in s.vars()):
+            out.append(s)
+        else:
+            out.append(static_int(s, f"{what} entries"))
+    return out
+
+
 def dims_arg(dim):
     if dim is None:
         return []
@@ -113,7 +130,7 @@ def dims_arg(dim):
 # --- elementwise -------------------------------------------------------------------------------
 
 def binary(op, a, b):
-    tr = _find_tracer(a, b)
+    tr = find_tracer(a, b)
     oa, ob = operand(tr, a), operand(tr, b)
     if not isinstance(oa, _C.View) and not isinstance(ob, _C.View):
         raise PyptoError(f"{op.name} needs at least one tensor operand")
@@ -121,7 +138,7 @@ def binary(op, a, b):
 
 
 def unary(op, x):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.unary(op, tensor_of(tr, x)))
 
 
@@ -130,7 +147,7 @@ def compare(op, a, b):
 
 
 def logical(op, a, b):
-    tr = _find_tracer(a, b)
+    tr = find_tracer(a, b)
     oa, ob = operand(tr, a), operand(tr, b)
     for o, x in ((oa, a), (ob, b)):
         if isinstance(o, _C.View) and o.dtype != "bool":
@@ -140,7 +157,7 @@ def logical(op, a, b):
 
 
 def logical_not(x):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     if v.dtype != "bool":
         raise PyptoError(f"~ needs a bool tensor, got {v.dtype}")
@@ -187,7 +204,7 @@ def clamp(x, lo=None, hi=None):
 
 
 def where(cond, a, b):
-    tr = _find_tracer(cond, a, b)
+    tr = find_tracer(cond, a, b)
     oc = operand(tr, cond)
     if not isinstance(oc, _C.View):
         raise PyptoError("where: the condition must be a tensor")
@@ -195,7 +212,7 @@ def where(cond, a, b):
 
 
 def cast(x, dtype):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     d = _dt.to_dtype(dtype)
     if v.dtype == d.short:
@@ -204,7 +221,7 @@ def cast(x, dtype):
 
 
 def copy(x):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.copy(tensor_of(tr, x)))
 
 
@@ -217,41 +234,41 @@ def detach(x):
     """x as a constant for autodiff (no gradient flows through it); scalars are returned as they are."""
     if not isinstance(x, TensorValue):
         return x
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.detach(tensor_of(tr, x)))
 
 
 def reduce(kind, x, dim=None, keepdim=False):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     if isinstance(x, TensorValue) and x.ndim == 0 and dim is None:
         return x  # the reduction of a single value (as NumPy)
     return wrap(tr, tr.b.reduce(_REDUCE[kind], tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
 
 
 def mean(x, dim=None, keepdim=False):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.mean(tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
 
 
 def matmul(a, b):
-    tr = _find_tracer(a, b)
+    tr = find_tracer(a, b)
     return wrap(tr, tr.b.matmul(tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand")))
 
 
 def matmul_acc(dst, a, b):
-    tr = _find_tracer(dst, a, b)
+    tr = find_tracer(dst, a, b)
     d = tensor_of(tr, dst)
     tr.note_write(d)
     tr.b.matmul_acc(d, tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand"))
 
 
 def softmax(x, dim=-1):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.softmax(tensor_of(tr, x), static_int(dim, "dim")))
 
 
 def log_softmax(x, dim=-1):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.log_softmax(tensor_of(tr, x), static_int(dim, "dim")))
 
 
@@ -264,7 +281,7 @@ def _normalized_dims(x, normalized_shape, what):
 
 
 def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
-    tr = _find_tracer(x, weight, bias)
+    tr = find_tracer(x, weight, bias)
     v = tensor_of(tr, x)
     nd = _normalized_dims(v, normalized_shape, "layer_norm")
     w = tensor_of(tr, weight, "weight") if weight is not None else None
@@ -273,7 +290,7 @@ def layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
 
 
 def rms_norm(x, normalized_shape, weight=None, eps=1e-6):
-    tr = _find_tracer(x, weight)
+    tr = find_tracer(x, weight)
     v = tensor_of(tr, x)
     nd = _normalized_dims(v, normalized_shape, "rms_norm")
     w = tensor_of(tr, weight, "weight") if weight is not None else None
@@ -283,7 +300,7 @@ def rms_norm(x, normalized_shape, weight=None, eps=1e-6):
 def concat(xs, dim=0):
     if not isinstance(xs, (list, tuple)):
         raise PyptoError("concat expects a list or tuple of tensors")
-    tr = _find_tracer(*xs)
+    tr = find_tracer(*xs)
     return wrap(tr, tr.b.concat([tensor_of(tr, x, "concat input") for x in xs], static_int(dim, "dim")))
 
 
@@ -297,7 +314,7 @@ def _pair(v, what):
 
 
 def conv2d(input, weight, bias=None, stride=1, padding="same", dilation=1):
-    tr = _find_tracer(input, weight, bias)
+    tr = find_tracer(input, weight, bias)
     x = tensor_of(tr, input, "conv2d input")
     w = tensor_of(tr, weight, "conv2d weight")
     bv = tensor_of(tr, bias, "conv2d bias") if bias is not None else None
@@ -322,19 +339,23 @@ def conv2d(input, weight, bias=None, stride=1, padding="same", dilation=1):
 # --- layout --------------------------------------------------------------------------------------
 
 def transpose(x, d0=-2, d1=-1):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.transpose(tensor_of(tr, x), static_int(d0, "dim"), static_int(d1, "dim")))
 
 
 def permute(x, dims):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.permute(tensor_of(tr, x), [static_int(d, "dim") for d in dims]))
 
 
 def reshape(x, shape):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
-    shape = list(static_shape(shape))
+    shape = creation_shape(tr, shape)
+    if any(is_expr(s) for s in shape) or DYNAMIC_BOUND in v.shape:  # dynamic dims stay in place: one step
+        if len(shape) == len(x.shape) and all(_same_dim(a, b) for a, b in zip(shape, x.shape)):
+            return x
+        return wrap(tr, tr.b.reshape(v, shape))
     if shape == list(v.shape):
         return x
     n = math.prod(v.shape)
@@ -370,13 +391,19 @@ def _reshape_steps(src, dst):
     return steps
 
 
+def _same_dim(a, b):
+    if is_expr(a) or is_expr(b):
+        return is_expr(a) and is_expr(b) and str(a) == str(b)
+    return a == b
+
+
 def unsqueeze(x, dim):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     return wrap(tr, tr.b.unsqueeze(tensor_of(tr, x), static_int(dim, "dim")))
 
 
 def squeeze(x, dim=None):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     if dim is None:
         for d in reversed(range(len(v.shape))):
@@ -387,7 +414,7 @@ def squeeze(x, dim=None):
 
 
 def broadcast_to(x, shape):
-    tr = _find_tracer(x)
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     shape = static_shape(shape)
     shape = [v.shape[i - (len(shape) - len(v.shape))] if s == -1 else s for i, s in enumerate(shape)]
@@ -423,11 +450,9 @@ def _index_item(it, dim_size):
 
 
 def index(x, key):
-    """x[key]: a view (no data movement), or a gather when the key holds an index tensor."""
-    from . import index_ops
-    if index_ops.has_tensor_index(key):
-        return index_ops.getitem(x, key)
-    tr = _find_tracer(x)
+    """x[key] for a key of integers, slices, `...` and None: a view (no data movement). A key
+    holding an index tensor goes through index_ops.index (a gather)."""
+    tr = find_tracer(x)
     v = tensor_of(tr, x)
     items = list(key) if isinstance(key, tuple) else [key]
     n_ell = sum(1 for it in items if it is Ellipsis)
@@ -454,14 +479,14 @@ def index(x, key):
 
 
 def assign(dst, value):
-    tr = _find_tracer(dst)
+    tr = find_tracer(dst)
     d = tensor_of(tr, dst)
     tr.note_write(d)
     tr.b.assign(d, operand(tr, value))
 
 
 def update(op, dst, value):
-    tr = _find_tracer(dst)
+    tr = find_tracer(dst)
     d = tensor_of(tr, dst)
     tr.note_write(d)
     tr.b.update(op, d, operand(tr, value))
@@ -470,24 +495,24 @@ def update(op, dst, value):
 # --- creation ------------------------------------------------------------------------------------
 
 def full(shape, value, dtype=None):
-    tr = _find_tracer()
+    tr = find_tracer()
     if dtype is None:
         dtype = _dt.bool_ if isinstance(value, bool) else (
             _dt.int64 if isinstance(value, int) or (is_expr(value) and not value.is_float) else _dt.float32)
     d = _dt.to_dtype(dtype)
     if isinstance(value, TensorValue):
         raise PyptoError("full: the fill value must be a scalar")
-    return wrap(tr, tr.b.full(static_shape(shape), d.c, operand(tr, value)))
+    return wrap(tr, tr.b.full(creation_shape(tr, shape), d.c, operand(tr, value)))
 
 
 def empty(shape, dtype=None):
-    tr = _find_tracer()
+    tr = find_tracer()
     d = _dt.to_dtype(dtype if dtype is not None else _dt.float32)
-    return wrap(tr, tr.b.empty(static_shape(shape), d.c))
+    return wrap(tr, tr.b.empty(creation_shape(tr, shape), d.c))
 
 
 def arange(start, stop=None, step=1, dtype=None):
-    tr = _find_tracer()
+    tr = find_tracer()
     if stop is None:
         start, stop = 0, start
     if dtype is None:

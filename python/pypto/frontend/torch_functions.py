@@ -8,6 +8,7 @@ inputs, as any array reached from a kernel does."""
 from __future__ import annotations
 
 import difflib
+import linecache
 import math
 import os
 import sys
@@ -16,8 +17,11 @@ from .. import dtypes as _dt
 from . import composite_ops as C
 from . import contract_ops as K
 from . import index_ops as X
+from . import torch_nn as NN
+from . import tracer
 from . import tensor_ops as T
 from .errors import PyptoError
+from .intrinsics import public_op_names
 from .values import Opcode, TensorValue
 
 _table = None          # torch callable -> implementation
@@ -133,6 +137,11 @@ def masked_fill(input, mask, value):  # noqa: A002
     return T.where(mask, value, input)
 
 
+def masked_fill_(input, mask, value):  # noqa: A002
+    T.assign(input, T.where(mask, value, input))
+    return input
+
+
 def _cmp(op):
     def f(input, other, *, out=None):  # noqa: A002
         _no_out(out)
@@ -153,7 +162,7 @@ def logical_or(input, other):  # noqa: A002
 
 
 def _as_bool(x):
-    return x if not isinstance(x, TensorValue) or x.dtype is _dt.bool_ else T.compare(Opcode.TCMP_NE, x, 0)
+    return x if not isinstance(x, TensorValue) or x.pdtype is _dt.bool_ else T.compare(Opcode.TCMP_NE, x, 0)
 
 
 # reductions
@@ -254,8 +263,7 @@ def _tv(x):
     """A traced tensor for x (real tensors become kernel inputs)."""
     if isinstance(x, TensorValue):
         return x
-    from .tracer import current
-    tr = current()
+    tr = tracer.current()
     return T.wrap(tr, T.tensor_of(tr, x))
 
 
@@ -287,7 +295,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):  # no
 
 def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
     if eps is None:  # torch's default: the machine epsilon of the input's dtype
-        eps = _torch().finfo(getattr(_torch(), input.dtype.name)).eps
+        eps = _torch().finfo(_dt.to_dtype(input.dtype).torch).eps
     return T.rms_norm(input, normalized_shape, weight, eps)
 
 
@@ -321,7 +329,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         scores = T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf"))
     elif attn_mask is not None:
         m = _tv(attn_mask)
-        if m.dtype is _dt.bool_:
+        if m.pdtype is _dt.bool_:
             scores = T.where(m, scores, float("-inf"))
         else:
             scores = T.binary(Opcode.TADD, scores, m)
@@ -491,7 +499,7 @@ def _entries():
         (lambda x, m: T.clamp(x, None, m), ["clamp_max"]),
         (lambda a, b, **k: T.binary(Opcode.TMAX, a, b), ["maximum", "fmax"]),
         (lambda a, b, **k: T.binary(Opcode.TMIN, a, b), ["minimum", "fmin"]),
-        (where, ["where"]), (masked_fill, ["masked_fill"]),
+        (where, ["where"]), (masked_fill, ["masked_fill"]), (masked_fill_, ["masked_fill_"]),
         (_cmp(Opcode.TCMP_EQ), ["eq", "__eq__"]), (_cmp(Opcode.TCMP_NE), ["ne", "not_equal", "__ne__"]),
         (_cmp(Opcode.TCMP_LT), ["lt", "less", "__lt__"]), (_cmp(Opcode.TCMP_LE), ["le", "less_equal", "__le__"]),
         (_cmp(Opcode.TCMP_GT), ["gt", "greater", "__gt__"]),
@@ -524,7 +532,7 @@ def _entries():
         (_like(0), ["zeros_like"]), (_like(1), ["ones_like"]), (_like(None), ["full_like", "empty_like"]),
         (lambda x, d=_dt.float32: T.cast(x, d), ["type"]),
         (lambda x, n=-1: C.one_hot(x, n), ["one_hot"]),
-        (lambda x, i: T.index(x, i), ["__getitem__"]),
+        (lambda x, i: X.index(x, i), ["__getitem__"]),
         (_new(0), ["new_zeros"]), (_new(1), ["new_ones"]), (_new(None), ["new_full", "new_empty"]),
         (K.einsum, ["einsum"]), (K.outer, ["outer", "ger"]), (K.baddbmm, ["baddbmm"]),
         (K.vector_norm, ["vector_norm"]), (K.norm, ["norm"]), (K.normalize, ["normalize"]),
@@ -543,7 +551,7 @@ def _build():
     torch = _torch()
     import torch.nn.functional as F
     table = {}
-    for impl, names in _entries():
+    for impl, names in _entries() + NN.ENTRIES:
         for name in names:
             _methods.setdefault(name, impl)
             for ns in (torch, torch.Tensor, F, torch.special, torch.linalg):
@@ -551,6 +559,7 @@ def _build():
                 if f is not None and callable(f):
                     table.setdefault(f, impl)
     _table = table
+    NN.install_helpers(F)
 
 
 def dispatch(func, args, kwargs):
@@ -567,7 +576,7 @@ def dispatch(func, args, kwargs):
 
 # What torch code asks a tensor about itself (a traced tensor lives on the CPU, needs no grad).
 ATTRIBUTES = {"requires_grad": False, "is_cuda": False, "is_sparse": False, "is_quantized": False,
-              "is_meta": False, "grad": None, "is_leaf": True}
+              "is_meta": False, "grad": None, "is_leaf": True, **NN.ATTRIBUTES}
 
 
 def method(name):
@@ -601,10 +610,8 @@ def _name_of(func):
 def unsupported(name):
     """The error for a torch function PyPTO cannot express: the function, where it was called
     from (when that is not the kernel's own line, which the walker adds) and the nearest pypto.X."""
-    from .. import ops, ops_composite
     short = name.rsplit(".", 1)[-1].strip("_")
-    public = sorted(n for n in set(dir(ops)) | set(dir(ops_composite))
-                    if not n.startswith("_") and callable(getattr(ops, n, getattr(ops_composite, n, None))))
+    public = public_op_names()
     near = [short] if short in public else difflib.get_close_matches(short, public, n=1, cutoff=0.6)
     msg = f"{name} is not supported inside a PyPTO kernel"
     where = _caller_line()
@@ -629,7 +636,6 @@ def _caller_line():
                     fn.startswith(os.path.join(_PKG, "frontend", "expressions")):
                 return None
         elif not fn.startswith(torch_dir):
-            import linecache
             line = linecache.getline(fn, f.f_lineno).strip()
             return f"{fn}:{f.f_lineno}: {line}" if line else f"{fn}:{f.f_lineno}"
         f = f.f_back

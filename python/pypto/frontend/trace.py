@@ -3,6 +3,7 @@ must be unrolled or a scalar argument must be a compile-time constant, and descr
 (which outputs to allocate, how to rebuild the returned value)."""
 from __future__ import annotations
 
+import ast
 import numbers
 import sys
 
@@ -11,6 +12,11 @@ from .errors import KernelSourceError, NeedsConcrete, PyptoError, Restart
 from .tracer import Path, Tracer
 from .values import TensorValue, is_expr
 from .walker import FunctionWalker
+from . import composite_ops, index_ops, math_ops, tensor_ops, torch_functions, values
+
+# TensorValue's methods call the operation modules, which sit above it: this driver binds them
+# before anything is traced.
+values.bind_operations(tensor_ops, composite_ops, index_ops, math_ops, torch_functions)
 
 MAX_RESTARTS = 64
 
@@ -24,19 +30,24 @@ class Trace:
         self.program = program
         self.outputs = outputs
         self.template = template
+        self.dynamic = tr.dynamic  # arg index -> dims traced as dimension symbols
 
 
 def is_scalar_arg(v):
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and not interop.is_array(v)
 
 
-def trace_kernel(src, names, args, static_args, unroll, backend, static_reasons=None):
+def trace_kernel(src, names, args, static_args, unroll, backend, static_reasons=None, dynamic=None,
+                 static_dims=None):
     """Trace `src` with positional values `args` (named `names`). `static_args` and `unroll` are
     sets the caller keeps: restarts add to them so later signatures start from what was learned.
     `static_reasons` (a dict the caller keeps, optional) gets, per specialised argument index,
-    the kernel line that needed its value."""
+    the kernel line that needed its value. `dynamic` maps arg indices to the dims traced as
+    dimension symbols; a dim whose value the kernel needs at trace time is dropped from it and
+    added to `static_dims` (a dict the caller keeps: (arg, dim) -> why)."""
+    dynamic = {i: set(d) for i, d in (dynamic or {}).items()}
     for _ in range(MAX_RESTARTS):
-        tr = Tracer(src.func.__name__, unroll, static_args, backend)
+        tr = Tracer(src.func.__name__, unroll, static_args, backend, dynamic)
         try:
             with tr:
                 return _trace_once(tr, src, names, args)
@@ -47,6 +58,16 @@ def trace_kernel(src, names, args, static_args, unroll, backend, static_reasons=
                 static_args.add(r.static_arg)
                 if static_reasons is not None:
                     static_reasons[r.static_arg] = r.why
+            if r.static_dim is not None:
+                # Every dynamic dim sharing that symbol (the same extent) becomes static with it.
+                i0, d0 = r.static_dim
+                extent = interop.array_info(args[i0])[1][d0]
+                for i, dims in dynamic.items():
+                    shape = interop.array_info(args[i])[1]
+                    for d in [d for d in dims if shape[d] == extent]:
+                        dims.discard(d)
+                        if static_dims is not None:
+                            static_dims[(i, d)] = r.why
     raise PyptoError(f"kernel '{src.name}': tracing did not settle after {MAX_RESTARTS} attempts")
 
 
@@ -67,7 +88,7 @@ def _trace_once(tr, src, names, args):
     except NeedsConcrete as e:
         _resolve_at_top(tr, src, e)
     try:
-        outputs, template = _describe_result(tr, result)
+        outputs, template = describe_result(tr, result)
         program = tr.finish(outputs)
     except PyptoError as e:
         if isinstance(e, KernelSourceError):
@@ -88,22 +109,25 @@ def _resolve_at_top(tr, src, e):
     where_src = getattr(e, "src", None) or src
     node = e.node if e.node is not None else src.fdef
     if e.expr is not None:
+        why = f"{where_src.filename}:{where_src.lineno(node)}: {e.what}"
         args = sorted({tr.scalar_vars[v] for v in e.expr.vars() if v in tr.scalar_vars})
         if args:
-            raise Restart(static_arg=args[0], why=f"{where_src.filename}:{where_src.lineno(node)}: {e.what}")
+            raise Restart(static_arg=args[0], why=why)
+        dims = sorted({tr.dim_vars[v] for v in e.expr.vars() if v in tr.dim_vars})
+        if dims:  # a dynamic dim needed as a Python value: that dim is specialised instead
+            raise Restart(static_dim=dims[0], why=why)
     value = f": {e.expr} is only known when the kernel runs" if e.expr is not None else ""
     raise KernelSourceError(where_src.where(node, f"{e.what}{value}"))
 
 
 def _last_return(fdef):
-    import ast
     for n in reversed(list(ast.walk(fdef))):
         if isinstance(n, ast.Return):
             return n
     return fdef
 
 
-def _describe_result(tr, result):
+def describe_result(tr, result):
     """Output TensorValues (deduplicated) and a template to rebuild the returned value:
     ("out", k) | ("input", k) | ("static", v) | ("seq", type, [templates]) | ("dict", keys, [templates])."""
     outputs = []

@@ -4,6 +4,7 @@ parameters, the guards that say when a cached trace is still valid, and what the
 (loops to unroll, scalar arguments to specialise)."""
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import types
@@ -90,8 +91,11 @@ class Path:
 
 
 class Tracer:
-    def __init__(self, name, unroll=(), static_args=(), backend="cpu"):
+    def __init__(self, name, unroll=(), static_args=(), backend="cpu", dynamic=None):
         self.name = name
+        self.dynamic = dynamic or {}    # arg index -> dims traced as dimension symbols
+        self.dim_vars = {}              # dimension symbol var name -> (arg index, dim)
+        self._symbol_of_size = {}       # trace-time extent -> symbol name (equal extents share one)
         self.b = _C.Builder(name)
         self.backend = backend
         # Param order: ("arg", index) for explicit tensor arguments, ("implicit", Path, obj) else.
@@ -139,7 +143,23 @@ class Tracer:
     # --- inputs ----------------------------------------------------------------------------------
     def tensor_param(self, name, arr, source):
         dt, shape = interop.array_info(arr, f"argument '{name}'")
-        view = self.b.add_param(name, dt.c, list(shape))
+        dims = self.dynamic.get(source[1]) if source[0] == "arg" else None
+        if dims:
+            # Dynamic dims sharing their trace-time extent share a symbol (the cache key records
+            # which dims are equal, so a call where they differ gets its own variant).
+            symbols = []
+            for d, n in enumerate(shape):
+                if d in dims:
+                    symbols.append(self._symbol_of_size.setdefault(n, f"{name}_{d}"))
+                else:
+                    symbols.append("")
+            view = self.b.add_param(name, dt.c, list(shape), symbols)
+            for d, e in enumerate(view.valid_shape):
+                if d in dims:
+                    for v in e.vars():
+                        self.dim_vars.setdefault(v, (source[1], d))
+        else:
+            view = self.b.add_param(name, dt.c, list(shape))
         self.param_index[view.buffer_id] = len(self.inputs)
         self.inputs.append(source)
         return TensorValue(self, view)
@@ -200,7 +220,6 @@ class Tracer:
         named = getattr(obj, "named_parameters", None)
         if named is None or not callable(getattr(obj, "named_buffers", None)):
             return
-        import itertools
         for name, t in itertools.chain(named(), obj.named_buffers()):
             if t is not None and id(t) not in self.paths:
                 p = path

@@ -9,12 +9,15 @@
 """
 from __future__ import annotations
 
+import sys
+
 from .. import _C
 from .. import dtypes as _dt
 from .errors import PyptoError
 
 Expr = _C.Expr
 Opcode = _C.Opcode
+DYNAMIC_BOUND = _C.DYNAMIC_BOUND  # the static shape entry of a dynamic dim (ir.h)
 # NumPy scalars mixed with run-time scalars (np.float32(2) * i) defer to Expr's own operators.
 Expr.__array_ufunc__ = None
 
@@ -38,14 +41,24 @@ def const_value(x):
 class TensorValue:
     """A tensor inside a kernel being traced: a view of a parameter, an output or a temporary."""
 
-    __slots__ = ("tr", "bv", "shape", "dtype", "__weakref__")
+    __slots__ = ("tr", "bv", "shape", "pdtype", "__weakref__")
     __array_priority__ = 1000  # NumPy defers binary operators to us
 
     def __init__(self, tr, view):
         self.tr = tr
         self.bv = view
-        self.shape = tuple(view.shape)
-        self.dtype = _dt.from_c(view.dtype_enum)
+        shape = tuple(view.shape)
+        if DYNAMIC_BOUND in shape:  # a dynamic dim is its run-time extent, an Expr over dimension symbols
+            valid = view.valid_shape
+            shape = tuple(valid[i] if n == DYNAMIC_BOUND else n for i, n in enumerate(shape))
+        self.shape = shape
+        self.pdtype = _dt.from_c(view.dtype_enum)  # the pypto.dtype, whatever the caller's flavour
+
+    @property
+    def dtype(self):
+        """A pypto.dtype; a torch.dtype when the kernel was called with torch tensors, so that torch
+        code passes it on (torch.zeros_like(m, dtype=x.dtype), torch.finfo(x.dtype))."""
+        return self.pdtype.torch if self.tr.torch_flavour else self.pdtype
 
     # --- introspection ---------------------------------------------------------------------------
     @property
@@ -98,7 +111,7 @@ class TensorValue:
                          "use pypto operations on it")
 
     def __repr__(self):
-        return f"<traced tensor {self.bv.buffer_name} {self.dtype.name}{list(self.shape)}>"
+        return f"<traced tensor {self.bv.buffer_name} {self.pdtype.name}{list(self.shape)}>"
 
     __hash__ = object.__hash__
 
@@ -148,27 +161,24 @@ class TensorValue:
     def __imul__(self, o): T.update(Opcode.TMUL, self, o); return self
     def __itruediv__(self, o): T.update(Opcode.TDIV, self, o); return self
 
-    def __getitem__(self, key): return T.index(self, key)
+    def __getitem__(self, key): return X.index(self, key)
     def __setitem__(self, key, value): X.setitem(self, key, value)
 
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         """torch.rsqrt(x), F.linear(x, w), torch.cat([x, y])... on traced tensors map to pypto ops."""
-        from .torch_functions import dispatch
-        return dispatch(func, args, kwargs)
+        return TF.dispatch(func, args, kwargs)
 
     def __getattr__(self, name):
         """Tensor methods defined by the torch mapping (x.repeat, x.narrow, x.type_as...)."""
         if name.startswith("__"):
             raise AttributeError(name)
-        from .torch_functions import ATTRIBUTES, method, unsupported
-        if name in ATTRIBUTES:
-            return ATTRIBUTES[name]
-        impl = method(name)
+        if name in TF.ATTRIBUTES:
+            return TF.ATTRIBUTES[name]
+        impl = TF.method(name)
         if impl is None:
-            import sys
             if "torch" in sys.modules and hasattr(sys.modules["torch"].Tensor, name):
-                raise unsupported(f"torch.Tensor.{name}")
+                raise TF.unsupported(f"torch.Tensor.{name}")
             raise AttributeError(f"a traced tensor has no attribute '{name}'")
         return lambda *a, **k: impl(self, *a, **k)
 
@@ -188,14 +198,12 @@ class TensorValue:
 
     def max(self, dim=None, keepdim=False, **kw):
         if dim is not None and not kw and self.tr.torch_flavour:
-            from .torch_functions import torch_max
-            return torch_max(self, dim, keepdim)  # torch: (values, indices)
+            return TF.torch_max(self, dim, keepdim)  # torch: (values, indices)
         return T.reduce("max", self, _dim(dim, kw), _keep(keepdim, kw))
 
     def min(self, dim=None, keepdim=False, **kw):
         if dim is not None and not kw and self.tr.torch_flavour:
-            from .torch_functions import torch_min
-            return torch_min(self, dim, keepdim)
+            return TF.torch_min(self, dim, keepdim)
         return T.reduce("min", self, _dim(dim, kw), _keep(keepdim, kw))
 
     def amax(self, dim=None, keepdim=False, **kw): return T.reduce("max", self, _dim(dim, kw), _keep(keepdim, kw))
@@ -287,8 +295,7 @@ class TensorValue:
     def reshape(self, *shape): return T.reshape(self, _varargs(shape))
     view = reshape
     def flatten(self, start_dim=0, end_dim=-1):
-        from .torch_functions import flatten
-        return flatten(self, start_dim, end_dim)
+        return TF.flatten(self, start_dim, end_dim)
     def unsqueeze(self, dim): return T.unsqueeze(self, dim)
     def squeeze(self, dim=None): return T.squeeze(self, dim)
     def expand(self, *shape): return T.broadcast_to(self, _varargs(shape))
@@ -299,8 +306,7 @@ class TensorValue:
     def to(self, *args, **kwargs):
         if len(args) == 1 and not kwargs and not isinstance(args[0], (str, TensorValue)):
             return T.cast(self, args[0])
-        from .torch_functions import to
-        return to(self, *args, **kwargs)
+        return TF.to(self, *args, **kwargs)
     def astype(self, dtype): return T.cast(self, dtype)
     def type(self, dtype): return T.cast(self, dtype)
     def float(self): return T.cast(self, _dt.float32)
@@ -336,7 +342,11 @@ def _keep(keepdim, kw):
     return kw.get("keepdims", keepdim)
 
 
-from . import tensor_ops as T  # noqa: E402  (the op implementations need TensorValue defined)
-from . import composite_ops as C  # noqa: E402
-from . import index_ops as X  # noqa: E402
-from . import math_ops as M  # noqa: E402
+# The operation modules the methods above call. They build TensorValues, so they sit above this
+# module: the tracing driver (trace.py) hands them in, as nothing is traced before it runs.
+T = C = X = M = TF = None
+
+
+def bind_operations(tensor_ops, composite_ops, index_ops, math_ops, torch_functions):
+    global T, C, X, M, TF
+    T, C, X, M, TF = tensor_ops, composite_ops, index_ops, math_ops, torch_functions

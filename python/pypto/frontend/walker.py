@@ -7,11 +7,15 @@ from __future__ import annotations
 import ast
 import importlib
 
+from . import intrinsics
+from .calls import call_value, check_mutation
 from .control import ControlFlow, Break, Continue
 from .errors import KernelSourceError, NeedsConcrete, PyptoError, Restart
 from .expressions import BUILTINS, ExpressionEvaluator, LoopLocal, concrete
 from .source import SourceInfo
 from .values import Opcode, TensorValue, is_expr
+from .index_ops import has_tensor_index, setitem
+from .index_ops import index as tensor_index
 from . import tensor_ops as T
 
 _UNSUPPORTED_STMT = {
@@ -186,7 +190,6 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
                 base = self.eval(t.value)
                 if isinstance(base, TensorValue):
                     raise PyptoError("unsupported construct in a kernel: del of a tensor element")
-                from .calls import check_mutation
                 check_mutation(self, base)
                 del base[concrete(self.eval_index(t.slice), "del index")]
             else:
@@ -203,12 +206,10 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
             key = self.eval_index(target.slice)
             self.cur_node = target
             if isinstance(base, TensorValue):
-                from .index_ops import setitem
                 setitem(base, key, value)
             elif is_expr(base):
                 raise PyptoError("a run-time scalar cannot be assigned into")
             else:
-                from .calls import check_mutation
                 k = concrete(key, "an index into a Python value (list, dict) must be known at trace time")
                 check_mutation(self, base)
                 base[k] = value
@@ -263,19 +264,20 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
         elif isinstance(t, ast.Subscript):
             base = self.eval(t.value)
             key = self.eval_index(t.slice)
-            from .index_ops import has_tensor_index, setitem
             if isinstance(base, TensorValue) and has_tensor_index(key):  # x[idx] += v: read, combine, write back
-                setitem(base, key, self.binop(opt, T.index(base, key), self.eval(node.value)))
+                setitem(base, key, self.binop(opt, tensor_index(base, key), self.eval(node.value)))
             elif isinstance(base, TensorValue):
                 self.inplace(T.index(base, key), opt, node.value)
             else:
-                from .calls import check_mutation
                 k = concrete(key, "an index into a Python value must be known at trace time")
                 new = self.binop(opt, base[k], self.eval(node.value))
                 check_mutation(self, base)
                 base[k] = new
         else:
             raise PyptoError("augmented assignment to an attribute is not supported inside a kernel")
+
+    def call(self, f, args, kwargs):
+        return call_value(self, f, args, kwargs)
 
     def inplace(self, dst, opt, value_node):
         """dst op= value on a tensor: in place (`+=` of a matmul accumulates: TMATMUL_ACC)."""
@@ -303,10 +305,9 @@ class FunctionWalker(ExpressionEvaluator, ControlFlow):
             return None, self.binop(ast.MatMult, a, b)
         if isinstance(node, ast.Call) and len(node.args) == 2 and not node.keywords \
                 and not any(isinstance(x, ast.Starred) for x in node.args):
-            from .. import ops
             f = self.eval(node.func)
             a, b = self.eval(node.args[0]), self.eval(node.args[1])
-            if f is ops.matmul and ok(a, b):
+            if intrinsics.intrinsic_of(f) == intrinsics.MATMUL and ok(a, b):
                 return (a, b), None
             self.cur_node = node
             return None, self.call(f, [a, b], {})

@@ -276,17 +276,22 @@ class Gen {
     } else {
       if (b->kind != BufferKind::Temp)
         throw Error("cpu codegen: alloc of global buffer '" + b->name + "', which is a parameter");
-      int64_t n = 1;
-      for (int64_t s : b->shape) n *= s;
+      // Row-major; a dynamic dim's extent (over dimension symbols) is evaluated here, at run time.
       std::string h = "sb_" + info.ptr.substr(2);
-      line() << "pto::ScratchBuffer<" << T << "> " << h << "(" << int_literal(n) << ");\n";
-      line() << T << "* const " << info.ptr << " = " << h << ".data();\n";
       info.strides.resize(b->shape.size());
-      int64_t st = 1;
+      IExpr st = ic(1);
       for (int d = b->rank() - 1; d >= 0; --d) {
-        info.strides[size_t(d)] = ic(st);
-        st *= b->shape[size_t(d)];
+        info.strides[size_t(d)] = st;
+        st = imul(st, b->is_dynamic(d) ? iexpr(b->dyn[size_t(d)]) : ic(b->shape[size_t(d)]));
+        if (!st.c) {  // named once, not re-evaluated at every access
+          std::string n = "dn_" + info.ptr.substr(2) + "_" + std::to_string(d);
+          line() << "const int64_t " << n << " = " << st.s << ";\n";
+          st = IExpr{n, std::nullopt};
+        }
       }
+      line() << "pto::ScratchBuffer<" << T << "> " << h << "(" << (st.c ? int_literal(*st.c) : st.s)
+             << ");\n";
+      line() << T << "* const " << info.ptr << " = " << h << ".data();\n";
     }
     bufs_[b->name] = std::move(info);
   }

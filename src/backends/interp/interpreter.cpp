@@ -41,7 +41,8 @@ const void* element_key(const GlobalBuf& b, int64_t a) {
 }
 }  // namespace
 
-Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
+Machine::Machine(const Program& p, const runtime::RunArgs& args, ExecObserver* observer)
+    : prog_(p), observer_(observer) {
   runtime::check_args(p, args, runtime::written_params(p));
   for (size_t k = 0; k < p.params.size(); ++k) {
     const Buffer& b = *p.params[k];
@@ -49,15 +50,17 @@ Machine::Machine(const Program& p, const runtime::RunArgs& args) : prog_(p) {
     auto g = std::make_unique<GlobalBuf>();
     g->name = b.name;
     g->dtype = b.dtype;
-    g->shape = b.shape;
+    g->shape = t.shape;  // (dynamic dims: checked against their extents by check_args)
     g->external = true;
     g->data = static_cast<char*>(t.data);
     g->strides = t.strides;
     globals_[b.name] = std::move(g);
   }
+  std::vector<ScalarValue> scalars = args.scalars;
+  runtime::bind_dim_symbols(p, args.tensors, scalars);
   for (size_t k = 0; k < p.scalars.size(); ++k) {
     const ScalarParam& sp = p.scalars[k];
-    ScalarValue v = args.scalars[k];
+    ScalarValue v = scalars[k];
     if (is_float(sp.dtype))
       v = round_to(sp.dtype, fnum(v.as_double()));
     else
@@ -121,14 +124,18 @@ void Machine::exec_for(const StmtNode& s) {
     // and record their accesses, so a dependence between them is an error, not a lucky pass.
     std::vector<int64_t> values =
         parallel_iterations(lo, hi, step, parallel_, std::hash<std::string>{}(s.var) ^ races_.depth());
+    const size_t depth = races_.depth();
     races_.enter(s.var, values);
+    if (observer_) observer_->on_parallel_enter(depth, int64_t(values.size()));
     for (size_t k = 0; k < values.size(); ++k) {
       if (runtime::stop_requested()) throw runtime::Interrupted();  // Ctrl-C, between iterations
       races_.iteration(k);
+      if (observer_) observer_->on_parallel_iteration(depth, int64_t((values[k] - lo) / step));
       env_[s.var] = ScalarValue{false, values[k], 0};
       exec_block(s.body);
     }
     races_.leave();
+    if (observer_) observer_->on_parallel_leave(depth);
   } else {
     for (__int128 t = 0, trips = trip_count(lo, hi, step); t < trips; ++t) {
       if (runtime::stop_requested()) throw runtime::Interrupted();
@@ -145,16 +152,17 @@ void Machine::allocate(const BufferRef& b) {
     throw Error("alloc of '" + b->name + "' shadows a parameter");
   // The interpreter holds every element (24 bytes with its written bit): refuse what cannot fit
   // rather than overflow the count or die in the allocator.
+  const std::vector<int64_t> shape = runtime_shape(*b, env_);  // dynamic extents evaluated now
   int64_t n = 1;
-  for (int64_t d : b->shape)
+  for (int64_t d : shape)
     if (d < 0 || __builtin_mul_overflow(n, d, &n) || n > (int64_t(1) << 32))
-      throw Error("alloc of '" + b->name + "' " + shape_str(b->shape) + " is too large for the interpreter");
+      throw Error("alloc of '" + b->name + "' " + shape_str(shape) + " is too large for the interpreter");
   if (b->space == Space::Global) {
     // Scratch in global memory: fresh (unwritten) at every execution of its Alloc.
     auto g = std::make_unique<GlobalBuf>();
     g->name = b->name;
     g->dtype = b->dtype;
-    g->shape = b->shape;
+    g->shape = shape;
     g->val.assign(size_t(n), fnum(NAN));
     g->written.assign(size_t(n), 0);
     g->parallel_depth = races_.depth();
@@ -212,6 +220,34 @@ void Machine::exec_op(const Op& op) {
       exec_sync(*this, op);
       break;
   }
+  if (observer_) {
+    std::vector<ScalarValue> scalars;
+    for (size_t i = 0; i < op.args.size(); ++i)
+      if (is_scalar(op, i)) scalars.push_back(scalar(op, i));
+    observer_->on_op(op, operand_uses(op), scalars);
+  }
+}
+
+std::vector<OperandUse> Machine::operand_uses(const Op& op) {
+  std::vector<OperandUse> uses;
+  for (size_t i = 0; i < op.args.size(); ++i) {
+    const View* v = std::get_if<View>(&op.args[i]);
+    if (!v || !v->buf) continue;
+    OperandUse u{v->buf.get(), i == 0, 0, 0};
+    if (v->buf->space == Space::Global) {
+      const GView g = global_view(op, i);
+      u.rows = g.rows;
+      u.cols = g.cols;
+    } else {
+      auto it = tiles_.find(v->buf->name);
+      if (it != tiles_.end()) {
+        u.rows = it->second->vr;
+        u.cols = it->second->vc;
+      }
+    }
+    uses.push_back(u);
+  }
+  return uses;
 }
 
 // ---- operands ---------------------------------------------------------------------------------
@@ -406,8 +442,8 @@ void Machine::gwrite(const Op& op, const GView& v, int64_t i, int64_t j, const N
   }
 }
 
-void interpret(const Program& tile_program, const runtime::RunArgs& args) {
-  Machine m(tile_program, args);
+void interpret(const Program& tile_program, const runtime::RunArgs& args, ExecObserver* observer) {
+  Machine m(tile_program, args, observer);
   m.run();
 }
 

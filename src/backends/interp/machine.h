@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backends/interp/interpreter.h"
 #include "backends/interp/parallel.h"
 #include "exec/tensor_arg.h"
 #include "ir/ir.h"
@@ -76,7 +77,7 @@ struct GView {
 
 class Machine {
  public:
-  Machine(const ir::Program& p, const runtime::RunArgs& args);
+  Machine(const ir::Program& p, const runtime::RunArgs& args, ExecObserver* observer = nullptr);
   void run();
 
   // --- used by the instruction files --------------------------------------------------------
@@ -111,6 +112,7 @@ class Machine {
   const ir::View& view_operand(const ir::Op& op, size_t i) const;
   int64_t eval_int(const ir::Expr& e, const char* what) const;
   void exec_for(const ir::StmtNode& s);
+  std::vector<OperandUse> operand_uses(const ir::Op& op);
 
   const ir::Program& prog_;
   ir::ScalarEnv env_;
@@ -118,6 +120,7 @@ class Machine {
   std::unordered_map<std::string, std::unique_ptr<GlobalBuf>> globals_;
   ParallelSettings parallel_ = parallel_settings_from_env();
   mutable RaceChecker races_;
+  ExecObserver* observer_ = nullptr;
 };
 
 // Computes every result f(r, c) over vr x vc first, then sets dst's valid region to it and writes

@@ -1,0 +1,487 @@
+"""torch.nn.functional's convolution, pooling, normalisation, resampling and activation functions
+inside kernels, as compositions of PyPTO operations (so that `pypto.jit(module)` of CNNs and of
+torch's own transformer modules works): conv1d/conv2d with groups, batch_norm (inference),
+group_norm, instance_norm, max/avg pooling, adaptive average pooling, nearest upsampling,
+pixel_shuffle and the remaining pointwise activations."""
+from __future__ import annotations
+
+from .errors import PyptoError
+from .index_ops import flip
+from .values import Opcode, TensorValue
+from . import composite_ops as C
+from . import math_ops as M
+from . import tensor_ops as T
+
+
+def _pair(v, what):
+    if isinstance(v, (tuple, list)):
+        if len(v) != 2:
+            raise PyptoError(f"{what}: expected an int or a pair, got {v!r}")
+        return int(v[0]), int(v[1])
+    return int(v), int(v)
+
+
+# --- convolution -----------------------------------------------------------------------------------
+
+def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    """torch's conv2d: padding 0 by default (PyPTO's own conv2d defaults to 'same'); groups split
+    the channels (a depthwise convolution is groups == channels)."""
+    if groups == 1:
+        return T.conv2d(input, weight, bias, stride, padding, dilation)
+    c_in, c_out = input.shape[-3], weight.shape[0]
+    if c_in % groups or c_out % groups:
+        raise PyptoError(f"conv2d: {c_in} input and {c_out} output channels do not split into {groups} groups")
+    ci, co = c_in // groups, c_out // groups
+    outs = []
+    for g in range(groups):
+        xg = T.index(input, (Ellipsis, slice(g * ci, (g + 1) * ci), slice(None), slice(None)))
+        bg = T.index(bias, slice(g * co, (g + 1) * co)) if bias is not None else None
+        outs.append(T.conv2d(xg, T.index(weight, slice(g * co, (g + 1) * co)), bg, stride, padding, dilation))
+    return T.concat(outs, -3)
+
+
+def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002
+    """A conv2d over a height of one."""
+    if isinstance(padding, str):
+        pad = padding
+    else:
+        pad = (0, int(padding[0] if isinstance(padding, (tuple, list)) else padding))
+
+    def one(v):
+        return int(v[0] if isinstance(v, (tuple, list)) else v)
+    y = conv2d(T.unsqueeze(input, -2), T.unsqueeze(weight, -2), bias, (1, one(stride)), pad,
+               (1, one(dilation)), groups)
+    return T.squeeze(y, -2)
+
+
+def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_padding=0, groups=1,  # noqa: A002
+                     dilation=1):
+    """The adjoint of conv2d: the input spread out with stride-1 zeros between its pixels, padded,
+    and convolved with the spatially flipped, in/out-swapped kernel."""
+    if groups != 1 or _pair(dilation, "conv_transpose2d") != (1, 1):
+        raise PyptoError("conv_transpose2d: groups and dilation are not supported inside a kernel")
+    sh, sw = _pair(stride, "conv_transpose2d")
+    ph, pw = _pair(padding, "conv_transpose2d")
+    oph, opw = _pair(output_padding, "conv_transpose2d")
+    kh, kw = weight.shape[-2], weight.shape[-1]
+    if ph > kh - 1 or pw > kw - 1:
+        raise PyptoError("conv_transpose2d: padding larger than kernel_size - 1 is not supported")
+    lead, H, W = tuple(input.shape[:-2]), input.shape[-2], input.shape[-1]
+    x = input
+    if (sh, sw) != (1, 1):
+        x = T.full(lead + ((H - 1) * sh + 1, (W - 1) * sw + 1), 0.0, input.dtype)
+        T.assign(T.index(x, (Ellipsis, slice(None, None, sh), slice(None, None, sw))), input)
+    x = C.pad(x, (kw - 1 - pw, kw - 1 - pw + opw, kh - 1 - ph, kh - 1 - ph + oph), value=0.0)
+    w = flip(T.transpose(weight, 0, 1), (-2, -1))
+    return T.conv2d(x, w, bias, 1, 0, 1)
+
+
+# --- normalisation -----------------------------------------------------------------------------------
+
+def _per_channel(v, ndim):
+    """A (C,) vector shaped to broadcast over (N, C, ...) of rank ndim."""
+    return T.reshape(v, (v.shape[0],) + (1,) * (ndim - 2))
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,  # noqa: A002
+               momentum=0.1, eps=1e-5):
+    """Inference batch norm from the running statistics; in training mode only without running
+    statistics (the batch's own; updating module buffers is not supported inside a kernel)."""
+    nd = input.ndim
+    if training or running_mean is None:
+        if running_mean is not None:
+            raise PyptoError("batch_norm in training mode would update the running statistics, which a kernel "
+                             "cannot do; call module.eval()")
+        dims = (0,) + tuple(range(2, nd))
+        mean = T.mean(input, dims, True)
+        d = T.binary(Opcode.TSUB, input, mean)
+        var = T.mean(T.binary(Opcode.TMUL, d, d), dims, True)
+    else:
+        mean, var = _per_channel(running_mean, nd), _per_channel(running_var, nd)
+        d = T.binary(Opcode.TSUB, input, mean)
+    y = T.binary(Opcode.TMUL, d, T.unary(Opcode.TRSQRT, T.binary(Opcode.TADD, var, float(eps))))
+    if weight is not None:
+        y = T.binary(Opcode.TMUL, y, _per_channel(weight, nd))
+    if bias is not None:
+        y = T.binary(Opcode.TADD, y, _per_channel(bias, nd))
+    return y
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):  # noqa: A002
+    n, c = input.shape[0], input.shape[1]
+    if c % num_groups:
+        raise PyptoError(f"group_norm: {c} channels do not split into {num_groups} groups")
+    g = T.reshape(input, (n, num_groups, -1))
+    mean = T.mean(g, -1, True)
+    d = T.binary(Opcode.TSUB, g, mean)
+    var = T.mean(T.binary(Opcode.TMUL, d, d), -1, True)
+    y = T.reshape(T.binary(Opcode.TMUL, d, T.unary(Opcode.TRSQRT, T.binary(Opcode.TADD, var, float(eps)))),
+                  tuple(input.shape))
+    if weight is not None:
+        y = T.binary(Opcode.TMUL, y, _per_channel(weight, input.ndim))
+    if bias is not None:
+        y = T.binary(Opcode.TADD, y, _per_channel(bias, input.ndim))
+    return y
+
+
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,  # noqa: A002
+                  use_input_stats=True, momentum=0.1, eps=1e-5):
+    if not use_input_stats:
+        return batch_norm(input, running_mean, running_var, weight, bias, False, momentum, eps)
+    if running_mean is not None:
+        raise PyptoError("instance_norm with track_running_stats=True updates buffers, which a kernel cannot do")
+    return group_norm(input, input.shape[1], weight, bias, eps)
+
+
+# --- pooling and resampling ---------------------------------------------------------------------
+
+def _windows(input, kernel_size, stride, padding, dilation, fill, what):  # noqa: A002
+    """The kernel's strided views of the (padded) input, each of the output's size."""
+    if input.ndim not in (3, 4):
+        raise PyptoError(f"{what}: expects (N, C, H, W) or (C, H, W), got shape {tuple(input.shape)}")
+    kh, kw = _pair(kernel_size, what)
+    sh, sw = _pair(stride if stride not in (None, ()) else kernel_size, what)
+    ph, pw = _pair(padding, what)
+    dh, dw = _pair(dilation, what)
+    x = input
+    if ph or pw:
+        x = C.pad(x, (pw, pw, ph, ph), value=fill)
+    H, W = x.shape[-2], x.shape[-1]
+    oh, ow = (H - dh * (kh - 1) - 1) // sh + 1, (W - dw * (kw - 1) - 1) // sw + 1
+    if oh < 1 or ow < 1:
+        raise PyptoError(f"{what}: the kernel {kh}x{kw} does not fit the input {H}x{W}")
+    views = []
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dh, j * dw
+            views.append(T.index(x, (Ellipsis, slice(r0, r0 + sh * (oh - 1) + 1, sh),
+                                     slice(c0, c0 + sw * (ow - 1) + 1, sw))))
+    return views
+
+
+def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
+               return_indices=False):
+    if ceil_mode or return_indices:
+        raise PyptoError("max_pool2d: ceil_mode and return_indices are not supported")
+    views = _windows(input, kernel_size, stride, padding, dilation, float("-inf"), "max_pool2d")
+    out = views[0]
+    for v in views[1:]:
+        out = T.binary(Opcode.TMAX, out, v)
+    return out
+
+
+def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
+               count_include_pad=True, divisor_override=None):
+    if ceil_mode:
+        raise PyptoError("avg_pool2d: ceil_mode is not supported")
+    if padding not in (0, (0, 0), [0, 0]) and not count_include_pad:
+        raise PyptoError("avg_pool2d: count_include_pad=False with padding is not supported")
+    views = _windows(input, kernel_size, stride, padding, 1, 0.0, "avg_pool2d")
+    out = views[0]
+    for v in views[1:]:
+        out = T.binary(Opcode.TADD, out, v)
+    return T.binary(Opcode.TDIV, out, float(divisor_override or len(views)))
+
+
+def adaptive_avg_pool2d(input, output_size):  # noqa: A002
+    oh, ow = _pair(output_size, "adaptive_avg_pool2d")
+    H, W = input.shape[-2], input.shape[-1]
+    oh, ow = oh or H, ow or W
+    if (oh, ow) == (1, 1):
+        return T.mean(input, (-2, -1), True)
+    if H % oh or W % ow:
+        raise PyptoError(f"adaptive_avg_pool2d: output {oh}x{ow} must divide the input {H}x{W}")
+    return avg_pool2d(input, (H // oh, W // ow))
+
+
+def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
+               return_indices=False):
+    k = kernel_size[0] if isinstance(kernel_size, (tuple, list)) else kernel_size
+    s = stride[0] if isinstance(stride, (tuple, list)) and stride else stride
+    p = padding[0] if isinstance(padding, (tuple, list)) else padding
+    y = max_pool2d(T.unsqueeze(input, -2), (1, k), (1, s or k), (0, p), (1, dilation), ceil_mode, return_indices)
+    return T.squeeze(y, -2)
+
+
+def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):  # noqa: A002
+    k = kernel_size[0] if isinstance(kernel_size, (tuple, list)) else kernel_size
+    s = stride[0] if isinstance(stride, (tuple, list)) and stride else stride
+    p = padding[0] if isinstance(padding, (tuple, list)) else padding
+    y = avg_pool2d(T.unsqueeze(input, -2), (1, k), (1, s or k), (0, p), ceil_mode, count_include_pad)
+    return T.squeeze(y, -2)
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,  # noqa: A002
+                recompute_scale_factor=None, antialias=False):
+    """Nearest-neighbour resampling by integer factors (each pixel repeated)."""
+    if mode != "nearest":
+        raise PyptoError(f"interpolate: mode={mode!r} is not supported inside a kernel (only 'nearest')")
+    spatial = input.shape[2:]
+    if size is not None:
+        sizes = tuple(size) if isinstance(size, (tuple, list)) else (size,) * len(spatial)
+        factors = []
+        for s, n in zip(sizes, spatial):
+            if s % n:
+                raise PyptoError(f"interpolate: size {tuple(sizes)} must be a whole multiple of {tuple(spatial)}")
+            factors.append(s // n)
+    else:
+        sf = scale_factor if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * len(spatial)
+        if any(float(f) != int(f) for f in sf):
+            raise PyptoError(f"interpolate: scale_factor {scale_factor!r} must be whole numbers")
+        factors = [int(f) for f in sf]
+    y = input
+    for k, f in enumerate(factors):
+        if f != 1:
+            y = C.repeat_interleave(y, f, 2 + k)
+    return y
+
+
+def pixel_shuffle(input, upscale_factor):  # noqa: A002
+    n, c, h, w = input.shape
+    r = int(upscale_factor)
+    if c % (r * r):
+        raise PyptoError(f"pixel_shuffle: {c} channels are not a multiple of {r}^2")
+    y = T.reshape(input, (n, c // (r * r), r, r, h, w))
+    y = T.permute(y, (0, 1, 4, 2, 5, 3))
+    return T.reshape(y, (n, c // (r * r), h * r, w * r))
+
+
+# --- attention -----------------------------------------------------------------------------------
+
+def multi_head_attention_forward(query, key, value, embed_dim_to_check, num_heads, in_proj_weight,
+                                 in_proj_bias, bias_k, bias_v, add_zero_attn, dropout_p, out_proj_weight,
+                                 out_proj_bias, training=True, key_padding_mask=None, need_weights=True,
+                                 attn_mask=None, use_separate_proj_weight=False, q_proj_weight=None,
+                                 k_proj_weight=None, v_proj_weight=None, static_k=None, static_v=None,
+                                 average_attn_weights=True, is_causal=False):
+    """nn.MultiheadAttention's computation over (L, N, E) inputs (the module transposes
+    batch-first inputs itself): projections, per-head scaled dot products with the masks,
+    softmax, the output projection, and the head-averaged weights when asked for."""
+    if bias_k is not None or bias_v is not None or add_zero_attn or static_k is not None or static_v is not None:
+        raise PyptoError("multi_head_attention: bias_k/bias_v, add_zero_attn and static keys are not supported")
+    if training and dropout_p > 0:
+        raise PyptoError("multi_head_attention: dropout in training mode is not supported; call module.eval()")
+    unbatched = query.ndim == 2
+    if unbatched:
+        query, key, value = (T.unsqueeze(t, 1) for t in (query, key, value))
+        if key_padding_mask is not None:
+            key_padding_mask = T.unsqueeze(key_padding_mask, 0)
+    L, N, E = query.shape
+    S = key.shape[0]
+    H = num_heads
+    hd = E // H
+    if use_separate_proj_weight:
+        wq, wk, wv = q_proj_weight, k_proj_weight, v_proj_weight
+    else:
+        wq, wk, wv = (T.index(in_proj_weight, slice(i * E, (i + 1) * E)) for i in range(3))
+    bq = bk = bv = None
+    if in_proj_bias is not None:
+        bq, bk, bv = (T.index(in_proj_bias, slice(i * E, (i + 1) * E)) for i in range(3))
+
+    def proj(x, w, b, n):  # (n, N, E) -> (N, H, n, hd)
+        y = T.matmul(x, T.transpose(w, 0, 1))
+        if b is not None:
+            y = T.binary(Opcode.TADD, y, b)
+        return T.permute(T.reshape(y, (n, N, H, hd)), (1, 2, 0, 3))
+    q, k, v = proj(query, wq, bq, L), proj(key, wk, bk, S), proj(value, wv, bv, S)
+    scores = T.binary(Opcode.TMUL, T.matmul(q, T.transpose(k, -2, -1)), hd ** -0.5)
+    masks = []
+    if attn_mask is not None:
+        m = attn_mask if attn_mask.ndim == 2 else T.reshape(attn_mask, (N, H, L, S))
+        masks.append(m)
+    elif is_causal:
+        masks.append(C.triu(T.full((L, S), float("-inf"), scores.dtype), 1))
+    if key_padding_mask is not None:
+        masks.append(T.reshape(key_padding_mask, (N, 1, 1, S)))
+    for m in masks:
+        if not m.dtype.is_floating_point:
+            scores = T.where(m, float("-inf"), scores)
+        else:
+            scores = T.binary(Opcode.TADD, scores, m)
+    p = T.softmax(scores, -1)
+    ctx = T.reshape(T.permute(T.matmul(p, v), (2, 0, 1, 3)), (L, N, E))
+    out = T.matmul(ctx, T.transpose(out_proj_weight, 0, 1))
+    if out_proj_bias is not None:
+        out = T.binary(Opcode.TADD, out, out_proj_bias)
+    weights = None
+    if need_weights:
+        weights = T.mean(p, 1, False) if average_attn_weights else p
+        if unbatched:
+            weights = T.squeeze(weights, 0)
+    if unbatched:
+        out = T.squeeze(out, 1)
+    return out, weights
+
+
+# --- recurrent cells and layers --------------------------------------------------------------------
+
+def _affine(x, w, b):
+    y = T.matmul(x, T.transpose(w, 0, 1))
+    return y if b is None else T.binary(Opcode.TADD, y, b)
+
+
+def _sig(x):
+    return T.unary(Opcode.TSIGMOID, x)
+
+
+def _tanh(x):
+    return T.unary(Opcode.TTANH, x)
+
+
+def lstm_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002
+    h, c = hx
+    gates = T.binary(Opcode.TADD, _affine(input, w_ih, b_ih), _affine(h, w_hh, b_hh))
+    i, f, g, o = C.chunk(gates, 4, -1)
+    c2 = T.binary(Opcode.TADD, T.binary(Opcode.TMUL, _sig(f), c), T.binary(Opcode.TMUL, _sig(i), _tanh(g)))
+    return T.binary(Opcode.TMUL, _sig(o), _tanh(c2)), c2
+
+
+def gru_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002
+    ir, iz, inn = C.chunk(_affine(input, w_ih, b_ih), 3, -1)
+    hr, hz, hn = C.chunk(_affine(hx, w_hh, b_hh), 3, -1)
+    r = _sig(T.binary(Opcode.TADD, ir, hr))
+    z = _sig(T.binary(Opcode.TADD, iz, hz))
+    n = _tanh(T.binary(Opcode.TADD, inn, T.binary(Opcode.TMUL, r, hn)))
+    return T.binary(Opcode.TADD, n, T.binary(Opcode.TMUL, z, T.binary(Opcode.TSUB, hx, n)))  # (1-z) n + z h
+
+
+def rnn_tanh_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002
+    return _tanh(T.binary(Opcode.TADD, _affine(input, w_ih, b_ih), _affine(hx, w_hh, b_hh)))
+
+
+def rnn_relu_cell(input, hx, w_ih, w_hh, b_ih=None, b_hh=None):  # noqa: A002
+    return T.unary(Opcode.TRELU, T.binary(Opcode.TADD, _affine(input, w_ih, b_ih), _affine(hx, w_hh, b_hh)))
+
+
+def _recurrent(kind, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,  # noqa: A002
+               batch_first):
+    """torch.lstm / torch.gru / torch.rnn_tanh over a whole sequence: each layer and direction a
+    loop over the time steps (unrolled at trace time), as nn.LSTM/GRU/RNN compute it."""
+    if train and dropout > 0 and num_layers > 1:
+        raise PyptoError(f"{kind}: dropout between layers in training mode is not supported; call module.eval()")
+    dirs = 2 if bidirectional else 1
+    per = 4 if has_biases else 2
+    if len(params) != num_layers * dirs * per:
+        raise PyptoError(f"{kind}: projections (proj_size) are not supported inside a kernel")
+    cell = {"lstm": lstm_cell, "gru": gru_cell, "rnn_tanh": rnn_tanh_cell, "rnn_relu": rnn_relu_cell}[kind]
+    x = T.transpose(input, 0, 1) if batch_first else input  # (T, N, F) or (T, F) unbatched
+    steps = x.shape[0]
+    h0 = hx[0] if kind == "lstm" else hx
+    c0 = hx[1] if kind == "lstm" else None
+    h_n, c_n = [], []
+    for layer in range(num_layers):
+        outs_dir = []
+        for d in range(dirs):
+            k = (layer * dirs + d) * per
+            w_ih, w_hh = params[k], params[k + 1]
+            b_ih, b_hh = (params[k + 2], params[k + 3]) if has_biases else (None, None)
+            h = T.index(h0, layer * dirs + d)
+            c = T.index(c0, layer * dirs + d) if c0 is not None else None
+            outs = [None] * steps
+            for t in (range(steps - 1, -1, -1) if d else range(steps)):
+                xt = T.index(x, t)
+                if kind == "lstm":
+                    h, c = cell(xt, (h, c), w_ih, w_hh, b_ih, b_hh)
+                else:
+                    h = cell(xt, h, w_ih, w_hh, b_ih, b_hh)
+                outs[t] = h
+            outs_dir.append(C.stack(outs, 0))
+            h_n.append(h)
+            c_n.append(c)
+        x = outs_dir[0] if dirs == 1 else T.concat(outs_dir, -1)
+    out = T.transpose(x, 0, 1) if batch_first else x
+    hn = C.stack(h_n, 0)
+    return (out, hn, C.stack(c_n, 0)) if kind == "lstm" else (out, hn)
+
+
+def _recurrent_op(kind):
+    def f(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first):  # noqa: A002
+        return _recurrent(kind, input, hx, params, has_biases, num_layers, dropout, train, bidirectional,
+                          batch_first)
+    return f
+
+
+# --- pointwise activations ---------------------------------------------------------------------------
+
+def _act(fn):
+    def f(input, *args, inplace=False, **kwargs):  # noqa: A002
+        return fn(input, *args, **kwargs)
+    return f
+
+
+def elu(x, alpha=1.0):
+    neg = T.binary(Opcode.TMUL, T.binary(Opcode.TSUB, T.unary(Opcode.TEXP, T.clamp(x, None, 0.0)), 1.0), alpha)
+    return T.where(T.compare(Opcode.TCMP_GT, x, 0.0), x, neg)
+
+
+def selu(x):
+    return T.binary(Opcode.TMUL, elu(x, 1.6732632423543772), 1.0507009873554805)
+
+
+def celu(x, alpha=1.0):
+    neg = T.binary(Opcode.TMUL, T.binary(Opcode.TSUB, T.unary(
+        Opcode.TEXP, T.binary(Opcode.TDIV, T.clamp(x, None, 0.0), alpha)), 1.0), alpha)
+    return T.where(T.compare(Opcode.TCMP_GT, x, 0.0), x, neg)
+
+
+def hardtanh(x, min_val=-1.0, max_val=1.0):
+    return T.clamp(x, min_val, max_val)
+
+
+def relu6(x):
+    return T.clamp(x, 0.0, 6.0)
+
+
+def logsigmoid(x):
+    return T.unary(Opcode.TNEG, M.softplus(T.unary(Opcode.TNEG, x)))
+
+
+def softsign(x):
+    return T.binary(Opcode.TDIV, x, T.binary(Opcode.TADD, T.unary(Opcode.TABS, x), 1.0))
+
+
+def tanhshrink(x):
+    return T.binary(Opcode.TSUB, x, T.unary(Opcode.TTANH, x))
+
+
+def threshold(x, threshold, value):
+    return T.where(T.compare(Opcode.TCMP_GT, x, threshold), x, value)
+
+
+def glu(x, dim=-1):
+    a, b = C.chunk(x, 2, dim)
+    return T.binary(Opcode.TMUL, a, T.unary(Opcode.TSIGMOID, b))
+
+
+ENTRIES = [
+    (conv2d, ["conv2d"]), (conv1d, ["conv1d"]), (batch_norm, ["batch_norm"]), (group_norm, ["group_norm"]),
+    (instance_norm, ["instance_norm"]), (max_pool2d, ["max_pool2d"]), (avg_pool2d, ["avg_pool2d"]),
+    (max_pool1d, ["max_pool1d"]), (avg_pool1d, ["avg_pool1d"]),
+    (adaptive_avg_pool2d, ["adaptive_avg_pool2d"]), (interpolate, ["interpolate", "upsample"]),
+    (pixel_shuffle, ["pixel_shuffle"]), (conv_transpose2d, ["conv_transpose2d"]),
+    (multi_head_attention_forward, ["multi_head_attention_forward"]),
+    (lstm_cell, ["lstm_cell"]), (gru_cell, ["gru_cell"]), (rnn_tanh_cell, ["rnn_tanh_cell"]),
+    (rnn_relu_cell, ["rnn_relu_cell"]), (_recurrent_op("lstm"), ["lstm"]), (_recurrent_op("gru"), ["gru"]),
+    (_recurrent_op("rnn_tanh"), ["rnn_tanh"]), (_recurrent_op("rnn_relu"), ["rnn_relu"]),
+    (_act(M.softplus), ["softplus"]), (_act(M.mish), ["mish"]), (_act(M.hardswish), ["hardswish"]),
+    (_act(M.hardsigmoid), ["hardsigmoid"]), (_act(M.leaky_relu), ["leaky_relu"]), (M.prelu, ["prelu"]),
+    (_act(elu), ["elu"]), (_act(selu), ["selu"]), (_act(celu), ["celu"]), (_act(hardtanh), ["hardtanh"]),
+    (_act(relu6), ["relu6"]), (logsigmoid, ["logsigmoid"]), (softsign, ["softsign"]),
+    (tanhshrink, ["tanhshrink"]), (_act(threshold), ["threshold"]), (glu, ["glu"]),
+]
+
+# Tensor attributes torch's own modules ask about (nn.MultiheadAttention's fast-path checks).
+ATTRIBUTES = {"is_nested": False, "is_mkldnn": False}
+
+
+def install_helpers(F):
+    """torch's own modules call private helpers that insist on torch.Tensor (nn.MultiheadAttention
+    asks F._none_or_dtype for a mask's dtype): the same helper, also answering for traced tensors."""
+    orig = F._none_or_dtype
+    if getattr(orig, "_pypto", False):
+        return
+
+    def _none_or_dtype(input):  # noqa: A002
+        return input.dtype if isinstance(input, TensorValue) else orig(input)
+    _none_or_dtype._pypto = True
+    F._none_or_dtype = _none_or_dtype

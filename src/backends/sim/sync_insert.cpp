@@ -1,0 +1,245 @@
+// Sync insertion: SET_FLAG/WAIT_FLAG from the data dependences between pipes.
+//
+// A forward analysis over the structured program finds every dependence edge: for each buffer,
+// the accesses since its last write (by pipe, with the statements that made them) and the pipes
+// already ordered after them. An instruction on pipe q conflicting with an access on p != q (one
+// of them writes) that q is not ordered after is an edge (producer statement, consumer
+// statement, p -> q). Loops are iterated to a fixpoint, so edges between iterations are found.
+//
+// Each edge gets its own event: in the innermost block holding both statements, `SET_FLAG p, q, e`
+// goes right after the statement that holds the producer and `WAIT_FLAG p, q, e` right before the
+// one that holds the consumer, so work between them overlaps. An edge from a later to an earlier
+// statement (or to itself) is carried by the nearest enclosing loop: its set and wait go into
+// that loop's body, a prologue `SET_FLAG` before the loop lets the first iteration through and
+// an epilogue `WAIT_FLAG` after it consumes the last iteration's set. Every set and its wait run
+// equally often, on every path. An outermost parallel loop's iterations are separate from the
+// code around it (the simulator joins all cores at its start and end), so its body starts from,
+// and leaves, an empty state; parallel loops inside it run on one core, like serial ones.
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+#include "backends/sim/simulator.h"
+
+namespace pypto::sim {
+using namespace ir;
+
+namespace {
+
+// Where a statement is: (block, index) from the program's body down to it.
+using Path = std::vector<std::pair<const std::vector<Stmt>*, size_t>>;
+
+struct Record {
+  bool write = false;
+  std::set<int> ordered;  // pipes already ordered after this access
+  std::set<Path> sites;   // the statements that made it (several after a join)
+  bool operator==(const Record& o) const {
+    return write == o.write && ordered == o.ordered && sites == o.sites;
+  }
+};
+// buffer -> pipe -> that pipe's access (its write, or its reads since the buffer's last write)
+using State = std::map<const Buffer*, std::map<int, Record>>;
+
+State join(const State& a, const State& b) {
+  State out = a;
+  for (const auto& [buf, recs] : b)
+    for (const auto& [pipe, r] : recs) {
+      auto& mine = out[buf];
+      auto it = mine.find(pipe);
+      if (it == mine.end()) {
+        mine[pipe] = r;
+        continue;
+      }
+      Record& m = it->second;
+      m.write = m.write || r.write;
+      std::set<int> both;
+      for (int q : m.ordered)
+        if (r.ordered.count(q)) both.insert(q);
+      m.ordered = both;  // ordered only where both paths ordered it
+      m.sites.insert(r.sites.begin(), r.sites.end());
+    }
+  return out;
+}
+
+Stmt sync_op(Opcode code, int src, int dst, int event) {
+  return op_stmt(Op{code, {Operand(int_imm(src)), Operand(int_imm(dst)), Operand(int_imm(event))}});
+}
+
+// One dependence edge, placed: anchors are (block, index) of statements in the original program.
+struct Anchor {
+  const std::vector<Stmt>* block;
+  size_t index;
+  bool operator<(const Anchor& o) const { return std::tie(block, index) < std::tie(o.block, o.index); }
+};
+
+class Inserter {
+ public:
+  // Finds the edges of `body` (the program's body).
+  void analyse(const std::vector<Stmt>& body) {
+    State state;
+    block(body, state);
+  }
+
+  // The body with the flags placed.
+  std::vector<Stmt> emit(const std::vector<Stmt>& body) const {
+    std::vector<Stmt> out;
+    for (size_t i = 0; i < body.size(); ++i) {
+      const Anchor a{&body, i};
+      append(before_, a, out);
+      const Stmt& s = body[i];
+      if (s->kind == StmtKind::For || s->kind == StmtKind::If || s->kind == StmtKind::Seq) {
+        auto n = std::make_shared<StmtNode>(*s);
+        n->body = emit(s->body);
+        n->orelse = emit(s->orelse);
+        out.push_back(n);
+      } else {
+        out.push_back(s);
+      }
+      append(after_, a, out);
+    }
+    return out;
+  }
+
+ private:
+  static void append(const std::map<Anchor, std::vector<Stmt>>& m, const Anchor& a, std::vector<Stmt>& out) {
+    auto it = m.find(a);
+    if (it != m.end()) out.insert(out.end(), it->second.begin(), it->second.end());
+  }
+
+  void block(const std::vector<Stmt>& body, State& state) {
+    for (size_t i = 0; i < body.size(); ++i) {
+      path_.push_back({&body, i});
+      stmt(body[i], state);
+      path_.pop_back();
+    }
+  }
+
+  void stmt(const Stmt& s, State& state) {
+    switch (s->kind) {
+      case StmtKind::OpStmt:
+        return op(s->op, state);
+      case StmtKind::Seq:
+        return block(s->body, state);
+      case StmtKind::If: {
+        State other = state;
+        block(s->body, state);
+        block(s->orelse, other);
+        state = join(state, other);
+        return;
+      }
+      case StmtKind::For: {
+        const bool parallel = s->loop_kind == LoopKind::Parallel && parallel_depth_ == 0;
+        if (s->loop_kind == LoopKind::Parallel) ++parallel_depth_;
+        loops_[&s->body] = Anchor{path_.back().first, path_.back().second};
+        const State entry = parallel ? State{} : state;
+        State top = entry;
+        for (int round = 0; round < 16; ++round) {  // the lattice is finite; a few rounds suffice
+          State end = top;
+          block(s->body, end);
+          State next = join(entry, end);
+          if (next == top) break;
+          top = next;
+        }
+        if (s->loop_kind == LoopKind::Parallel) --parallel_depth_;
+        State end = top;
+        block(s->body, end);
+        state = parallel ? State{} : join(entry, end);  // zero iterations keep the entry state
+        return;
+      }
+      default:
+        return;
+    }
+  }
+
+  void op(const Op& o, State& state) {
+    const int q = pipe_of(o.code);
+    if (q < 0) return;
+    for (size_t i = 0; i < o.args.size(); ++i) {
+      const View* v = std::get_if<View>(&o.args[i]);
+      if (!v || !v->buf) continue;
+      const bool write = i == 0;
+      for (auto& [p, r] : state[v->buf.get()])
+        if (p != q && (write || r.write) && !r.ordered.count(q)) {
+          for (const Path& site : r.sites) place(site, path_, p, q);
+          r.ordered.insert(q);
+        }
+    }
+    for (size_t i = 0; i < o.args.size(); ++i) {
+      const View* v = std::get_if<View>(&o.args[i]);
+      if (!v || !v->buf) continue;
+      auto& recs = state[v->buf.get()];
+      if (i == 0) {
+        recs.clear();  // every earlier access is ordered before this write now
+        recs[q] = Record{true, {}, {path_}};
+      } else if (!recs.count(q) || !recs[q].write) {
+        recs[q] = Record{false, {}, {path_}};
+      } else {
+        recs[q].ordered.clear();  // a later access on q: not yet ordered to anyone
+        recs[q].sites = {path_};
+      }
+    }
+  }
+
+  // Places the flags of the edge from `producer` (on p) to `consumer` (on q).
+  void place(const Path& producer, const Path& consumer, int p, int q) {
+    size_t d = 0;  // the first level where the two paths part
+    while (d < producer.size() && d < consumer.size() && producer[d] == consumer[d]) ++d;
+    if (d < producer.size() && d < consumer.size() && producer[d].first == consumer[d].first &&
+        producer[d].second < consumer[d].second) {
+      add_edge({producer[d].first, producer[d].second}, {consumer[d].first, consumer[d].second}, p, q,
+               nullptr);
+      return;
+    }
+    // Otherwise carried by the innermost loop whose body holds both (at levels < d the two
+    // statements are the same one; at level d they are in one block, the producer later).
+    for (size_t k = std::min({d, producer.size() - 1, consumer.size() - 1}) + 1; k-- > 0;) {
+      if (producer[k].first != consumer[k].first) continue;
+      auto loop = loops_.find(producer[k].first);
+      if (loop == loops_.end()) continue;
+      add_edge({producer[k].first, producer[k].second}, {consumer[k].first, consumer[k].second}, p, q,
+               &loop->second);
+      return;
+    }
+  }
+
+  void add_edge(Anchor set_after, Anchor wait_before, int p, int q, const Anchor* loop) {
+    const auto key =
+        std::make_tuple(set_after.block, set_after.index, wait_before.block, wait_before.index, p, q);
+    if (!edges_.insert(key).second) return;
+    const int e = next_event_[{p, q}]++;
+    after_[set_after].push_back(sync_op(Opcode::SET_FLAG, p, q, e));
+    before_[wait_before].push_back(sync_op(Opcode::WAIT_FLAG, p, q, e));
+    if (loop) {
+      before_[*loop].push_back(sync_op(Opcode::SET_FLAG, p, q, e));                      // prologue
+      after_[*loop].insert(after_[*loop].begin(), sync_op(Opcode::WAIT_FLAG, p, q, e));  // epilogue
+    }
+  }
+
+  int parallel_depth_ = 0;
+  Path path_;
+  std::map<const std::vector<Stmt>*, Anchor> loops_;  // a loop's body -> the loop statement
+  std::set<std::tuple<const void*, size_t, const void*, size_t, int, int>> edges_;
+  std::map<std::pair<int, int>, int> next_event_;
+  std::map<Anchor, std::vector<Stmt>> before_, after_;
+};
+
+bool has_sync(const std::vector<Stmt>& body) {
+  for (const Stmt& s : body)
+    if ((s->kind == StmtKind::OpStmt && opcode_info(s->op.code).category == OpCategory::Sync) ||
+        has_sync(s->body) || has_sync(s->orelse))
+      return true;
+  return false;
+}
+
+}  // namespace
+
+Program insert_sync(const Program& tile_program) {
+  if (has_sync(tile_program.body)) return tile_program;  // synced by hand: the simulator checks it
+  Inserter ins;
+  ins.analyse(tile_program.body);
+  Program out = tile_program;
+  out.body = ins.emit(tile_program.body);
+  return out;
+}
+
+}  // namespace pypto::sim

@@ -1,0 +1,218 @@
+"""Dynamic shapes: one compiled kernel for every extent of a dynamic dimension.
+
+A dynamic dim is a dimension symbol in the IR (bound from the argument's shape at run time);
+tiling emits full tiles plus ragged edges over it. Asked for with dynamic=True / {arg: [dims]} /
+pypto.mark_dynamic, or automatically when a dim is seen with a second extent."""
+import random
+
+import numpy as np
+import pytest
+
+import pypto
+from pypto import seed_kernels
+from pypto_testutil import jit, poisoned, rand, rel_err
+
+
+def softmax_ref(x):
+    x = np.asarray(x, np.float64)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def layer_norm_ref(x, w, b, eps=1e-5):
+    x = np.asarray(x, np.float64)
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * w + b
+
+
+def softmax_rows(x):
+    return pypto.softmax(x, -1)
+
+
+def exp_plus_one(x):
+    return pypto.exp(x) + 1.0
+
+
+def test_twenty_sequence_lengths_compile_at_most_twice(backend):
+    """Automatic dynamic: the first length compiles a static kernel, the second a dynamic one that
+    every later length reuses (lengths 1, primes and sizes below a tile included)."""
+    kernel = jit(softmax_rows, backend)
+    rng = random.Random(13)
+    lengths = [1, 2, 3, 5, 7, 13, 31, 64, 97, 127] + [rng.randrange(1, 300) for _ in range(10)]
+    if str(backend) == "interp":
+        lengths = lengths[:8]
+    for n in lengths:
+        x = rand(n, 48)
+        assert rel_err(kernel(x), softmax_ref(x)) < 1e-6, n
+    info = kernel.cache_info()
+    assert info.size <= 2, info
+    assert {"x": [0]} in info.dynamic
+    assert any("automatic" in w for w in info.why)
+
+
+def test_dynamic_true_compiles_once(backend):
+    @pypto.jit(backend=str(backend), dynamic=True)
+    def norm(x, w, b):
+        return pypto.layer_norm(x, [x.shape[-1]], w, b, 1e-5)
+
+    w, b = rand(40, dtype=np.float64), rand(40, dtype=np.float64)
+    for n in (3, 17, 70):
+        x = rand(n, 40, dtype=np.float64)
+        assert rel_err(norm(x, w, b), layer_norm_ref(x, w, b)) < 1e-7  # (eps is an f32 constant)
+    assert norm.cache_size == 1
+    assert norm.cache_info().why == ["dynamic=True"]
+
+
+def test_dynamic_and_static_variants_give_identical_results():
+    """The same program with the leading dim a symbol or a constant: bit-identical results."""
+    def block(x, w, b):
+        h = pypto.relu(pypto.matmul(x, w) + b)
+        return pypto.rms_norm(h, [h.shape[-1]], None, 1e-6) * 0.5 + pypto.softmax(h, -1)
+
+    static = pypto.jit(block, dynamic=False)
+    dynamic = pypto.jit(block, dynamic={"x": [0]})
+    w, b = rand(24, 40), rand(40)
+    for n in (1, 9, 130):
+        x = rand(n, 24)
+        np.testing.assert_array_equal(dynamic(x, w, b), static(x, w, b))
+    assert dynamic.cache_size == 2  # n = 1 stays static (a size-1 dim keeps its meaning)
+    assert static.cache_size == 3
+
+
+def test_broadcasting_of_size_one_dims_stays_correct():
+    @pypto.jit(dynamic=True)
+    def f(x, row, col):
+        return x * row + col
+
+    for n in (5, 33):
+        x, row, col = rand(n, 12), rand(1, 12), rand(n, 1)
+        assert rel_err(f(x, row, col), x * row + col) < 1e-6
+    # a size-1 dim of x broadcasts against col's n rows in its own variant
+    x1, row, col = rand(1, 12), rand(1, 12), rand(6, 1)
+    assert rel_err(f(x1, row, col), x1 * row + col) < 1e-6
+
+
+def test_matmul_dynamic_m_k_n(backend):
+    fused_linear = jit(seed_kernels.fused_linear, backend, dynamic=True)
+    for m, k, n in [(5, 7, 3), (70, 33, 65), (1, 3, 2)] if str(backend) == "interp" else \
+            [(5, 7, 3), (70, 33, 65), (129, 200, 130), (1, 3, 2)]:
+        x, w, b = rand(m, k, dtype=np.float64), rand(k, n, dtype=np.float64), rand(n, dtype=np.float64)
+        assert rel_err(fused_linear(x, w, b), np.maximum(x @ w + b, 0)) < 1e-12, (m, k, n)
+    assert fused_linear.cache_size <= 2  # the all-sizes-above-1 variant, and the m = 1 one
+
+
+def test_seed_tile_matmul_writes_a_dynamic_output_argument():
+    kernel = pypto.jit(seed_kernels.matrix_multiply, dynamic={"A": [0], "C": [0]})
+    B = rand(50, 70, dtype=np.float64)
+    for m in (3, 64, 150):
+        A = rand(m, 50, dtype=np.float64)
+        C = poisoned(m, 70, dtype=np.float64)
+        kernel(A, B, C)
+        assert rel_err(C, A @ B) < 1e-6  # (the seed's C_tile is float32)
+    assert kernel.cache_size == 1
+
+
+def test_triton_style_matmul_with_block_arguments_and_dynamic_dims():
+    def tiled_matmul(A, B, C, BLOCK_M, BLOCK_N, BLOCK_K):
+        M, K = A.shape
+        N = B.shape[1]
+        for m in range(0, M, BLOCK_M):
+            for n in range(0, N, BLOCK_N):
+                acc = pypto.zeros((BLOCK_M, BLOCK_N), dtype=C.dtype)
+                for k in range(0, K, BLOCK_K):
+                    acc = acc + A[m:m + BLOCK_M, k:k + BLOCK_K] @ B[k:k + BLOCK_K, n:n + BLOCK_N]
+                C[m:m + BLOCK_M, n:n + BLOCK_N] = acc
+
+    kernel = pypto.jit(tiled_matmul, dynamic=True)
+    for m, k, n in [(70, 45, 33), (16, 9, 100), (131, 64, 7)]:
+        A, B = rand(m, k, dtype=np.float64), rand(k, n, dtype=np.float64)
+        C = poisoned(m, n, dtype=np.float64)
+        kernel(A, B, C, 32, 16, 8)
+        assert rel_err(C, A @ B) < 1e-12
+    info = kernel.cache_info()
+    assert info.size == 1 and sorted(info.specialised) == ["BLOCK_K", "BLOCK_M", "BLOCK_N"]
+
+
+def test_seed_attention_dynamic_sequence(backend):
+    attention = jit(seed_kernels.optimized_attention, backend, dynamic={"Q": [1], "K": [1], "V": [1]})
+    lengths = (5, 130) if str(backend) == "interp" else (5, 130, 257)
+    for s in lengths:
+        q, k, v = (rand(2, s, 16, dtype=np.float64) for _ in range(3))
+        sc = q @ k.transpose(0, 2, 1) / np.sqrt(16)
+        assert rel_err(attention(q, k, v), softmax_ref(sc) @ v) < 1e-12, s
+    assert attention.cache_size == 1
+
+
+def test_mark_dynamic():
+    kernel = pypto.jit(exp_plus_one, dynamic=False)
+    x = pypto.mark_dynamic(rand(40, 8), 0)
+    assert rel_err(kernel(x), np.exp(x) + 1) < 1e-6
+    assert kernel.cache_info().dynamic == [{"x": [0]}]
+    assert kernel.cache_info().why == ["pypto.mark_dynamic"]
+    with pytest.raises(pypto.PyptoError, match="out of range"):
+        pypto.mark_dynamic(x, 2)
+
+
+def test_dim_needed_as_python_value_is_specialised():
+    @pypto.jit(dynamic=True)
+    def rows(x):
+        out = pypto.zeros(x.shape)
+        for i in pypto.static_range(x.shape[0]):  # needs the extent at trace time
+            out[i, :] = x[i, :] * float(i + 1)
+        return out
+
+    x = rand(3, 20)
+    assert rel_err(rows(x), x * np.arange(1, 4)[:, None]) < 1e-6
+    info = rows.cache_info()
+    assert info.dynamic == [{"x": [1]}]
+    assert ("x", 0) in info.static_dims and "static_range" in info.static_dims[("x", 0)]
+
+
+def test_interpreter_and_cpu_agree_on_a_dynamic_program():
+    def f(x, y):
+        return pypto.softmax(x * 2.0 + y, -1).sum(-1)
+
+    ker = {b: pypto.jit(f, backend=b, dynamic=True) for b in ("interp", "cpu")}
+    for n in (1, 6, 67):
+        x, y = rand(n, 30), rand(n, 30)
+        a, c = ker["interp"](x, y), ker["cpu"](x, y)
+        assert rel_err(c, a) < 1e-6 and rel_err(a, softmax_ref(2 * x + y).sum(-1)) < 1e-6
+
+
+def test_text_form_round_trips_and_arguments_must_agree():
+    """The IR prints a dynamic dim as its symbol; two arguments sharing a symbol must agree."""
+    b = pypto._C.Builder("add")
+    x = b.add_param("x", pypto._C.DType.F32, [1, 16], ["S", ""])
+    y = b.add_param("y", pypto._C.DType.F32, [1, 16], ["S", ""])
+    prog = b.finish([b.binary(pypto._C.Opcode.TADD, x, y)])
+    text = prog.text()
+    assert "%x: f32[%S, 16]" in text and "%y: f32[%S, 16]" in text
+    assert pypto.isa.parse(text).text() == text
+    k = pypto._C.Kernel(prog, "cpu")
+    a, c = rand(9, 16), rand(9, 16)
+    out = poisoned(*k.output_shapes([[9, 16], [9, 16]])[0])
+    k.run([a, c, out], [])
+    assert rel_err(out, a + c) < 1e-6
+    with pytest.raises(pypto.PyptoError, match=r"argument 2 \('y'\).*dynamic dimension %S of argument 1 \('x'\)"):
+        k.run([a, rand(7, 16), poisoned(9, 16)], [])
+
+
+def linear(x, w):
+    return x @ w
+
+
+def test_shape_errors_see_the_traced_extents():
+    """Dynamic dims keep NumPy's shape rules: the checks see the extents being traced."""
+    add = pypto.jit(exp_plus_one_of_sum, dynamic=True)
+    with pytest.raises(pypto.PyptoError, match="cannot be broadcast"):
+        add(rand(3, 4), rand(5, 4))
+    mm = pypto.jit(linear, dynamic=True)
+    x, w = rand(4, 5, dtype=np.float64), rand(5, 7, dtype=np.float64)
+    assert rel_err(mm(x, w), x @ w) < 1e-12
+    with pytest.raises(pypto.PyptoError, match=r"inner dimensions do not match: \(4, 5\) @ \(6, 7\)"):
+        mm(rand(4, 5), rand(6, 7))
+
+
+def exp_plus_one_of_sum(x, y):
+    return pypto.exp(x + y) + 1.0

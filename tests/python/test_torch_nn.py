@@ -1,0 +1,119 @@
+"""pypto.jit of torch.nn modules written with torch's own layers: convolutions (groups, 1-d,
+transposed), batch/group/instance norm, pooling, resampling, activations, nn.MultiheadAttention
+with masks, the Transformer encoder/decoder layers and the recurrent layers, against torch in
+float64; their gradients; and the documented errors."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import pypto
+from pypto_testutil import assert_close, jit
+
+
+def _check(module, *xs, backend="cpu", tol=1e-9):
+    torch.manual_seed(0)
+    m = module.double().eval()
+    xs = [x.double() if x.is_floating_point() else x for x in xs]
+    with torch.no_grad():
+        got, want = jit(m, backend)(*xs), m(*xs)
+    got, want = _leaves(got), _leaves(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        if w is None:
+            assert g is None
+            continue
+        assert tuple(g.shape) == tuple(w.shape)
+        assert_close(g.numpy(), w.numpy(), tol)
+
+
+def _leaves(v):
+    return [x for e in v for x in _leaves(e)] if isinstance(v, (tuple, list)) else [v]
+
+
+class SmallCNN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2),
+                                  nn.Conv2d(8, 8, 3, padding=1, groups=8, stride=2), nn.GroupNorm(2, 8),
+                                  nn.Hardswish(), nn.Conv2d(8, 16, 1), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(16, 10))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_cnn_layers(backend):
+    m = SmallCNN()
+    with torch.no_grad():  # non-trivial running statistics
+        m.body[1].running_mean.uniform_(-0.5, 0.5)
+        m.body[1].running_var.uniform_(0.5, 2.0)
+    _check(m, torch.randn(2, 3, 12, 12), backend=backend)
+
+
+@pytest.mark.parametrize("module, shape", [
+    (nn.Conv1d(4, 6, 3, padding=1, stride=2), (2, 4, 11)),
+    (nn.ConvTranspose2d(4, 3, 3, stride=2, padding=1, output_padding=1), (2, 4, 5, 5)),
+    (nn.Sequential(nn.AvgPool2d(3, stride=2, padding=1), nn.MaxPool2d(2, padding=1)), (1, 3, 9, 9)),
+    (nn.Sequential(nn.InstanceNorm2d(4, affine=True), nn.Upsample(scale_factor=2), nn.PixelShuffle(2)),
+     (2, 4, 3, 5)),
+    (nn.Sequential(nn.Softplus(), nn.ELU(), nn.SELU(), nn.CELU(0.5), nn.LeakyReLU(0.1), nn.Hardtanh(-0.5, 0.5),
+                   nn.ReLU6(), nn.Mish(), nn.LogSigmoid(), nn.Softsign(), nn.Tanhshrink(), nn.GLU()), (3, 8)),
+    (nn.Sequential(nn.MaxPool1d(3, 2), nn.AvgPool1d(2)), (2, 3, 13)),
+])
+def test_layers(module, shape):
+    _check(module, torch.randn(*shape))
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.MultiheadAttention(32, 4, batch_first=True)
+
+    def forward(self, x, kpm):
+        causal = torch.triu(torch.ones(x.shape[1], x.shape[1], dtype=torch.bool), 1)
+        out, w = self.a(x, x, x, key_padding_mask=kpm, attn_mask=causal)
+        return out, w
+
+
+def test_multihead_attention_and_transformer_layers():
+    kpm = torch.zeros(2, 5, dtype=torch.bool)
+    kpm[1, 3:] = True
+    _check(Attention(), torch.randn(2, 5, 32), kpm)
+    _check(nn.MultiheadAttention(16, 2, kdim=8, vdim=12), torch.randn(4, 3, 16), torch.randn(6, 3, 8),
+           torch.randn(6, 3, 12))
+    _check(nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True, norm_first=True),
+           torch.randn(2, 5, 32))
+    _check(nn.TransformerDecoderLayer(32, 4, 64, dropout=0.0, batch_first=True), torch.randn(2, 5, 32),
+           torch.randn(2, 7, 32))
+
+
+def test_recurrent_layers():
+    _check(nn.LSTM(6, 8, num_layers=2, batch_first=True), torch.randn(3, 4, 6))
+    _check(nn.GRU(6, 8, bidirectional=True), torch.randn(4, 3, 6))
+    _check(nn.RNN(6, 8, nonlinearity="relu"), torch.randn(4, 3, 6))
+    _check(nn.LSTMCell(6, 8), torch.randn(3, 6))
+
+
+def test_cnn_gradients_match_torch():
+    torch.manual_seed(3)
+    m = SmallCNN().double().eval()
+    x = torch.randn(2, 3, 12, 12, dtype=torch.float64)
+    k = pypto.jit(m)
+    k(x).sum().backward()
+    ours = {n: p.grad.clone() for n, p in m.named_parameters()}
+    m.zero_grad()
+    m(x).sum().backward()
+    for n, p in m.named_parameters():
+        assert_close(ours[n].numpy(), p.grad.numpy(), 1e-9)
+
+
+def test_documented_errors():
+    k = pypto.jit(lambda x, m, v: F.batch_norm(x, m, v, training=True))
+    with pytest.raises(pypto.PyptoError, match="running statistics"):
+        k(torch.randn(2, 3, 4, 4), torch.zeros(3), torch.ones(3))
+    with pytest.raises(pypto.PyptoError, match="batchnorm.py.*add_"):  # the module's own counter update
+        pypto.jit(nn.BatchNorm2d(3).train())(torch.randn(2, 3, 4, 4))
+    up = nn.Upsample(scale_factor=2, mode="bilinear")
+    with pytest.raises(pypto.PyptoError, match="only 'nearest'"):
+        pypto.jit(up)(torch.randn(1, 2, 4, 4))

@@ -41,20 +41,21 @@ template <class T>
 inline constexpr bool is_float_v = std::is_floating_point_v<T>;
 
 // ---- conversion ---------------------------------------------------------------------------------
-// D, S: bool/uint8_t, int32_t, int64_t, float, double. (f16/bf16 storage is pto/cpu/types.hpp's.)
+// D, S: bool, int8_t, uint8_t, int16_t, int32_t, int64_t, float, double. (f16/bf16 storage is
+// pto/cpu/types.hpp's.)
 template <class D, class S>
 PTO_INLINE D cast(S x) {
   if constexpr (std::is_same_v<D, S>) {
     return x;
-  } else if constexpr (std::is_same_v<D, bool> || std::is_same_v<D, uint8_t>) {
+  } else if constexpr (std::is_same_v<D, bool>) {
     return D(x != S(0));
   } else if constexpr (is_int_v<D> && is_float_v<S>) {
     // Saturating, NaN -> 0. Every select is computed unconditionally (the conversion sees only
     // in-range values), so loops over it vectorise.
     using L = std::numeric_limits<D>;
-    constexpr S lo = S(L::min());   // -2^31 / -2^63: exact in float and double
-    constexpr S hi = -S(L::min());  // 2^31 / 2^63: the first value out of range
-    const S c = x == x ? x : S(0);  // NaN -> 0
+    constexpr S lo = S(L::min());                 // 0 / -2^(bits-1): exact in float and double
+    constexpr S hi = S(2) * S(L::max() / 2 + 1);  // 2^bits / 2^(bits-1): the first value out of range
+    const S c = x == x ? x : S(0);                // NaN -> 0
     const S in = c < lo ? lo : (c < hi ? c : lo);
     D r = D(in);
     r = c >= hi ? L::max() : r;
@@ -168,6 +169,15 @@ PTO_INLINE T relu(T x) {
 template <class T>
 PTO_INLINE T lnot(T x) {
   return x == T(0) ? T(1) : T(0);  // NaN is true, so !NaN == 0
+}
+// Bitwise not (two's complement). Integers only in the front end; a float is first converted to
+// int64 by cast (saturating) and the result converted back.
+template <class T>
+PTO_INLINE T bnot(T x) {
+  if constexpr (is_float_v<T>)
+    return T(bnot(cast<int64_t>(x)));
+  else
+    return T(~x);
 }
 
 // ---- binary -------------------------------------------------------------------------------------
@@ -306,6 +316,46 @@ PTO_INLINE T land(T a, T b) {
 template <class T>
 PTO_INLINE T lor(T a, T b) {
   return T((a != T(0)) | (b != T(0)));
+}
+
+// ---- bitwise and shifts (integers; floats as bnot) -------------------------------------------------
+// A narrow type (i8/u8/i16) computes in i32 and is narrowed when stored: the same bits as the
+// operation in the narrow type, shifts included (a shift past the narrow width leaves 0 or -1).
+#define PTO_ELEM_BITWISE(name, expr)                      \
+  template <class T>                                      \
+  PTO_INLINE T name(T a, T b) {                           \
+    if constexpr (is_float_v<T>)                          \
+      return T(name(cast<int64_t>(a), cast<int64_t>(b))); \
+    else                                                  \
+      return expr;                                        \
+  }
+PTO_ELEM_BITWISE(band, T(a& b))
+PTO_ELEM_BITWISE(bor, T(a | b))
+PTO_ELEM_BITWISE(bxor, T(a ^ b))
+#undef PTO_ELEM_BITWISE
+// a << b as torch and NumPy: 0 when b < 0 or b >= the width; bits shifted out are lost (wraps).
+template <class T>
+PTO_INLINE T shl(T a, T b) {
+  if constexpr (is_float_v<T>) {
+    return T(shl(cast<int64_t>(a), cast<int64_t>(b)));
+  } else {
+    using U = std::make_unsigned_t<T>;
+    constexpr T bits = T(sizeof(T) * 8);
+    const bool in = b >= T(0) && b < bits;
+    const T r = T(U(a) << (U(b) & U(bits - 1)));
+    return in ? r : T(0);
+  }
+}
+// a >> b, arithmetic for signed types; b < 0 or b >= the width gives the sign fill (0 or -1).
+template <class T>
+PTO_INLINE T shr(T a, T b) {
+  if constexpr (is_float_v<T>) {
+    return T(shr(cast<int64_t>(a), cast<int64_t>(b)));
+  } else {
+    constexpr T bits = T(sizeof(T) * 8);
+    const bool in = b >= T(0) && b < bits;
+    return T(a >> (in ? b : bits - 1));
+  }
 }
 
 // ---- compare (IEEE: with a NaN only ne is true) --------------------------------------------------

@@ -11,7 +11,8 @@ interpreter.
     y = fused_linear(x_np, w_np, b_np)   # NumPy in -> NumPy out; torch in -> torch out
 """
 from . import _C
-from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int32, int64, to_dtype)
+from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16, int32, int64, to_dtype,
+                     uint8)
 from .frontend.errors import PyptoError
 from .interop import from_numpy, from_torch, to_numpy, to_torch
 from .api import jit
@@ -23,16 +24,17 @@ from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, 
                   rms_norm, rsqrt, sigmoid, silu, softmax, sqrt, squeeze, static_range, sub, subtract, sum,
                   tanh, transpose, true_divide, unsqueeze, where, zeros, zeros_like)
 from .ops_composite import (all, any, argmax, argmin, argsort, chunk, sort, topk, cummax, cummin, cumprod, cumsum, embedding, flip, gather, index_add, index_select,
-                            logsumexp, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
+                            logsumexp, masked_select, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
                             std, tril, triu, var)
-from .ops_composite import (baddbmm, detach, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy, einsum,
-                            huber_loss, kl_div, l1_loss, mse_loss, nll_loss, normalize, outer, smooth_l1_loss,
-                            vector_norm)
-from .ops_math import (absolute, arctan2, atan2, cbrt, ceil, ceil_div, clip, copysign, cos, equal, exp2, expm1,
+from .ops_composite import (baddbmm, detach, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
+                            einsum, huber_loss, kl_div, l1_loss, mse_loss, nll_loss, normalize, outer, scaled_mm,
+                            smooth_l1_loss, vector_norm)
+from .ops_math import (absolute, arctan2, atan2, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
+                       bitwise_right_shift, bitwise_xor, cbrt, ceil, ceil_div, clip, copysign, cos, equal, exp2, expm1,
                        fix, floor_divide, fmod, gcd, greater, greater_equal, hardsigmoid, hardswish, hypot,
                        isfinite, isinf, isnan, leaky_relu, less, less_equal, log1p, log2, log10, logical_and,
-                       logical_not, logical_or, logical_xor, lrelu, mish, mod, negative, not_equal, prelu,
-                       remainder, round, sign, signbit, sin, softplus, tan, trunc)
+                       left_shift, logical_not, logical_or, logical_xor, lrelu, mish, mod, negative, not_equal, prelu,
+                       remainder, right_shift, round, sign, signbit, sin, softplus, tan, trunc)
 from .compiled import Lowered
 from .autograd import grad, pto_autograd, to_pto_tensor, to_torch_tensor, torch_function, vjp
 from .tensor import Tensor

@@ -53,14 +53,17 @@ bfloat16 = dtype("bfloat16", "bf16", _C.DType.BF16, None, 2, True)
 float64 = dtype("float64", "f64", _C.DType.F64, np.dtype(np.float64), 8, True)
 int32 = dtype("int32", "i32", _C.DType.I32, np.dtype(np.int32), 4, False)
 int64 = dtype("int64", "i64", _C.DType.I64, np.dtype(np.int64), 8, False)
+int16 = dtype("int16", "i16", _C.DType.I16, np.dtype(np.int16), 2, False)
+int8 = dtype("int8", "i8", _C.DType.I8, np.dtype(np.int8), 1, False)
+uint8 = dtype("uint8", "u8", _C.DType.U8, np.dtype(np.uint8), 1, False)
 bool_ = dtype("bool", "bool", _C.DType.Bool, np.dtype(np.bool_), 1, False)
 
-ALL = (float32, float16, bfloat16, float64, int32, int64, bool_)
+ALL = (float32, float16, bfloat16, float64, int32, int64, int16, int8, uint8, bool_)
 _BY_NAME = {}
 for _d in ALL:
     _BY_NAME[_d.name] = _d
     _BY_NAME[_d.short] = _d
-_BY_NAME.update({"float": float32, "half": float16, "double": float64, "int": int64, "long": int64,
+_BY_NAME.update({"float": float32, "half": float16, "double": float64, "int": int64, "long": int64, "short": int16,
                  "bf16": bfloat16, "bool_": bool_})
 _BY_C = {d.c: d for d in ALL}
 _BY_NP = {d.np: d for d in ALL if d.np is not None}

@@ -60,7 +60,8 @@ def opcode_names():
 
 
 _NP_DTYPES = {"f32": _np.float32, "f64": _np.float64, "f16": _np.float16,
-              "i32": _np.int32, "i64": _np.int64, "bool": _np.bool_}
+              "i32": _np.int32, "i64": _np.int64, "bool": _np.bool_,
+              "i8": _np.int8, "u8": _np.uint8, "i16": _np.int16}
 
 
 def _poisoned(dtype, shape):

@@ -160,6 +160,12 @@ def scatter(x, dim, index, src=None, value=None, reduce=None):
     reduce='add' accumulates."""
 
 
+@make_op(_X.masked_select)
+def masked_select(x, mask, fill=0):
+    """(values, count): the elements of x where mask is true, in row-major order, in a 1-d buffer
+    of x.numel() elements (the static bound) whose tail past count is fill."""
+
+
 @make_op(_X.scatter_add)
 def scatter_add(x, dim, index, src):
     """torch.scatter_add (out of place)."""
@@ -205,6 +211,13 @@ def outer(a, b):
 @make_op(_K.baddbmm)
 def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
     """beta * input + alpha * (batch1 @ batch2)."""
+
+
+@make_op(_K.scaled_mm)
+def scaled_mm(a, b, scale_a=1.0, scale_b=1.0, bias=None, out_dtype=None):
+    """(a @ b) * scale_a * scale_b (+ bias) with per-row scale_a (M,) / (M, 1) and per-column
+    scale_b (N,) / (1, N) (or single numbers): int8/uint8/int16/int32 inputs multiply exactly in
+    int32, float inputs in float32; the result is float32 unless out_dtype says otherwise."""
 
 
 @make_op(_K.vector_norm)

@@ -148,16 +148,48 @@ def logical_not(x):
     """x == 0 (bool)."""
 
 
+@make_op(lambda a, b: T.bitwise(Op.TBAND, a, b), lambda a, b: a & b)
+def bitwise_and(a, b):
+    """a & b on integer tensors; logical and on bool tensors."""
+
+
+@make_op(lambda a, b: T.bitwise(Op.TBOR, a, b), lambda a, b: a | b)
+def bitwise_or(a, b):
+    """a | b on integer tensors; logical or on bool tensors."""
+
+
+@make_op(lambda a, b: T.bitwise(Op.TBXOR, a, b), lambda a, b: a ^ b)
+def bitwise_xor(a, b):
+    """a ^ b on integer tensors; logical xor on bool tensors."""
+
+
+@make_op(T.bitwise_not, lambda x: not x if isinstance(x, bool) else ~x)
+def bitwise_not(x):
+    """~x on integer tensors (two's complement); logical not on bool tensors."""
+
+
+@make_op(lambda a, b: T.bitwise(Op.TSHL, a, b), lambda a, b: a << b)
+def left_shift(a, b):
+    """a << b; 0 where b < 0 or b >= the bit width (as torch and NumPy)."""
+
+
+@make_op(lambda a, b: T.bitwise(Op.TSHR, a, b), lambda a, b: a >> b)
+def right_shift(a, b):
+    """a >> b, arithmetic; the sign fill (0 or -1) where b < 0 or b >= the bit width."""
+
+
 # Other spellings of the same operations (torch, NumPy, the vendor's PyPTO).
 clip = _ops.clamp
 greater, greater_equal, less, less_equal = _ops.gt, _ops.ge, _ops.lt, _ops.le
 equal, not_equal = _ops.eq, _ops.ne
 negative, absolute = _ops.neg, _ops.abs
 arctan2, fix, mod = atan2, trunc, remainder
+bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
 
 __all__ = ["sin", "cos", "tan", "exp2", "expm1", "log2", "log10", "log1p", "cbrt", "ceil", "trunc", "sign",
            "round", "atan2", "hypot", "copysign", "fmod", "remainder", "floor_divide", "gcd", "ceil_div",
            "softplus", "mish", "hardswish", "hardsigmoid", "leaky_relu", "lrelu", "prelu", "isnan", "isinf",
            "isfinite", "signbit", "logical_and", "logical_or", "logical_xor", "logical_not", "clip", "greater",
            "greater_equal", "less", "less_equal", "equal", "not_equal", "negative", "absolute", "arctan2",
-           "fix", "mod"]
+           "fix", "mod", "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not", "left_shift", "right_shift",
+           "bitwise_left_shift", "bitwise_right_shift"]

@@ -66,7 +66,7 @@ def as_numpy_storage(data, dtype=None, copy=True):
         src = np.asarray(data)
         if src.dtype == np.float64 and want is None and not isinstance(data, np.ndarray):
             src = src.astype(np.float32)  # Python floats default to float32, like torch
-        if src.dtype.kind == "i" and want is None and src.dtype != np.int32:
+        if src.dtype.kind == "i" and want is None and src.dtype not in (np.int32, np.int16, np.int8):
             src = src.astype(np.int64)
         src_dt = _dt.to_dtype(src.dtype)
     out_dt = want or src_dt

@@ -80,6 +80,11 @@ ir::DType dtype_from_dlpack(nb::dlpack::dtype t) {
       case Code::Int:
         if (t.bits == 32) return ir::DType::I32;
         if (t.bits == 64) return ir::DType::I64;
+        if (t.bits == 16) return ir::DType::I16;
+        if (t.bits == 8) return ir::DType::I8;
+        break;
+      case Code::UInt:
+        if (t.bits == 8) return ir::DType::U8;
         break;
       case Code::Bool:
         if (t.bits == 8) return ir::DType::Bool;
@@ -88,8 +93,9 @@ ir::DType dtype_from_dlpack(nb::dlpack::dtype t) {
         break;
     }
   }
-  throw ir::Error("unsupported array dtype " + describe(t) +
-                  " (supported: float32, float16, bfloat16, float64, int32, int64, bool)");
+  throw ir::Error(
+      "unsupported array dtype " + describe(t) +
+      " (supported: float32, float16, bfloat16, float64, int32, int64, int16, int8, uint8, bool)");
 }
 
 nb::dlpack::dtype dlpack_from_dtype(ir::DType t) {
@@ -123,6 +129,18 @@ nb::dlpack::dtype dlpack_from_dtype(ir::DType t) {
     case ir::DType::Bool:
       d.code = uint8_t(Code::Bool);
       d.bits = 8;
+      break;
+    case ir::DType::I8:
+      d.code = uint8_t(Code::Int);
+      d.bits = 8;
+      break;
+    case ir::DType::U8:
+      d.code = uint8_t(Code::UInt);
+      d.bits = 8;
+      break;
+    case ir::DType::I16:
+      d.code = uint8_t(Code::Int);
+      d.bits = 16;
       break;
   }
   return d;

@@ -216,7 +216,10 @@ void bind_builder(nb::module_& m) {
         .value("F64", DType::F64)
         .value("I32", DType::I32)
         .value("I64", DType::I64)
-        .value("Bool", DType::Bool);
+        .value("Bool", DType::Bool)
+        .value("I8", DType::I8)
+        .value("U8", DType::U8)
+        .value("I16", DType::I16);
   }
   m.def("dtype_name", [](DType t) { return std::string(ir::dtype_name(t)); });
   m.def("parse_dtype", [](const std::string& s) {

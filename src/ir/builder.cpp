@@ -49,9 +49,12 @@ DType promote(DType a, DType b) {
   if (is_float_dtype(a) && is_float_dtype(b)) return DType::F32;  // f16 with bf16
   if (is_float_dtype(a)) return a;
   if (is_float_dtype(b)) return b;
-  if (a == DType::I64 || b == DType::I64) return DType::I64;
-  if (a == DType::I32 || b == DType::I32) return DType::I32;
-  return a;
+  if (a == DType::Bool) return b;
+  if (b == DType::Bool) return a;
+  // Integers as NumPy/torch: the wider of two signed types; u8 with i8 needs i16.
+  if (a == DType::U8 && b == DType::I8) return DType::I16;
+  if (a == DType::I8 && b == DType::U8) return DType::I16;
+  return dtype_bytes(a) >= dtype_bytes(b) ? (a == DType::U8 ? b : a) : b;
 }
 
 const View* as_view(const Operand& o) { return std::get_if<View>(&o); }
@@ -92,6 +95,7 @@ bool is_unary_float_op(Opcode op) {
     case Opcode::TROUND:
     case Opcode::TTRUNC:
     case Opcode::TSIGN:
+    case Opcode::TBNOT:
       return false;
     default:
       return true;
@@ -554,6 +558,8 @@ View Builder::unary(Opcode op, const View& x) {
   if (opcode_info(op).category != OpCategory::Unary)
     throw Error(std::string(opcode_name(op)) + " is not a unary op");
   DType t = x.buf->dtype;
+  if (op == Opcode::TBNOT && (is_float(t) || t == DType::Bool))
+    throw Error("bitwise_not: needs an integer tensor, got " + std::string(dtype_name(t)));
   if (op == Opcode::TNOT)
     t = DType::Bool;
   else if (is_unary_float_op(op) && !is_float(t))
@@ -586,8 +592,11 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
             op == Opcode::TCOPYSIGN) &&
            !is_float(t))
     t = DType::F32;
-  if (op == Opcode::TGCD && is_float(t))
-    throw Error("gcd: needs integer tensors, got " + std::string(dtype_name(t)));
+  const bool int_only = op == Opcode::TGCD || op == Opcode::TBAND || op == Opcode::TBOR ||
+                        op == Opcode::TBXOR || op == Opcode::TSHL || op == Opcode::TSHR;
+  if (int_only && is_float(t))
+    throw Error(std::string(opcode_name(op)) + ": needs integer or bool tensors, got " +
+                std::string(dtype_name(t)));
   View out = impl_->new_temp(shape, t, broadcast_valid(shape, views));
   impl_->emit_op(op, {out, a, b});
   return out;

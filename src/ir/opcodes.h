@@ -72,6 +72,7 @@ enum class OpCategory : uint8_t {
   X(TROUND, Unary, 2)        \
   X(TTRUNC, Unary, 2)        \
   X(TSIGN, Unary, 2)         \
+  X(TBNOT, Unary, 2)         \
   X(TADD, Binary, 3)         \
   X(TSUB, Binary, 3)         \
   X(TMUL, Binary, 3)         \
@@ -88,6 +89,11 @@ enum class OpCategory : uint8_t {
   X(TREM, Binary, 3)         \
   X(TFLOORDIV, Binary, 3)    \
   X(TGCD, Binary, 3)         \
+  X(TBAND, Binary, 3)        \
+  X(TBOR, Binary, 3)         \
+  X(TBXOR, Binary, 3)        \
+  X(TSHL, Binary, 3)         \
+  X(TSHR, Binary, 3)         \
   X(TCMP_LT, Compare, 3)     \
   X(TCMP_LE, Compare, 3)     \
   X(TCMP_GT, Compare, 3)     \

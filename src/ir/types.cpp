@@ -11,7 +11,8 @@ struct DTypeRow {
 };
 constexpr DTypeRow kDTypes[] = {
     {DType::F32, "f32", 4}, {DType::F16, "f16", 2}, {DType::BF16, "bf16", 2}, {DType::F64, "f64", 8},
-    {DType::I32, "i32", 4}, {DType::I64, "i64", 8}, {DType::Bool, "bool", 1},
+    {DType::I32, "i32", 4}, {DType::I64, "i64", 8}, {DType::Bool, "bool", 1}, {DType::I8, "i8", 1},
+    {DType::U8, "u8", 1},   {DType::I16, "i16", 2},
 };
 constexpr std::string_view kSpaces[] = {"gm", "vec", "mat", "acc"};
 }  // namespace

@@ -55,7 +55,13 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
     case Opcode::TFLOOR:
     case Opcode::TAND:
     case Opcode::TOR:
-      return;
+    case Opcode::TBNOT:
+    case Opcode::TBAND:
+    case Opcode::TBOR:
+    case Opcode::TBXOR:
+    case Opcode::TSHL:
+    case Opcode::TSHR:
+      return;  // integer or boolean results: no gradient
     default:
       break;
   }

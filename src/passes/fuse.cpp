@@ -155,7 +155,9 @@ class Fuser : public StmtMutator {
   void add(Group& g, const Op& op, const std::set<const Buffer*>& allocs) {
     g.ops.push_back(&op);
     const View& d = dst(op);
-    if (d.buf->kind == BufferKind::Temp && allocs.count(d.buf.get()))
+    // A temporary is the group's own only when this write covers it: a partial write (the last
+    // piece of a buffer written piecewise) leaves the rest to earlier writes outside the group.
+    if (d.buf->kind == BufferKind::Temp && allocs.count(d.buf.get()) && covers_buffer(d))
       g.produced.insert(d.buf.get());
     else
       g.written[d.buf.get()] = key(d);

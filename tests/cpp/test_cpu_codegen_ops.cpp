@@ -195,6 +195,19 @@ TEST(CpuCodegenOps, EveryOpcodeMatchesTheInterpreter) {
     auto gi = P.T(kR, 1, DType::I32);
     P.emit(Opcode::TGCD, {W(gi), W(idx), I(6)});  // an integer-only instruction
     P.keep(gi);
+    // The bitwise instructions, on i32 and on an i8 tile (computed in i32, narrowed by wrapping).
+    auto i8 = P.T(kR, 1, DType::I8);
+    P.emit(Opcode::TCVT, {W(i8), W(idx)});
+    P.emit(Opcode::TSHL, {W(i8), W(i8), I(5)});  // bits past 8 are lost
+    P.keep(i8);
+    for (Opcode bop : {Opcode::TBAND, Opcode::TBOR, Opcode::TBXOR, Opcode::TSHL, Opcode::TSHR}) {
+      auto bi = P.T(kR, 1, DType::I32);
+      P.emit(bop, {W(bi), W(idx), bop == Opcode::TSHR ? I(-1) : I(29)});  // a shift by -1: sign fill
+      P.keep(bi);
+    }
+    auto bn = P.T(kR, 1, DType::I32);
+    P.emit(Opcode::TBNOT, {W(bn), W(idx)});
+    P.keep(bn);
     auto ci = P.T(kR, kC, DType::I32);
     P.emit(Opcode::TCI, {W(ci), I(-3)});
     P.keep(ci);

@@ -90,10 +90,15 @@ TEST(CpuIsaTypes, Bf16RoundTripAndRounding) {
 TEST(CpuIsaTypes, Convert) {
   EXPECT_EQ(convert<int32_t>(-2.7f), -2);  // truncation toward zero
   EXPECT_EQ(convert<int64_t>(2.7), 2);
-  EXPECT_EQ(convert<uint8_t>(0.5f), 1);  // -> bool is != 0
-  EXPECT_EQ(convert<uint8_t>(0.0f), 0);
-  EXPECT_EQ(convert<uint8_t>(int32_t(-3)), 1);
-  EXPECT_EQ(convert<float>(uint8_t(1)), 1.0f);
+  EXPECT_EQ(convert<bool>(0.5f), 1);  // -> bool is != 0
+  EXPECT_EQ(convert<bool>(0.0f), 0);
+  EXPECT_EQ(convert<bool>(int32_t(-3)), 1);
+  EXPECT_EQ(convert<float>(true), 1.0f);
+  EXPECT_EQ(convert<uint8_t>(0.5f), 0);  // u8 is an integer: truncates, saturates
+  EXPECT_EQ(convert<uint8_t>(-3.0f), 0);
+  EXPECT_EQ(convert<uint8_t>(int32_t(-3)), 253);  // integers wrap
+  EXPECT_EQ(convert<int8_t>(300.0f), 127);
+  EXPECT_EQ(convert<int16_t>(int32_t(40000)), -25536);
   EXPECT_EQ(convert<float>(half_from_float(1.5f)), 1.5f);
   EXPECT_EQ(to_float(convert<half_t>(3.25)), 3.25f);
   EXPECT_EQ(convert<double>(bf16_from_float(-2.0f)), -2.0);
@@ -257,7 +262,7 @@ TEST(CpuIsaFill, ExpandsAndCi) {
   Tile<float, 2, 6> cf;
   TCI(cf, 0.5f);
   expect_tile(cf, 2, 6, [](int, int c) { return 0.5 + c; }, 0);
-  Tile<uint8_t, 2, 2> b;
+  Tile<bool, 2, 2> b;
   TEXPANDS(b, 3);  // bool: nonzero -> 1
   expect_tile(b, 2, 2, [](int, int) { return 1.0; }, 0);
 }

@@ -89,11 +89,11 @@ TEST(CpuIsaUnary, NotAndIntegerOps) {
   Tile<float, 4, 16> f;
   fill_random(f);
   for (int i = 0; i < 64; i += 3) f.data[i] = (i % 2) ? 0.0f : -0.0f;
-  Tile<uint8_t, 4, 16> b;
+  Tile<bool, 4, 16> b;
   poison(b);
   TNOT(b, f);
   expect_tile(b, 4, 16, [&](int r, int c) { return at(f, r, c) == 0 ? 1.0 : 0.0; }, 0);
-  Tile<uint8_t, 4, 16> bb;
+  Tile<bool, 4, 16> bb;
   TNOT(bb, b);
   expect_tile(bb, 4, 16, [&](int r, int c) { return at(f, r, c) == 0 ? 0.0 : 1.0; }, 0);
   Tile<int32_t, 5, 7> it, io;
@@ -290,14 +290,14 @@ TEST(CpuIsaBinary, IntegerAndLogical) {
   TSUB(l, a, b);
   expect_tile(l, 5, 9, [&](int r, int c) { return at(a, r, c) - at(b, r, c); }, 0);
 
-  Tile<uint8_t, 7, 33> p, q, o;
+  Tile<bool, 7, 33> p, q, o;
   fill_random(p, 7, 33);
   fill_random(q, 6, 31);
   TAND(o, p, q);
   expect_tile(o, 6, 31, [&](int r, int c) { return double(at(p, r, c) && at(q, r, c)); }, 0);
   TOR(o, p, q);
   expect_tile(o, 6, 31, [&](int r, int c) { return double(at(p, r, c) || at(q, r, c)); }, 0);
-  Tile<uint8_t, 1, 33> prow;
+  Tile<bool, 1, 33> prow;
   fill_random(prow, 1, 33);
   TAND(o, p, prow);
   expect_tile(o, 7, 33, [&](int r, int c) { return double(at(p, r, c) && at(prow, 0, c)); }, 0);
@@ -314,10 +314,10 @@ TEST(CpuIsaCompare, AllOpsAndOperandKinds) {
   Tile<float, 9, 1> col;
   fill_random(col, 9, 1);
   auto run = [&](auto inst, auto ref, const char* name) {
-    check_binary<uint8_t, 9, 20>(inst, ref, a, b, 0, std::string(name) + " tile-tile");
-    check_binary<uint8_t, 9, 20>(inst, ref, a, 0.5f, 0, std::string(name) + " tile-scalar");
-    check_binary<uint8_t, 9, 20>(inst, ref, -0.5, b, 0, std::string(name) + " scalar-tile");
-    check_binary<uint8_t, 9, 20>(inst, ref, a, col, 0, std::string(name) + " col broadcast");
+    check_binary<bool, 9, 20>(inst, ref, a, b, 0, std::string(name) + " tile-tile");
+    check_binary<bool, 9, 20>(inst, ref, a, 0.5f, 0, std::string(name) + " tile-scalar");
+    check_binary<bool, 9, 20>(inst, ref, -0.5, b, 0, std::string(name) + " scalar-tile");
+    check_binary<bool, 9, 20>(inst, ref, a, col, 0, std::string(name) + " col broadcast");
     check_binary<float, 9, 20>(inst, ref, a, b, 0, std::string(name) + " numeric dst");
   };
   run([](auto& d, const auto& x, const auto& y) { TCMP_LT(d, x, y); },
@@ -335,13 +335,13 @@ TEST(CpuIsaCompare, AllOpsAndOperandKinds) {
   // Integer tiles against a fractional scalar compare exactly (in double).
   Tile<int32_t, 2, 8> it;
   for (int i = 0; i < 16; ++i) it.data[i] = i - 8;
-  Tile<uint8_t, 2, 8> m;
+  Tile<bool, 2, 8> m;
   TCMP_LT(m, it, -0.5);
   expect_tile(m, 2, 8, [&](int r, int c) { return double(at(it, r, c) < -0.5); }, 0);
 }
 
 TEST(CpuIsaSelect, MaskAndOperandKinds) {
-  Tile<uint8_t, 11, 17> mask;
+  Tile<bool, 11, 17> mask;
   fill_random(mask, 10, 17);
   Tile<float, 11, 17> a, b;
   fill_random(a, 11, 16);
@@ -360,7 +360,7 @@ TEST(CpuIsaSelect, MaskAndOperandKinds) {
   check(mask, a, b, "tiles");
   check(mask, a, -3.0f, "tile/scalar");
   check(mask, 2.0, b, "scalar/tile");
-  Tile<uint8_t, 11, 1> mcol;
+  Tile<bool, 11, 1> mcol;
   fill_random(mcol, 11, 1);
   check(mcol, a, b, "column mask");
   Tile<float, 1, 17> brow;
@@ -380,7 +380,7 @@ TEST(CpuIsaConvert, Dtypes) {
   poison(i32);
   TCVT(i32, f);
   expect_tile(i32, 5, 11, [&](int r, int c) { return std::trunc(at(f, r, c)); }, 0, 0, "f32->i32");
-  Tile<uint8_t, 6, 12> b;
+  Tile<bool, 6, 12> b;
   poison(b);
   TCVT(b, f);
   expect_tile(b, 5, 11, [&](int r, int c) { return double(at(f, r, c) != 0); }, 0, 0, "f32->bool");

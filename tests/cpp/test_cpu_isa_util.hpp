@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -37,15 +38,18 @@ template <class T>
 T poison_value() {
   if constexpr (std::is_floating_point_v<T>)
     return std::numeric_limits<T>::quiet_NaN();
-  else if constexpr (std::is_same_v<T, uint8_t>)
-    return uint8_t(0xAB);
+  else if constexpr (std::is_same_v<T, bool>)
+    return true;  // (poison() writes an invalid byte instead)
   else
     return T(-123456789);
 }
 
 template <class T, int R, int C>
 void poison(Tile<T, R, C>& t) {
-  for (int i = 0; i < R * C; ++i) t.data[i] = poison_value<T>();
+  if constexpr (std::is_same_v<T, bool>)
+    std::memset(t.data, 0xAB, sizeof(t.data));  // neither 0 nor 1: a read of it shows
+  else
+    for (int i = 0; i < R * C; ++i) t.data[i] = poison_value<T>();
   t.vr = R;
   t.vc = C;
 }
@@ -58,8 +62,8 @@ void fill_random(Tile<T, R, C>& t, int vr = R, int vc = C, double lo = 0.25, dou
   poison(t);
   for (int r = 0; r < vr; ++r)
     for (int c = 0; c < vc; ++c) {
-      if constexpr (std::is_same_v<T, uint8_t>)
-        t.data[r * C + c] = uint8_t(rng()() & 1);
+      if constexpr (std::is_same_v<T, bool>)
+        t.data[r * C + c] = bool(rng()() & 1);
       else if constexpr (std::is_integral_v<T>)
         t.data[r * C + c] = T(irand(int64_t(lo) + 1, int64_t(hi) + 9) * (positive || (rng()() & 1) ? 1 : -1));
       else

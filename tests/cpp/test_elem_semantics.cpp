@@ -62,8 +62,24 @@ TEST(ElemSemantics, FloatToIntSaturatesNanIsZero) {
   EXPECT_EQ(e::cast<int64_t>(std::nanf("")), 0);
   EXPECT_EQ(e::cast<int32_t>(2147483648.0f), INT32_MAX);
   EXPECT_EQ(e::cast<int32_t>(int64_t(1) << 32 | 5), 5);  // int -> int wraps
-  EXPECT_EQ(e::cast<uint8_t>(kNaN), 1);                  // NaN is true
-  EXPECT_EQ(e::cast<uint8_t>(-0.0), 0);
+  EXPECT_EQ(e::cast<bool>(kNaN), 1);                     // NaN is true
+  EXPECT_EQ(e::cast<bool>(-0.0), 0);
+  // The small integers: saturating from floats (NaN -> 0), wrapping from integers.
+  EXPECT_EQ(e::cast<int8_t>(kNaN), 0);
+  EXPECT_EQ(e::cast<int8_t>(127.99), 127);
+  EXPECT_EQ(e::cast<int8_t>(128.0), 127);
+  EXPECT_EQ(e::cast<int8_t>(-128.99), -128);
+  EXPECT_EQ(e::cast<int8_t>(-kInf), -128);
+  EXPECT_EQ(e::cast<uint8_t>(255.5f), 255);
+  EXPECT_EQ(e::cast<uint8_t>(256.0f), 255);
+  EXPECT_EQ(e::cast<uint8_t>(-0.5), 0);
+  EXPECT_EQ(e::cast<uint8_t>(-kInf), 0);
+  EXPECT_EQ(e::cast<uint8_t>(kNaN), 0);
+  EXPECT_EQ(e::cast<int16_t>(32767.5), 32767);
+  EXPECT_EQ(e::cast<int16_t>(-1e30f), -32768);
+  EXPECT_EQ(e::cast<int8_t>(int32_t(200)), -56);
+  EXPECT_EQ(e::cast<uint8_t>(int64_t(-1)), 255);
+  EXPECT_EQ(e::cast<int16_t>(int64_t(65536 + 5)), 5);
 }
 
 // gelu, gelu_tanh, silu, sigmoid, tanh, exp, log at +-inf and NaN, for float and double alike.

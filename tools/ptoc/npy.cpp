@@ -103,6 +103,12 @@ double get_f(const Array& a, int64_t i) {
       return double(load<int64_t>(a, i));
     case DType::Bool:
       return load<uint8_t>(a, i) != 0;
+    case DType::I8:
+      return load<int8_t>(a, i);
+    case DType::U8:
+      return load<uint8_t>(a, i);
+    case DType::I16:
+      return load<int16_t>(a, i);
   }
   return 0;
 }
@@ -115,6 +121,12 @@ int64_t get_i(const Array& a, int64_t i) {
       return load<int64_t>(a, i);
     case DType::Bool:
       return load<uint8_t>(a, i) != 0;
+    case DType::I8:
+      return load<int8_t>(a, i);
+    case DType::U8:
+      return load<uint8_t>(a, i);
+    case DType::I16:
+      return load<int16_t>(a, i);
     default: {
       double f = std::trunc(get_f(a, i));
       if (!(f >= -9.2233720368547758e18 && f < 9.2233720368547758e18))
@@ -199,6 +211,9 @@ Array read_npy(const std::string& path) {
   if (kind == 'i' && width == 4) return copy_as(DType::I32);
   if (kind == 'i' && width == 8) return copy_as(DType::I64);
   if (kind == 'b' && width == 1) return copy_as(DType::Bool);
+  if (kind == 'i' && width == 1) return copy_as(DType::I8);
+  if (kind == 'u' && width == 1) return copy_as(DType::U8);
+  if (kind == 'i' && width == 2) return copy_as(DType::I16);
   if ((kind == 'i' || kind == 'u') && (width == 1 || width == 2 || width == 4 || width == 8)) {
     raw.dtype = DType::I64;
     raw.data.resize(size_t(n) * 8);
@@ -243,6 +258,15 @@ void write_npy(const std::string& path, const Array& a0) {
       break;
     case DType::Bool:
       descr = "|b1";
+      break;
+    case DType::I8:
+      descr = "|i1";
+      break;
+    case DType::U8:
+      descr = "|u1";
+      break;
+    case DType::I16:
+      descr = "<i2";
       break;
     case DType::BF16:
       break;
@@ -295,6 +319,15 @@ Array convert(const Array& a, DType t) {
       case DType::Bool:
         store<uint8_t>(r, i, get_f(a, i) != 0);
         break;
+      case DType::I8:
+        store<int8_t>(r, i, int8_t(get_i(a, i)));
+        break;
+      case DType::U8:
+        store<uint8_t>(r, i, uint8_t(get_i(a, i)));
+        break;
+      case DType::I16:
+        store<int16_t>(r, i, int16_t(get_i(a, i)));
+        break;
     }
   }
   return r;
@@ -327,7 +360,14 @@ Array poisoned(DType t, const std::vector<int64_t>& shape) {
         store<int64_t>(r, i, std::numeric_limits<int64_t>::min());
         break;
       case DType::Bool:
+      case DType::U8:
         store<uint8_t>(r, i, 0);
+        break;
+      case DType::I8:
+        store<int8_t>(r, i, std::numeric_limits<int8_t>::min());
+        break;
+      case DType::I16:
+        store<int16_t>(r, i, std::numeric_limits<int16_t>::min());
         break;
     }
   }

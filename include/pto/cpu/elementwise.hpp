@@ -94,7 +94,7 @@ struct RowMask {
   const M* p;
   template <class CT>
   PTO_INLINE CT get(int64_t i) const {
-    return CT(convert<uint8_t>(p[i]));
+    return CT(convert<bool>(p[i]));
   }
 };
 template <class M, int R, int C, int RD, int CD, bool Bcast>
@@ -105,7 +105,7 @@ struct Src<Mask<M, R, C>, RD, CD, Bcast, void> : Src<Tile<M, R, C>, RD, CD, Bcas
   PTO_INLINE auto row(int64_t r) const {
     const M* p = this->t.data + (Base::bc_r ? 0 : r * C);
     if constexpr (Base::bc_c)
-      return RowVal<CT>{CT(convert<uint8_t>(p[0]))};
+      return RowVal<CT>{CT(convert<bool>(p[0]))};
     else
       return RowMask<M>{p};
   }
@@ -228,6 +228,12 @@ PTO_ELEM_OP(OpFmod, fmod)
 PTO_ELEM_OP(OpRem, floormod)
 PTO_ELEM_OP(OpFloorDiv, floordiv)
 PTO_ELEM_OP(OpGcd, gcd)
+PTO_ELEM_OP(OpBNot, bnot)
+PTO_ELEM_OP(OpBAnd, band)
+PTO_ELEM_OP(OpBOr, bor)
+PTO_ELEM_OP(OpBXor, bxor)
+PTO_ELEM_OP(OpShl, shl)
+PTO_ELEM_OP(OpShr, shr)
 PTO_ELEM_OP(OpLe, le)
 PTO_ELEM_OP(OpGt, gt)
 PTO_ELEM_OP(OpGe, ge)
@@ -393,6 +399,7 @@ PTO_DEFINE_UNARY(TCEIL, OpCeil)
 PTO_DEFINE_UNARY(TROUND, OpRound)
 PTO_DEFINE_UNARY(TTRUNC, OpTrunc)
 PTO_DEFINE_UNARY(TSIGN, OpSign)
+PTO_DEFINE_UNARY(TBNOT, OpBNot)
 #undef PTO_DEFINE_UNARY
 
 template <class D, int R, int C, class S, int R2, int C2>
@@ -431,6 +438,11 @@ PTO_DEFINE_BINARY(TFMOD, OpFmod, binary)
 PTO_DEFINE_BINARY(TREM, OpRem, binary)
 PTO_DEFINE_BINARY(TFLOORDIV, OpFloorDiv, binary)
 PTO_DEFINE_BINARY(TGCD, OpGcd, binary)
+PTO_DEFINE_BINARY(TBAND, OpBAnd, binary)
+PTO_DEFINE_BINARY(TBOR, OpBOr, binary)
+PTO_DEFINE_BINARY(TBXOR, OpBXor, binary)
+PTO_DEFINE_BINARY(TSHL, OpShl, binary)
+PTO_DEFINE_BINARY(TSHR, OpShr, binary)
 PTO_DEFINE_BINARY(TCMP_LT, OpLt, compare)
 PTO_DEFINE_BINARY(TCMP_LE, OpLe, compare)
 PTO_DEFINE_BINARY(TCMP_GT, OpGt, compare)

@@ -3,7 +3,8 @@
 // Row reductions keep a block of independent lane accumulators (which the compiler maps onto
 // SIMD registers) and combine them pairwise at the end: vectorised without -ffast-math, and more
 // accurate than one running sum. Empty reductions give 0 (sum), -inf (max), +inf (min); integer
-// max/min start from the type's limits. Max/min propagate NaN like TMAX/TMIN.
+// max/min start from the type's limits. A sum accumulates in the promotion of src and dst types. Max/min
+// propagate NaN like TMAX/TMIN.
 #pragma once
 #include "pto/cpu/elementwise.hpp"
 #include "pto/cpu/types.hpp"
@@ -54,7 +55,7 @@ PTO_INLINE CT reduce_span(const T* p, int64_t n, Op op) {
 
 template <template <class> class Red, class D, int RD, int CD, class T, int R, int C>
 inline void row_reduce(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
-  using CT = arith_t<T>;
+  using CT = promote_t<T, D>;  // a sum into a wider dst accumulates in dst's type
   const int64_t vr = imin(src.vr, RD), vc = src.vc;
   for (int64_t r = 0; r < vr; ++r)
     dst.data[r * CD] = convert<D>(reduce_span<CT>(src.data + r * C, vc, Red<CT>{}));
@@ -64,7 +65,7 @@ inline void row_reduce(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
 
 template <template <class> class Red, class D, int RD, int CD, class T, int R, int C>
 inline void col_reduce(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
-  using CT = arith_t<T>;
+  using CT = promote_t<T, D>;  // a sum into a wider dst accumulates in dst's type
   const Red<CT> op{};
   const int64_t vr = src.vr, vc = imin(src.vc, CD);
   CT acc[C];

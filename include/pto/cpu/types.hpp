@@ -77,11 +77,12 @@ PTO_INLINE T from_float(float f) {
 // ---- element type traits -----------------------------------------------------------------------
 template <class T>
 inline constexpr bool is_f16_v = std::is_same_v<T, half_t> || std::is_same_v<T, bf16_t>;
-// bool tiles are uint8_t holding 0/1; the IR has no other 8-bit type.
+// bool tiles are C++ bool (one byte holding 0/1); uint8_t is the IR's u8.
 template <class T>
-inline constexpr bool is_bool_v = std::is_same_v<T, uint8_t> || std::is_same_v<T, bool>;
+inline constexpr bool is_bool_v = std::is_same_v<T, bool>;
 
-// The type arithmetic on an element happens in: f16/bf16 -> float, bool -> int32.
+// The type arithmetic on an element happens in: f16/bf16 -> float; bool, int8, uint8, int16 ->
+// int32 (narrowed again, wrapping, when stored: the same values as arithmetic in the narrow type).
 template <class T>
 struct arith {
   using type = T;
@@ -95,7 +96,15 @@ struct arith<bf16_t> {
   using type = float;
 };
 template <>
+struct arith<int8_t> {
+  using type = int32_t;
+};
+template <>
 struct arith<uint8_t> {
+  using type = int32_t;
+};
+template <>
+struct arith<int16_t> {
   using type = int32_t;
 };
 template <>

@@ -141,6 +141,43 @@ def baddbmm(input, batch1, batch2, *, beta=1, alpha=1):  # noqa: A002
     return T.binary(Opcode.TADD, input if beta == 1 else T.binary(Opcode.TMUL, input, beta), prod)
 
 
+def _scale_operand(s, n, axis, what):
+    """A scaled_mm scale: a number, a 1-element tensor, or n values (shape (n,), or (n, 1) / (1, n))."""
+    if not isinstance(s, TensorValue):
+        return float(s)
+    shape = tuple(s.shape)
+    if shape in ((), (1,), (1, 1)):
+        return T.reshape(s, (1, 1)) if shape != (1, 1) else s
+    want = (n, 1) if axis == 0 else (1, n)
+    if shape == (n,):
+        return T.unsqueeze(s, 1 - axis)
+    if shape != want:
+        raise PyptoError(f"scaled_mm: {what} must have shape {want}, ({n},) or (1,), got {shape}")
+    return s
+
+
+def scaled_mm(a, b, scale_a=1.0, scale_b=1.0, bias=None, out_dtype=None):
+    """(a @ b) * scale_a[:, None] * scale_b[None, :] (+ bias): integer inputs (int8, uint8,
+    int16, int32) multiply exactly in int32 (wrapping past 2^31), float inputs in float32; the
+    scales and bias apply in float32, and the result is out_dtype (float32 by default)."""
+    if not (isinstance(a, TensorValue) and isinstance(b, TensorValue)) or a.ndim != 2 or b.ndim != 2:
+        raise PyptoError("scaled_mm: a and b must be 2-D tensors")
+    if a.dtype is _dt.bool_ or b.dtype is _dt.bool_ or a.dtype is _dt.int64 or b.dtype is _dt.int64:
+        raise PyptoError(f"scaled_mm: unsupported operand dtypes {a.dtype.name} and {b.dtype.name} "
+                         "(int8, uint8, int16, int32, or a float type)")
+    integer = not a.dtype.is_floating_point and not b.dtype.is_floating_point
+    acc_t = _dt.int32 if integer else _dt.float32
+    prod = T.matmul(T.cast(a, acc_t) if a.dtype is not acc_t else a, T.cast(b, acc_t) if b.dtype is not acc_t else b)
+    out = T.cast(prod, _dt.float32) if integer else prod
+    m, n = a.shape[0], b.shape[1]
+    out = T.binary(Opcode.TMUL, out, _scale_operand(scale_a, m, 0, "scale_a"))
+    out = T.binary(Opcode.TMUL, out, _scale_operand(scale_b, n, 1, "scale_b"))
+    if bias is not None:
+        out = T.binary(Opcode.TADD, out, bias)
+    want = _dt.to_dtype(out_dtype) if out_dtype is not None else _dt.float32
+    return out if want is _dt.float32 else T.cast(out, want)
+
+
 # --- norms ---------------------------------------------------------------------------------------
 
 

@@ -204,8 +204,6 @@ class ExpressionEvaluator:
 
     def binop(self, opt, l, r):
         if isinstance(l, TensorValue) or isinstance(r, TensorValue):
-            if opt in (ast.LShift, ast.RShift, ast.BitXor):
-                raise PyptoError("shift and xor operators are not supported on tensors")
             return _BINOPS[opt](l, r)
         if opt is ast.MatMult:
             raise PyptoError("@ needs tensor operands")

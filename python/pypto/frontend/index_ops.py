@@ -4,8 +4,11 @@ are checked when the kernel runs (an index out of range raises PyptoError, never
 from __future__ import annotations
 
 from .errors import PyptoError
+from .. import dtypes as _dt
 from ..interop import is_array
-from .tensor_ops import assign, binary, copy, find_tracer, operand, static_int, tensor_of, wrap
+from .composite_ops import cumsum
+from .tensor_ops import (arange, assign, binary, broadcast_to, cast, copy, find_tracer, full, operand, reduce, reshape,
+                         static_int, tensor_of, where, wrap)
 from .tensor_ops import index as view_index
 from .values import Opcode, TensorValue
 
@@ -32,8 +35,9 @@ def _split_key(tr, v, key):
     k = pos[0]
     idx = tensor_of(tr, items[k], "an index")
     if idx.dtype == "bool":
-        raise PyptoError("indexing by a boolean mask is not supported (the result's size would depend on the "
-                         "data); use pypto.where(mask, x, fill)")
+        raise PyptoError("reading x[mask] is not supported (the result's size would depend on the data); use "
+                         "pypto.masked_select(x, mask) (values and count, in a buffer of x's size) or "
+                         "pypto.where(mask, x, fill); x[mask] = value is supported")
     if idx.dtype.startswith("f"):
         raise PyptoError(f"tensors used as indices must be integer tensors, got {idx.dtype}")
     rank = len(v.shape)
@@ -63,10 +67,29 @@ def getitem(x, key):
     return wrap(tr, tr.b.take(base.bv, dim, idx, True))
 
 
+def _mask_over(tr, x, mask, what):
+    """A bool mask shaped like x's leading dimensions (as torch), reshaped to broadcast over x."""
+    m = tensor_of(tr, mask, "a mask")
+    ms, xs = tuple(m.shape), tuple(x.shape)
+    if len(ms) > len(xs) or xs[:len(ms)] != ms:
+        raise PyptoError(f"{what}: a mask of shape {ms} does not match the leading dimensions of {xs}")
+    m = wrap(tr, m)
+    return m if len(ms) == len(xs) else reshape(m, ms + (1,) * (len(xs) - len(ms)))
+
+
+def _is_mask(tr, key):
+    return not isinstance(key, tuple) and _is_index_tensor(key) and tensor_of(tr, key, "a mask").dtype == "bool"
+
+
 def setitem(x, key, value):
-    """x[key] = value: a store into a view, or a scatter when the key holds an index tensor."""
+    """x[key] = value: a store into a view, a scatter when the key holds an index tensor, or, for a
+    bool mask, a select: x = where(mask, value, x) (value: a number or a tensor broadcastable to x)."""
     if not has_tensor_index(key):
         return assign(view_index(x, key), value)
+    if _is_mask(find_tracer(x, key), key):
+        tr = find_tracer(x, key, value)
+        xv = x if isinstance(x, TensorValue) else wrap(tr, tensor_of(tr, x))
+        return assign(xv, where(_mask_over(tr, xv, key, "x[mask] = value"), value, xv))
     tr = find_tracer(x, value)
     v = tensor_of(tr, x)
     rest, dim, idx = _split_key(tr, v, key)
@@ -151,3 +174,33 @@ def flip(x, dims):
     tr = find_tracer(x)
     ds = dims if isinstance(dims, (tuple, list)) else (dims,)
     return wrap(tr, tr.b.flip(tensor_of(tr, x), [static_int(d, "dims") for d in ds]))
+
+
+def masked_select(x, mask, fill=0):
+    """The elements of x where mask is true, in row-major order, in a 1-d
+    buffer of x.numel() elements whose tail past the count is `fill`; returns (values, count).
+    The buffer's size is static (the bound), the count is an int64 0-d tensor. The mask has x's
+    shape, the shape of x's leading dimensions (as in x[mask]), or broadcasts to x's shape."""
+    tr = find_tracer(x, mask)
+    xv = x if isinstance(x, TensorValue) else wrap(tr, tensor_of(tr, x))
+    m = tensor_of(tr, mask, "mask")
+    if m.dtype != "bool":
+        raise PyptoError(f"masked_select: the mask must be a bool tensor, got {_dt.to_dtype(m.dtype).name}")
+    n = 1
+    for s in xv.shape:
+        n *= s
+    flat_x = reshape(xv, (n,))
+    ms, xs = tuple(m.shape), tuple(xv.shape)
+    mw = _mask_over(tr, xv, mask, "masked_select") if len(ms) < len(xs) and xs[:len(ms)] == ms else wrap(tr, m)
+    flat_m = reshape(broadcast_to(mw, xs), (n,))
+    taken = cast(flat_m, _dt.int64)
+    count = reduce("sum", taken)
+    # Selected elements go to their rank among the selected; the others to a dump slot at n.
+    slot = where(flat_m, binary(Opcode.TSUB, cumsum(taken, 0), 1), n)
+    buf = full((n + 1,), 0, xv.dtype)
+    tr.note_index_site()
+    buf = wrap(tr, tr.b.scatter_elements(buf.bv, 0, slot.bv, operand(tr, where(flat_m, flat_x, 0)), True))
+    values = view_index(buf, (slice(0, n),))
+    if fill != 0:
+        values = where(binary(Opcode.TCMP_LT, arange(n), count), values, fill)
+    return values, count

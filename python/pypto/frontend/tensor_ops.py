@@ -156,6 +156,46 @@ def logical(op, a, b):
     return wrap(tr, tr.b.binary(op, oa, ob))
 
 
+_BITWISE_NAMES = {Opcode.TBAND: "bitwise_and (&)", Opcode.TBOR: "bitwise_or (|)", Opcode.TBXOR: "bitwise_xor (^)",
+                  Opcode.TSHL: "left_shift (<<)", Opcode.TSHR: "right_shift (>>)"}
+_BOOL_LOGICAL = {Opcode.TBAND: Opcode.TAND, Opcode.TBOR: Opcode.TOR, Opcode.TBXOR: Opcode.TCMP_NE}
+
+
+def bitwise(op, a, b):
+    """& | ^ << >> on integer tensors (two's complement, as torch); on bool tensors & | ^ are logical."""
+    tr = find_tracer(a, b)
+    oa, ob = operand(tr, a), operand(tr, b)
+    name = _BITWISE_NAMES[op]
+    all_bool = True
+    for o, x in ((oa, a), (ob, b)):
+        if isinstance(o, _C.View):
+            d = _dt.to_dtype(o.dtype)
+            if d.is_floating_point:
+                raise PyptoError(f"{name} needs integer or bool tensors, got {d.name}")
+            all_bool = all_bool and d is _dt.bool_
+        elif isinstance(x, float):
+            raise PyptoError(f"{name} needs integers, got {x!r}")
+        elif not isinstance(x, bool):
+            all_bool = False
+    if all_bool:
+        if op not in _BOOL_LOGICAL:
+            raise PyptoError(f"{name} is not defined for bool tensors")
+        return wrap(tr, tr.b.binary(_BOOL_LOGICAL[op], oa, ob))
+    return wrap(tr, tr.b.binary(op, oa, ob))
+
+
+def bitwise_not(x):
+    """~x: bitwise not of an integer tensor, logical not of a bool tensor."""
+    tr = find_tracer(x)
+    v = tensor_of(tr, x)
+    d = _dt.to_dtype(v.dtype)
+    if d is _dt.bool_:
+        return wrap(tr, tr.b.unary(Opcode.TNOT, v))
+    if d.is_floating_point:
+        raise PyptoError(f"~ (bitwise_not) needs an integer or bool tensor, got {d.name}")
+    return wrap(tr, tr.b.unary(Opcode.TBNOT, v))
+
+
 def logical_not(x):
     tr = find_tracer(x)
     v = tensor_of(tr, x)

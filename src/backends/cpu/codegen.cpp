@@ -40,7 +40,13 @@ const char* ctype(DType t) {
     case DType::I64:
       return "int64_t";
     case DType::Bool:
+      return "bool";
+    case DType::I8:
+      return "int8_t";
+    case DType::U8:
       return "uint8_t";
+    case DType::I16:
+      return "int16_t";
     case DType::F16:
       return "pto::half_t";
     case DType::BF16:
@@ -404,6 +410,10 @@ class Gen {
         return as_i(x);
       case DType::Bool:
         return "int64_t(" + expr(x) + " != 0)";
+      case DType::I8:
+      case DType::U8:
+      case DType::I16:
+        return "int64_t(pto::elem::cast<" + std::string(ctype(t)) + ">(" + expr(x) + "))";
     }
     return expr(x);
   }
@@ -484,9 +494,10 @@ class Gen {
   std::string scalar(const Op& op, size_t i, DType t) {
     const Expr& e = std::get<Expr>(op.args[i]);
     if (!e) fail_op(op, "operand " + std::to_string(i) + " is an empty expression");
-    if (t == DType::Bool) return "static_cast<uint8_t>(" + expr(e) + " != 0)";
-    // By the conversion rules of pto/elem.hpp (float -> int saturates, NaN -> 0), as in the interpreter.
-    DType c = compute_dtype(t);
+    if (t == DType::Bool) return "(" + expr(e) + " != 0)";
+    // By the conversion rules of pto/elem.hpp (float -> int saturates, NaN -> 0), as in the
+    // interpreter; small integers meet a scalar in i32, the type they compute in.
+    DType c = is_small_int(t) ? DType::I32 : compute_dtype(t);
     return "pto::elem::cast<" + std::string(ctype(c)) + ">(" + (is_float(c) ? as_f(e) : expr(e)) + ")";
   }
 

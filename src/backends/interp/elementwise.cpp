@@ -147,6 +147,8 @@ Num unary(Opcode code, T x) {
       return num(e::trunc(x));
     case Opcode::TSIGN:
       return num(e::sign(x));
+    case Opcode::TBNOT:
+      return num(e::bnot(x));
     default:
       return fnum(NAN);
   }
@@ -188,6 +190,16 @@ Num binary(Opcode code, T a, T b) {
       return num(e::floordiv(a, b));
     case Opcode::TGCD:
       return num(e::gcd(a, b));
+    case Opcode::TBAND:
+      return num(e::band(a, b));
+    case Opcode::TBOR:
+      return num(e::bor(a, b));
+    case Opcode::TBXOR:
+      return num(e::bxor(a, b));
+    case Opcode::TSHL:
+      return num(e::shl(a, b));
+    case Opcode::TSHR:
+      return num(e::shr(a, b));
     case Opcode::TCMP_LT:
       return inum(e::lt(a, b));
     case Opcode::TCMP_LE:

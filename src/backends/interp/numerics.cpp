@@ -72,6 +72,12 @@ Num round_to(ir::DType t, const Num& v) {
       return inum(v.is_float ? cast<int32_t>(v.f) : cast<int32_t>(v.i));
     case ir::DType::Bool:
       return inum(v.is_float ? cast<bool>(v.f) : cast<bool>(v.i));  // NaN counts as true
+    case ir::DType::I8:
+      return inum(v.is_float ? cast<int8_t>(v.f) : cast<int8_t>(v.i));
+    case ir::DType::U8:
+      return inum(v.is_float ? cast<uint8_t>(v.f) : cast<uint8_t>(v.i));
+    case ir::DType::I16:
+      return inum(v.is_float ? cast<int16_t>(v.f) : cast<int16_t>(v.i));
   }
   return v;
 }
@@ -132,6 +138,15 @@ Num load_scalar(ir::DType t, const void* p) {
     }
     case ir::DType::Bool:
       return inum(*static_cast<const uint8_t*>(p) ? 1 : 0);
+    case ir::DType::I8:
+      return inum(*static_cast<const int8_t*>(p));
+    case ir::DType::U8:
+      return inum(*static_cast<const uint8_t*>(p));
+    case ir::DType::I16: {
+      int16_t i;
+      std::memcpy(&i, p, 2);
+      return inum(i);
+    }
   }
   return inum(0);
 }
@@ -171,8 +186,17 @@ void store_scalar(ir::DType t, void* p, const Num& n) {
       return;
     }
     case ir::DType::Bool:
+    case ir::DType::U8:
       *static_cast<uint8_t*>(p) = uint8_t(round_to(t, n).i);
       return;
+    case ir::DType::I8:
+      *static_cast<int8_t*>(p) = int8_t(round_to(t, n).i);
+      return;
+    case ir::DType::I16: {
+      int16_t i = int16_t(round_to(t, n).i);
+      std::memcpy(p, &i, 2);
+      return;
+    }
   }
 }
 

@@ -63,7 +63,7 @@ Num reduce(DType ct, Red k, int64_t n, const std::function<Num(int64_t)>& x) {
 void exec_reduce_expand(Machine& m, const Op& op) {
   Tile& dst = m.tile(op, 0);
   const Tile& src = m.tile(op, 1);
-  const DType ct = promote_compute({src.dtype});
+  const DType ct = promote_compute({src.dtype, dst.dtype});  // a sum into i64 accumulates in i64
   switch (op.code) {
     case Opcode::TROWSUM:
     case Opcode::TROWMAX:

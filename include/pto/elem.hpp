@@ -68,19 +68,23 @@ PTO_INLINE D cast(S x) {
 }
 
 // ---- integer arithmetic without undefined behaviour --------------------------------------------
+// Computed in an unsigned type at least as wide as `unsigned int`: a narrower unsigned type would be
+// promoted to (signed) int, where 16-bit 0xFFFF * 0xFFFF overflows (undefined behaviour).
+template <class T>
+using wrap_unsigned_t = decltype(std::make_unsigned_t<T>(0) + 0u);
 template <class T>
 PTO_INLINE T wrap_add(T a, T b) {
-  using U = std::make_unsigned_t<T>;
+  using U = wrap_unsigned_t<T>;
   return T(U(a) + U(b));
 }
 template <class T>
 PTO_INLINE T wrap_sub(T a, T b) {
-  using U = std::make_unsigned_t<T>;
+  using U = wrap_unsigned_t<T>;
   return T(U(a) - U(b));
 }
 template <class T>
 PTO_INLINE T wrap_mul(T a, T b) {
-  using U = std::make_unsigned_t<T>;
+  using U = wrap_unsigned_t<T>;
   return T(U(a) * U(b));
 }
 

@@ -104,3 +104,14 @@ def topk_values(x):
 @pypto.jit
 def cumsum(x):
     return pypto.cumsum(x, -1)
+
+
+# The memory-bound cases of bench/memory_cases.py.
+@pypto.jit
+def vector_add(x, y):
+    return pypto.add(x, y)
+
+
+@pypto.jit
+def column_sum(x):
+    return pypto.sum(x, 0)

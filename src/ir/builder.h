@@ -100,6 +100,8 @@ class Builder {
   View one_hot(const View& idx, int64_t num_classes);  // i64, a new last dimension
   // Inclusive scans along dim (cumsum: TADD, cumprod: TMUL; integers and bool accumulate in i64).
   View scan(Opcode combine, const View& x, int dim);
+  // TSCAN along dim: inclusive running sum (or product), from the end with `reverse`.
+  View row_scan(const View& x, int dim, bool product, bool reverse);
   // cummax (TMAX) / cummin (TMIN) along dim: {values, i64 indices}; ties and NaN take the later index.
   std::pair<View, View> scan_extreme(Opcode combine, const View& x, int dim);
   // Constant padding; pads: (before, after) per dimension from the last one backwards, as
@@ -124,6 +126,7 @@ class Builder {
   // Sorting along dim (stable; NaN last ascending, first descending, as torch): the i64 indices
   // (argsort), the values and indices (sort), or the first k of a descending/ascending sort (topk).
   View argsort(const View& x, int dim, bool descending);
+  View sort_order(const View& x, int dim, bool descending, int64_t k);
   std::pair<View, View> sort(const View& x, int dim, bool descending);
   std::pair<View, View> topk(const View& x, int64_t k, int dim, bool largest);
   // NCHW or CHW input, OIHW weight. padding: {ph, pw}; same_padding computes it for stride 1.

@@ -76,6 +76,7 @@ Expr min_valid(const Expr& a, const Expr& b);
 DType operand_dtype(const Operand& o, DType tensor_dtype);
 // Valid extents of a broadcast result of shape `out`.
 std::vector<Expr> broadcast_valid(const std::vector<int64_t>& out, const std::vector<const View*>& views);
+std::vector<int> inverse_perm(const std::vector<int>& p);
 // i64 iota of shape [1, .., n, .., 1] (rank r, n at dim d), for masks and index arithmetic.
 View iota_along(Builder& b, int64_t n, int r, int d);
 

@@ -35,17 +35,17 @@ std::vector<int> to_rows(int r, int d) {
   return p;
 }
 
-std::vector<int> inverse_perm(const std::vector<int>& p) {
-  std::vector<int> q(p.size());
-  for (size_t i = 0; i < p.size(); ++i) q[size_t(p[i])] = int(i);
-  return q;
-}
-
 int64_t numel(const std::vector<int64_t>& s) {
   return std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<int64_t>());
 }
 
 }  // namespace
+
+std::vector<int> inverse_perm(const std::vector<int>& p) {
+  std::vector<int> q(p.size());
+  for (size_t i = 0; i < p.size(); ++i) q[size_t(p[i])] = int(i);
+  return q;
+}
 
 // A rank-1 copy of v in row-major order (each reshape step merges the last two dimensions).
 static View flatten_all(Builder& b, const View& v) {
@@ -221,7 +221,11 @@ View Builder::scatter_elements(const View& x, int dim, const View& idx, const Op
   return r == 1 ? out : reshape(out, x.shape());
 }
 
-View Builder::argsort(const View& x, int dim, bool descending) {
+View Builder::argsort(const View& x, int dim, bool descending) { return sort_order(x, dim, descending, 0); }
+
+// The first k entries (all with k = 0) of the stable sorting permutation along dim: TARGSORT into
+// a destination k wide selects them without sorting the rest of the row.
+View Builder::sort_order(const View& x, int dim, bool descending, int64_t k) {
   int r = x.rank();
   if (r == 0) throw Error("sort: needs a tensor of at least 1 dimension");
   if (x.buf->dtype == DType::Bool) throw Error("sort: not supported for bool tensors");
@@ -231,7 +235,13 @@ View Builder::argsort(const View& x, int dim, bool descending) {
     if (i != d) perm.push_back(i);
   perm.push_back(d);
   View xp = permute(x, perm);
-  View out = impl_->new_temp(xp.shape(), DType::I64, xp.valid_shape(), "order");
+  auto shape = xp.shape();
+  auto valid = xp.valid_shape();
+  if (k > 0) {
+    shape.back() = k;
+    valid.back() = min_valid(valid.back(), int_imm(k));
+  }
+  View out = impl_->new_temp(shape, DType::I64, valid, "order");
   impl_->emit_op(Opcode::TARGSORT, {out, xp, int_imm(descending ? 1 : 0)});
   return permute(out, inverse_perm(perm));
 }
@@ -248,10 +258,7 @@ std::pair<View, View> Builder::topk(const View& x, int64_t k, int dim, bool larg
   if (k < 1 || k > n)
     throw Error("topk: k = " + std::to_string(k) + " is out of range for a dimension of size " +
                 std::to_string(n));
-  std::vector<Index> first(size_t(d) + 1);
-  first[size_t(d)].start = int_imm(0);
-  first[size_t(d)].stop = int_imm(k);
-  View idx = copy(slice(argsort(x, d, largest), first));
+  View idx = sort_order(x, d, largest, k);
   return {gather_elements(x, d, idx), idx};
 }
 

@@ -229,6 +229,8 @@ View Builder::scan(Opcode combine, const View& x, int dim) {
   int d = normalize_dim(dim, r, "scan");
   DType t = x.buf->dtype;
   if (!is_float(t)) t = DType::I64;
+  if (combine == Opcode::TADD || combine == Opcode::TMUL)
+    return row_scan(t == x.buf->dtype ? x : cast(x, t), d, combine == Opcode::TMUL, false);
   View cur = t == x.buf->dtype ? copy(x) : cast(x, t);
   int64_t n = x.shape()[size_t(d)];
   for (int64_t k = 1; k < n; k *= 2) {
@@ -242,6 +244,21 @@ View Builder::scan(Opcode combine, const View& x, int dim) {
     cur = next;
   }
   return cur;
+}
+
+// One TSCAN along dim (moved last by a view): a running sum or product per row, one pass over
+// memory instead of the log2(n) passes above.
+View Builder::row_scan(const View& x, int dim, bool product, bool reverse) {
+  int r = x.rank();
+  int d = normalize_dim(dim, r, "scan");
+  std::vector<int> perm;
+  for (int i = 0; i < r; ++i)
+    if (i != d) perm.push_back(i);
+  perm.push_back(d);
+  View xp = permute(x, perm);
+  View out = impl_->new_temp(xp.shape(), x.buf->dtype, xp.valid_shape(), "scan");
+  impl_->emit_op(Opcode::TSCAN, {out, xp, int_imm((product ? 1 : 0) | (reverse ? 2 : 0))});
+  return permute(out, inverse_perm(perm));
 }
 
 std::pair<View, View> Builder::scan_extreme(Opcode combine, const View& x, int dim) {

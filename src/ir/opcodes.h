@@ -123,6 +123,7 @@ enum class OpCategory : uint8_t {
   X(TSCATTER, Gather, 3)     \
   X(TSCATTER_ADD, Gather, 3) \
   X(TARGSORT, Gather, 3)     \
+  X(TSCAN, Gather, 3)        \
   X(SET_FLAG, Sync, 3)       \
   X(WAIT_FLAG, Sync, 3)      \
   X(PIPE_BARRIER, Sync, 1)

@@ -58,6 +58,7 @@ const char* operand_kinds(Opcode op) {
       return "vvss";
     case Opcode::TFILLPAD:
     case Opcode::TARGSORT:
+    case Opcode::TSCAN:
       return "vvs";
     default:
       return "vvvv";  // remaining categories take views only (counts come from the table)
@@ -406,9 +407,14 @@ class Verifier {
       auto d = shape(0), s = shape(1);
       want(d[0] * d[1] == s[0] * s[1], "element counts differ: " + sh(d) + " vs " + sh(s));
     }
-    if (o.code == Opcode::TARGSORT) {
+    if (o.code == Opcode::TSCAN) {
       auto d = shape(0), s = shape(1);
       want(d == s, "dst must have src's shape " + sh(s) + ", got " + sh(d));
+    }
+    if (o.code == Opcode::TARGSORT) {
+      auto d = shape(0), s = shape(1);
+      want(d[0] == s[0] && d[1] >= 1 && d[1] <= s[1],
+           "dst must have src's rows and at most its columns " + sh(s) + ", got " + sh(d));
     }
     if (o.code == Opcode::TGATHER) {
       auto idx = shape(2);

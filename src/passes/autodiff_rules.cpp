@@ -37,10 +37,12 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
   if (!dv) return;
   const View& D = *dv;
   auto cat = opcode_info(op.code).category;
+  if (op.code == Opcode::TSCAN && as_int(std::get<Expr>(op.args[2])).value_or(1) & 1)
+    refuse(s, "the gradient of a running product (cumprod) is not derived");
   if (cat == OpCategory::Layout)
     refuse(s, std::string(opcode_name(op.code)) + " is not differentiated at the tensor level");
   if (!adj_.count(D.buf.get())) return;  // no gradient flows through a non-float value
-  if (cat == OpCategory::Gather) return indexed_rows_rule(s, env);
+  if (cat == OpCategory::Gather && op.code != Opcode::TSCAN) return indexed_rows_rule(s, env);
   View g = adjoint(D, env);
   if (!in_place_linear(op) && overwritten(D.buf.get())) {
     // The old value of this region dies here: its adjoint so far belongs to this write alone.
@@ -74,6 +76,12 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
   auto out = [&]() { return std::get<View>(value(op.args[0], s, env, true)); };
   const Operand& x = op.args.size() > 1 ? op.args[1] : op.args[0];
 
+  if (op.code == Opcode::TSCAN) {  // a running sum's adjoint: the running sum from the other end
+    if (!has_adjoint(x)) return;
+    View xm = std::get<View>(mapped(x, env));
+    const bool rev = (as_int(std::get<Expr>(op.args[2])).value_or(0) & 2) != 0;
+    return accumulate(x, b_.row_scan(restrict_to(g, {&xm}), xm.rank() - 1, false, !rev), env);
+  }
   if (cat == OpCategory::Unary || cat == OpCategory::Convert || cat == OpCategory::Expand ||
       cat == OpCategory::Reduce) {
     if (!has_adjoint(x)) return;

@@ -98,7 +98,7 @@ class Lowerer : public StmtMutator {
         if (op.code == Opcode::TMATMUL || op.code == Opcode::TMATMUL_ACC) return matmul(op, out);
         break;
       case OpCategory::Gather:
-        if (op.code == Opcode::TARGSORT) return argsort(op, out);
+        if (op.code == Opcode::TARGSORT || op.code == Opcode::TSCAN) return whole_rows(op, out);
         return indexed_rows(op, out);
       default:
         break;
@@ -280,25 +280,41 @@ class Lowerer : public StmtMutator {
     emit(n, std::move(body), out);
   }
 
-  // TARGSORT over the last dimension: blocks of whole rows, each sorted in one tile.
-  void argsort(const Op& op, std::vector<Stmt>& out) {
+  // TARGSORT and TSCAN over the last dimension: blocks of whole rows, each in one tile. A TARGSORT
+  // destination narrower than the source (topk) keeps the first columns of each row's permutation.
+  // A scan runs in place on blocks of up to 8 rows (independent chains for the CPU to overlap) that
+  // still fit a 64 KiB tile (the CPU backend's largest stack tile).
+  void whole_rows(const Op& op, std::vector<Stmt>& out) {
     const View& d = std::get<View>(op.args[0]);
     const View* x = std::get_if<View>(&op.args[1]);
-    if (!x || is_local(d) || is_local(*x) || x->shape() != d.shape())
-      throw Error("TARGSORT at the tensor level takes global tensors of one shape");
-    auto shape = d.shape();
+    if (!x || is_local(d) || is_local(*x) || x->rank() != d.rank() || d.rank() == 0)
+      throw Error(std::string(opcode_name(op.code)) +
+                  " at the tensor level takes global tensors of one rank");
+    auto shape = d.shape(), xs = x->shape();
     int r = int(shape.size());
+    if (!std::equal(shape.begin(), shape.end() - 1, xs.begin()) || shape.back() > xs.back())
+      throw Error(
+          std::string(opcode_name(op.code)) +
+          " at the tensor level: the destination must have the source's shape but for a narrower last "
+          "dimension");
+    const bool scan = op.code == Opcode::TSCAN;
+    const int64_t scan_rows = std::min<int64_t>(
+        8, (64 << 10) / std::max<int64_t>(1, xs.back() * dtype_bytes(compute_dtype(x->buf->dtype))));
     std::vector<int64_t> ext(size_t(r), 1);
     ext[size_t(r - 1)] = shape.back();
     if (r >= 2)
-      ext[size_t(r - 2)] =
-          std::max<int64_t>(1, std::min(shape[size_t(r - 2)], ts_.elem_rows * ts_.elem_cols / shape.back()));
+      ext[size_t(r - 2)] = std::max<int64_t>(
+          1, std::min(shape[size_t(r - 2)],
+                      std::max<int64_t>(scan ? scan_rows : 1, ts_.elem_rows * ts_.elem_cols / xs.back())));
     Nest n = nest(d, ext, "s");
     auto sel = n.dst_sel(std::max(r - 2, 0));
+    auto xsel = sel;
+    xsel.back() = Sel{int_imm(0), xs.back(), sel.back().keep, false};
     auto [tr, tc] = tile_shape(sel, 2);
-    View xt = tile("x", compute_dtype(x->buf->dtype), tr, tc), it = tile("order", d.buf->dtype, tr, tc);
+    View xt = tile("x", compute_dtype(x->buf->dtype), tr, tile_shape(xsel, 2).second);
+    View it = scan ? xt : tile("order", d.buf->dtype, tr, tc);
     emit(n,
-         {op_stmt(Op{Opcode::TLOAD, {xt, sub(*x, sel)}}), op_stmt(Op{Opcode::TARGSORT, {it, xt, op.args[2]}}),
+         {op_stmt(Op{Opcode::TLOAD, {xt, sub(*x, xsel)}}), op_stmt(Op{op.code, {it, xt, op.args[2]}}),
           op_stmt(Op{Opcode::TSTORE, {sub(d, sel), it}})},
          out);
   }

@@ -184,6 +184,14 @@ TEST(CpuCodegenOps, EveryOpcodeMatchesTheInterpreter) {
     auto order = P.T(kR, kC, DType::I64);
     P.emit(Opcode::TARGSORT, {W(order), W(b), I(1)});
     P.keep(order);
+    auto first = P.T(kR, 1, DType::I64);  // a narrow destination: the CPU's selection path (topk)
+    P.emit(Opcode::TARGSORT, {W(first), W(b), I(0)});
+    P.keep(first);
+    auto sums = P.T(), prods = P.T();
+    P.emit(Opcode::TSCAN, {W(sums), W(b), I(0)});  // running sums
+    P.keep(sums);
+    P.emit(Opcode::TSCAN, {W(prods), W(a), I(3)});  // running products from the end
+    P.keep(prods);
     auto gi = P.T(kR, 1, DType::I32);
     P.emit(Opcode::TGCD, {W(gi), W(idx), I(6)});  // an integer-only instruction
     P.keep(gi);

@@ -244,6 +244,24 @@ def test_argsort():
         compare(text, x=x)
 
 
+def test_topk_selection_and_scan():
+    """TARGSORT into a narrow destination (the CPU's selection path) and TSCAN (running sums and
+    products, forward and from the end) on a ragged valid region with NaN and ties."""
+    x = rand((5, 70))
+    x[1, 3] = x[1, 9] = x[2, 4]
+    x[3, 11] = np.nan
+    for desc in (0, 1):
+        text = func(["%x: f32[5, 70]", "%o: i64[5, 6] out"],
+                    ["alloc %a: f32[8, 72] vec", "alloc %d: i64[8, 6] vec", "TLOAD %a, %x",
+                     f"TARGSORT %d, %a, {desc}", "TSTORE %o, %d"])
+        compare(text, x=x)
+    y = rand((5, 37)) * 0.5 + 1.0
+    for kind in range(4):
+        text = func(["%x: f32[5, 37]", "%o: f32[5, 37] out"],
+                    ["alloc %a: f32[8, 40] vec", "TLOAD %a, %x", f"TSCAN %a, %a, {kind}", "TSTORE %o, %a"])
+        compare(text, x=y, tol=1e-5)
+
+
 def test_integer_gcd_floordiv_rem():
     a = rand_int((4, 6), -40, 40)
     b = rand_int((4, 6), -9, 10)  # zeros included: x // 0 == x % 0 == 0, gcd(x, 0) == |x|

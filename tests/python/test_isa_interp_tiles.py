@@ -208,6 +208,18 @@ def test_argsort_rows_stable_with_nan_placement():
         np.testing.assert_array_equal(run(text, x=x)["o"], ref)
 
 
+def test_scan_rows_sum_product_and_reverse():
+    """TSCAN on a 3 x 5 valid region of a 4 x 8 tile: kind bit 0 product, bit 1 from the end."""
+    x = np.array([[1, 2, 3, 4, 5], [-1, 0.5, 2, np.nan, 1], [2, 2, 2, 2, 2]], np.float32)
+    x64 = x.astype(np.float64)
+    want = {0: np.cumsum(x64, 1), 1: np.cumprod(x64, 1),
+            2: np.flip(np.cumsum(np.flip(x64, 1), 1), 1), 3: np.flip(np.cumprod(np.flip(x64, 1), 1), 1)}
+    for kind, ref in want.items():
+        text = func(["%x: f32[3, 5]", "%o: f32[3, 5] out"],
+                    ["alloc %a: f32[4, 8] vec", "TLOAD %a, %x", f"TSCAN %a, %a, {kind}", "TSTORE %o, %a"])
+        np.testing.assert_allclose(run(text, x=x)["o"], ref, rtol=1e-6)
+
+
 def test_mgather_reads_rows_of_global_memory_and_checks_indices():
     x = rand((50, 7))
     idx = np.array([[49, 0, 3, 3]], np.int64)  # a 1 x N index vector

@@ -117,35 +117,184 @@ PTO_INLINE bool sorts_before(T a, T b, bool desc) {
 }
 }  // namespace detail
 
-// dst[r, :] = the stable permutation that sorts src[r, :src.vc] (ascending, or descending when
-// desc != 0); a bottom-up merge sort over an index scratch row. dst.valid = src.vr x src.vc.
+namespace detail {
+template <class T>
+struct KeyIndex {
+  T key;
+  int64_t idx;
+};
+
+// The sort's total order on (key, index): the key first, then the earlier index (stability).
+template <class T>
+PTO_INLINE bool better(const KeyIndex<T>& a, const KeyIndex<T>& b, bool desc) {
+  if (sorts_before(a.key, b.key, desc)) return true;
+  if (sorts_before(b.key, a.key, desc)) return false;
+  return a.idx < b.idx;
+}
+
+// A key that orders like the sort but has no NaN (NaN, the best descending and the worst
+// ascending, becomes +inf), so that block bests are plain max/min loops that vectorise. Ties
+// between NaN and +inf are harmless: the key only filters candidates (inclusive of the bound).
+template <class T>
+PTO_INLINE T filter_key(T v) {
+  if constexpr (std::is_floating_point_v<T>)
+    return v != v ? T(__builtin_huge_val()) : v;
+  else
+    return v;
+}
+template <class T>
+PTO_INLINE T key_max(T a, T b) {
+  return a > b ? a : b;
+}
+template <class T>
+PTO_INLINE T key_min(T a, T b) {
+  return a < b ? a : b;
+}
+template <class T>
+PTO_INLINE bool reaches(T key, T bound, bool desc) {
+  return desc ? key >= bound : key <= bound;
+}
+
+// Reorders c[0:m] so that c[0:k] are its k best entries (in no particular order): quickselect.
+template <class T>
+inline void keep_best(KeyIndex<T>* c, int64_t m, int64_t k, bool desc) {
+  int64_t lo = 0, hi = m;
+  while (hi - lo > 1) {
+    const int64_t p = lo + (hi - lo) / 2;
+    KeyIndex<T> t = c[p];
+    c[p] = c[hi - 1];
+    c[hi - 1] = t;
+    const KeyIndex<T> pivot = c[hi - 1];
+    int64_t store = lo;
+    for (int64_t i = lo; i < hi - 1; ++i)
+      if (better(c[i], pivot, desc)) {
+        t = c[i];
+        c[i] = c[store];
+        c[store++] = t;
+      }
+    c[hi - 1] = c[store];
+    c[store] = pivot;  // c[lo:store] beat the pivot, which sits at store
+    if (k <= store)
+      hi = store;
+    else if (k > store + 1)
+      lo = store + 1;
+    else
+      break;
+  }
+}
+
+// The first k entries of the stable sorting permutation of x[0:n], in order (k < n). Pass 1 takes
+// the best key of each of the M groups {j, j + M, j + 2M, ...} (an elementwise max/min of the
+// row's M-wide pieces, which vectorises); the k-th best of those bounds the k-th best key of the
+// row, so pass 2 collects only the keys that reach it, from the groups whose best does (about k of
+// them for an unordered row), into a buffer of `cap` > k entries, cut back to its best k by
+// quickselect whenever it fills. Then the k are sorted. `bk` holds 2M keys.
+template <class T>
+PTO_INLINE int64_t select_groups(int64_t n, int64_t k) {
+  return imin(n, imax(4 * k, n / 32));
+}
+template <class D, class T>
+inline void select_first_k(D* out, const T* x, int64_t n, int64_t k, bool desc, KeyIndex<T>* c, int64_t cap,
+                           T* bk) {
+  const int64_t nb = select_groups<T>(n, k);
+  T* sel = bk + nb;
+  for (int64_t j = 0; j < nb; ++j) bk[j] = filter_key(x[j]);
+  for (int64_t r = nb; r < n; r += nb) {
+    const T* p = x + r;
+    const int64_t e = imin(nb, n - r);
+    if (desc)
+      for (int64_t j = 0; j < e; ++j) bk[j] = key_max(bk[j], filter_key(p[j]));
+    else
+      for (int64_t j = 0; j < e; ++j) bk[j] = key_min(bk[j], filter_key(p[j]));
+  }
+  for (int64_t j = 0; j < nb; ++j) sel[j] = bk[j];
+  const bool bounded = nb >= k;
+  T bound{};
+  if (bounded) {  // the k-th best block best: quickselect on plain keys (no NaN among them)
+    int64_t lo = 0, hi = nb, want = k - 1;
+    while (hi - lo > 1) {
+      const T pv = sel[lo + (hi - lo) / 2];
+      int64_t i = lo, j = hi - 1;
+      while (i <= j) {
+        while (desc ? sel[i] > pv : sel[i] < pv) ++i;
+        while (desc ? pv > sel[j] : pv < sel[j]) --j;
+        if (i <= j) {
+          const T t = sel[i];
+          sel[i++] = sel[j];
+          sel[j--] = t;
+        }
+      }
+      if (want <= j)
+        hi = j + 1;
+      else if (want >= i)
+        lo = i;
+      else
+        break;
+    }
+    bound = sel[want];
+  }
+  int64_t m = 0;
+  for (int64_t g = 0; g < nb; ++g) {
+    if (bounded && !reaches(bk[g], bound, desc)) continue;
+    for (int64_t j = g; j < n; j += nb) {
+      if (bounded && !reaches(filter_key(x[j]), bound, desc)) continue;
+      c[m++] = KeyIndex<T>{x[j], j};
+      if (m == cap) {
+        keep_best(c, m, k, desc);
+        m = k;
+      }
+    }
+  }
+  if (m > k) keep_best(c, m, k, desc);
+  for (int64_t a = 1; a < k; ++a) {  // insertion sort of the k best
+    const KeyIndex<T> v = c[a];
+    int64_t b = a;
+    for (; b > 0 && better(v, c[b - 1], desc); --b) c[b] = c[b - 1];
+    c[b] = v;
+  }
+  for (int64_t j = 0; j < k; ++j) out[j] = D(c[j].idx);
+}
+}  // namespace detail
+
+// dst[r, 0:k] = the first k = min(dst.C, src.vc) entries of the stable permutation that sorts
+// src[r, :src.vc] (ascending, or descending when desc != 0). A destination as wide as the source
+// gets the whole permutation (a bottom-up merge sort over an index scratch row); a narrow one
+// (topk) gets the first k by selection, without sorting the rest. dst.valid = src.vr x k.
 template <class D, int RD, int CD, class T, int R, int C>
 inline void TARGSORT(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t desc) {
-  const int64_t vr = detail::imin(src.vr, RD), n = detail::imin(src.vc, CD);
-  ScratchBuffer<int64_t> buf(2 * n);
+  const int64_t vr = detail::imin(src.vr, RD), n = detail::clamp0(src.vc, C), k = detail::imin(n, CD);
+  const bool select = k > 0 && k * 8 <= n && k <= 4096;
+  const int64_t cap = 4 * k;
+  ScratchBuffer<int64_t> buf(select ? 0 : 2 * n);
+  ScratchBuffer<detail::KeyIndex<T>> cand(select ? cap : 0);
+  ScratchBuffer<T> block_best(select ? 2 * detail::select_groups<T>(n, k) : 0);
   for (int64_t r = 0; r < vr; ++r) {
     const T* x = src.data + r * C;
+    D* d = dst.data + r * CD;
+    if (select) {
+      detail::select_first_k(d, x, n, k, desc != 0, cand.data(), cap, block_best.data());
+      continue;
+    }
     int64_t* a = buf.data();
     int64_t* b = buf.data() + n;
     for (int64_t i = 0; i < n; ++i) a[i] = i;
     for (int64_t w = 1; w < n; w *= 2) {
       for (int64_t lo = 0; lo < n; lo += 2 * w) {
         const int64_t mid = detail::imin(lo + w, n), hi = detail::imin(lo + 2 * w, n);
-        int64_t i = lo, j = mid, k = lo;
+        int64_t i = lo, j = mid, o = lo;
         while (i < mid && j < hi)
-          b[k++] = detail::sorts_before(x[a[j]], x[a[i]], desc != 0) ? a[j++] : a[i++];
-        while (i < mid) b[k++] = a[i++];
-        while (j < hi) b[k++] = a[j++];
+          b[o++] = detail::sorts_before(x[a[j]], x[a[i]], desc != 0) ? a[j++] : a[i++];
+        while (i < mid) b[o++] = a[i++];
+        while (j < hi) b[o++] = a[j++];
       }
       int64_t* t = a;
       a = b;
       b = t;
     }
-    D* d = dst.data + r * CD;
-    for (int64_t i = 0; i < n; ++i) d[i] = D(a[i]);
+    for (int64_t i = 0; i < k; ++i) d[i] = D(a[i]);
   }
   dst.vr = int(vr);
-  dst.vc = int(n);
+  dst.vc = int(k);
 }
 
 // dst[r,:] = src[idx_r,:] for the n indices of idx; dst.valid = n x src.vc (clamped to dst).

@@ -49,7 +49,45 @@ inline void copy_2d(D* d, int64_t dr, int64_t dc, const S* s, int64_t sr, int64_
   }
 }
 
+// Copies n bytes with non-temporal (streaming) stores where the target has them: the destination
+// lines go to memory without being read first and without evicting the caches' working set.
+// For outputs far bigger than the caches, which nobody reads before they would be evicted anyway.
+PTO_INLINE void stream_bytes(char* PTO_RESTRICT d, const char* PTO_RESTRICT s, int64_t n) {
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+  typedef long long V __attribute__((vector_size(64)));
+  int64_t head = int64_t((64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63);
+  if (head > n) head = n;
+  if (head > 0) __builtin_memcpy(d, s, size_t(head));
+  int64_t i = head;
+  for (; i + 64 <= n; i += 64) {
+    V v;
+    __builtin_memcpy(&v, s + i, 64);
+#if defined(__clang__)
+    __builtin_nontemporal_store(v, reinterpret_cast<V*>(d + i));
+#else
+    __builtin_ia32_movntdq512(reinterpret_cast<V*>(d + i), v);
+#endif
+  }
+  if (i < n) __builtin_memcpy(d + i, s + i, size_t(n - i));
+#else
+  if (n > 0) __builtin_memcpy(d, s, size_t(n));
+#endif
+}
+
+// Orders the streaming stores before whatever follows (another thread reads the output after
+// the parallel loop joins).
+PTO_INLINE void stream_fence() {
+#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+  __builtin_ia32_sfence();
+#endif
+}
+
 }  // namespace detail
+
+// The third operand of TSTORE that code generation adds for a destination much bigger than the
+// last-level cache: the same store, by streaming stores where it is a plain row copy.
+struct StreamHint {};
+inline constexpr StreamHint kStream{};
 
 // dst.valid = the view's extent clamped to R x C; copies (and converts) that region.
 template <class T, int R, int C, class U>
@@ -65,6 +103,21 @@ template <class U, class T, int R, int C>
 inline void TSTORE(GlobalView<U> dst, const Tile<T, R, C>& src) {
   const int64_t vr = detail::clamp0(dst.vr, src.vr), vc = detail::clamp0(dst.vc, src.vc);
   detail::copy_2d(dst.ptr, dst.rs, dst.cs, src.data, C, 1, vr, vc);
+}
+
+template <class U, class T, int R, int C>
+inline void TSTORE(GlobalView<U> dst, const Tile<T, R, C>& src, StreamHint) {
+  if constexpr (std::is_same_v<std::remove_cv_t<U>, T>) {
+    const int64_t vr = detail::clamp0(dst.vr, src.vr), vc = detail::clamp0(dst.vc, src.vc);
+    if (dst.cs == 1 && vc * int64_t(sizeof(T)) >= 1024) {
+      for (int64_t r = 0; r < vr; ++r)
+        detail::stream_bytes(reinterpret_cast<char*>(dst.ptr + r * dst.rs),
+                             reinterpret_cast<const char*>(src.data + r * C), vc * int64_t(sizeof(T)));
+      detail::stream_fence();
+      return;
+    }
+  }
+  TSTORE(dst, src);
 }
 
 // A hint only: touches the first cache lines of the view's rows.

@@ -106,6 +106,59 @@ inline void TCOLMIN(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
   detail::col_reduce<detail::MinR>(dst, src);
 }
 
+namespace detail {
+// Running sums (or products) of rows r0..r0+G-1 at once: G independent chains, which the CPU
+// overlaps where one row's chain would wait on each add's latency. Reads element c of a row before
+// writing it, so dst may be src.
+template <int G, bool Prod, bool Rev, class CT, class D, class T>
+PTO_INLINE void scan_rows(D* d, int64_t dc, const T* s, int64_t sc, int64_t vc) {
+  CT acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = CT(Prod ? 1 : 0);
+  for (int64_t i = 0; i < vc; ++i) {
+    const int64_t c = Rev ? vc - 1 - i : i;
+    for (int g = 0; g < G; ++g) {
+      const CT v = convert<CT>(s[g * sc + c]);
+      acc[g] = Prod ? elem::mul(acc[g], v) : elem::add(acc[g], v);
+      d[g * dc + c] = convert<D>(acc[g]);
+    }
+  }
+}
+template <bool Prod, bool Rev, class D, int RD, int CD, class T, int R, int C>
+inline void scan_tile(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t vr, int64_t vc) {
+  using CT = arith_t<promote_t<D, T>>;
+  constexpr int G = 8;
+  int64_t r = 0;
+  for (; r + G <= vr; r += G) scan_rows<G, Prod, Rev, CT>(dst.data + r * CD, CD, src.data + r * C, C, vc);
+  for (; r + G / 2 <= vr; r += G / 2)
+    scan_rows<G / 2, Prod, Rev, CT>(dst.data + r * CD, CD, src.data + r * C, C, vc);
+  for (; r < vr; ++r) scan_rows<1, Prod, Rev, CT>(dst.data + r * CD, CD, src.data + r * C, C, vc);
+}
+}  // namespace detail
+
+// dst[r, c] = src[r, 0] + ... + src[r, c] (kind bit 0: product; bit 1: from the end,
+// src[r, c] + ... + src[r, vc-1]), accumulated in order in the compute type. dst may be src.
+// dst.valid = src.valid (clamped to dst).
+template <class D, int RD, int CD, class T, int R, int C>
+inline void TSCAN(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t kind) {
+  const int64_t vr = detail::imin(src.vr, RD), vc = detail::imin(src.vc, CD);
+  switch (kind & 3) {
+    case 0:
+      detail::scan_tile<false, false>(dst, src, vr, vc);
+      break;
+    case 1:
+      detail::scan_tile<true, false>(dst, src, vr, vc);
+      break;
+    case 2:
+      detail::scan_tile<false, true>(dst, src, vr, vc);
+      break;
+    default:
+      detail::scan_tile<true, true>(dst, src, vr, vc);
+      break;
+  }
+  dst.vr = int(vr);
+  dst.vc = int(vc);
+}
+
 // dst[r,c] = src[r,0] for r < src.vr, every c < C; dst.valid = src.vr x C.
 template <class D, int RD, int CD, class T, int R, int C>
 inline void TROWEXPAND(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {

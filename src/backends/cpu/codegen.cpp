@@ -7,6 +7,7 @@
 #include "backends/cpu/nests.h"
 #include "ir/number_text.h"
 #include "pto/elem.hpp"
+#include "target/target.h"
 
 #include <cmath>
 #include <cstdio>
@@ -505,6 +506,14 @@ class Gen {
     return v && v->buf && v->buf->space != Space::Global;
   }
   bool is_view(const Op& op, size_t i) { return std::holds_alternative<View>(op.args[i]); }
+  // Stores into a kernel output bigger than the last-level cache stream past the caches (memory.hpp):
+  // nothing in this kernel reads it back, and it would be evicted before the caller could.
+  static bool streams_to(const View& v) {
+    if (!v.buf || v.buf->kind == BufferKind::Temp || v.buf->space != Space::Global) return false;
+    int64_t bytes = dtype_bytes(v.buf->dtype);
+    for (int64_t d : v.buf->shape) bytes *= d;
+    return bytes >= std::max<int64_t>(runtime::host_target().l3_bytes, 8 << 20);
+  }
   DType tile_dtype(const Op& op, size_t i) {
     const View& v = std::get<View>(op.args[i]);
     return info_of(op, v).dtype;
@@ -528,6 +537,7 @@ class Gen {
                           " must be a global view; a copy between local tiles is TMOV");
         a[g] = gview(op, g);
         a[1 - g] = tile(op, 1 - g);
+        if (op.code == Opcode::TSTORE && streams_to(std::get<View>(op.args[0]))) a.push_back("pto::kStream");
         break;
       }
       case Opcode::TPREFETCH:
@@ -571,6 +581,7 @@ class Gen {
   // The type a scalar operand is converted to: the element type of the tile it meets.
   DType scalar_type(const Op& op, size_t i) {
     if ((op.code == Opcode::TEXTRACT || op.code == Opcode::TINSERT) && i >= 2) return DType::I64;
+    if ((op.code == Opcode::TARGSORT || op.code == Opcode::TSCAN) && i == 2) return DType::I64;
     const OpcodeInfo& oi = opcode_info(op.code);
     auto other = [&](size_t j) { return j < op.args.size() && is_view(op, j); };
     if (oi.category == OpCategory::Binary || oi.category == OpCategory::Compare) {

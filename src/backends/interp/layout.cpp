@@ -85,6 +85,8 @@ void exec_layout(Machine& m, const Op& op) {
         if (b.f != b.f) return a.f == a.f;
         return a.f < b.f;
       };
+      // A destination narrower than the row takes the first dst.C entries of the permutation.
+      const int64_t k = std::min(src.vc, dst.C);
       for (int64_t r = 0; r < src.vr; ++r) {
         for (int64_t c = 0; c < src.vc; ++c) {
           row[size_t(c)] = m.get(op, src, r, c);
@@ -93,7 +95,29 @@ void exec_layout(Machine& m, const Op& op) {
         std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
           return desc ? key_less(row[size_t(b)], row[size_t(a)]) : key_less(row[size_t(a)], row[size_t(b)]);
         });
-        for (int64_t c = 0; c < src.vc; ++c) out[size_t(r * src.vc + c)] = inum(order[size_t(c)]);
+        for (int64_t c = 0; c < k; ++c) out[size_t(r * src.vc + c)] = inum(order[size_t(c)]);
+      }
+      commit(m, op, dst, src.vr, k, [&](int64_t r, int64_t c) { return out[size_t(r * src.vc + c)]; });
+      break;
+    }
+    case Opcode::TSCAN: {
+      // Running sum or product of each row, in order (kind bit 0: product, bit 1: from the end).
+      const int64_t kind = m.int_scalar(op, 2);
+      const bool prod = (kind & 1) != 0, rev = (kind & 2) != 0;
+      const DType ct = compute_dtype(dst.dtype);
+      auto mul_num = [](const Num& a, const Num& b) {  // integers wrap, as elem::mul
+        if (a.is_float || b.is_float) return fnum(a.as_double() * b.as_double());
+        return inum(int64_t(uint64_t(a.i) * uint64_t(b.i)));
+      };
+      std::vector<Num> out(size_t(src.vr * src.vc));
+      for (int64_t r = 0; r < src.vr; ++r) {
+        Num acc = round_to(ct, prod ? inum(1) : inum(0));
+        for (int64_t i = 0; i < src.vc; ++i) {
+          const int64_t c = rev ? src.vc - 1 - i : i;
+          const Num v = m.get(op, src, r, c);
+          acc = round_to(ct, prod ? mul_num(acc, v) : add_num(acc, v));
+          out[size_t(r * src.vc + c)] = acc;
+        }
       }
       commit(m, op, dst, src.vr, src.vc, [&](int64_t r, int64_t c) { return out[size_t(r * src.vc + c)]; });
       break;

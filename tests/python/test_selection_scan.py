@@ -1,0 +1,125 @@
+"""The row kernels made for speed (issue 15): topk by selection (TARGSORT into a narrow
+destination) and row scans (TSCAN), on the interpreter and the CPU backend against float64
+references, over ragged rows, ties, NaN and +-inf, outputs poisoned with NaN."""
+import numpy as np
+import pytest
+import torch
+
+import pypto
+from pypto_testutil import assert_close, assert_close_edges, backend_params, edge_rand, jit, poisoned, rand
+
+
+@pytest.fixture(params=backend_params(tiled=True))
+def backend(request):
+    return request.param
+
+
+def _topk_case(rows, n, seed):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, n)).astype(np.float32)
+    x[1, :] = 0.5                       # all ties: the earliest indices win
+    x[2, ::3] = x[2, 0]                 # repeated values
+    x[3, n // 2] = np.nan               # NaN first when largest, last when smallest
+    x[3, 1] = np.inf
+    x[4, :] = np.sort(x[4, :])          # ascending row: every element replaces the k-th
+    return x
+
+
+@pytest.mark.parametrize("largest", [True, False])
+@pytest.mark.parametrize("rows,n,k", [(9, 1000, 50), (5, 77, 30)])  # selection; merge sort
+def test_topk_matches_torch(backend, rows, n, k, largest):
+    x = _topk_case(rows, n, seed=n + k)
+
+    def f(x, v, i):
+        vals, idx = pypto.topk(x, k, -1, largest)
+        v[...] = vals
+        i[...] = idx
+
+    v, i = poisoned(rows, k), np.full((rows, k), -7, dtype=np.int64)
+    jit(f, backend)(x, v, i)
+    tv, _ = torch.topk(torch.from_numpy(x.astype(np.float64)), k, -1, largest=largest, sorted=True)
+    # torch does not specify the order of equal keys; pypto's is that of a stable sort (NaN first
+    # when largest, last when smallest, as numpy's).
+    order = np.array([_stable_desc(r) for r in x]) if largest else np.argsort(x, axis=-1, kind="stable")
+    want_i = order[:, :k]
+    np.testing.assert_array_equal(i, want_i)
+    np.testing.assert_array_equal(v, np.take_along_axis(x, want_i, -1))
+    np.testing.assert_array_equal(np.sort(v, -1), np.sort(tv.numpy().astype(np.float32), -1))
+
+
+def _stable_desc(row):
+    """Indices of a stable descending sort with NaN first (torch's rule)."""
+    keys = [(0 if np.isnan(a) else 1, -a if not np.isnan(a) else 0.0, j) for j, a in enumerate(row)]
+    return [j for _, _, j in sorted(keys)]
+
+
+def test_topk_int_rows(backend):
+    rng = np.random.default_rng(3)
+    x = rng.integers(-20, 20, size=(4, 500)).astype(np.int32)
+
+    def f(x, i):
+        i[...] = pypto.topk(x, 9, -1)[1]
+
+    i = np.full((4, 9), -7, dtype=np.int64)
+    jit(f, backend)(x, i)
+    np.testing.assert_array_equal(i, np.argsort(-x.astype(np.int64), axis=-1, kind="stable")[:, :9])
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_cumsum_cumprod(backend, dim):
+    x = edge_rand(33, 70)                       # ragged against every tile size; NaN and +-inf rows
+    x64 = torch.from_numpy(x.astype(np.float64))
+
+    def f(x, s, p):
+        s[...] = pypto.cumsum(x, dim)
+        p[...] = pypto.cumprod(x * 0.5 + 1.0, dim)
+
+    s, p = poisoned(33, 70), poisoned(33, 70)
+    jit(f, backend)(x, s, p)
+    assert_close_edges(s, torch.cumsum(x64, dim).numpy(), tol=1e-5)
+    assert_close_edges(p, torch.cumprod(x64 * 0.5 + 1.0, dim).numpy(), tol=1e-5)
+
+
+def test_cumsum_ints_and_long_rows(backend):
+    rng = np.random.default_rng(5)
+    xi = rng.integers(-1000, 1000, size=(3, 5000)).astype(np.int32)
+    xf = rng.standard_normal((20, 1000)).astype(np.float32)
+
+    def f(xi, xf, si, sf):
+        si[...] = pypto.cumsum(xi, -1)
+        sf[...] = pypto.cumsum(xf, 1)
+
+    si, sf = np.full((3, 5000), -7, dtype=np.int64), poisoned(20, 1000)
+    jit(f, backend)(xi, xf, si, sf)
+    np.testing.assert_array_equal(si, np.cumsum(xi.astype(np.int64), -1))
+    assert_close(sf, np.cumsum(xf.astype(np.float64), 1), tol=1e-5)
+
+
+def test_cumsum_gradient():
+    x = rand(6, 45)
+    w = rand(6, 45)
+    @pypto.jit
+    def loss(x, w):
+        return pypto.sum(pypto.cumsum(x, -1) * w)
+
+    g = pypto.grad(loss)(x, w)
+    want = np.flip(np.cumsum(np.flip(w.astype(np.float64), -1), -1), -1)
+    assert_close(g, want, tol=1e-5)
+
+
+def test_streaming_store_of_an_output_bigger_than_the_cache():
+    """A kernel output bigger than the last-level cache is stored with streaming stores (TSTORE's
+    kStream hint): rows of 1001 floats start at every alignment, so the unaligned head and tail
+    of each row are covered too."""
+    cols = 1001
+    rows = pypto.target()["caches"]["l3"] // (cols * 4) + 3
+    x = rand(rows, cols)
+    y = rand(cols)
+
+    def f(x, y, out):
+        out[...] = x * 2.0 + y
+
+    out = poisoned(rows, cols)
+    pypto.jit(f)(x, y, out)
+    np.testing.assert_array_equal(out, x * np.float32(2.0) + y)
+    assert "pto::kStream" in pypto.jit(f).lower(x, y, out).as_text("source")

@@ -87,6 +87,26 @@ def test_tnot_and_logic():
     compare(text, x=rand_int((5, 7), 0, 2).astype(np.float32), y=rand_int((5, 7), 0, 2).astype(np.float32))
 
 
+BITWISE = ["TBAND", "TBOR", "TBXOR", "TSHL", "TSHR"]
+
+
+@pytest.mark.parametrize("ty, npt", [("i8", np.int8), ("u8", np.uint8), ("i16", np.int16), ("i32", np.int32),
+                                     ("i64", np.int64)])
+def test_bitwise_and_shifts(ty, npt):
+    """Bitwise ops and shifts on every integer width, with the extremes and shift counts past the
+    width (0 for <<, the sign fill for >>): interpreter and CPU agree bit for bit."""
+    info = np.iinfo(npt)
+    x = rand_int((5, 7), info.min // 2, info.max // 2 + 1, np.int64).astype(npt)
+    x[0, :3] = [info.min, info.max, -1 if info.min < 0 else 0]
+    y = rand_int((5, 7), 0, 8 * x.itemsize + 3, np.int64).astype(npt)  # shift counts, some past the width
+    text = batch([f"%x: {ty}[5, 7]", f"%y: {ty}[5, 7]"],
+                 [f"alloc %a: {ty}[8, 8] vec", f"alloc %b: {ty}[8, 8] vec", f"alloc %d: {ty}[8, 8] vec",
+                  "TLOAD %a, %x", "TLOAD %b, %y"],
+                 lambda op: ["TBNOT %d, %a"] if op == "TBNOT" else [f"{op} %d, %a, %b"],
+                 BITWISE + ["TBNOT"], f"{ty}[8, 8]")
+    compare(text, x=x, y=y)
+
+
 ARITH = ["TADD", "TSUB", "TMUL", "TDIV", "TMAX", "TMIN", "TATAN2", "THYPOT", "TCOPYSIGN", "TFMOD", "TREM",
          "TFLOORDIV"]
 CMP = ["TCMP_LT", "TCMP_LE", "TCMP_GT", "TCMP_GE", "TCMP_EQ", "TCMP_NE"]

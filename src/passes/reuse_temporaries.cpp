@@ -78,6 +78,7 @@ class InPlace : public StmtVisitor {
 struct Life {
   BufferRef buf;
   size_t alloc = 0, first = SIZE_MAX, last = 0;
+  const Buffer* tenant = nullptr;  // as a home: the temporary it holds now (its name in the input)
 };
 
 class Rename : public StmtMutator {
@@ -125,17 +126,21 @@ Program reuse_temporaries(const Program& p) {
     Life* home = nullptr;
     for (Life* h : homes) {
       if (h->buf->dtype != b->dtype || h->buf->shape != b->shape) continue;
-      if (h->last < l.first || (h->last == l.first && InPlace(h->buf.get(), b).ok(p.body[l.first]))) {
+      // In place: the statement must read the home's current tenant, which the input program still
+      // names by its own buffer (the home's first one only until another moved in).
+      if (h->last < l.first || (h->last == l.first && InPlace(h->tenant, b).ok(p.body[l.first]))) {
         home = h;
         break;
       }
     }
     if (!home) {
+      l.tenant = b;
       homes.push_back(&l);
       continue;
     }
     to[b] = home->buf;
     home->last = l.last;
+    home->tenant = b;
   }
   if (to.empty()) return p;
   Program out = Rename(to).mutate_program(p);

@@ -53,3 +53,22 @@ def test_inplace_into_an_argument_updates_the_callers_array():
     out = pypto.jit(into_argument, backend="interp")(x, y)
     assert_close(x, np.exp(x0.astype(np.float64)))
     assert_close(out, np.exp(x0.astype(np.float64)) + y)
+
+
+def mlp_chain(x, w0, w1, w2):
+    for w in (w0, w1, w2):
+        x = pypto.relu(pypto.matmul(x, w))
+    return x
+
+
+def test_a_matmul_never_writes_into_the_temporary_it_reads():
+    """relu(x @ w) three times with fusion off: the relu writes in place into the first matmul's
+    temporary, and the second matmul reads that buffer; reusing it again for the second matmul's
+    output would overwrite columns still to be read (the reuse pass once checked the buffer's first
+    tenant instead of the one it held then)."""
+    x, *ws = rand(64, 512), *(rand(512, 512) * 0.06 for _ in range(3))
+    ref = x.astype(np.float64)
+    for w in ws:
+        ref = np.maximum(ref @ w, 0)
+    for backend in ("cpu", "interp"):
+        assert_close(pypto.jit(mlp_chain, backend=backend, fusion="off")(x, *ws), ref)

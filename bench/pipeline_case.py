@@ -38,7 +38,15 @@ def pipeline_case(ctx):
         import pypto
         p = pypto.pipeline.Pipeline([_stage_fn(ws) for ws in weights], micro_batches=micro)
         p(x)  # compile
-        return lambda: p(x)
+
+        def run():  # one core: one PyPTO thread, restored afterwards
+            n = pypto.target()["num_threads"]
+            pypto.set_num_threads(1)
+            try:
+                return p(x)
+            finally:
+                pypto.set_num_threads(n)
+        return run
 
     def pipelined():
         import pypto

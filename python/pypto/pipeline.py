@@ -154,8 +154,10 @@ class Pipeline:
     def start(self, processes=None, sample=None):
         """Fork the worker processes once: later run() calls stream through them, until close()
         (or the end of a `with` block). The caller becomes rank 0 of a gloo group over loopback:
-        it feeds and collects, computing nothing; workers are ranks 1..N. `sample`: an input, to
-        measure stage times for balance="auto"."""
+        during run() it computes the first stage group on its share of the cores, feeds the next
+        rank and collects the results; workers are ranks 1..N-1 (a driver that only fed and
+        collected would be one process more than there are stage groups, fighting the workers
+        for cores). `sample`: an input, to measure stage times for balance="auto"."""
         if self._workers is not None:
             raise PyptoError("pipeline: already started")
         nproc = processes or min(len(self.stages), len(os.sched_getaffinity(0)))
@@ -168,15 +170,14 @@ class Pipeline:
         cpus = sorted(os.sched_getaffinity(0))
         threads = self.threads or max(1, len(cpus) // nproc)
         pids = []
-        for r in range(1, nproc + 1):
+        for r in range(1, nproc):
             pid = os.fork()
             if pid == 0:  # a worker: never returns into the caller's code
                 code = 0
                 try:
-                    first = (r - 1) * threads % len(cpus)
-                    _pin((cpus[first:] + cpus[:first])[:threads], threads)
-                    _init(port, r, nproc + 1, self.timeout)
-                    while self._stage_loop(r, nproc + 1, groups[r - 1]):
+                    _pin(_cpus_of(cpus, r, threads), threads)
+                    _init(port, r, nproc, self.timeout)
+                    while self._stage_loop(r, nproc, groups[r]):
                         pass
                 except (RuntimeError, PyptoError):  # a neighbour went away: the caller reports it
                     code = 1
@@ -187,7 +188,8 @@ class Pipeline:
             pids.append(pid)
         self._workers = {"pids": pids, "groups": groups, "processes": nproc, "threads": threads}
         try:
-            _init(port, 0, nproc + 1, self.timeout)
+            if nproc > 1:
+                _init(port, 0, nproc, self.timeout)
         except Exception:
             self._kill()
             raise
@@ -199,10 +201,13 @@ class Pipeline:
         if w is None:
             return
         torch = _torch()
+        if w["processes"] == 1:  # no workers, no group
+            self._workers = None
+            return
         try:
             for h in _send(torch, _text("stop"), 1, _STOP, -1):
                 h.wait()
-            while _recv(torch, w["processes"])[0] != _STOP:
+            while _recv(torch, w["processes"] - 1)[0] != _STOP:
                 pass
         except Exception:  # noqa: BLE001 (a broken pipeline: the workers are killed below)
             self._kill()
@@ -227,8 +232,13 @@ class Pipeline:
         w = self._workers
         pieces = self._split(x)
         t0 = time.perf_counter()
+        n = w["processes"]
         try:
-            outs = self._feed_and_collect(pieces, [], nxt=1, last=w["processes"])
+            with _pinned(_cpus_of(sorted(os.sched_getaffinity(0)), 0, w["threads"]), w["threads"]):
+                if n == 1:
+                    outs = [self._through(self.stages, p) for p in pieces]
+                else:
+                    outs = self._feed_and_collect(pieces, w["groups"][0], nxt=1, last=n - 1)
         except BaseException:
             self._kill()  # an error leaves messages in flight: this pipeline cannot go on
             raise
@@ -409,6 +419,35 @@ def _pin(cpus, threads):
     # not survive fork(); PyPTO's kernels use their own pool there, with `threads` threads.
     torch.set_num_threads(1)
     _C.set_num_threads(int(threads))  # as pypto.set_num_threads (pypto/__init__.py sits above)
+
+
+def _cpus_of(cpus, rank, threads):
+    """The cores of rank `rank`: its own `threads` of them, round the list."""
+    first = rank * threads % len(cpus)
+    return (cpus[first:] + cpus[:first])[:threads]
+
+
+class _pinned:
+    """The caller computes the first stage group on its own cores and threads for the length of a
+    run, and gets its affinity and thread count back afterwards."""
+
+    def __init__(self, cpus, threads):
+        self.cpus, self.threads = cpus, threads
+
+    def __enter__(self):
+        self.saved = (os.sched_getaffinity(0), _C.num_threads())
+        try:
+            os.sched_setaffinity(0, set(self.cpus))
+        except OSError:
+            pass
+        _C.set_num_threads(int(self.threads))
+
+    def __exit__(self, *exc):
+        try:
+            os.sched_setaffinity(0, self.saved[0])
+        except OSError:
+            pass
+        _C.set_num_threads(int(self.saved[1]))
 
 
 def _shutdown(dist):

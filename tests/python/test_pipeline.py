@@ -74,7 +74,7 @@ class Growing:
 
 
 @pytest.mark.parametrize("bad, match", [(Failing(), "(?s)stage 2 failed on micro-batch 0.*boom in the stage"),
-                                        (Dying(), "rank 3 stopped answering"),
+                                        (Dying(), "rank 2 stopped answering"),
                                         (Growing(), "stage 3: micro-batch 1 arrives with shape")])
 def test_failures_are_reported_not_hung(bad, match):
     stages, x = _model()

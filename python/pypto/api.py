@@ -6,7 +6,7 @@ from .autotune import Autotuned
 from .jit import JitFunction
 
 
-def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
+def jit(fn=None, *, fusion=None, backend=None, tiles=None, parallel=True, double_buffer=True, promote=True,
         alignment=None, profile=False, autotune=False, sim_target=None, dynamic=None):
     """Compile a Python function into a PyPTO kernel.
 
@@ -26,6 +26,9 @@ def jit(fn=None, *, fusion=False, backend=None, tiles=None, parallel=True, doubl
         @pypto.jit(dynamic=True)   # every dim a symbol: one kernel for all shapes (of this rank)
         @pypto.jit(dynamic={"x": [0]})   # dim 0 of x is dynamic; dynamic=False: one kernel per shape
     By default a dim seen with a second extent is recompiled once as dynamic (automatic dynamic).
+    fusion: None (the default) fuses chains of elementwise, reduction and row-wise ops but not
+    matmul or conv2d; True fuses everything the rules allow; a list fuses exactly the named kinds;
+    False only within one composite op; "off" nothing.
     """
     def wrap(f):
         k = JitFunction(f, fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,

@@ -213,7 +213,7 @@ class JitFunction:
     # on itself.
     _profile_calls = _profile.state.on
 
-    def __init__(self, fn, *, fusion=False, backend=None, tiles=None, parallel=True, double_buffer=True,
+    def __init__(self, fn, *, fusion=None, backend=None, tiles=None, parallel=True, double_buffer=True,
                  promote=True, alignment=None, profile=False, sim_target=None, dynamic=None):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__

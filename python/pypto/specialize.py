@@ -36,8 +36,13 @@ def static_key(a):
         return ("id", id(a))
 
 
+DEFAULT_UNFUSED = ("matmul", "conv2d")
+
+
 def compile_options(fusion, tiles, parallel, double_buffer, promote=True):
     o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer), "promote": bool(promote)}
+    if fusion is None:  # the default: every kind but the matrix ops (their own nests, packed tiles)
+        fusion = [n for n in _C.fusion_names() if n not in DEFAULT_UNFUSED]
     if fusion == "off":  # nothing fuses, not even inside a composite op
         o["fusion"] = False
         o["fusion_off"] = True

@@ -25,6 +25,26 @@ def test_opcode_coverage():
     assert len(_C.opcode_names()) == len(set(_C.opcode_names())) >= 60
 
 
+def test_bitwise_ops_against_numpy():
+    """TBAND/TBOR/TBXOR/TSHL/TSHR/TBNOT on i32 tiles, shift counts past the width included (<< gives
+    0, >> the sign fill, as torch)."""
+    x = np.array([[-(2**31), 2**31 - 1, -1, 5], [7, -8, 123456, -99]], np.int32)
+    y = np.array([[1, 3, 31, 32], [0, 40, 4, 2]], np.int32)
+    ops = {"TBAND": np.bitwise_and(x, y), "TBOR": np.bitwise_or(x, y), "TBXOR": np.bitwise_xor(x, y),
+           "TBNOT": np.invert(x),
+           "TSHL": np.where((y >= 0) & (y < 32), np.left_shift(x.astype(np.int64), np.clip(y, 0, 31)), 0)
+           .astype(np.uint32).astype(np.int32),
+           "TSHR": np.right_shift(x, np.clip(y, 0, 31))}
+    outs = [f"%o_{op}: i32[2, 4] out" for op in ops]
+    body = ["alloc %a: i32[2, 4] vec", "alloc %b: i32[2, 4] vec", "alloc %d: i32[2, 4] vec",
+            "TLOAD %a, %x", "TLOAD %b, %y"]
+    for op in ops:
+        body += [f"{op} %d, %a" if op == "TBNOT" else f"{op} %d, %a, %b", f"TSTORE %o_{op}, %d"]
+    got = run(func(["%x: i32[2, 4]", "%y: i32[2, 4]"] + outs, body), x=x, y=y)
+    for op, want in ops.items():
+        np.testing.assert_array_equal(got[f"o_{op}"], want, err_msg=op)
+
+
 # ---- unary --------------------------------------------------------------------------------------
 
 
@@ -328,8 +348,10 @@ def test_argument_errors():
         run(text, x=rand((4, 5)))
     with pytest.raises(PyptoError, match=r"'x'.*expected f32\[4, 4\], got f64\[4, 4\]"):
         run(text, x=rand((4, 4), dtype=np.float64))
-    with pytest.raises(PyptoError, match="unsupported array dtype uint8"):
+    with pytest.raises(PyptoError, match=r"'x'.*expected f32\[4, 4\], got u8\[4, 4\]"):
         run(text, x=np.ones((4, 4), np.uint8))
+    with pytest.raises(PyptoError, match="unsupported array dtype uint16"):
+        run(text, x=np.ones((4, 4), np.uint16))
     with pytest.raises(PyptoError, match="no array given for param 'x'"):
         run(text)
     with pytest.raises(PyptoError, match="no param named"):

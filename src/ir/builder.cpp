@@ -376,10 +376,17 @@ View Builder::full(std::vector<int64_t> shape, DType dtype, Expr value, const st
 
 View Builder::arange(Expr start, int64_t n, Expr step, DType dtype) {
   if (n <= 0) throw Error("arange: empty range");
+  // Each step writes a new buffer: autodiff cannot recompute a value that is later updated in place
+  // (a reversed arange is flip's gather index).
   View t = empty({n}, dtype);
   impl_->emit_op(Opcode::TCI, {t, int_imm(0)});
-  if (!(as_int(step) && *as_int(step) == 1)) impl_->emit_op(Opcode::TMUL, {t, t, step});
-  if (!(as_int(start) && *as_int(start) == 0)) impl_->emit_op(Opcode::TADD, {t, t, start});
+  auto step_to = [&](Opcode op, const Expr& s) {
+    View next = empty({n}, dtype);
+    impl_->emit_op(op, {next, t, s});
+    t = next;
+  };
+  if (!(as_int(step) && *as_int(step) == 1)) step_to(Opcode::TMUL, step);
+  if (!(as_int(start) && *as_int(start) == 0)) step_to(Opcode::TADD, start);
   return t;
 }
 

@@ -293,8 +293,12 @@ View Builder::one_hot(const View& idx, int64_t num_classes) {
   if (is_float(idx.buf->dtype) || idx.buf->dtype == DType::Bool)
     throw Error("one_hot: needs an integer index tensor, got " + std::string(dtype_name(idx.buf->dtype)));
   if (num_classes < 1) throw Error("one_hot: num_classes must be >= 1, got " + std::to_string(num_classes));
-  View col = unsqueeze(idx, idx.rank());  // (.., 1)
-  View hit = binary(Opcode::TCMP_EQ, col, arange(int_imm(0), num_classes, int_imm(1), DType::I64));
+  // A class outside [0, num_classes) is an error when the kernel runs, as in torch (not a zero row):
+  // the classes pass through a bounds-checked gather from the class list itself, which yields them
+  // unchanged.
+  View classes = arange(int_imm(0), num_classes, int_imm(1), DType::I64);
+  View col = unsqueeze(take(classes, 0, idx, false), idx.rank());  // (.., 1)
+  View hit = binary(Opcode::TCMP_EQ, col, classes);
   return cast(hit, DType::I64);
 }
 

@@ -1,7 +1,10 @@
 """Derived gradients through indexing by tensors (embedding lookups, torch.gather / scatter /
 scatter_add / index_add, x[idx]) and through detach(), against torch autograd in float64 on both backends."""
+import pytest
 import torch
 import torch.nn.functional as F
+
+import pypto
 
 from pypto_testutil import assert_close, jit
 
@@ -51,6 +54,33 @@ def test_embedding_training_step_matches_torch(backend):
         assert_close(a.grad.numpy(), b.grad.numpy(), 1e-10)
 
 
+def padded_lookup(ids, W):
+    a = F.embedding(ids, W, padding_idx=2)
+    b = F.embedding(ids.flip(0), W, -7)  # counts from the end: row 2 too
+    return (a * a).sum() + (b ** 3).sum()
+
+
+def test_embedding_padding_row_gets_no_gradient(backend):
+    # torch looks the padding row up as any other row but never updates it
+    torch.manual_seed(3)
+    W = torch.randn(9, 5).double()
+    ids = torch.tensor([[2, 0, 8], [2, 8, 5], [1, 2, 2]])
+    ours, ref = W.clone().requires_grad_(), W.clone().requires_grad_()
+    loss = jit(padded_lookup, backend)(ids, ours)
+    loss.backward()
+    want = padded_lookup(ids, ref)
+    want.backward()
+    assert_close(loss.detach().numpy(), want.detach().numpy(), 1e-12)
+    assert_close(ours.grad.numpy(), ref.grad.numpy(), 1e-12)
+    assert not ours.grad[2].any() and ours.grad[8].abs().sum() > 0
+
+
+def test_embedding_padding_idx_out_of_range_is_an_error():
+    with pytest.raises(pypto.PyptoError, match="padding_idx 9 is out of range for 9 embeddings"):
+        pypto.jit(lambda ids, W: F.embedding(ids, W, padding_idx=9), backend="interp")(
+            torch.tensor([1]), torch.randn(9, 5))
+
+
 def stop_gradients(x, w):
     q = torch.floor(x * 4) / 4
     ste = x + (q - x).detach()                      # straight-through estimator: gradient 1
@@ -68,3 +98,11 @@ def test_detach_stops_the_gradient(backend):
     for a, b in zip(ours, ref):
         assert_close(a.grad.numpy(), b.grad.numpy(), 1e-12)
     assert_close(ours[0].grad.numpy(), (w + 2 * (x - x.mean(-1, keepdim=True)) + w).numpy(), 1e-12)
+
+
+def test_flip_has_a_gradient(backend):
+    # flip gathers with a reversed arange, which was built in place and could not be recomputed
+    torch.manual_seed(4)
+    x, w = torch.randn(4, 3).double().requires_grad_(), torch.randn(4, 3).double()
+    jit(lambda x, w: (x.flip(0, 1) * w).sum(), backend)(x, w).backward()
+    assert_close(x.grad.numpy(), w.flip(0, 1).numpy(), 1e-12)

@@ -166,3 +166,30 @@ def test_scatter_with_an_index_out_of_range_writes_nothing_outside():
         with pytest.raises(pypto.PyptoError, match="MSCATTER: index 6 is out of range"):
             pypto.jit(put, backend=backend)(view, np.array([1, 6]), np.ones((2, 3), np.float32))
         assert not guard[0].any() and not guard[7].any()
+
+
+def test_one_hot_class_out_of_range_is_an_error_on_both_backends():
+    # torch raises for a class >= num_classes or < 0; a zero row would make cross_entropy with a
+    # bad target silently 0 for that row
+    def hot(c):
+        return pypto.one_hot(c, 5)
+
+    for backend in ("interp", "cpu"):
+        k = pypto.jit(hot, backend=backend)
+        np.testing.assert_array_equal(k(np.array([4, 0, 2])), np.eye(5, dtype=np.int64)[[4, 0, 2]])
+        for bad, cls in ((np.array([1, 5, 0]), 5), (np.array([[0, -1]], np.int32), -1)):
+            with pytest.raises(pypto.PyptoError, match=rf"index {cls} is out of range for a dimension of size 5"
+                               r"(.|\n)*return pypto.one_hot\(c, 5\)"):
+                k(bad)
+
+
+def test_cross_entropy_with_a_target_out_of_range_is_an_error():
+    def loss(x, t):
+        return torch.nn.functional.cross_entropy(x, t)
+
+    x = torch.randn(3, 4, dtype=torch.float64)
+    k = pypto.jit(loss, backend="cpu")
+    torch.testing.assert_close(k(x, torch.tensor([3, 0, -100])),
+                               torch.nn.functional.cross_entropy(x, torch.tensor([3, 0, -100])))
+    with pytest.raises(pypto.PyptoError, match="index 4 is out of range for a dimension of size 4"):
+        k(x, torch.tensor([1, 4, 0]))

@@ -117,6 +117,7 @@ def one_hot(x, num_classes=-1):
     if n < 0:
         raise PyptoError("one_hot: num_classes must be given inside a kernel (the output size cannot depend "
                          "on the data)")
+    tr.note_index_site()  # a class out of range is a run-time error naming this line
     return wrap(tr, tr.b.one_hot(tensor_of(tr, x), n))
 
 

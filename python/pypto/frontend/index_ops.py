@@ -111,12 +111,33 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
               sparse=False):
     if max_norm is not None:
         raise PyptoError("embedding: max_norm is not supported")
+    if scale_grad_by_freq:
+        raise PyptoError("embedding: scale_grad_by_freq is not supported")
     tr = find_tracer(input, weight)
     w = tensor_of(tr, weight, "embedding weight")
     if len(w.shape) != 2:
         raise PyptoError(f"embedding: weight must be 2-d, got shape {tuple(w.shape)}")
+    ids = tensor_of(tr, input, "embedding input")
     tr.note_index_site()
-    return wrap(tr, tr.b.take(w, 0, tensor_of(tr, input, "embedding input"), False))
+    rows = wrap(tr, tr.b.take(w, 0, ids, False))
+    if padding_idx is None:
+        return rows
+    # As torch: the padding row is looked up like any other but gets no gradient.
+    pad = _padding_row(padding_idx, wrap(tr, w).shape[0])
+    at_pad = tr.b.unsqueeze(binary(Opcode.TCMP_EQ, wrap(tr, ids), pad).bv, -1)
+    return wrap(tr, tr.b.select(at_pad, tr.b.detach(rows.bv), rows.bv))
+
+
+def _padding_row(padding_idx, n):
+    """embedding's padding_idx as a row number in [0, n) (negative counts from the end)."""
+    p = static_int(padding_idx, "embedding: padding_idx")
+    if not isinstance(n, int):
+        if p < 0:
+            raise PyptoError("embedding: a negative padding_idx needs a static number of embeddings")
+        return p
+    if not -n <= p < n:
+        raise PyptoError(f"embedding: padding_idx {p} is out of range for {n} embeddings")
+    return p % n
 
 
 def gather(x, dim, index_):

@@ -345,7 +345,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
         raise PyptoError("embedding: max_norm is not supported inside a kernel")
     if scale_grad_by_freq:
         raise PyptoError("embedding: scale_grad_by_freq is not supported inside a kernel")
-    return fn(input, weight)
+    return fn(input, weight, padding_idx)
 
 
 def pad(input, pad, mode="constant", value=None):  # noqa: A002

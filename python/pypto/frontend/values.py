@@ -284,7 +284,7 @@ class TensorValue:
     def argmax(self, dim=None, keepdim=False): return C.argmax(self, dim, keepdim)
     def argmin(self, dim=None, keepdim=False): return C.argmin(self, dim, keepdim)
     def roll(self, shifts, dims=None): return C.roll(self, shifts, dims)
-    def flip(self, dims): return X.flip(self, dims)
+    def flip(self, *dims): return X.flip(self, _varargs(dims))
     def index_select(self, dim, index): return X.index_select(self, dim, index)
     def gather(self, dim, index): return X.gather(self, dim, index)
     def scatter(self, dim, index, src=None, value=None, reduce=None): return X.scatter(self, dim, index, src, value, reduce)

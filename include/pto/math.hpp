@@ -199,7 +199,49 @@ PTO_INLINE double sqrt(double x) { return __builtin_sqrt(x); }
 PTO_INLINE float pow(float a, float b) { return __builtin_powf(a, b); }
 PTO_INLINE double pow(double a, double b) { return __builtin_pow(a, b); }
 
-// The C library's correctly rounded (or nearly) cores, called element by element: sin, cos, ...
+// ---- sin, cos (float) ---------------------------------------------------------------------------
+// For |x| < kTrigReducedLimit (2^20): x = j pi/2 + r, |r| <= pi/4, reduced in double with pi/2 split
+// into a 33-bit head (j * head is exact for j < 2^20) and a 53-bit tail (what is left, 3.5e-27, is
+// below 1e-20 absolute: relative 1e-11 even at the float closest to a multiple of pi/2). sin r and
+// cos r are their Taylor series to r^11 / r^12 (truncation < 1e-10 relative on |r| <= pi/4), in
+// double, rounded to float once: within 1 ulp of the correctly rounded value. The quadrant j mod 4
+// picks and signs one of the two series by bit operations: no branch, so span loops vectorise
+// (pto/cpu/trig.hpp). Beyond the limit, and for inf and NaN, sin / cos are libm's (below).
+constexpr float kTrigReducedLimit = 1048576.0f;
+PTO_INLINE double sel(bool c, double a, double b) {
+  const uint64_t m = uint64_t(0) - uint64_t(c);
+  return bit_cast<double>((bit_cast<uint64_t>(a) & m) | (bit_cast<uint64_t>(b) & ~m));
+}
+// quarter_turns: 0 for sin, 1 for cos (cos x = sin(x + pi/2)). Valid for |x| < kTrigReducedLimit.
+PTO_INLINE float sin_cos_reduced(float x, uint32_t quarter_turns) {
+  const double xd = x;
+  const double t = xd * 0.6366197723675814 + 0x1.8p52;  // round(x * 2/pi) in the low bits of t
+  const double j = t - 0x1.8p52;
+  const uint32_t q = uint32_t(bit_cast<uint64_t>(t)) + quarter_turns;
+  const double r = (xd - j * 0x1.921fb544p+0) - j * 6.077100506506192e-11;
+  const double z = r * r;
+  double ps = 2.505210838544172e-08;  // 1/11!
+  ps = ps * z - 2.755731922398589e-06;
+  ps = ps * z + 1.984126984126984e-04;
+  ps = ps * z - 8.333333333333333e-03;
+  ps = ps * z + 1.666666666666667e-01;
+  const double s = r * (1.0 - z * ps);  // not r - r z ps: sin(-0) must stay -0
+  double pc = 2.087675698786810e-09;  // 1/12!
+  pc = pc * z - 2.755731922398589e-07;
+  pc = pc * z + 2.480158730158730e-05;
+  pc = pc * z - 1.388888888888889e-03;
+  pc = pc * z + 4.166666666666667e-02;
+  const double c = 1.0 - z * (0.5 - z * pc);
+  const double v = sel((q & 1u) != 0, c, s);
+  return float(sel((q & 2u) != 0, -v, v));
+}
+PTO_INLINE bool trig_reduces(float x) { return fabs(x) < kTrigReducedLimit; }  // false for NaN
+PTO_INLINE float sin(float x) { return trig_reduces(x) ? sin_cos_reduced(x, 0) : __builtin_sinf(x); }
+PTO_INLINE float cos(float x) { return trig_reduces(x) ? sin_cos_reduced(x, 1) : __builtin_cosf(x); }
+PTO_INLINE double sin(double x) { return __builtin_sin(x); }
+PTO_INLINE double cos(double x) { return __builtin_cos(x); }
+
+// The C library's correctly rounded (or nearly) cores, called element by element: tan, ...
 // (the compiler does not vectorise them without -ffast-math; exact results matter more here).
 #define PTO_LIBM_1(name)                                            \
   PTO_INLINE float name(float x) { return __builtin_##name##f(x); } \
@@ -207,8 +249,6 @@ PTO_INLINE double pow(double a, double b) { return __builtin_pow(a, b); }
 #define PTO_LIBM_2(name)                                                        \
   PTO_INLINE float name(float a, float b) { return __builtin_##name##f(a, b); } \
   PTO_INLINE double name(double a, double b) { return __builtin_##name(a, b); }
-PTO_LIBM_1(sin)
-PTO_LIBM_1(cos)
 PTO_LIBM_1(tan)
 PTO_LIBM_1(exp2)
 PTO_LIBM_1(expm1)

@@ -60,6 +60,13 @@ DType result_dtype(ExprOp op, DType t, const std::vector<Expr>& args) {
       // Float math keeps a float argument's (compute) type; an integer argument computes in f32,
       // PyPTO's default float.
       return args.size() == 1 && is_float(args[0]->dtype) ? compute_dtype(args[0]->dtype) : DType::F32;
+    case ExprOp::BitAnd:
+    case ExprOp::BitOr:
+    case ExprOp::BitXor:
+    case ExprOp::Shl:
+    case ExprOp::Shr:
+    case ExprOp::BitNot:
+      return DType::I64;
   }
   return t;
 }
@@ -582,6 +589,36 @@ Expr unary_math(ExprOp op, const Expr& a) {
   return make_raw(op, t, {a});
 }
 
+Expr bitwise(ExprOp op, const Expr& a, const Expr& b) {
+  check(a, b, "bitwise");
+  if (op != ExprOp::BitAnd && op != ExprOp::BitOr && op != ExprOp::BitXor && op != ExprOp::Shl &&
+      op != ExprOp::Shr)
+    throw Error("bitwise: not &, |, ^, << or >>");
+  if (!is_int_dtype(a->dtype) || !is_int_dtype(b->dtype))
+    throw Error("bitwise operators need integer scalars, got " + to_string(a) + " and " + to_string(b));
+  if (is_const(a) && is_const(b)) return fold_const(op, DType::I64, {a, b});
+  // On 0/1 values & and | are the logical operators, which simplify further.
+  if ((op == ExprOp::BitAnd || op == ExprOp::BitOr) && is_boolean_valued(a) && is_boolean_valued(b))
+    return logic(op == ExprOp::BitAnd ? ExprOp::And : ExprOp::Or, a, b);
+  auto is = [](const Expr& e, int64_t v) { return as_int(e) == v; };
+  const bool shift = op == ExprOp::Shl || op == ExprOp::Shr;
+  if (is(b, 0) && op != ExprOp::BitAnd) return a;  // x | 0, x ^ 0, x << 0, x >> 0
+  if (is(a, 0) && (op == ExprOp::BitOr || op == ExprOp::BitXor)) return b;
+  if ((is(a, 0) || is(b, 0)) && op == ExprOp::BitAnd) return int_imm(0);
+  if (op == ExprOp::BitAnd && (is(a, -1) || is(b, -1))) return is(a, -1) ? b : a;
+  Expr x = a, y = b;
+  if (!shift && detail::compare(y, x) < 0) std::swap(x, y);  // commutative: one order
+  return make_raw(op, DType::I64, {x, y});
+}
+
+Expr bit_not(const Expr& a) {
+  check(a, "bit_not");
+  if (!is_int_dtype(a->dtype)) throw Error("~ needs an integer scalar, got " + to_string(a));
+  if (is_const(a)) return fold_const(ExprOp::BitNot, DType::I64, {a});
+  if (a->op == ExprOp::BitNot) return a->args[0];
+  return make_raw(ExprOp::BitNot, DType::I64, {a});
+}
+
 Expr make_expr(ExprOp op, DType t, std::vector<Expr> args) {
   auto need = [&](size_t n) {
     if (args.size() != n) throw Error("make_expr: wrong number of arguments");
@@ -638,6 +675,16 @@ Expr make_expr(ExprOp op, DType t, std::vector<Expr> args) {
     case ExprOp::Log:
       need(1);
       return unary_math(op, args[0]);
+    case ExprOp::BitAnd:
+    case ExprOp::BitOr:
+    case ExprOp::BitXor:
+    case ExprOp::Shl:
+    case ExprOp::Shr:
+      need(2);
+      return bitwise(op, args[0], args[1]);
+    case ExprOp::BitNot:
+      need(1);
+      return bit_not(args[0]);
   }
   throw Error("make_expr: unknown operator");
 }

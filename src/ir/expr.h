@@ -39,6 +39,12 @@ enum class ExprOp : uint8_t {
   Sqrt,
   Exp,
   Log,  // float scalar math (folded when constant)
+  BitAnd,
+  BitOr,
+  BitXor,
+  Shl,
+  Shr,
+  BitNot,  // bitwise, on integers (i64), with pto/elem.hpp's shift edges
 };
 
 struct ExprNode;
@@ -83,6 +89,8 @@ Expr logic_not(const Expr& a);
 Expr select(const Expr& c, const Expr& a, const Expr& b);
 Expr cast(const Expr& a, DType t);
 Expr unary_math(ExprOp op, const Expr& a);                   // Sqrt, Exp, Log
+Expr bitwise(ExprOp op, const Expr& a, const Expr& b);       // BitAnd, BitOr, BitXor, Shl, Shr
+Expr bit_not(const Expr& a);
 Expr make_expr(ExprOp op, DType t, std::vector<Expr> args);  // generic, simplifies
 
 std::optional<int64_t> as_int(const Expr& e);

@@ -223,6 +223,14 @@ std::optional<Interval> bounds(const Expr& e, const VarBounds& vars) {
         return std::nullopt;
       return a;
     }
+    case ExprOp::BitAnd: {  // a non-negative operand bounds the result: its bits are a superset
+      auto a = arg(0), b = arg(1);
+      std::optional<int64_t> hi;
+      for (const auto& x : {a, b})
+        if (x && x->lo >= 0) hi = hi ? std::min(*hi, x->hi) : x->hi;
+      if (hi) return Interval{0, *hi};
+      return std::nullopt;
+    }
     default:
       return std::nullopt;
   }
@@ -359,6 +367,27 @@ ScalarValue eval(const Expr& e, const ScalarEnv& env) {
                                         : pto::elem::log(x);
       return fval(r, fl ? e->dtype : DType::F64);
     }
+    case ExprOp::BitAnd:
+    case ExprOp::BitOr:
+    case ExprOp::BitXor:
+    case ExprOp::Shl:
+    case ExprOp::Shr: {
+      int64_t x = as_i(arg(0)), y = as_i(arg(1));
+      switch (e->op) {
+        case ExprOp::BitAnd:
+          return ival(pto::elem::band(x, y));
+        case ExprOp::BitOr:
+          return ival(pto::elem::bor(x, y));
+        case ExprOp::BitXor:
+          return ival(pto::elem::bxor(x, y));
+        case ExprOp::Shl:
+          return ival(pto::elem::shl(x, y));
+        default:
+          return ival(pto::elem::shr(x, y));
+      }
+    }
+    case ExprOp::BitNot:
+      return ival(pto::elem::bnot(as_i(arg(0))));
   }
   throw Error("eval: unknown operator");
 }
@@ -390,6 +419,16 @@ const char* binop_token(const ExprNode& n) {
       return "&&";
     case ExprOp::Or:
       return "||";
+    case ExprOp::BitAnd:
+      return "&";
+    case ExprOp::BitOr:
+      return "|";
+    case ExprOp::BitXor:
+      return "^";
+    case ExprOp::Shl:
+      return "<<";
+    case ExprOp::Shr:
+      return ">>";
     default:
       return nullptr;
   }
@@ -429,7 +468,8 @@ void write(const Expr& e, std::string& out) {
   const char* fn = nullptr;
   switch (e->op) {
     case ExprOp::Not:
-      out += '!';
+    case ExprOp::BitNot:
+      out += e->op == ExprOp::Not ? '!' : '~';
       write(e->args.empty() ? nullptr : e->args[0], out);
       return;
     case ExprOp::Min:

@@ -28,7 +28,7 @@
 //   order; `perm(...)` lists them explicitly (a transposed view, or a kept dim of size 1 ...).
 //
 //   expr     := INT | '-' INT | FLOAT | '-' FLOAT | '%'NAME
-//             | '(' expr ')' | '(' expr BINOP expr ')' | '!' expr
+//             | '(' expr ')' | '(' expr BINOP expr ')' | '!' expr | '~' expr
 //             | 'min' '(' expr ',' expr ')' | 'max' '(' expr ',' expr ')'
 //             | 'select' '(' expr ',' expr ',' expr ')'
 //             | 'cast' '<' DTYPE '>' '(' expr ')'   # of a bare literal: a constant of that
@@ -36,6 +36,7 @@
 //                                                   # constant is `cast<i64>((nanf))`
 //             | ('sqrt' | 'exp' | 'log') '(' expr ')'
 //   BINOP    := '+' | '-' | '*' | '//' | '/' | '%' | '<' | '<=' | '>' | '>=' | '==' | '!=' | '&&' | '||'
+//             | '&' | '|' | '^' | '<<' | '>>'   (integers; shifts as pto/elem.hpp)
 //               (`//` and `/` are both Div: floor for integers, true division for floats;
 //                `a > b` reads as `b < a`; the remainder `%` needs a space after it, since
 //                `%x` is a name)
@@ -115,11 +116,11 @@ class Lexer {
         read_number(t);
       } else {
         t.kind = Tok::Punct;
-        static const char* two[] = {"//", "<=", ">=", "==", "!=", "&&", "||"};
+        static const char* two[] = {"//", "<=", ">=", "==", "!=", "&&", "||", "<<", ">>"};
         for (const char* p : two)
           if (s_.compare(pos_, 2, p) == 0) t.text = p;
         if (t.text.empty()) {
-          if (std::string_view("()[]{},:<>!+-*/%=").find(c) == std::string_view::npos)
+          if (std::string_view("()[]{},:<>!+-*/%=&|^~").find(c) == std::string_view::npos)
             fail(t, "unexpected character " + char_text());
           t.text = std::string(1, c);
         }
@@ -676,9 +677,9 @@ class Parser {
         return var(t.text, DType::I64);
       }
       case Tok::Punct:
-        if (t.text == "!") {
+        if (t.text == "!" || t.text == "~") {
           next();
-          return detail::make_raw(ExprOp::Not, DType::I64, {expr()});
+          return detail::make_raw(t.text == "!" ? ExprOp::Not : ExprOp::BitNot, DType::I64, {expr()});
         }
         if (t.text == "(") {
           next();
@@ -734,7 +735,9 @@ class Parser {
     static const std::map<std::string, ExprOp> ops = {
         {"+", ExprOp::Add}, {"-", ExprOp::Sub}, {"*", ExprOp::Mul},  {"//", ExprOp::Div},
         {"/", ExprOp::Div}, {"%", ExprOp::Mod}, {"<", ExprOp::Lt},   {"<=", ExprOp::Le},
-        {"==", ExprOp::Eq}, {"!=", ExprOp::Ne}, {"&&", ExprOp::And}, {"||", ExprOp::Or}};
+        {"==", ExprOp::Eq}, {"!=", ExprOp::Ne}, {"&&", ExprOp::And}, {"||", ExprOp::Or},
+        {"&", ExprOp::BitAnd}, {"|", ExprOp::BitOr}, {"^", ExprOp::BitXor}, {"<<", ExprOp::Shl},
+        {">>", ExprOp::Shr}};
     if (op.kind == Tok::Punct) {
       if (op.text == ">") return detail::make_raw(ExprOp::Lt, DType::I64, {b, a});
       if (op.text == ">=") return detail::make_raw(ExprOp::Le, DType::I64, {b, a});

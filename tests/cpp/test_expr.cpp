@@ -166,6 +166,36 @@ TEST(ExprEval, Values) {
   EXPECT_EQ(eval(mod(j, j - I(2)), env).i, 0);  // x % 0 == 0
 }
 
+// & | ^ << >> ~ on integers: pto/elem.hpp's values (shifts past the width give 0 or the sign fill),
+// folded, evaluated and simplified alike; & and | of 0/1 values are the logical operators.
+TEST(ExprBitwise, ValuesFoldingAndSimplification) {
+  ScalarEnv env{{"i", {false, 3, 0}}, {"j", {false, -7, 0}}};
+  auto ev = [&](const Expr& e) { return eval(e, env).i; };
+  EXPECT_EQ(ev(bitwise(ExprOp::BitAnd, i, I(6))), 2);  // not `i && 6`
+  EXPECT_EQ(ev(bitwise(ExprOp::BitOr, i, I(8))), 11);
+  EXPECT_EQ(ev(bitwise(ExprOp::BitXor, i, j)), 3 ^ -7);
+  EXPECT_EQ(ev(bitwise(ExprOp::Shl, i, I(62))), int64_t(uint64_t(3) << 62));
+  EXPECT_EQ(ev(bitwise(ExprOp::Shl, i, I(64))), 0);
+  EXPECT_EQ(ev(bitwise(ExprOp::Shl, i, I(-1))), 0);
+  EXPECT_EQ(ev(bitwise(ExprOp::Shr, j, I(1))), -4);
+  EXPECT_EQ(ev(bitwise(ExprOp::Shr, j, I(70))), -1);
+  EXPECT_EQ(ev(bit_not(j)), 6);
+  EXPECT_EQ(S(bitwise(ExprOp::Shl, I(5), I(2))), "20");  // constants fold
+  EXPECT_EQ(S(bit_not(I(0))), "-1");
+  EXPECT_EQ(S(bitwise(ExprOp::BitOr, i, I(0))), "%i");
+  EXPECT_EQ(S(bitwise(ExprOp::BitAnd, i, I(0))), "0");
+  EXPECT_EQ(S(bit_not(bit_not(i))), "%i");
+  EXPECT_TRUE(expr_equal(bitwise(ExprOp::BitXor, i, j), bitwise(ExprOp::BitXor, j, i)));  // one order
+  const Expr lt = cmp(ExprOp::Lt, i, j), ne = cmp(ExprOp::Ne, j, k);
+  EXPECT_TRUE(expr_equal(bitwise(ExprOp::BitAnd, lt, ne), logic(ExprOp::And, lt, ne)));
+  auto b = bounds(bitwise(ExprOp::BitAnd, i, I(15)), {});
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->lo, 0);
+  EXPECT_EQ(b->hi, 15);
+  EXPECT_THROW(bitwise(ExprOp::BitAnd, var("x", DType::F32), I(1)), Error);
+  EXPECT_THROW(bit_not(float_imm(1.5)), Error);
+}
+
 TEST(ExprText, RoundTrip) {
   std::vector<Expr> es = {
       I(0),
@@ -199,6 +229,9 @@ TEST(ExprText, RoundTrip) {
       i - I(std::numeric_limits<int64_t>::min()),
       cast(float_imm(std::nan("")), DType::I64),
       cast(float_imm(1e300, DType::F64), DType::I32),
+      bitwise(ExprOp::BitAnd, i, I(6)),
+      bitwise(ExprOp::Shl, bitwise(ExprOp::BitXor, i, j), bitwise(ExprOp::Shr, k, I(2))),
+      bit_not(bitwise(ExprOp::BitOr, i, j)),
   };
   for (const auto& e : es) {
     std::string s = to_string(e);

@@ -204,3 +204,35 @@ def test_a_scan_feeds_an_elementwise_consumer(backend):
     x = np.random.default_rng(2).standard_normal((3, 30))
     got = np.asarray(jit(cumsum_then_scale, backend)(x))
     np.testing.assert_allclose(got, np.cumsum(x, 1) * 2.0, rtol=1e-12, atol=1e-12)
+
+
+def scalar_bitwise_kernel(a, s, t):
+    # s, t: run-time integer arguments (one compiled kernel for every value)
+    return (a & s, s | a, a ^ s, a << t, a >> t, a * 0 + ((s << t) ^ (s >> t) | ~s),
+            a * 0 + (s & 6), a * 0 + ((s & t) | (t ^ 5)))
+
+
+def test_bitwise_ops_on_run_time_scalars(backend):
+    # once `s & 6` on a run-time scalar meant `s and 6` (1 for s = 3), and ^ << >> ~ were refused
+    rng = np.random.default_rng(11)
+    f = jit(scalar_bitwise_kernel, backend)
+    for dt in (np.int8, np.int32, np.int64):
+        a = extreme_ints(rng, dt, (3, 5))
+        for s, t in ((3, 2), (-(2 ** 63), 63), (2 ** 62 + 5, 64), (-7, -1), (127, 7)):
+            if dt != np.int64 and not np.iinfo(dt).min <= s <= np.iinfo(dt).max:
+                continue
+            ta, ts, tt = torch.from_numpy(a), torch.tensor(s), torch.tensor(t)
+            z = ta * 0
+            refs = [ta & s, s | ta, ta ^ s, ta << tt.to(ta.dtype), ta >> tt.to(ta.dtype),
+                    z + ((ts << tt) ^ (ts >> tt) | ~ts), z + (ts & 6), z + ((ts & tt) | (tt ^ 5))]
+            for k, (got, ref) in enumerate(zip(f(a, s, t), refs)):
+                np.testing.assert_array_equal(np.asarray(got), ref.numpy(), err_msg=f"{dt.__name__} {s} {t} output {k}")
+    assert f.cache_size == 3  # one kernel per dtype, not per scalar value
+
+
+def test_bitwise_ops_on_run_time_float_scalars_are_an_error():
+    def f(x, s):
+        return x * (s & 1)
+
+    with pytest.raises(pypto.PyptoError, match="bitwise operators need integer scalars"):
+        pypto.jit(f, backend="interp")(np.ones(3, np.float32), 2.5)

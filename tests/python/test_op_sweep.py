@@ -193,3 +193,22 @@ def test_cross_entropy_with_a_target_out_of_range_is_an_error():
                                torch.nn.functional.cross_entropy(x, torch.tensor([3, 0, -100])))
     with pytest.raises(pypto.PyptoError, match="index 4 is out of range for a dimension of size 4"):
         k(x, torch.tensor([1, 4, 0]))
+
+
+def test_sin_cos_float32_within_one_ulp_over_a_wide_range():
+    # the CPU backend's vectorised sin/cos (pto/cpu/trig.hpp) against float64, the interpreter's too
+    rng = np.random.default_rng(8)
+    x = (rng.uniform(-1, 1, 4000) * 2.0 ** rng.integers(-30, 40, 4000)).astype(np.float32)
+    x[:8] = [0.0, -0.0, np.inf, -np.inf, np.nan, 1048576.0, 3.0e38, np.float32(np.pi / 2)]
+
+    def trig(x):
+        return pypto.sin(x), pypto.cos(x)
+
+    for backend in ("cpu", "interp"):
+        for got, ref in zip(pypto.jit(trig, backend=backend)(x), (np.sin(x.astype(np.float64)), np.cos(x.astype(np.float64)))):
+            got = np.asarray(got)
+            np.testing.assert_array_equal(np.isnan(got), np.isnan(ref))
+            ok = ~np.isnan(ref)
+            ulp = np.spacing(np.abs(ref[ok].astype(np.float32)))
+            assert (np.abs(got[ok] - ref[ok]) <= ulp).all(), backend
+        assert np.signbit(np.asarray(pypto.jit(trig, backend=backend)(x)[0])[1])  # sin(-0) = -0

@@ -228,13 +228,7 @@ class ExpressionEvaluator:
             if is_expr(l) and l.is_const and is_expr(r) and r.is_const:
                 return l.value ** r.value
             raise PyptoError("** on run-time scalars needs a small constant integer exponent")
-        if opt is ast.BitAnd:
-            return _C.logic_and(l, r)
-        if opt is ast.BitOr:
-            return _C.logic_or(l, r)
-        if opt in (ast.BitXor, ast.LShift, ast.RShift):
-            raise PyptoError("bitwise operators are not supported on run-time scalars")
-        res = _BINOPS[opt](l, r)
+        res = _BINOPS[opt](l, r)  # & | ^ << >> are bitwise on integer scalars, as in Python
         if res is NotImplemented:
             raise PyptoError(f"unsupported operand types: {type(l).__name__} and {type(r).__name__}")
         return res
@@ -254,8 +248,6 @@ class ExpressionEvaluator:
                 return _C.logic_not(v)
             return not t
         if op is ast.Invert:
-            if is_expr(v):
-                raise PyptoError("~ is not supported on run-time scalars (use `not`)")
             return ~v
         raise PyptoError(f"unsupported unary operator {op.__name__}")
 

@@ -379,6 +379,20 @@ class Gen {
         return "pto::elem::exp<double>(" + as_f(arg(0)) + ")";
       case ExprOp::Log:
         return "pto::elem::log<double>(" + as_f(arg(0)) + ")";
+      case ExprOp::BitAnd:
+      case ExprOp::BitOr:
+      case ExprOp::BitXor:
+      case ExprOp::Shl:
+      case ExprOp::Shr: {
+        const char* fn = e->op == ExprOp::BitAnd  ? "band"
+                         : e->op == ExprOp::BitOr ? "bor"
+                         : e->op == ExprOp::BitXor ? "bxor"
+                         : e->op == ExprOp::Shl    ? "shl"
+                                                   : "shr";
+        return std::string("pto::elem::") + fn + "<int64_t>(" + as_i(arg(0)) + ", " + as_i(arg(1)) + ")";
+      }
+      case ExprOp::BitNot:
+        return "pto::elem::bnot<int64_t>(" + as_i(arg(0)) + ")";
     }
     throw Error("cpu codegen: unknown expression `" + to_string(e) + "`");
   }

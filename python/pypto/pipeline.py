@@ -27,7 +27,7 @@ import traceback
 import numpy as np
 
 from . import _C
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 
 _DATA, _ERROR, _DONE, _STOP = 0, 1, 2, 3
 _DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "int8", "uint8", "int16"]

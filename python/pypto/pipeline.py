@@ -27,7 +27,7 @@ import traceback
 import numpy as np
 
 from . import _C
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .pipeline_shm import Link
 
 _DATA, _ERROR, _DONE, _STOP = 0, 1, 2, 3

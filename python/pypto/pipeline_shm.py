@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 
 RING_BYTES = 8 << 20  # per link; pages are touched only as far as the messages reach
 _COUNTERS = 128  # head (bytes written) and tail (bytes read), each on its own cache line

@@ -17,7 +17,7 @@ import time
 from typing import NamedTuple
 
 from . import _C
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .profiling import machine_peak, nest_table, write_chrome_trace
 from .sim import report_of
 

@@ -313,7 +313,7 @@ class Pipeline:
         def take(msg):
             kind, m, t = msg
             if kind == _ERROR:
-                raise PyptoError(bytes(t.numpy()).decode("utf-8", "replace"))
+                raise PyptoError(_untext(t))
             got.append(msg)
 
         for m, p in enumerate(pieces):
@@ -325,12 +325,12 @@ class Pipeline:
                 err = f"pipeline stage {own[0]} failed on micro-batch {m} (rank 0):\n{traceback.format_exc()}"
                 port.send(_text(err), _ERROR, m, on_ready=take)
                 raise
-            port.send(_as_tensor(y), _DATA, m, on_ready=take)
+            port.send(y, _DATA, m, on_ready=take)
         port.send(_text(""), _DONE, len(pieces), on_ready=take)
         while not got or got[-1][0] != _DONE:
             take(port.recv())
         port.flush()
-        outs = [t.numpy() if t.pypto_numpy else t for kind, m, t in got if kind == _DATA]
+        outs = [t for kind, m, t in got if kind == _DATA]
         if len(outs) != len(pieces):
             raise PyptoError(f"pipeline: {len(outs)} results came back for {len(pieces)} micro-batches")
         return outs
@@ -350,8 +350,9 @@ class Pipeline:
                 kind = _ERROR
                 break
             if kind != _DATA:
-                port.send(t, kind, m)
+                port.send(t, kind, m, numpy=True)
                 break
+            numpy = isinstance(t, np.ndarray)
             if shape_in is None:
                 shape_in = tuple(t.shape[1:])
             elif tuple(t.shape[1:]) != shape_in:
@@ -362,63 +363,65 @@ class Pipeline:
                 break
             try:
                 _trace("compute", m)
-                out = _as_tensor(self._through(stages, t.numpy() if t.pypto_numpy else t))
+                out = self._through(stages, t)
                 _trace("computed", m)
             except Exception:
                 err = f"{where} failed on micro-batch {m} (rank {rank}):\n{traceback.format_exc()}"
                 port.send(_text(err), _ERROR, m)
                 kind = _ERROR
                 break
-            port.send(out, _DATA, m, numpy=t.pypto_numpy)
+            port.send(out, _DATA, m, numpy=numpy)
         port.flush()
         return kind == _DONE
 
 
 # --- messages ----------------------------------------------------------------------------------------
+# A message is a header (_HEADER int64s: kind, dtype code, ndim, up to 8 dims, micro-batch index,
+# "deliver as NumPy") and the value's raw bytes. Values are NumPy arrays or torch tensors; bytes are
+# moved as they are (bfloat16 too, which NumPy lacks), never pickled.
 
-def _as_tensor(y):
+def _payload(v):
+    """(dtype name, shape, the value's bytes as a flat uint8 NumPy view) of a stage's result."""
+    if isinstance(v, np.ndarray):
+        v = np.ascontiguousarray(v)
+        return v.dtype.name, v.shape, v.reshape(-1).view(np.uint8)
     torch = _torch()
-    if isinstance(y, np.ndarray):
-        t = torch.from_numpy(np.ascontiguousarray(y))
-        t.pypto_numpy = True
-        return t
-    if isinstance(y, torch.Tensor):
-        return y.detach().contiguous()
-    if hasattr(y, "__dlpack__"):
-        return torch.from_dlpack(y)
-    raise PyptoError(f"pipeline: a stage returned {type(y).__name__}, not a tensor")
+    if not isinstance(v, torch.Tensor):
+        if not hasattr(v, "__dlpack__"):
+            raise PyptoError(f"pipeline: a stage returned {type(v).__name__}, not a tensor")
+        v = torch.from_dlpack(v)
+    t = v.detach().cpu().contiguous()
+    return str(t.dtype).replace("torch.", ""), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy()
 
 
 def _text(s):
-    torch = _torch()
-    return torch.tensor(list(s.encode("utf-8")), dtype=torch.uint8)
+    return np.frombuffer(s.encode("utf-8"), dtype=np.uint8).copy()
 
 
-def _header(torch, t, kind, m, numpy):
-    if t.ndim > 8:
-        raise PyptoError(f"pipeline: activations of rank {t.ndim} (> 8) cannot cross a stage boundary")
-    h = torch.zeros(_HEADER, dtype=torch.int64)
-    name = str(t.dtype).replace("torch.", "")
+def _untext(v):
+    return bytes(np.asarray(v)).decode("utf-8", "replace")
+
+
+def _header(kind, m, name, shape, numpy):
+    if len(shape) > 8:
+        raise PyptoError(f"pipeline: activations of rank {len(shape)} (> 8) cannot cross a stage boundary")
     if name not in _DTYPES:
         raise PyptoError(f"pipeline: activations of dtype {name} cannot cross a stage boundary")
-    h[0], h[1], h[2] = kind, _DTYPES.index(name), t.ndim
-    h[3:3 + t.ndim] = torch.tensor(t.shape, dtype=torch.int64)
-    h[11] = m
-    h[12] = int(getattr(t, "pypto_numpy", False) if numpy is None else numpy)
-    return h
+    dims = list(shape) + [0] * (8 - len(shape))
+    return np.array([kind, _DTYPES.index(name), len(shape), *dims, m, int(numpy)], dtype=np.int64)
 
 
-def _empty_for(torch, h):
-    """(kind, micro-batch index, the tensor to receive into) from a header."""
+def _empty_for(h):
+    """(kind, micro-batch index, the array to receive into, its bytes) from a header: a NumPy
+    array where the sender's input was NumPy (and NumPy has the dtype), else a torch tensor."""
     kind, code, ndim, m = int(h[0]), int(h[1]), int(h[2]), int(h[11])
-    t = torch.empty(tuple(int(v) for v in h[3:3 + ndim]), dtype=getattr(torch, _DTYPES[code]))
-    t.pypto_numpy = bool(h[12])
-    return kind, m, t
-
-
-def _bytes_of(t):
-    """The bytes of a contiguous tensor, as a NumPy view (bfloat16 has no NumPy dtype)."""
-    return t.reshape(-1).view(_torch().uint8).numpy()
+    shape, name = tuple(int(v) for v in h[3:3 + ndim]), _DTYPES[code]
+    if h[12] and name != "bfloat16":
+        v = np.empty(shape, dtype=name)
+        return kind, m, v, v.reshape(-1).view(np.uint8)
+    torch = _torch()
+    v = torch.empty(shape, dtype=getattr(torch, name))
+    return kind, m, v, v.reshape(-1).view(torch.uint8).numpy()
 
 
 class _ShmPort:
@@ -427,37 +430,36 @@ class _ShmPort:
     def __init__(self, links, timeout):
         self.inp, self.out = links
         self.inp.timeout = self.out.timeout = timeout
-        self.header = _torch().zeros(_HEADER, dtype=_torch().int64)
+        self.header = np.zeros(_HEADER, dtype=np.int64)
+        self.header_bytes = self.header.view(np.uint8)
 
-    def send(self, t, kind, m, numpy=None, on_ready=None):
+    def send(self, v, kind, m, numpy=None, on_ready=None):
         """Copy a header and the data into the link to the next rank; `on_ready(msg)` (rank 0)
         takes results that arrive while the link is full."""
-        torch = _torch()
-        h = _header(torch, t, kind, m, numpy)
+        name, shape, data = _payload(v)
+        h = _header(kind, m, name, shape, isinstance(v, np.ndarray) if numpy is None else numpy)
 
         def drain():
-            if on_ready is None:
-                return ()
             if self.inp.ready():
                 on_ready(self.recv())
                 return None
             return (self.inp.data_r,)
 
         _trace("send", m)
-        self.out.write(h.numpy(), drain)
-        if t.numel():
-            self.out.write(_bytes_of(t.contiguous()), drain)
+        wait = drain if on_ready is not None else None
+        self.out.write((h.view(np.uint8), data), wait)
         _trace("sent", m)
 
     def recv(self):
-        torch = _torch()
+        """(kind, micro-batch index, value); the value is NumPy where the caller's input was."""
         _trace("recv", -1)
-        self.inp.read_into(self.header.numpy())
-        kind, m, t = _empty_for(torch, self.header)
-        if t.numel():
-            self.inp.read_into(_bytes_of(t))
+        self.inp.read_into(self.header_bytes)
+        kind, m, v, data = _empty_for(self.header)
+        if data.size:
+            self.inp.read_into(data)
+        self.inp.release()
         _trace("received", m)
-        return kind, m, t
+        return kind, m, v
 
     def flush(self):
         pass
@@ -476,11 +478,14 @@ class _GlooPort:
         self.nxt, self.prev = (rank + 1) % world, (rank - 1) % world
         self.pending = []
 
-    def send(self, t, kind, m, numpy=None, on_ready=None):
+    def send(self, v, kind, m, numpy=None, on_ready=None):
         torch = _torch()
-        h = _header(torch, t, kind, m, numpy)
+        name, shape, data = _payload(v)
+        h = _header(kind, m, name, shape, isinstance(v, np.ndarray) if numpy is None else numpy)
         _trace("send", m)
-        self.pending += [torch.distributed.isend(h, self.nxt), torch.distributed.isend(t, self.nxt)]
+        self.pending.append(torch.distributed.isend(torch.from_numpy(h), self.nxt))
+        if data.size:
+            self.pending.append(torch.distributed.isend(torch.from_numpy(data), self.nxt))
         _trace("sent", m)
 
     def recv(self):
@@ -490,13 +495,14 @@ class _GlooPort:
         _trace("recv", -1)
         try:
             dist.recv(h, self.prev)
-            kind, m, t = _empty_for(torch, h)
-            dist.recv(t, self.prev)
+            kind, m, v, data = _empty_for(h.numpy())
+            if data.size:
+                dist.recv(torch.from_numpy(data), self.prev)
         except RuntimeError as e:  # gloo: the peer closed the connection, or the timeout passed
             raise PyptoError(f"pipeline: rank {self.prev} stopped answering (the process died or hangs): "
                              f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
         _trace("received", m)
-        return kind, m, t
+        return kind, m, v
 
     def flush(self):
         for h in self.pending:

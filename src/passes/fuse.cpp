@@ -167,7 +167,7 @@ class Fuser : public StmtMutator {
   bool grow(const std::vector<Stmt>& in, const std::vector<Origin>& origin, size_t i,
             std::set<const Buffer*> allocs, Group& g, size_t& end) {
     const Op& first = in[i]->op;
-    if (kind_of(first.code) == Kind::Other || narrowing(first)) return false;
+    if (kind_of(first.code) == Kind::Other || narrowing(first) || column_reduction(first)) return false;
     if (kind_of(first.code) != Kind::Elementwise && dynamic_row(first)) return false;
     auto rs = row_space(dst(first));
     if (!rs) return false;
@@ -197,7 +197,8 @@ class Fuser : public StmtMutator {
 
   bool fits(const Group& g, const Op& op) const {
     Kind k = kind_of(op.code);
-    if (k == Kind::Other || narrowing(op)) return false;
+    // (a column reduction's rows are the source's columns: it is tiled on its own)
+    if (k == Kind::Other || narrowing(op) || column_reduction(op)) return false;
     if ((dynamic_row(op) || dynamic_row(*g.ops[0])) &&
         (k != Kind::Elementwise || dst(op).shape() != dst(*g.ops[0]).shape()))
       return false;  // rows stay tiled only while every instruction covers the same shape

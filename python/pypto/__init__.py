@@ -13,7 +13,7 @@ interpreter.
 from . import _C
 from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16, int32, int64, to_dtype,
                      uint8)
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .interop import from_numpy, from_torch, to_numpy, to_torch
 from .api import jit
 from .jit import JitFunction, mark_dynamic
@@ -42,7 +42,7 @@ from . import pipeline
 from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
 from .sim import SimReport
 from .profile import profiling
-from .profiling import machine_peak
+from .profiling import machine_peak, plot_trace
 from .autotune import Autotuned, TuningResult, autotune
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)

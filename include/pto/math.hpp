@@ -226,7 +226,7 @@ PTO_INLINE float sin_cos_reduced(float x, uint32_t quarter_turns) {
   ps = ps * z - 8.333333333333333e-03;
   ps = ps * z + 1.666666666666667e-01;
   const double s = r * (1.0 - z * ps);  // not r - r z ps: sin(-0) must stay -0
-  double pc = 2.087675698786810e-09;  // 1/12!
+  double pc = 2.087675698786810e-09;    // 1/12!
   pc = pc * z - 2.755731922398589e-07;
   pc = pc * z + 2.480158730158730e-05;
   pc = pc * z - 1.388888888888889e-03;

@@ -252,11 +252,16 @@ void bind_builder(nb::module_& m) {
     return ir::div(a, b);
   });
   def_arith(ex, "__mod__", "__rmod__", [](const Expr& a, const Expr& b) { return ir::mod(a, b); });
-  def_arith(ex, "__and__", "__rand__", [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::BitAnd, a, b); });
-  def_arith(ex, "__or__", "__ror__", [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::BitOr, a, b); });
-  def_arith(ex, "__xor__", "__rxor__", [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::BitXor, a, b); });
-  def_arith(ex, "__lshift__", "__rlshift__", [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::Shl, a, b); });
-  def_arith(ex, "__rshift__", "__rrshift__", [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::Shr, a, b); });
+  def_arith(ex, "__and__", "__rand__",
+            [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::BitAnd, a, b); });
+  def_arith(ex, "__or__", "__ror__",
+            [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::BitOr, a, b); });
+  def_arith(ex, "__xor__", "__rxor__",
+            [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::BitXor, a, b); });
+  def_arith(ex, "__lshift__", "__rlshift__",
+            [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::Shl, a, b); });
+  def_arith(ex, "__rshift__", "__rrshift__",
+            [](const Expr& a, const Expr& b) { return ir::bitwise(ExprOp::Shr, a, b); });
   ex.def("__invert__", [](const PyExpr& a) { return PyExpr{ir::bit_not(a.e)}; });
   def_arith(ex, "__truediv__", "__rtruediv__", true_div);
   def_arith(ex, "__lt__", "__gt__", [](const Expr& a, const Expr& b) { return ir::cmp(ExprOp::Lt, a, b); });

@@ -88,8 +88,8 @@ Expr logic(ExprOp op, const Expr& a, const Expr& b);  // And, Or
 Expr logic_not(const Expr& a);
 Expr select(const Expr& c, const Expr& a, const Expr& b);
 Expr cast(const Expr& a, DType t);
-Expr unary_math(ExprOp op, const Expr& a);                   // Sqrt, Exp, Log
-Expr bitwise(ExprOp op, const Expr& a, const Expr& b);       // BitAnd, BitOr, BitXor, Shl, Shr
+Expr unary_math(ExprOp op, const Expr& a);              // Sqrt, Exp, Log
+Expr bitwise(ExprOp op, const Expr& a, const Expr& b);  // BitAnd, BitOr, BitXor, Shl, Shr
 Expr bit_not(const Expr& a);
 Expr make_expr(ExprOp op, DType t, std::vector<Expr> args);  // generic, simplifies
 

@@ -733,9 +733,9 @@ class Parser {
 
   Expr binary(const Token& op, const Expr& a, const Expr& b) {
     static const std::map<std::string, ExprOp> ops = {
-        {"+", ExprOp::Add}, {"-", ExprOp::Sub}, {"*", ExprOp::Mul},  {"//", ExprOp::Div},
-        {"/", ExprOp::Div}, {"%", ExprOp::Mod}, {"<", ExprOp::Lt},   {"<=", ExprOp::Le},
-        {"==", ExprOp::Eq}, {"!=", ExprOp::Ne}, {"&&", ExprOp::And}, {"||", ExprOp::Or},
+        {"+", ExprOp::Add},    {"-", ExprOp::Sub},   {"*", ExprOp::Mul},    {"//", ExprOp::Div},
+        {"/", ExprOp::Div},    {"%", ExprOp::Mod},   {"<", ExprOp::Lt},     {"<=", ExprOp::Le},
+        {"==", ExprOp::Eq},    {"!=", ExprOp::Ne},   {"&&", ExprOp::And},   {"||", ExprOp::Or},
         {"&", ExprOp::BitAnd}, {"|", ExprOp::BitOr}, {"^", ExprOp::BitXor}, {"<<", ExprOp::Shl},
         {">>", ExprOp::Shr}};
     if (op.kind == Tok::Punct) {

@@ -27,8 +27,10 @@ std::vector<float> wide_inputs() {
   std::mt19937 g(5);
   std::uniform_real_distribution<double> mant(-1, 1);
   std::vector<float> xs;
-  for (int i = 0; i < 200000; ++i) xs.push_back(float(std::ldexp(mant(g), std::uniform_int_distribution<int>(-30, 21)(g))));
-  for (int i = 0; i < 20000; ++i) xs.push_back(float(std::ldexp(mant(g), std::uniform_int_distribution<int>(-149, 128)(g))));
+  for (int i = 0; i < 200000; ++i)
+    xs.push_back(float(std::ldexp(mant(g), std::uniform_int_distribution<int>(-30, 21)(g))));
+  for (int i = 0; i < 20000; ++i)
+    xs.push_back(float(std::ldexp(mant(g), std::uniform_int_distribution<int>(-149, 128)(g))));
   // The floats nearest to multiples of pi/2, where the reduction cancels most.
   for (int k = -660000; k <= 660000; k += 97) {
     float v = float(k * (M_PI / 2));
@@ -37,8 +39,8 @@ std::vector<float> wide_inputs() {
     xs.push_back(std::nextafter(v, -INFINITY));
   }
   const float inf = std::numeric_limits<float>::infinity();
-  for (float v : {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-30f, 1048575.9f, 1048576.0f, -1048576.0f, 3.4e38f, -3.4e38f,
-                  inf, -inf, std::nanf("")})
+  for (float v : {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-30f, 1048575.9f, 1048576.0f, -1048576.0f, 3.4e38f,
+                  -3.4e38f, inf, -inf, std::nanf("")})
     xs.push_back(v);
   return xs;
 }

@@ -1,6 +1,7 @@
 """OpInfo-style sweep of the pypto ops: for every op in OPS, random inputs over each supported
 dtype and shapes 1 x 1 and ragged (with a broadcast second operand), compared with torch in
-float64 on the interpreter; the CPU backend then runs all ops of one dtype in a single kernel (one
+float64 on the interpreter (int8, uint8 and int16, with their extreme values, for every op that
+takes int32); the CPU backend then runs all ops of one dtype in a single kernel (one
 compile) and must agree with torch too. Unsupported dtypes and empty tensors raise PyptoError
 naming the op.
 
@@ -17,12 +18,19 @@ from sweep_ops import OPS, ops_for
 SHAPES = {"one": (1, 1), "ragged": (7, 37)}
 FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
+NARROW_INTS = ("int8", "uint8", "int16")  # every op that takes int32 takes these too (extreme values)
 
 
 def make_args(op, dtype, shape, seed=0):
     rng = np.random.default_rng(seed)
     rows, cols = shape
-    if dtype in INTS:
+    if dtype in NARROW_INTS:
+        ii = np.iinfo(dtype)
+        x = rng.integers(ii.min, ii.max, size=shape, endpoint=True)
+        x.flat[:4] = [ii.min, ii.max, 0, ii.max - 1][:x.size]
+        y = rng.integers(1, 9, size=(cols,))  # divisors: never 0
+        y[:2] = [1, 7][:cols]
+    elif dtype in INTS:
         x = rng.integers(1, 9, size=shape) * rng.choice([-1, 1], size=shape)
         y = rng.integers(1, 9, size=(cols,))
     elif dtype == "bool":
@@ -96,7 +104,10 @@ GROUPS = sorted({(dt, op.domain) for op in OPS for dt in op.dtypes if dt in CPU_
 
 @pytest.mark.parametrize("dtype,domain", GROUPS, ids=[f"{d}-{m}" for d, m in GROUPS])
 def test_cpu_runs_every_op_in_one_kernel(dtype, domain):
-    ops = [op for op in ops_for(dtype) if op.domain == domain]
+    run_all([op for op in ops_for(dtype) if op.domain == domain], dtype, "cpu")
+
+
+def run_all(ops, dtype, backend):
     args = make_args(ops[0], dtype, SHAPES["ragged"])
 
     def kernel(x, y, i, j):
@@ -105,10 +116,21 @@ def test_cpu_runs_every_op_in_one_kernel(dtype, domain):
             out.append(op.fn(x, y, i, j))
         return tuple(out)
 
-    got = pypto.jit(kernel, backend="cpu")(*args)
+    got = pypto.jit(kernel, backend=backend)(*args)
     want = torch_args(args)
     for op, g in zip(ops, got):
         compare(op.name, g, op.ref(*want), op.tol)
+
+
+# The narrow integers on every op that takes int32, all ops of one dtype in one kernel on each
+# backend; each must equal torch, whose wrapping and promotion PyPTO follows.
+NARROW_OPS = [op for op in OPS if "int32" in op.dtypes]
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+@pytest.mark.parametrize("dtype", NARROW_INTS)
+def test_every_int_op_on_narrow_ints_matches_torch(dtype, backend):
+    run_all(NARROW_OPS, dtype, backend)
 
 
 BAD = [(op, dt) for op in OPS for dt in op.bad_dtypes]

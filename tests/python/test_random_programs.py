@@ -4,7 +4,9 @@ small tiles (so most shapes span several tiles with ragged edges), against NumPy
 
 The chains mix elementwise ops, row and column reductions (sum, max, min), broadcasting of row
 and column vectors, a square matmul and a loop carrying a tensor across iterations, over every
-storage dtype (f32, f64, f16, bf16, i32, i64). Inputs include all-negative rows and ties."""
+storage dtype (f32, f64, f16, bf16, i8, u8, i16, i32, i64). Inputs include all-negative rows and
+ties; the narrow integers take their whole range, extremes included, so sums widen and products
+wrap (compared with torch, whose promotion rules PyPTO follows: a uint8 sum is int64)."""
 import numpy as np
 import pytest
 import torch
@@ -130,13 +132,21 @@ _kernels = {(b, str(t)): pypto.jit(chain, backend=b, tiles=t) for b, t in CONFIG
 # Storage dtype -> tolerance of the relative norm error against float64: a few units of the
 # dtype's rounding error grown over a 4-op chain (f16/bf16 results are rounded to 11/8 bits at
 # every store of an unfused op). Integers are exact.
-TOL = {"float32": 2e-5, "float64": 1e-12, "float16": 3e-3, "bfloat16": 2e-2, "int32": 0, "int64": 0}
+TOL = {"float32": 2e-5, "float64": 1e-12, "float16": 3e-3, "bfloat16": 2e-2, "int32": 0, "int64": 0, "int8": 0,
+       "uint8": 0, "int16": 0}
+NARROW_INTS = ("int8", "uint8", "int16")
 
 
 def inputs(rng, rows, cols, dtype):
     """x: normal values with, when there are several rows, an all-negative row and a row of ties
     (so max/min reductions and their NaN-free edges are exercised); y in [0.5, 1.5]; w scaled so
-    the matmul keeps magnitudes. Integers: small values, ties included."""
+    the matmul keeps magnitudes. Integers: small values, ties included; narrow integers: their
+    whole range with its extremes."""
+    if dtype in NARROW_INTS:
+        ii = np.iinfo(dtype)
+        x, y = (rng.integers(ii.min, ii.max, (rows, cols), endpoint=True) for _ in range(2))
+        x.flat[:2] = [ii.min, ii.max][:x.size]
+        return [a.astype(dtype) for a in (x, y, np.zeros((cols, cols)))]
     if dtype in ("int32", "int64"):
         x = rng.integers(-3, 4, (rows, cols))
         y = rng.integers(-2, 3, (rows, cols))
@@ -150,6 +160,19 @@ def inputs(rng, rows, cols, dtype):
     y = rng.uniform(0.5, 1.5, (rows, cols))
     w = rng.standard_normal((cols, cols)) / np.sqrt(cols)
     return [a.astype(dtype) if dtype != "bfloat16" else a for a in (x, y, w)]
+
+
+def narrow_int_reference(x, y, ops):
+    """The chain in torch (wrapping narrow arithmetic, sums widening to int64), as NumPy."""
+    z, y = torch.from_numpy(x), torch.from_numpy(y)
+    for op in ops:
+        z = {"add": lambda: z + y, "mul": lambda: z * y, "sub": lambda: y - z,
+             "maximum": lambda: torch.maximum(z, y), "minimum": lambda: torch.minimum(z, y),
+             "rowsum": lambda: z.sum(-1, keepdim=True) + y, "rowmax": lambda: z.amax(-1, keepdim=True) - y,
+             "colsum": lambda: z.sum(0, keepdim=True) + y, "colmin": lambda: y - z.amin(0, keepdim=True),
+             "bcast_row": lambda: z + y[0:1, :], "bcast_col": lambda: z * y[:, 0:1],
+             "loop": lambda: z + y + y + y}[op]()
+    return z.numpy()
 
 
 def to_kernel_arg(a, dtype):
@@ -168,14 +191,18 @@ def as_f64(a):
 @given(data=st.data(), rows=st.integers(1, 40), cols=st.integers(1, 70), seed=st.integers(0, 2**16),
        dtype=st.sampled_from(sorted(TOL)))
 def test_random_chains(data, rows, cols, seed, dtype):
-    pool = INT_OPS if dtype.startswith("int") else FLOAT_OPS
+    pool = INT_OPS if "int" in dtype else FLOAT_OPS
     ops = tuple(data.draw(st.lists(st.sampled_from(pool), min_size=1, max_size=4), label="ops"))
     rng = np.random.default_rng(seed)
     x, y, w = inputs(rng, rows, cols, dtype)
     args = [to_kernel_arg(a, dtype) for a in (x, y, w)]
-    ref = reference(*(as_f64(a) for a in args), ops)
-    # Integer sums widen to int64 (as in NumPy and torch); floats keep their storage dtype.
-    want_dtype = reference(x, y, w, ops).dtype if dtype.startswith("int") else dtype
+    if dtype in NARROW_INTS:
+        ref = narrow_int_reference(x, y, ops)
+        want_dtype = ref.dtype
+    else:
+        ref = reference(*(as_f64(a) for a in args), ops)
+        # Integer sums widen to int64 (as in NumPy and torch); floats keep their storage dtype.
+        want_dtype = reference(x, y, w, ops).dtype if dtype.startswith("int") else dtype
     outs = {}
     for (backend, tiles), k in _kernels.items():
         out = k(*args, ops)

@@ -329,16 +329,23 @@ PTO_INLINE void sqrt_span(float* d, const float* s, int64_t n, bool recip) {
   for (int64_t i = done; i < n; ++i) d[i] = recip ? elem::rsqrt(s[i]) : elem::sqrt(s[i]);
 }
 
-template <int R, int C, int R2, int C2>
-inline void sqrt_tile(Tile<float, R, C>& dst, const Tile<float, R2, C2>& src, bool recip) {
+// A unary float instruction through span(d, s, n) over src's valid region: one span for whole
+// rows laid out alike, else one per row.
+template <int R, int C, int R2, int C2, class Span>
+inline void float_span_tile(Tile<float, R, C>& dst, const Tile<float, R2, C2>& src, Span span) {
   const int64_t vr = clamp0(src.vr, R), vc = clamp0(src.vc, C);
   if (C == C2 && vc == C) {
-    sqrt_span(dst.data, src.data, vr * C, recip);
+    span(dst.data, src.data, vr * C);
   } else {
-    for (int64_t r = 0; r < vr; ++r) sqrt_span(dst.data + r * C, src.data + r * C2, vc, recip);
+    for (int64_t r = 0; r < vr; ++r) span(dst.data + r * C, src.data + r * C2, vc);
   }
   dst.vr = int(vr);
   dst.vc = int(vc);
+}
+
+template <int R, int C, int R2, int C2>
+inline void sqrt_tile(Tile<float, R, C>& dst, const Tile<float, R2, C2>& src, bool recip) {
+  float_span_tile(dst, src, [recip](float* d, const float* s, int64_t n) { sqrt_span(d, s, n, recip); });
 }
 
 }  // namespace detail

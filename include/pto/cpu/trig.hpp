@@ -26,14 +26,9 @@ PTO_INLINE void sin_cos_span(float* d, const float* s, int64_t n, uint32_t quart
 
 template <int R, int C, int R2, int C2>
 inline void sin_cos_tile(Tile<float, R, C>& dst, const Tile<float, R2, C2>& src, uint32_t quarter_turns) {
-  const int64_t vr = clamp0(src.vr, R), vc = clamp0(src.vc, C);
-  if (C == C2 && vc == C) {
-    sin_cos_span(dst.data, src.data, vr * C, quarter_turns);
-  } else {
-    for (int64_t r = 0; r < vr; ++r) sin_cos_span(dst.data + r * C, src.data + r * C2, vc, quarter_turns);
-  }
-  dst.vr = int(vr);
-  dst.vc = int(vc);
+  float_span_tile(dst, src, [quarter_turns](float* d, const float* s, int64_t n) {
+    sin_cos_span(d, s, n, quarter_turns);
+  });
 }
 
 }  // namespace detail

@@ -384,8 +384,8 @@ class Gen {
       case ExprOp::BitXor:
       case ExprOp::Shl:
       case ExprOp::Shr: {
-        const char* fn = e->op == ExprOp::BitAnd  ? "band"
-                         : e->op == ExprOp::BitOr ? "bor"
+        const char* fn = e->op == ExprOp::BitAnd   ? "band"
+                         : e->op == ExprOp::BitOr  ? "bor"
                          : e->op == ExprOp::BitXor ? "bxor"
                          : e->op == ExprOp::Shl    ? "shl"
                                                    : "shr";

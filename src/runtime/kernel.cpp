@@ -58,7 +58,8 @@ void Kernel::set_sim_target(const std::string& description) {
   std::shared_ptr<const ir::Program> program = sim_single_;
   if (sim_double_buffer_) {
     // Each core's share of a parallel loop is double-buffered: the program depends on the cores.
-    auto doubled = std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa, t->cores)));
+    auto doubled =
+        std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa, t->cores)));
     try {
       sim::place_tiles(*doubled, *t);
       program = doubled;

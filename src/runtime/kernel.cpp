@@ -157,11 +157,20 @@ double Kernel::compile_profiling() {
 }
 
 void Kernel::run(const RunArgs& args, cpu::RunProfile* profile) {
+  RunArgs storage;
+  run_checked(checked(args, storage), profile);
+}
+
+const RunArgs& Kernel::checked(const RunArgs& args, RunArgs& storage) const {
   const ir::Program& p = lowered_.isa;
   check_args(p, args, written_);
-  RunArgs storage;
   const RunArgs& a = normalised(p, args, storage);
   check_indices(lowered_.tensor, a);
+  return a;
+}
+
+void Kernel::run_checked(const RunArgs& a, cpu::RunProfile* profile) {
+  const ir::Program& p = lowered_.isa;
   if (backend_ == Backend::Interp) {
     interp::interpret(p, a);
     return;

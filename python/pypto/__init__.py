@@ -13,7 +13,7 @@ interpreter.
 from . import _C
 from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16, int32, int64, to_dtype,
                      uint8)
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .interop import from_numpy, from_torch, to_numpy, to_torch
 from .api import jit
 from .jit import JitFunction, mark_dynamic

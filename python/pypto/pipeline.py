@@ -1,15 +1,15 @@
-"""Pipeline parallelism over processes with torch.distributed (the seed's §3.2).
+"""Pipeline parallelism over processes (the seed's §3.2): shared memory on one machine,
+torch.distributed across machines.
 
 A model is a list of stages (PyPTO kernels, objects with a `.compute` method such as the seed's
 `PipelineStage`, or any callable of one tensor). `Pipeline(stages).run(x, processes=N)` splits
 the input into micro-batches along dimension 0, places contiguous groups of stages on N worker
-processes (forked here, joined by a gloo process group over loopback, each pinned to its own
-cores), and streams the micro-batches through them: while stage group k works on micro-batch m,
-group k+1 works on m-1 (GPipe's forward schedule). Activations cross process boundaries as
-point-to-point tensor sends (a small header with kind, dtype and shape, then the data; arrays are
-never pickled). Under `torchrun` (the process group already set up, one rank per stage group),
+processes (forked here, each pinned to its own cores, joined by shared-memory rings:
+pipeline_shm), and streams the micro-batches through them: while stage group k works on
+micro-batch m, group k+1 works on m-1 (GPipe's forward schedule). Activations cross process
+boundaries as a small header (kind, dtype, shape) and the raw data; arrays are never pickled. Under `torchrun` (the process group already set up, one rank per stage group),
 `Pipeline(stages).run(x)` runs the same schedule across the launched ranks, on one machine or
-many: rank 0 feeds the input and returns the output; the other ranks return None.
+many, with point-to-point torch.distributed sends (gloo, or NCCL where GPUs are): rank 0 feeds the input and returns the output; the other ranks return None.
 
 Failure: a stage that raises sends the error down the chain, and the caller (rank 0) raises a
 `PyptoError` with the stage, the micro-batch and the original traceback; a process that dies or
@@ -18,7 +18,7 @@ checked against the shape the first micro-batch established.
 """
 from __future__ import annotations
 
-import datetime
+import json
 import os
 import socket
 import time
@@ -27,11 +27,13 @@ import traceback
 import numpy as np
 
 from . import _C
-from .frontend.errors import PyptoError
+from .errors import PyptoError
+from .pipeline_shm import Link
 
 _DATA, _ERROR, _DONE, _STOP = 0, 1, 2, 3
 _DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "int8", "uint8", "int16"]
 _HEADER = 13  # kind, dtype code, ndim, up to 8 dims, micro-batch index, came from NumPy
+_LIVE_LINKS = set()  # shared-memory links with pipe ends open in this process (closed in new workers)
 
 
 def _torch():
@@ -153,7 +155,8 @@ class Pipeline:
 
     def start(self, processes=None, sample=None):
         """Fork the worker processes once: later run() calls stream through them, until close()
-        (or the end of a `with` block). The caller becomes rank 0 of a gloo group over loopback:
+        (or the end of a `with` block). The processes are joined by shared-memory links
+        (pipeline_shm: gloo's rendezvous sends stalled a busy pipeline). The caller is rank 0:
         during run() it computes the first stage group on its share of the cores, feeds the next
         rank and collects the results; workers are ranks 1..N-1 (a driver that only fed and
         collected would be one process more than there are stage groups, fighting the workers
@@ -166,9 +169,10 @@ class Pipeline:
         if self.balance == "auto" and sample is None:
             raise PyptoError('pipeline: balance="auto" measures the stages: give start() a sample input')
         groups = self._groups(nproc, self._split(sample)[0] if sample is not None else None)
-        port = _free_port()
         cpus = sorted(os.sched_getaffinity(0))
         threads = self.threads or max(1, len(cpus) // nproc)
+        links = [Link(r, (r + 1) % nproc) for r in range(nproc)] if nproc > 1 else []
+        _LIVE_LINKS.update(links)
         pids = []
         for r in range(1, nproc):
             pid = os.fork()
@@ -176,50 +180,66 @@ class Pipeline:
                 code = 0
                 try:
                     _pin(_cpus_of(cpus, r, threads), threads)
-                    _init(port, r, nproc, self.timeout)
-                    while self._stage_loop(r, nproc, groups[r]):
+                    _trace_start(r)
+                    port = _ShmPort(self._own_links(links, r, child=True), self.timeout)
+                    while self._stage_loop(port, r, groups[r]):
                         pass
                 except (RuntimeError, PyptoError):  # a neighbour went away: the caller reports it
                     code = 1
                 except BaseException:  # noqa: B036 (a worker reports everything, then leaves)
                     traceback.print_exc()
                     code = 1
+                _trace_flush()
                 os._exit(code)
             pids.append(pid)
-        self._workers = {"pids": pids, "groups": groups, "processes": nproc, "threads": threads}
-        try:
-            if nproc > 1:
-                _init(port, 0, nproc, self.timeout)
-        except Exception:
-            self._kill()
-            raise
+        port = _ShmPort(self._own_links(links, 0, child=False), self.timeout) if nproc > 1 else None
+        _trace_start(0)
+        self._workers = {"pids": pids, "groups": groups, "processes": nproc, "threads": threads, "port": port}
         return self
+
+    @staticmethod
+    def _own_links(links, rank, child):
+        """Rank `rank` keeps the reading end of the link into it and the writing end of the one out
+        of it, and closes the other pipe ends of this pipeline (a new worker: of every pipeline
+        this process had open), so that a dead neighbour shows as end-of-file."""
+        n = len(links)
+        inp, out = links[(rank - 1) % n], links[rank]
+        for link in list(_LIVE_LINKS) if child else links:
+            if link is inp:
+                link.as_reader()
+            elif link is out:
+                link.as_writer()
+            else:
+                link.close()
+                _LIVE_LINKS.discard(link)
+        return inp, out
 
     def close(self):
         """Stop the workers (a no-op when none run)."""
         w = self._workers
         if w is None:
             return
-        torch = _torch()
-        if w["processes"] == 1:  # no workers, no group
+        if w["processes"] == 1:  # no workers, no links
             self._workers = None
             return
+        port = w["port"]
         try:
-            for h in _send(torch, _text("stop"), 1, _STOP, -1):
-                h.wait()
-            while _recv(torch, w["processes"] - 1)[0] != _STOP:
+            port.send(_text("stop"), _STOP, -1)
+            while port.recv()[0] != _STOP:
                 pass
         except Exception:  # noqa: BLE001 (a broken pipeline: the workers are killed below)
             self._kill()
             return
         self._workers = None
-        _shutdown(torch.distributed)
+        port.close()
+        _trace_flush()
         _reap(w["pids"], self.timeout)
 
     def _kill(self):
         w, self._workers = self._workers, None
-        _shutdown(_torch().distributed)
         if w is not None:
+            if w.get("port") is not None:
+                w["port"].close()
             _reap(w["pids"], 0.0)
 
     def __enter__(self):
@@ -232,16 +252,18 @@ class Pipeline:
         w = self._workers
         pieces = self._split(x)
         t0 = time.perf_counter()
+        _trace("run", -1)
         n = w["processes"]
         try:
             with _pinned(_cpus_of(sorted(os.sched_getaffinity(0)), 0, w["threads"]), w["threads"]):
                 if n == 1:
                     outs = [self._through(self.stages, p) for p in pieces]
                 else:
-                    outs = self._feed_and_collect(pieces, w["groups"][0], nxt=1, last=n - 1)
+                    outs = self._feed_and_collect(w["port"], pieces, w["groups"][0])
         except BaseException:
             self._kill()  # an error leaves messages in flight: this pipeline cannot go on
             raise
+        _trace("ran", -1)
         self.last_stats = {"seconds": time.perf_counter() - t0, "groups": w["groups"],
                            "micro_batches": len(pieces), "processes": w["processes"], "threads": w["threads"]}
         return self._join(outs, x)
@@ -250,13 +272,21 @@ class Pipeline:
         """Under torchrun: rank 0 feeds the input, runs the first stage group and collects the
         output from the last rank; every other rank runs its group until the input is done."""
         groups = self._ranked_groups(x, rank, world)
-        if rank != 0:
-            self._stage_loop(rank, world, groups[rank])
-            return None
-        pieces = self._split(x)
-        if world == 1:
-            return self._join([self._through(self.stages, p) for p in pieces], x)
-        return self._join(self._feed_and_collect(pieces, groups[0], nxt=1, last=world - 1), x)
+        port = _GlooPort(rank, world)
+        _trace_start(rank)
+        try:
+            if rank != 0:
+                self._stage_loop(port, rank, groups[rank])
+                return None
+            pieces = self._split(x)
+            if world == 1:
+                return self._join([self._through(self.stages, p) for p in pieces], x)
+            _trace("run", -1)
+            outs = self._feed_and_collect(port, pieces, groups[0])
+            _trace("ran", -1)
+            return self._join(outs, x)
+        finally:
+            _trace_flush()
 
     def _ranked_groups(self, x, rank, world):
         if self.balance != "auto":
@@ -273,72 +303,74 @@ class Pipeline:
         finally:
             self.balance = auto
 
-    def _feed_and_collect(self, pieces, own, nxt, last):
-        """Rank 0: send every micro-batch (through its own stages `own` first) to rank `nxt`, then
-        the end mark; receive the results from rank `last`."""
-        torch = _torch()
+    def _feed_and_collect(self, port, pieces, own):
+        """Rank 0: send every micro-batch (through its own stages `own` first) down the pipeline,
+        then the end mark; receive the results from the last rank (also while a send waits for
+        room, so that full links cannot deadlock)."""
         stages = [self.stages[i] for i in own]
-        pending = []
-        for m, p in enumerate(pieces):
-            try:
-                y = self._through(stages, p)
-            except Exception:
-                err = f"pipeline stage {own[0]} failed on micro-batch {m} (rank 0):\n{traceback.format_exc()}"
-                pending += _send(torch, _text(err), nxt, _ERROR, m)
-                raise
-            pending += _send(torch, _as_tensor(y), nxt, _DATA, m)
-        pending += _send(torch, _text(""), nxt, _DONE, len(pieces))
-        outs = []
-        while True:
-            kind, m, t = _recv(torch, last)
+        got = []
+
+        def take(msg):
+            kind, m, t = msg
             if kind == _ERROR:
                 raise PyptoError(bytes(t.numpy()).decode("utf-8", "replace"))
-            if kind == _DONE:
-                break
-            outs.append(t.numpy() if t.pypto_numpy else t)
-        for h in pending:
-            h.wait()
+            got.append(msg)
+
+        for m, p in enumerate(pieces):
+            try:
+                _trace("compute", m)
+                y = self._through(stages, p)
+                _trace("computed", m)
+            except Exception:
+                err = f"pipeline stage {own[0]} failed on micro-batch {m} (rank 0):\n{traceback.format_exc()}"
+                port.send(_text(err), _ERROR, m, on_ready=take)
+                raise
+            port.send(_as_tensor(y), _DATA, m, on_ready=take)
+        port.send(_text(""), _DONE, len(pieces), on_ready=take)
+        while not got or got[-1][0] != _DONE:
+            take(port.recv())
+        port.flush()
+        outs = [t.numpy() if t.pypto_numpy else t for kind, m, t in got if kind == _DATA]
         if len(outs) != len(pieces):
             raise PyptoError(f"pipeline: {len(outs)} results came back for {len(pieces)} micro-batches")
         return outs
 
-    def _stage_loop(self, rank, world, ids):
+    def _stage_loop(self, port, rank, ids):
         """A worker: receive a micro-batch from rank-1, run its stages, send to rank+1 (the last
         worker sends to rank 0), until the end of the input (True: wait for the next), the stop
         mark or an error (False)."""
-        torch = _torch()
         stages = [self.stages[i] for i in ids]
-        nxt = rank + 1 if rank + 1 < world else 0
-        pending, shape_in = [], None
+        shape_in = None
         where = f"pipeline stage {ids[0]}" + (f"-{ids[-1]}" if len(ids) > 1 else "")
         while True:
             try:
-                kind, m, t = _recv(torch, rank - 1)
+                kind, m, t = port.recv()
             except PyptoError as e:  # the neighbour died: say which, downstream, to the caller
-                pending += _send(torch, _text(str(e)), nxt, _ERROR, -1)
+                port.send(_text(str(e)), _ERROR, -1)
                 kind = _ERROR
                 break
             if kind != _DATA:
-                pending += _send(torch, t, nxt, kind, m)
+                port.send(t, kind, m)
                 break
             if shape_in is None:
                 shape_in = tuple(t.shape[1:])
             elif tuple(t.shape[1:]) != shape_in:
                 msg = (f"{where}: micro-batch {m} arrives with shape {tuple(t.shape)}; the first had "
                        f"(N, {', '.join(map(str, shape_in))})")
-                pending += _send(torch, _text(msg), nxt, _ERROR, m)
+                port.send(_text(msg), _ERROR, m)
                 kind = _ERROR
                 break
             try:
+                _trace("compute", m)
                 out = _as_tensor(self._through(stages, t.numpy() if t.pypto_numpy else t))
+                _trace("computed", m)
             except Exception:
                 err = f"{where} failed on micro-batch {m} (rank {rank}):\n{traceback.format_exc()}"
-                pending += _send(torch, _text(err), nxt, _ERROR, m)
+                port.send(_text(err), _ERROR, m)
                 kind = _ERROR
                 break
-            pending += _send(torch, out, nxt, _DATA, m, numpy=t.pypto_numpy)
-        for h in pending:
-            h.wait()
+            port.send(out, _DATA, m, numpy=t.pypto_numpy)
+        port.flush()
         return kind == _DONE
 
 
@@ -362,8 +394,7 @@ def _text(s):
     return torch.tensor(list(s.encode("utf-8")), dtype=torch.uint8)
 
 
-def _send(torch, t, dst, kind, m, numpy=None):
-    """A header, then the data (both non-blocking): the handles to wait on."""
+def _header(torch, t, kind, m, numpy):
     if t.ndim > 8:
         raise PyptoError(f"pipeline: activations of rank {t.ndim} (> 8) cannot cross a stage boundary")
     h = torch.zeros(_HEADER, dtype=torch.int64)
@@ -374,24 +405,103 @@ def _send(torch, t, dst, kind, m, numpy=None):
     h[3:3 + t.ndim] = torch.tensor(t.shape, dtype=torch.int64)
     h[11] = m
     h[12] = int(getattr(t, "pypto_numpy", False) if numpy is None else numpy)
-    dist = torch.distributed
-    return [dist.isend(h, dst), dist.isend(t, dst)]
+    return h
 
 
-def _recv(torch, src):
-    """(kind, micro-batch index, tensor); the tensor's `pypto_numpy` says what the sender had."""
-    dist = torch.distributed
-    h = torch.empty(_HEADER, dtype=torch.int64)
-    try:
-        dist.recv(h, src)
-        kind, code, ndim, m = int(h[0]), int(h[1]), int(h[2]), int(h[11])
-        t = torch.empty(tuple(int(v) for v in h[3:3 + ndim]), dtype=getattr(torch, _DTYPES[code]))
-        dist.recv(t, src)
-    except RuntimeError as e:  # gloo: the peer closed the connection, or the timeout passed
-        raise PyptoError(f"pipeline: rank {src} stopped answering (the process died or hangs): "
-                         f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+def _empty_for(torch, h):
+    """(kind, micro-batch index, the tensor to receive into) from a header."""
+    kind, code, ndim, m = int(h[0]), int(h[1]), int(h[2]), int(h[11])
+    t = torch.empty(tuple(int(v) for v in h[3:3 + ndim]), dtype=getattr(torch, _DTYPES[code]))
     t.pypto_numpy = bool(h[12])
     return kind, m, t
+
+
+def _bytes_of(t):
+    """The bytes of a contiguous tensor, as a NumPy view (bfloat16 has no NumPy dtype)."""
+    return t.reshape(-1).view(_torch().uint8).numpy()
+
+
+class _ShmPort:
+    """A process's two shared-memory links (pipeline_shm): from the previous rank, to the next."""
+
+    def __init__(self, links, timeout):
+        self.inp, self.out = links
+        self.inp.timeout = self.out.timeout = timeout
+        self.header = _torch().zeros(_HEADER, dtype=_torch().int64)
+
+    def send(self, t, kind, m, numpy=None, on_ready=None):
+        """Copy a header and the data into the link to the next rank; `on_ready(msg)` (rank 0)
+        takes results that arrive while the link is full."""
+        torch = _torch()
+        h = _header(torch, t, kind, m, numpy)
+
+        def drain():
+            if on_ready is None:
+                return ()
+            if self.inp.ready():
+                on_ready(self.recv())
+                return None
+            return (self.inp.data_r,)
+
+        _trace("send", m)
+        self.out.write(h.numpy(), drain)
+        if t.numel():
+            self.out.write(_bytes_of(t.contiguous()), drain)
+        _trace("sent", m)
+
+    def recv(self):
+        torch = _torch()
+        _trace("recv", -1)
+        self.inp.read_into(self.header.numpy())
+        kind, m, t = _empty_for(torch, self.header)
+        if t.numel():
+            self.inp.read_into(_bytes_of(t))
+        _trace("received", m)
+        return kind, m, t
+
+    def flush(self):
+        pass
+
+    def close(self):
+        for link in (self.inp, self.out):
+            link.close()
+            _LIVE_LINKS.discard(link)
+
+
+class _GlooPort:
+    """Point-to-point sends over a torch.distributed group (under torchrun, across machines):
+    non-blocking header+data sends to the next rank, blocking receives from the previous one."""
+
+    def __init__(self, rank, world):
+        self.nxt, self.prev = (rank + 1) % world, (rank - 1) % world
+        self.pending = []
+
+    def send(self, t, kind, m, numpy=None, on_ready=None):
+        torch = _torch()
+        h = _header(torch, t, kind, m, numpy)
+        _trace("send", m)
+        self.pending += [torch.distributed.isend(h, self.nxt), torch.distributed.isend(t, self.nxt)]
+        _trace("sent", m)
+
+    def recv(self):
+        torch = _torch()
+        dist = torch.distributed
+        h = torch.empty(_HEADER, dtype=torch.int64)
+        _trace("recv", -1)
+        try:
+            dist.recv(h, self.prev)
+            kind, m, t = _empty_for(torch, h)
+            dist.recv(t, self.prev)
+        except RuntimeError as e:  # gloo: the peer closed the connection, or the timeout passed
+            raise PyptoError(f"pipeline: rank {self.prev} stopped answering (the process died or hangs): "
+                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        _trace("received", m)
+        return kind, m, t
+
+    def flush(self):
+        for h in self.pending:
+            h.wait()
+        self.pending = []
 
 
 # --- processes ----------------------------------------------------------------------------------------
@@ -400,12 +510,6 @@ def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _init(port, rank, world, timeout):
-    dist = _torch().distributed
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout))
 
 
 def _pin(cpus, threads):
@@ -450,12 +554,30 @@ class _pinned:
         _C.set_num_threads(int(self.saved[1]))
 
 
-def _shutdown(dist):
-    try:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 (tearing down after an error: nothing more to report)
-        pass
+# --- tracing (PYPTO_PIPELINE_TRACE=prefix: each rank writes prefix-rank<r>.json; pipeline_trace reads them)
+
+_TRACE = {"rank": None, "events": None}
+
+
+def _trace_start(rank):
+    """Trace as `rank` (events of earlier runs as the same rank are kept)."""
+    if os.environ.get("PYPTO_PIPELINE_TRACE") and (_TRACE["events"] is None or _TRACE["rank"] != rank):
+        _TRACE["rank"], _TRACE["events"] = rank, []
+
+
+def _trace(event, m):
+    if _TRACE["events"] is not None:
+        _TRACE["events"].append((time.perf_counter(), event, m))  # CLOCK_MONOTONIC: one clock for all ranks
+
+
+def _trace_flush():
+    events, prefix = _TRACE["events"], os.environ.get("PYPTO_PIPELINE_TRACE")
+    if not prefix:  # tracing was switched off
+        _TRACE["events"] = None
+    if events is None or not prefix:
+        return
+    with open(f"{prefix}-rank{_TRACE['rank']}.json", "w") as f:
+        json.dump({"rank": _TRACE["rank"], "pid": os.getpid(), "events": events}, f)
 
 
 def _reap(pids, timeout):

@@ -7,7 +7,7 @@ import json
 import os
 
 from . import _C
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 
 PIPES = ("MTE2", "MTE3", "V", "M", "S")
 

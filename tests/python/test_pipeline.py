@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import pypto
+import pypto.pipeline_trace
 from pypto.seed_kernels import PipelineStage, run_pipeline
 from pypto_testutil import assert_close
 
@@ -119,3 +120,37 @@ def test_started_workers_serve_many_runs():
             assert_close(p.run(xs), _reference(stages, xs))
         assert p.last_stats["processes"] == 2
     assert p._workers is None  # closed: the workers have exited
+
+
+def test_messages_larger_than_the_shared_rings(monkeypatch):
+    """Activations of 10 KiB through 4 KiB rings: sent in pieces, wrapping round, and rank 0 takes
+    results while its own send waits for room (else the full rings of the cycle would deadlock)."""
+    monkeypatch.setattr(pypto.pipeline_shm, "RING_BYTES", 4096)
+    stages, x = _model(n=3, d=256)
+    x = np.concatenate([x, x * 0.5], 0)
+    out = pypto.pipeline.run(stages, x, processes=3, micro_batches=4)
+    assert_close(out, _reference(stages, x))
+
+
+def test_torch_dtypes_without_numpy_cross_the_boundary():
+    """bfloat16 has no NumPy dtype: its bytes cross as they are."""
+    x = torch.randn(12, 5).to(torch.bfloat16)
+    stages = [lambda t: t * 2, lambda t: t + 1, lambda t: t.float()]
+    out = pypto.pipeline.run(stages, x, processes=3, micro_batches=3)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, (x * 2 + 1).float(), rtol=0, atol=0)
+
+
+def test_trace_per_rank(tmp_path, monkeypatch):
+    """PYPTO_PIPELINE_TRACE: every rank writes its events; the summary counts each rank's stage calls."""
+    monkeypatch.setenv("PYPTO_PIPELINE_TRACE", str(tmp_path / "t"))
+    stages, x = _model()
+    with pypto.pipeline.Pipeline(stages, micro_batches=5).start(2) as p:
+        p.run(x)
+        p.run(x)
+    runs = pypto.pipeline_trace.summarize(str(tmp_path / "t"))
+    assert len(runs) == 2
+    for run in runs:
+        assert [v["stage_calls"] for v in run["ranks"].values()] == [5, 5]
+        assert 0.0 <= run["bubble"] < 1.0 and run["gpipe_bubble"] == pytest.approx(1 / 6)
+        assert run["messages"] == 2 * 5 + 2  # the data both ways, and the end marks

@@ -39,6 +39,38 @@ def test_kernel_profile_times_each_nest_with_its_lines_and_counts():
     assert g > 0 and bw > 0
 
 
+COUNTERS = {"cycles", "instructions", "cache_misses", "branch_misses", "task_clock_ns", "page_faults",
+            "context_switches"}
+
+
+def test_event_counters_are_counted_or_reported_unavailable_with_the_reason():
+    k = pypto.jit(linear_rowsum, tiles={"m": 64, "n": 64, "k": 64})
+    small, big = (rand(64, 64), rand(64, 64), rand(1, 64)), (rand(512, 512), rand(512, 512), rand(1, 512))
+    k.profile(*small)
+    k.profile(*big)  # both variants compiled and their pages touched before the measured calls
+    ps, pb = k.profile(*small), k.profile(*big)
+    for p in (ps, pb):
+        # Every counter is either counted or named with a reason; never both, never a silent zero.
+        assert set(p.counters) | set(p.counters_unavailable) == COUNTERS
+        assert not set(p.counters) & set(p.counters_unavailable)
+        assert all(p.counters_unavailable.values())
+        assert all(v >= 0 for v in p.counters.values())
+    status = pypto._C.perf_counter_status()
+    assert set(status) == COUNTERS
+    if not status["task_clock_ns"]:  # software events: available wherever perf_event_open is
+        # CPU time of the caller over the run plus the workers over their chunks: some, but no more
+        # than every thread busy for the whole run (plus the clock's granularity).
+        assert 0 < pb.counters["task_clock_ns"] <= pb.threads * pb.run_ms * 1e6 * 1.2 + 1e6
+    if not status["instructions"]:  # a hardware PMU: 512^3 is 512x the work of 64^3
+        assert pb.counters["instructions"] > 50 * ps.counters["instructions"]
+        assert "instructions per cycle" in str(pb)
+    if status["cycles"]:
+        assert "counters unavailable" in str(pb) and status["cycles"] in str(pb)
+    assert pypto.get_last_profile().counters == pb.counters
+    plain = k(*small)
+    assert pypto.get_last_profile().counters == {} and plain is not None  # unprofiled: no counters
+
+
 def test_unprofiled_calls_have_no_nest_times_and_profiled_variant_matches():
     k = pypto.jit(linear_rowsum)
     x, w, b = rand(64, 32), rand(32, 48), rand(1, 48)

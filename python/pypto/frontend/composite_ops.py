@@ -3,7 +3,7 @@ layout): argument handling only; each is one call of the C++ builder (src/ir/bui
 except split/chunk, which are plain views."""
 from __future__ import annotations
 
-from .errors import PyptoError
+from ..errors import PyptoError
 from .tensor_ops import cast, dims_arg, find_tracer, index, operand, static_float, static_int, tensor_of, unary, wrap
 from .values import Opcode, TensorValue
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .errors import PyptoError
+from ..errors import PyptoError
 from .tensor_ops import find_tracer, binary, clamp, compare, tensor_of, unary, where
 from .values import Opcode, TensorValue
 

@@ -20,7 +20,7 @@ from . import index_ops as X
 from . import torch_nn as NN
 from . import tracer
 from . import tensor_ops as T
-from .errors import PyptoError
+from ..errors import PyptoError
 from .intrinsics import public_op_names
 from .values import Opcode, TensorValue
 

@@ -13,7 +13,7 @@ import sys
 
 from .. import _C
 from .. import dtypes as _dt
-from .errors import PyptoError
+from ..errors import PyptoError
 
 Expr = _C.Expr
 Opcode = _C.Opcode

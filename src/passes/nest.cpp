@@ -152,7 +152,9 @@ DType result_tile_dtype(const Op& op) {
 }
 
 DType matmul_operand_dtype(DType a, DType b, DType acc) {
-  return a == DType::BF16 && b == DType::BF16 && acc == DType::F32 ? DType::BF16 : acc;
+  if (a == DType::BF16 && b == DType::BF16 && acc == DType::F32) return DType::BF16;
+  if (a == DType::I8 && b == DType::I8 && acc == DType::I32) return DType::I8;
+  return acc;
 }
 
 std::vector<Stmt> matmul_k_loop(NestBuilder& nb, const View& a, const View& b, const Nest& n,

@@ -76,7 +76,8 @@ ir::DType operand_tile_dtype(const ir::Op& op, size_t arg);
 ir::DType result_tile_dtype(const ir::Op& op);
 
 // The tile type of a matmul's operands, given the tensors' types and the accumulator's: bf16 when
-// both operands are bf16 and the accumulator f32 (the native bf16 dot product), else the
+// both operands are bf16 and the accumulator f32, i8 when both are i8 and the accumulator i32
+// (the native dot products, pto/cpu/matmul_bf16.hpp and matmul_int8.hpp), else the
 // accumulator's type.
 ir::DType matmul_operand_dtype(ir::DType a, ir::DType b, ir::DType acc);
 

@@ -1,4 +1,5 @@
-// The native dot-product paths of the CPU headers (pto/cpu/matmul_bf16.hpp: vdpbf16ps) exist only
+// The native dot-product paths of the CPU headers (pto/cpu/matmul_bf16.hpp: vdpbf16ps,
+// pto/cpu/matmul_int8.hpp: vpdpbusd) exist only
 // under -march=native on a CPU that has them, and the test binary is built without it: this test
 // compiles a self-checking program the way kernels are compiled, twice (native, and with
 // PTO_NO_NATIVE_DOT, the portable path that PYPTO_NATIVE_DOT=0 selects), checks each against a
@@ -69,7 +70,44 @@ static void bf16_case(int m, int k, int n, bool acc) {
       if (i >= m || j >= n) CHECK(std::isnan(d.data[i * C2 + j]), "bf16 %dx%dx%d wrote padding (%d,%d)", m, k, n, i, j);
 }
 
+// The int8 product is exact (wrapping int32): compared with int64 sums exactly.
+template <int R, int C, int R2, int C2>
+static void i8_case(int m, int k, int n, bool acc) {
+  static Tile<int8_t, R, C> a;
+  static Tile<int8_t, R2, C2> b;
+  static Tile<int32_t, R, C2> d;
+  std::uniform_int_distribution<int> U(-128, 127);
+  for (auto& v : a.data) v = int8_t(U(rng));  // padding too: it must not leak in
+  for (auto& v : b.data) v = int8_t(U(rng));
+  for (auto& v : d.data) v = -7777777;
+  for (int i = 0; i < m; ++i) for (int j = 0; j < n; ++j) d.data[i * C2 + j] = acc ? U(rng) * 1000 : -7777777;
+  static int32_t d0[R * C2];
+  for (int i = 0; i < R * C2; ++i) d0[i] = d.data[i];
+  a.vr = m; a.vc = k; b.vr = k; b.vc = n; d.vr = m; d.vc = n;
+  if (acc) TMATMUL_ACC(d, a, b); else TMATMUL(d, a, b);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      long long s = acc ? d0[i * C2 + j] : 0;
+      for (int p = 0; p < k; ++p) s += int(a.data[i * C + p]) * int(b.data[p * C2 + j]);
+      int32_t got = d.data[i * C2 + j];
+      if (got != int32_t(s)) {
+        CHECK(false, "i8 %dx%dx%d acc %d at (%d,%d): %d vs %lld", m, k, n, int(acc), i, j, got, s);
+        return;
+      }
+      hash = (hash ^ unsigned(got)) * 1099511628211ull;
+    }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C2; ++j)
+      if (i >= m || j >= n) CHECK(d.data[i * C2 + j] == -7777777, "i8 %dx%dx%d wrote padding (%d,%d)", m, k, n, i, j);
+}
+
 int main() {
+  i8_case<128, 256, 256, 256>(128, 256, 256, false);
+  i8_case<64, 70, 70, 40>(61, 67, 33, true);     // k % 4 == 3, ragged m and n
+  i8_case<64, 70, 70, 40>(15, 70, 40, false);    // k % 4 == 2
+  i8_case<8, 5, 5, 8>(5, 5, 7, true);            // k % 4 == 1
+  i8_case<16, 1, 1, 48>(13, 1, 47, false);
+  i8_case<32, 128, 128, 96>(29, 128, 96, true);
   bf16_case<128, 256, 256, 256>(128, 256, 256, false);
   bf16_case<128, 256, 256, 256>(128, 256, 256, true);
   bf16_case<64, 70, 70, 40>(61, 67, 33, false);   // ragged m (not a multiple of 14), odd k, n < 2 panels
@@ -78,7 +116,7 @@ int main() {
   bf16_case<16, 1, 1, 48>(13, 1, 47, true);        // k = 1: the odd tail alone
   bf16_case<1, 64, 64, 1>(1, 63, 1, false);
   bf16_case<32, 128, 128, 96>(29, 128, 96, false);
-  std::printf("native %d hash %016llx\n", PTO_NATIVE_BF16_DOT, hash);
+  std::printf("native %d %d hash %016llx\n", PTO_NATIVE_BF16_DOT, PTO_NATIVE_INT8_DOT, hash);
   if (fails == 0) std::printf("OK\n");
   return fails == 0 ? 0 : 1;
 }
@@ -132,11 +170,12 @@ TEST(CpuIsaDot, NativeAndPortablePathsAgree) {
   const std::string native = compile_and_run(cxx, dir, "");
   const std::string portable = compile_and_run(cxx, dir, "-DPTO_NO_NATIVE_DOT");
   rmdir(dir);
-  EXPECT_NE(portable.find("native 0"), std::string::npos) << portable;
-  // Where the CPU reports AVX512-BF16, the default is the native path.
+  EXPECT_NE(portable.find("native 0 0"), std::string::npos) << portable;
+  // Where the CPU reports AVX512-BF16 / AVX512-VNNI, the default is the native path.
   const auto& simd = pypto::runtime::host_target().simd;
-  if (std::find(simd.begin(), simd.end(), "avx512_bf16") != simd.end())
-    EXPECT_NE(native.find("native 1"), std::string::npos) << native;
+  auto has = [&](const char* f) { return std::find(simd.begin(), simd.end(), f) != simd.end(); };
+  if (has("avx512_bf16")) EXPECT_NE(native.find("native 1"), std::string::npos) << native;
+  if (has("avx512_vnni")) EXPECT_NE(native.find(" 1 hash"), std::string::npos) << native;
   EXPECT_FALSE(hash_of(native).empty()) << native;
   EXPECT_EQ(hash_of(native), hash_of(portable)) << "native:\n" << native << "portable:\n" << portable;
 }

@@ -42,7 +42,7 @@ from . import pipeline
 from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
 from .sim import SimReport
 from .profile import profiling
-from .profiling import machine_peak
+from .profiling import machine_peak, plot_trace
 from .autotune import Autotuned, TuningResult, autotune
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)

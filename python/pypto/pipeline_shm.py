@@ -25,7 +25,7 @@ import numpy as np
 
 from .errors import PyptoError
 
-RING_BYTES = 8 << 20  # per link; pages are touched only as far as the messages reach
+RING_BYTES = 4 << 20  # per link (bigger messages go through in pieces)
 _COUNTERS = 128  # head (bytes written) and tail (bytes read), each on its own cache line
 
 
@@ -40,13 +40,16 @@ class Link:
     def __init__(self, src, dst, capacity=None):
         self.src, self.dst = src, dst
         self.capacity = int(capacity or RING_BYTES)
-        self.mem = mmap.mmap(-1, _COUNTERS + self.capacity)  # MAP_SHARED | MAP_ANONYMOUS
+        # shared with the processes forked later; populated now, so that no run pays the page faults
+        flags = mmap.MAP_SHARED | mmap.MAP_ANONYMOUS | getattr(mmap, "MAP_POPULATE", 0)
+        self.mem = mmap.mmap(-1, _COUNTERS + self.capacity, flags=flags)
         self.pos = np.frombuffer(self.mem, dtype=np.uint64, count=16)  # [0] head, [8] tail
         self.ring = np.frombuffer(self.mem, dtype=np.uint8, offset=_COUNTERS)
         self.data_r, self.data_w = os.pipe()
         self.space_r, self.space_w = os.pipe()
         self.fds = {self.data_r, self.data_w, self.space_r, self.space_w}  # still open here
         self.timeout = None
+        self.freed = False  # the reader freed space and has not woken the writer yet
 
     def _keep(self, fds):
         for fd in self.fds - set(fds):
@@ -67,41 +70,52 @@ class Link:
         return self._keep(())
 
     # --- writer ---------------------------------------------------------------------------------
-    def write(self, buf, on_wait=None):
-        """Copy the bytes of `buf` (a contiguous array) into the ring, waiting for space as the
-        reader frees it. `on_wait(fds)`: rank 0 drains its result link while it waits here (a
-        cycle of full rings would otherwise deadlock); it returns the fds it also waits on."""
-        src = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
-        done, n = 0, src.size
-        while done < n:
-            head, tail = int(self.pos[0]), int(self.pos[8])
-            free = self.capacity - (head - tail)
-            if free == 0:
-                self._wait(self.space_r, "reading", on_wait)
-                continue
-            at = head % self.capacity
-            k = min(free, n - done, self.capacity - at)
-            self.ring[at:at + k] = src[done:done + k]
-            done += k
-            self.pos[0] = head + k  # publish, then wake the reader
-            _wake(self.data_w)
+    def write(self, parts, on_wait=None):
+        """Copy the byte arrays `parts` (flat uint8) into the ring as one message, waiting for space
+        as the reader frees it; one wake-up for the reader at the end (and before each wait).
+        `on_wait()`: rank 0 drains its result link while it waits here (a cycle of full rings
+        would otherwise deadlock); it returns None when it made progress, else the fds it waits on."""
+        head = int(self.pos[0])
+        for src in parts:
+            done, n = 0, src.size
+            while done < n:
+                free = self.capacity - (head - int(self.pos[8]))
+                if free == 0:
+                    _wake(self.data_w)  # what is in the ring is published: let the reader take it
+                    self._wait(self.space_r, "reading", on_wait)
+                    continue
+                at = head % self.capacity
+                k = min(free, n - done, self.capacity - at)
+                self.ring[at:at + k] = src[done:done + k]
+                done += k
+                head += k
+                self.pos[0] = head  # publish (the wake-up below comes after)
+        _wake(self.data_w)
 
     # --- reader ---------------------------------------------------------------------------------
-    def read_into(self, out):
-        """Fill the contiguous array `out` with the next bytes of the stream."""
-        dst = np.frombuffer(memoryview(out).cast("B"), dtype=np.uint8) if out.nbytes else None
-        done, n = 0, out.nbytes
+    def read_into(self, dst):
+        """Fill `dst` (a flat uint8 array) with the next bytes of the stream. The writer is woken
+        by release() or before this waits, not after each piece."""
+        done, n = 0, dst.size
+        tail = int(self.pos[8])
         while done < n:
-            head, tail = int(self.pos[0]), int(self.pos[8])
-            avail = head - tail
+            avail = int(self.pos[0]) - tail
             if avail == 0:
+                self.release()
                 self._wait(self.data_r, "writing", None)
                 continue
             at = tail % self.capacity
             k = min(avail, n - done, self.capacity - at)
             dst[done:done + k] = self.ring[at:at + k]
             done += k
-            self.pos[8] = tail + k  # free the space, then wake the writer
+            tail += k
+            self.pos[8] = tail  # free the space
+            self.freed = True
+
+    def release(self):
+        """Wake the writer if this reader freed space since it last did."""
+        if self.freed:
+            self.freed = False
             _wake(self.space_w)
 
     def ready(self):

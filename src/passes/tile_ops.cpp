@@ -24,7 +24,8 @@ class Lowerer : public StmtMutator {
     for (const Stmt& s : in) {
       if (s->kind == StmtKind::Alloc) allocs.insert(s->buffer.get());
       if (fusion::is_group(s))
-        emit_fused_group(nb_, ts_, refs_, fusion::group_of(*s, allocs), s->body, out);
+        emit_fused_group(nb_, ts_, refs_, fusion::group_of(*s, allocs), s->body, out,
+                         [this](const Stmt& t, std::vector<Stmt>& o) { mutate_into(t, o); });
       else
         mutate_into(s, out);
     }

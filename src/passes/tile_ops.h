@@ -17,6 +17,8 @@ namespace pypto::passes {
 struct TileSizes {
   int64_t elem_rows = 16, elem_cols = 512;    // elementwise / reduction tiles
   int64_t mm_m = 64, mm_n = 256, mm_k = 256;  // matmul tiles
+  // A fused row over a dynamic width is one tile this wide (wider rows run unfused).
+  int64_t dyn_row_cols() const { return 8 * elem_cols; }
 };
 
 ir::Program tile_ops(const ir::Program& tensor_level, const TileSizes& sizes);

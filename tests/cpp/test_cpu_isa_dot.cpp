@@ -13,8 +13,8 @@
 #include <string>
 
 #include "backends/cpu/compiler.h"
-#include "target/target.h"
 #include "gtest/gtest.h"
+#include "target/target.h"
 
 namespace {
 

@@ -95,7 +95,8 @@ PTO_INLINE void store_block(const vf (&r)[M_][NV], float* c, int64_t ldc, bool a
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) __builtin_memcpy(tmp + i * NR + v * kW, &r[i][v], sizeof(vf));
   for (int64_t i = 0; i < mr; ++i)
-    for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = acc ? c[i * ldc + j] + tmp[i * NR + j] : tmp[i * NR + j];
+    for (int64_t j = 0; j < nr; ++j)
+      c[i * ldc + j] = acc ? c[i * ldc + j] + tmp[i * NR + j] : tmp[i * NR + j];
 }
 
 #if PTO_NATIVE_BF16_DOT
@@ -277,7 +278,8 @@ inline void matmul_tiles_bf16(float* d, const bf16_t* a, const bf16_t* b, int64_
     const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);
     const float* panel = bp + jp * 2 * kp * NR;
     for (int64_t i0 = 0; i0 < m; i0 += MR)
-      kernel_portable<MR>(kp, af + i0 * as, as, panel, d + i0 * CD + j0, CD, acc, detail::imin(MR, m - i0), nr);
+      kernel_portable<MR>(kp, af + i0 * as, as, panel, d + i0 * CD + j0, CD, acc, detail::imin(MR, m - i0),
+                          nr);
   }
 #endif
 }

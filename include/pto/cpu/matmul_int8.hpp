@@ -123,8 +123,8 @@ inline void pack_b_quads(const int8_t* b, int64_t k, int64_t n, uint32_t* bp) {
       if (nn == NR && 4 * q + 3 < k) {
 #pragma GCC unroll 32
         for (int j = 0; j < NR; ++j)
-          d[j] = (uint32_t(uint8_t(s[j])) | uint32_t(uint8_t(s[C2 + j])) << 8 | uint32_t(uint8_t(s[2 * C2 + j])) << 16 |
-                  uint32_t(uint8_t(s[3 * C2 + j])) << 24) ^
+          d[j] = (uint32_t(uint8_t(s[j])) | uint32_t(uint8_t(s[C2 + j])) << 8 |
+                  uint32_t(uint8_t(s[2 * C2 + j])) << 16 | uint32_t(uint8_t(s[3 * C2 + j])) << 24) ^
                  0x80808080u;
       } else {
         for (int j = 0; j < NR; ++j) {
@@ -142,7 +142,8 @@ inline void pack_b_quads(const int8_t* b, int64_t k, int64_t n, uint32_t* bp) {
 // partial: A's bytes there are read only up to k, the rest count as 0).
 template <int M_, int AS>
 PTO_INLINE void kernel_native(int64_t k, const int8_t* PTO_RESTRICT a, const uint32_t* PTO_RESTRICT bp,
-                              const unsigned* corr, int32_t* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+                              const unsigned* corr, int32_t* c, int64_t ldc, bool acc, int64_t mr,
+                              int64_t nr) {
   vu r[M_][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
@@ -192,7 +193,8 @@ inline void pack_b_i32(const int8_t* b, int64_t k, int64_t n, unsigned* bp) {
 
 template <int M_, int AS>
 PTO_INLINE void kernel_portable(int64_t k, const int8_t* PTO_RESTRICT a, const unsigned* PTO_RESTRICT bp,
-                                const unsigned* corr, int32_t* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+                                const unsigned* corr, int32_t* c, int64_t ldc, bool acc, int64_t mr,
+                                int64_t nr) {
   vu r[M_][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
@@ -267,7 +269,8 @@ inline void matmul_tiles_i8(int32_t* d, const int8_t* a, const int8_t* b, int64_
 #endif
     for (int64_t i0 = 0; i0 < m_full; i0 += MR)
       PTO_I8_KERNEL<MR, C>(k, a + i0 * C, panel, corr + i0, d + i0 * CD + j0, CD, acc, MR, nr);
-    if (tail) PTO_I8_KERNEL<MR, C>(k, tail, panel, corr + m_full, d + m_full * CD + j0, CD, acc, m - m_full, nr);
+    if (tail)
+      PTO_I8_KERNEL<MR, C>(k, tail, panel, corr + m_full, d + m_full * CD + j0, CD, acc, m - m_full, nr);
 #undef PTO_I8_KERNEL
   }
 }

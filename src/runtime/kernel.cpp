@@ -58,7 +58,8 @@ void Kernel::set_sim_target(const std::string& description) {
   std::shared_ptr<const ir::Program> program = sim_single_;
   if (sim_double_buffer_) {
     // Each core's share of a parallel loop is double-buffered: the program depends on the cores.
-    auto doubled = std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa, t->cores)));
+    auto doubled =
+        std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa, t->cores)));
     try {
       sim::place_tiles(*doubled, *t);
       program = doubled;
@@ -134,11 +135,20 @@ double Kernel::compile_profiling() {
 }
 
 void Kernel::run(const RunArgs& args, cpu::RunProfile* profile) {
+  RunArgs storage;
+  run_checked(checked(args, storage), profile);
+}
+
+const RunArgs& Kernel::checked(const RunArgs& args, RunArgs& storage) const {
   const ir::Program& p = lowered_.isa;
   check_args(p, args, written_);
-  RunArgs storage;
   const RunArgs& a = normalised(p, args, storage);
   check_indices(lowered_.tensor, a);
+  return a;
+}
+
+void Kernel::run_checked(const RunArgs& a, cpu::RunProfile* profile) {
+  const ir::Program& p = lowered_.isa;
   if (backend_ == Backend::Interp) {
     interp::interpret(p, a);
     return;

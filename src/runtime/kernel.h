@@ -38,6 +38,12 @@ class Kernel {
   // use) and records each nest's span and each parallel chunk's (cpu/compiler.h); the
   // interpreter records nothing.
   void run(const RunArgs& args, cpu::RunProfile* profile = nullptr);
+  // run() in two steps, for callers that treat a failed check differently from a failed run
+  // (the bindings' fast call path): checked() makes every check of run() (arguments, run-time
+  // indices) and returns the arguments to run with (`args`, or `storage` holding them with
+  // integral floats and dimension symbols normalised); run_checked() runs them unchecked.
+  const RunArgs& checked(const RunArgs& args, RunArgs& storage) const;
+  void run_checked(const RunArgs& checked_args, cpu::RunProfile* profile = nullptr);
   // Shapes of the Output params for inputs (the other params, in order) of these shapes: dynamic
   // extents evaluated from the dimension symbols the inputs bind.
   std::vector<std::vector<int64_t>> output_shapes(

@@ -199,3 +199,15 @@ def test_fusion_moves_fewer_bytes_on_attention():
         reps[fusion] = k.last_sim_report()
     assert reps[True].gm_bytes < reps[False].gm_bytes / 2
     assert reps[True].cycles < reps[False].cycles
+
+
+def test_timeline_picture_script_draws_the_seed_conv2d(tmp_path):
+    # tools/sim_timeline.py draws docs/images/sim_conv2d_timeline.png
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).resolve().parents[2] / "tools" / "sim_timeline.py"
+    spec = importlib.util.spec_from_file_location("sim_timeline", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    png = mod.main(["--out", str(tmp_path)])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20000

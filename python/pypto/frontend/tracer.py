@@ -211,7 +211,7 @@ class Tracer:
     def fresh_seed(self):
         """A (1,) int64 kernel input holding a new random seed at every call (random_ops.py):
         drawn from torch's default generator for torch callers, else from NumPy's global one."""
-        if self.torch_flavour:
+        if self.torch_flavour or getattr(self, "seed_from_torch", False):
             import torch
 
             def make():

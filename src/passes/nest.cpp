@@ -77,7 +77,7 @@ Nest NestBuilder::nest(const View& d, const std::vector<int64_t>& ext, const std
 View NestBuilder::tile(const std::string& hint, DType t, int64_t r, int64_t c, Space s) {
   auto b = std::make_shared<Buffer>();
   b->name = names_.fresh(hint);
-  b->dtype = compute_dtype(t);
+  b->dtype = s == Space::Mat && t == DType::BF16 ? t : compute_dtype(t);
   b->shape = {r, c};
   b->space = s;
   b->kind = BufferKind::Temp;
@@ -109,6 +109,40 @@ void NestBuilder::emit(const Nest& n, std::vector<Stmt> body, std::vector<Stmt>&
     inner = {for_loop(l.var, int_imm(0), l.hi, int_imm(l.step), std::move(b))};
   }
   out.insert(out.end(), inner.begin(), inner.end());
+}
+
+std::optional<ColumnReduction> column_reduction(const Op& op) {
+  if (op.code != Opcode::TROWSUM && op.code != Opcode::TROWMAX && op.code != Opcode::TROWMIN) return {};
+  const View* d = std::get_if<View>(&op.args[0]);
+  const View* x = std::get_if<View>(&op.args[1]);
+  if (!d || !x || x->buf->space != Space::Global || x->rank() < 2 || d->rank() != x->rank()) return {};
+  const int r = x->rank();
+  auto xs = x->shape(), ds = d->shape();
+  auto xv = x->valid_shape(), dv = d->valid_shape();
+  if (xs[size_t(r - 1)] == 1) return {};
+  std::vector<int> keep;  // view dims of x; a size-1 dim other than the reduced one is dropped
+  for (int j = 0; j < r; ++j) {
+    if (j < r - 1 && ds[size_t(j)] != xs[size_t(j)]) return {};
+    bool unit = j < r - 1 && xs[size_t(j)] == 1;
+    if (!unit) {
+      keep.push_back(j);
+      continue;
+    }
+    auto a = as_int(xv[size_t(j)]), b = as_int(dv[size_t(j)]);  // dropped: must be one element
+    if (!a || !b || *a != 1 || *b != 1) return {};
+  }
+  std::stable_sort(keep.begin(), keep.end(),
+                   [&](int a, int b) { return x->dims[size_t(a)] < x->dims[size_t(b)]; });
+  if (keep.back() == r - 1) return {};  // innermost already: a row reduction
+  ColumnReduction c{*x, *d, 0};
+  c.src.dims.clear();
+  c.dst.dims.clear();
+  for (size_t i = 0; i < keep.size(); ++i) {
+    c.src.dims.push_back(x->dims[size_t(keep[i])]);
+    c.dst.dims.push_back(d->dims[size_t(keep[i])]);
+    if (keep[i] == r - 1) c.axis = int(i);
+  }
+  return c;
 }
 
 bool is_tensor_level(const Op& op) {
@@ -151,13 +185,21 @@ DType result_tile_dtype(const Op& op) {
   return compute_dtype(std::get<View>(op.args[0]).buf->dtype);
 }
 
+DType matmul_operand_dtype(DType a, DType b, DType acc) {
+  if (a == DType::BF16 && b == DType::BF16 && acc == DType::F32) return DType::BF16;
+  if (a == DType::I8 && b == DType::I8 && acc == DType::I32) return DType::I8;
+  return acc;
+}
+
 std::vector<Stmt> matmul_k_loop(NestBuilder& nb, const View& a, const View& b, const Nest& n,
                                 const std::vector<int64_t>& ds, const View& acc, int64_t tk) {
   int r = int(ds.size());
   int64_t K = a.shape().back();
   tk = std::min(K, tk);
   int64_t tm = n.ext[r - 2], tn = n.ext[r - 1];
-  DType dt = acc.buf->dtype;
+  // bf16 operands stay bf16 in their tiles (the bf16 matmul converts them itself, exactly: see
+  // docs/isa.md); anything else is converted to the accumulator's type by the loads.
+  DType dt = matmul_operand_dtype(a.buf->dtype, b.buf->dtype, acc.buf->dtype);
   View ta = a.buf->space != Space::Global ? View::whole(a.buf) : nb.tile("a", dt, tm, tk, Space::Mat);
   View tb = b.buf->space != Space::Global ? View::whole(b.buf) : nb.tile("b", dt, tk, tn, Space::Mat);
   auto operand = [&](const View& v, bool is_a, Expr k0) {

@@ -13,7 +13,7 @@ interpreter.
 from . import _C
 from .dtypes import (bfloat16, bool_, dtype, float16, float32, float64, int8, int16, int32, int64, to_dtype,
                      uint8)
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .interop import from_numpy, from_torch, to_numpy, to_torch
 from .api import jit
 from .jit import JitFunction, mark_dynamic
@@ -23,7 +23,7 @@ from .ops import (abs, add, amax, amin, arange, broadcast_to, cast, cat, clamp, 
                   multiply, ne, neg, ones, ones_like, permute, pow, prange, reciprocal, relu, reshape,
                   rms_norm, rsqrt, sigmoid, silu, softmax, sqrt, squeeze, static_range, sub, subtract, sum,
                   tanh, transpose, true_divide, unsqueeze, where, zeros, zeros_like)
-from .ops_composite import (all, any, argmax, argmin, argsort, chunk, sort, topk, cummax, cummin, cumprod, cumsum, embedding, flip, gather, index_add, index_select,
+from .ops_composite import (all, any, argmax, argmin, argsort, chunk, sort, topk, cummax, cummin, cumprod, cumsum, prod, embedding, flip, gather, index_add, index_select,
                             logsumexp, masked_select, one_hot, pad, repeat_interleave, roll, scatter, scatter_add, split, stack,
                             std, tril, triu, var)
 from .ops_composite import (baddbmm, detach, binary_cross_entropy, binary_cross_entropy_with_logits, cross_entropy,
@@ -42,7 +42,7 @@ from . import pipeline
 from .profile import NestTime, Profile, TilePoint, get_last_profile, tile_curve
 from .sim import SimReport
 from .profile import profiling
-from .profiling import machine_peak
+from .profiling import machine_peak, plot_trace
 from .autotune import Autotuned, TuningResult, autotune
 
 bool = bool_  # noqa: A001  (pypto.bool, as torch.bool)

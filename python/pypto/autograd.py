@@ -25,7 +25,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from . import interop
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .frontend.trace import rebuild
 from .tensor import Tensor
 

@@ -30,7 +30,7 @@ import threading
 
 from . import _C
 from . import profile as _profile
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .jit import JitFunction, arg_key
 
 JIT_OPTIONS = ("tiles", "fusion", "parallel", "double_buffer", "promote")

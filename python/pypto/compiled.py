@@ -10,7 +10,7 @@ from . import _C
 from . import autograd
 from . import dtypes as _dt
 from . import interop
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .frontend.trace import rebuild
 
 _IMPLICIT_MISS = object()

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 
 from . import _C
-from .frontend.errors import PyptoError  # (a ValueError)
+from .errors import PyptoError  # (a ValueError)
 
 
 class dtype:

@@ -7,7 +7,7 @@ import threading
 
 from . import interop
 from .compiled import CompiledKernel
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .frontend.trace import Trace, describe_result
 from .frontend.tracer import Tracer
 from .specialize import compile_options, default_backend, static_key

@@ -6,7 +6,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .frontend.errors import AutogradError, PyptoError
+from .errors import AutogradError, PyptoError
 # Array kinds and the conversion into a Tensor's storage live in tensor.py (Tensor() needs them);
 # the glue below and its callers use them from here too.
 from .tensor import DLPACK, NUMPY, PYPTO, TORCH, Tensor, array_kind, as_numpy_storage, is_array, loaded_torch

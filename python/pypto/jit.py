@@ -27,7 +27,7 @@ from . import profile as _profile
 from . import sim as _sim
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
-from .frontend.errors import ArgumentError, KernelSourceError, PyptoError
+from .errors import ArgumentError, KernelSourceError, PyptoError
 from .frontend.source import SourceInfo
 from .frontend.trace import trace_kernel
 from .specialize import compile_options, default_backend, static_key

@@ -19,7 +19,7 @@ from . import interop
 from .eager import call_eager
 from .frontend import tensor_ops as T
 from .frontend import tracer as _tracer
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .frontend.intrinsics import MATMUL, PRANGE, STATIC_RANGE, intrinsic, register_public_op
 from .frontend.values import TensorValue, is_expr
 from .tensor import Tensor

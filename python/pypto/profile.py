@@ -17,7 +17,7 @@ import time
 from typing import NamedTuple
 
 from . import _C
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .profiling import machine_peak, nest_table, write_chrome_trace
 from .sim import report_of
 
@@ -101,7 +101,13 @@ class Profile:
         self.gflops = self.flops / secs / 1e9 if secs > 0 else float("nan")
         self.gbytes_per_s = self.bytes / secs / 1e9 if secs > 0 else float("nan")
         self.passes = pass_times(entry.kernel.log)  # lowering time per pass, ms
-        self.nest_spans, self.chunk_spans = spans if spans is not None else ([], [])
+        self.nest_spans, self.chunk_spans = (spans[0], spans[1]) if spans is not None else ([], [])
+        # Event counts of a profiled CPU run: the calling thread over the run plus the workers over
+        # their chunks (perf_event_open, user space only); the counters this machine cannot count
+        # are in counters_unavailable with the reason, never reported as zero.
+        self.counters = dict(spans[2]) if spans is not None and len(spans) > 2 else {}
+        self.counters_unavailable = ({k: v for k, v in _C.perf_counter_status().items() if v}
+                                     if spans is not None and self.backend == "cpu" else {})
         self.profiled = spans is not None
         self.nests = self._nests(entry) if spans is not None else []
         self.sim = report_of(entry)  # backend='sim': the pypto.SimReport of the run (cycles, pipes)
@@ -151,6 +157,13 @@ class Profile:
             ("compile time", f"{self.compile_ms:.1f} ms (build: {self.build_ms:.1f} ms)"),
             ("threads", str(self.threads)),
         ]
+        if self.counters:
+            rows.append(("event counters", ", ".join(f"{k} {v:,.0f}" for k, v in self.counters.items())))
+            if self.counters.get("cycles") and self.counters.get("instructions"):
+                rows.append(("instructions per cycle", f"{self.counters['instructions'] / self.counters['cycles']:.2f}"))
+        if self.counters_unavailable:
+            reasons = sorted(set(self.counters_unavailable.values()))
+            rows.append(("counters unavailable", ", ".join(self.counters_unavailable) + ": " + "; ".join(reasons)))
         if self.passes:
             rows.append(("lowering passes", ", ".join(f"{k} {v:.2f} ms" for k, v in self.passes.items())))
         width = max(len(k) for k, _ in rows)

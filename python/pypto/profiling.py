@@ -71,6 +71,49 @@ def _span(name, cat, b, e, pid, tid, args):
             "tid": tid, "args": args}
 
 
+def plot_trace(trace, png, title=None):
+    """Draw a Chrome trace (a path to its JSON, or the loaded dict) as a PNG timeline: one row per
+    thread (its thread_name), each complete ("X") span a bar; spans inside others (a nest inside a
+    call) are drawn thinner on top, so a call, its nests and the workers' chunks read at a glance.
+    Works for pypto.profiling()'s traces and the simulator's (pypto.SimReport.to_chrome_trace)."""
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display needed
+    if not isinstance(trace, dict):
+        with open(trace) as f:
+            trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {(e.get("pid"), e.get("tid")): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    spans = [e for e in events if e.get("ph") == "X"]
+    if not spans:
+        raise ValueError("plot_trace: the trace has no complete ('X') events")
+    rows = sorted({(e.get("pid"), e.get("tid")) for e in spans}, key=lambda r: (str(r[0]), str(r[1])))
+    t0 = min(e["ts"] for e in spans)
+    kinds = sorted({e.get("cat") or e["name"] for e in spans})
+    colors = {k: f"C{i % 10}" for i, k in enumerate(kinds)}
+    fig = Figure(figsize=(9, 0.6 + 0.55 * len(rows)))
+    ax = fig.subplots()
+    for y, row in enumerate(rows):
+        mine = sorted((e for e in spans if (e.get("pid"), e.get("tid")) == row), key=lambda e: (e["ts"], -e["dur"]))
+        open_ends = []  # ends of the enclosing spans: depth = how many still enclose this one
+        for e in mine:
+            open_ends = [end for end in open_ends if end > e["ts"]]
+            depth = len(open_ends)
+            h = 0.8 * 0.6 ** depth
+            ax.barh(y, e["dur"] / 1e3, left=(e["ts"] - t0) / 1e3, height=h,
+                    color=colors[e.get("cat") or e["name"]], edgecolor="black", linewidth=0.3)
+            open_ends.append(e["ts"] + e["dur"])
+    ax.set_yticks(range(len(rows)), [names.get(r, f"thread {r[1]}") for r in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("ms from the first span")
+    ax.legend(handles=[ax.barh(0, 0, color=colors[k], label=k) for k in kinds], loc="upper left",
+              bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    if title:
+        ax.set_title(title)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+
+
 # --- the machine's peak rates ------------------------------------------------------------------
 
 _peak = None
@@ -80,7 +123,8 @@ _peak_lock = threading.Lock()
 def machine_peak():
     """{"gflops", "gbytes_per_s", "how"}: the best rate of a float32 BLAS matmul (NumPy's) and of
     a large array copy on this machine, best of three, with every thread. Measured once per
-    machine (keyed by the CPU's model and flags) and kept in the kernel cache directory."""
+    machine (keyed by the CPU's model and flags) and kept in the kernel cache directory, unless
+    the machine was oversubscribed (load average above its core count): then for this process only."""
     global _peak
     with _peak_lock:
         if _peak is not None:
@@ -93,7 +137,14 @@ def machine_peak():
                 return _peak
         except (OSError, ValueError):
             pass
+        busy = os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0
         _peak = _measure_peak()
+        cores = os.cpu_count() or 1
+        if busy > cores:
+            # Other work was running: the rates are low, and a cached figure would stay wrong for
+            # every later process. Use them in this process only; the next one measures again.
+            _peak["how"] += f" (under load: load average {busy:.1f} on {cores} cores; not kept)"
+            return _peak
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
             json.dump(_peak, f)

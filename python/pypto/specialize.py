@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 
 from . import _C, interop
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 
 TILE_KEYS = {"m": "mm_tile_m", "n": "mm_tile_n", "k": "mm_tile_k", "rows": "tile_rows", "cols": "tile_cols",
              "mm_tile_m": "mm_tile_m", "mm_tile_n": "mm_tile_n", "mm_tile_k": "mm_tile_k",

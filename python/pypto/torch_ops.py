@@ -21,7 +21,7 @@ from torch.utils._python_dispatch import _disable_current_modes
 from . import autograd
 from . import dtypes as _dt
 from . import interop
-from .frontend.errors import PyptoError
+from .errors import PyptoError
 from .frontend.trace import is_scalar_arg, rebuild, trace_kernel
 from .specialize import static_key
 

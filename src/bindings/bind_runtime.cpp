@@ -16,6 +16,7 @@
 #include "bindings/gil.h"
 #include "exec/loop_cost.h"
 #include "exec/openmp_bridge.h"
+#include "exec/perf_counters.h"
 #include "exec/thread_pool.h"
 #include "ir/builder.h"
 #include "ir/ir.h"
@@ -180,11 +181,16 @@ void bind_runtime(nb::module_& m) {
           [](Kernel& k, nb::handle tensors, nb::handle scalars) {
             cpu::RunProfile p;
             run_kernel(k, tensors, scalars, &p);
-            return nb::make_tuple(spans(p.nests), spans(p.chunks));
+            nb::dict counters;
+            for (int i = 0; i < exec::kNumCounters; ++i)
+              if (p.counters.any && p.counters.ok[i])
+                counters[exec::counter_name(exec::Counter(i))] = p.counters.value[i];
+            return nb::make_tuple(spans(p.nests), spans(p.chunks), counters);
           },
           "tensors"_a, "scalars"_a,
           "Run the profiling variant (cpu): ([(nest, thread, begin_ns, end_ns)] per nest,\n"
-          "[(nest, thread, begin_ns, end_ns)] per parallel chunk), on the perf_counter_ns clock.")
+          "[(nest, thread, begin_ns, end_ns)] per parallel chunk), on the perf_counter_ns clock,\n"
+          "{counter name: count} of the event counters that could be read (perf_counter_status).")
       .def(
           "compile_profiling",
           [](Kernel& k) { return interruptible_without_gil([&] { return k.compile_profiling(); }); },
@@ -294,6 +300,15 @@ void bind_runtime(nb::module_& m) {
       },
       "n"_a, "Size the thread pool; at most max_threads() (a few per core).");
   m.def("max_threads", &runtime::max_threads);
+  m.def(
+      "perf_counter_status",
+      [] {
+        nb::dict out;
+        for (int i = 0; i < exec::kNumCounters; ++i)
+          out[exec::counter_name(exec::Counter(i))] = exec::counter_unavailable_reason(exec::Counter(i));
+        return out;
+      },
+      "{counter name: why it cannot be counted on this thread, or '' when it can} (perf_event_open).");
   m.def("cpu_key", &cpu::host_cpu_key, "A short hash of this CPU's model and feature flags.");
   m.def("cache_dir", &cpu::cache_dir, "The private kernel cache directory (created if missing).");
   m.def("num_threads", &runtime::num_threads);

@@ -156,8 +156,15 @@ class Fuser : public StmtMutator {
     return o.instance >= 0 ? 1 + o.instance : -1 - int64_t(j);
   }
 
-  // A row group holds whole rows in one tile: a dynamic row width (ir.h) has no static tile
-  // shape, so only elementwise instructions of one shape (tiled along the row) group with one.
+  // A row group holds whole rows in one tile. Over a dynamic row width (ir.h) that tile has a
+  // fixed width, run under a guard on the width with the unfused nests as the fallback
+  // (tile_fused.cpp): every view of the group is then 1 or that width wide, and no matmul joins.
+  static bool dynamic_row_ok(const Op& op, Expr& w) {
+    bool static_wide = false;
+    if (!row_widths(op, w, static_wide)) return false;
+    return !w || (!static_wide && kind_of(op.code) != Kind::Matmul);
+  }
+
   static bool dynamic_row(const Op& op) {
     for (auto& a : op.args)
       if (auto v = std::get_if<View>(&a))
@@ -168,8 +175,10 @@ class Fuser : public StmtMutator {
   bool grow(const std::vector<Stmt>& in, const std::vector<Origin>& origin, size_t i,
             std::set<const Buffer*> allocs, Group& g, size_t& end) {
     const Op& first = in[i]->op;
-    if (kind_of(first.code) == Kind::Other || narrowing(first)) return false;
-    if (kind_of(first.code) != Kind::Elementwise && dynamic_row(first)) return false;
+    if (kind_of(first.code) == Kind::Other || narrowing(first) || column_reduction(first)) return false;
+    if (kind_of(first.code) == Kind::Matmul && dynamic_row(first)) return false;
+    Expr w;
+    if (kind_of(first.code) != Kind::Matmul && !dynamic_row_ok(first, w)) return false;
     auto rs = row_space(dst(first));
     if (!rs) return false;
     if (kind_of(first.code) == Kind::Matmul) {
@@ -201,10 +210,18 @@ class Fuser : public StmtMutator {
 
   bool fits(const Group& g, const Op& op) const {
     Kind k = kind_of(op.code);
-    if (k == Kind::Other || narrowing(op)) return false;
-    if ((dynamic_row(op) || dynamic_row(*g.ops[0])) &&
+    // (a column reduction's rows are the source's columns: it is tiled on its own)
+    if (k == Kind::Other || narrowing(op) || column_reduction(op)) return false;
+    if (g.epilogue && (dynamic_row(op) || dynamic_row(*g.ops[0])) &&
         (k != Kind::Elementwise || dst(op).shape() != dst(*g.ops[0]).shape()))
-      return false;  // rows stay tiled only while every instruction covers the same shape
+      return false;  // an epilogue over a dynamic width: only while every instruction covers the same shape
+    if (!g.epilogue) {
+      Expr w = g.width;
+      if (!dynamic_row_ok(op, w)) return false;
+      if (w && !g.width)  // the group becomes one over a dynamic width: so far every view was 1 wide
+        for (const Op* o : g.ops)
+          if (!dynamic_row_ok(*o, w)) return false;
+    }
     const View& d = dst(op);
     auto ds = d.shape();
     if (g.epilogue) {

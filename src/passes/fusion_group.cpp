@@ -58,8 +58,26 @@ bool same(const RowSpace& a, const RowSpace& b) {
 
 std::string key(const View& v) { return print(v); }
 
+bool row_widths(const Op& op, Expr& w, bool& static_wide) {
+  for (auto& a : op.args) {
+    auto v = std::get_if<View>(&a);
+    if (!v || v->rank() == 0) continue;
+    int64_t n = v->shape().back();
+    if (n == kDynamicBound) {
+      Expr e = v->valid_shape().back();
+      if (w && !expr_equal(w, e)) return false;
+      if (!w) w = e;
+    } else if (n != 1) {
+      static_wide = true;
+    }
+  }
+  return true;
+}
+
 void add(Group& g, const Op& op, const std::set<const Buffer*>& allocs) {
   g.ops.push_back(&op);
+  bool static_wide = false;
+  if (!g.epilogue) row_widths(op, g.width, static_wide);
   const View& d = dst(op);
   // A temporary is the group's own only when this write covers it: a partial write (the last
   // piece of a buffer written piecewise) leaves the rest to earlier writes outside the group.

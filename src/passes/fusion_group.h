@@ -37,12 +37,18 @@ inline const ir::View& dst(const ir::Op& op) { return std::get<ir::View>(op.args
 
 struct Group {
   bool epilogue = false;
+  ir::Expr width;  // a row group over a dynamic row width: that width's valid extent; else null
   std::vector<const ir::Op*> ops;
   RowSpace rs;
   std::set<const ir::Buffer*> produced;                     // temps written by the group
   std::map<const ir::Buffer*, std::string> written;         // external buffer -> the view written
   std::map<const ir::Buffer*, std::set<std::string>> read;  // external buffer -> views read
 };
+
+// The row widths of op's views: each last dim is 1, a static width (static_wide = true), or a
+// dynamic width, whose valid extent must equal `w` when w is set (it is set from the first one).
+// False when two dynamic widths differ.
+bool row_widths(const ir::Op& op, ir::Expr& w, bool& static_wide);
 
 // Adds op to g; `allocs`: the temporaries declared in the group's block so far.
 void add(Group& g, const ir::Op& op, const std::set<const ir::Buffer*>& allocs);

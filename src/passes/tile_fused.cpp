@@ -16,6 +16,9 @@ class FusedEmitter {
   FusedEmitter(NestBuilder& nb, const TileSizes& ts, const std::map<const Buffer*, int>& refs)
       : nb_(nb), ts_(ts), refs_(refs) {}
 
+  // A static width; a dynamic one (the bound) is the fixed tile width of a guarded row group.
+  int64_t cap(int64_t w) const { return w == kDynamicBound && guarded_ ? ts_.dyn_row_cols() : w; }
+
   struct Emission {
     const Group* g;
     std::set<const Buffer*> internal;
@@ -27,9 +30,19 @@ class FusedEmitter {
     int ft = 0;  // first tile dim
   };
 
-  void emit_group(const Group& g, const std::vector<Stmt>& in, std::vector<Stmt>& out) {
+  // Whether a row group's instructions all have the first one's shape (tiled along the row).
+  static bool col_tiled(const Group& g) {
+    auto s0 = dst(*g.ops[0]).shape();
+    for (auto* op : g.ops)
+      if (kind_of(op->code) != Kind::Elementwise || dst(*op).shape() != s0) return false;
+    return true;
+  }
+
+  void emit_group(const Group& g, const std::vector<Stmt>& in, std::vector<Stmt>& out,
+                  const LowerUnfused& unfused) {
     Emission e;
     e.g = &g;
+    guarded_ = !g.epilogue && g.width && !col_tiled(g);
     std::map<const Buffer*, int> mine;
     for (size_t j = 0; j < g.ops.size(); ++j)
       for (size_t i = 0; i < g.ops[j]->args.size(); ++i)
@@ -39,18 +52,25 @@ class FusedEmitter {
         }
     for (auto* b : g.produced)
       if (refs_.count(b) && refs_.at(b) == mine[b]) e.internal.insert(b);
-    // Internal temps need no memory: drop their allocations; keep the others, before the nest.
-    out.erase(std::remove_if(out.begin(), out.end(),
-                             [&](const Stmt& s) {
-                               return s->kind == StmtKind::Alloc && e.internal.count(s->buffer.get());
-                             }),
-              out.end());
+    // Internal temps need no memory: drop their allocations (a guarded group's fallback takes
+    // them); keep the others, before the nest.
+    std::vector<Stmt> fallback;
+    auto internal_alloc = [&](const Stmt& s) {
+      return s->kind == StmtKind::Alloc && e.internal.count(s->buffer.get());
+    };
+    for (const Stmt& s : out)
+      if (internal_alloc(s)) fallback.push_back(s);
+    out.erase(std::remove_if(out.begin(), out.end(), internal_alloc), out.end());
     for (const Stmt& s : in)
       if (s->kind == StmtKind::Alloc && !e.internal.count(s->buffer.get())) out.push_back(s);
-    if (g.epilogue)
-      emit_epilogue(e, out);
-    else
-      emit_rows(e, out);
+    if (g.epilogue) return emit_epilogue(e, out);
+    if (!guarded_) return emit_rows(e, out);
+    std::vector<Stmt> fused;
+    emit_rows(e, fused);
+    for (const Stmt& s : in)
+      if (s->kind != StmtKind::Alloc || e.internal.count(s->buffer.get())) unfused(s, fallback);
+    out.push_back(if_then(cmp(ExprOp::Le, g.width, int_imm(ts_.dyn_row_cols())), std::move(fused),
+                          std::move(fallback)));
   }
 
   static int64_t floor_pow2(int64_t x) {
@@ -65,14 +85,13 @@ class FusedEmitter {
     auto s0 = d0.shape();
     int r = int(s0.size());
     e.ft = std::max(r - 2, 0);
-    bool col_tiled = true, has_mm = false;
+    bool col_tiled = FusedEmitter::col_tiled(g), has_mm = false;
     int64_t width = 1;
     for (auto* op : g.ops) {
-      col_tiled &= kind_of(op->code) == Kind::Elementwise && dst(*op).shape() == s0;
       has_mm |= kind_of(op->code) == Kind::Matmul;
       for (auto& a : op->args)
         if (auto v = std::get_if<View>(&a))
-          if (v->rank() > 0) width = std::max(width, v->shape().back());
+          if (v->rank() > 0) width = std::max(width, cap(v->shape().back()));
     }
     std::vector<int64_t> ext(r, 1);
     ext[r - 1] = col_tiled ? std::min(s0[r - 1], ts_.elem_cols) : s0[r - 1];
@@ -82,13 +101,14 @@ class FusedEmitter {
       ext[r - 2] = std::min(s0[r - 2], floor_pow2(std::max<int64_t>(1, budget / w)));
     }
     Nest n = nb_.nest(d0, ext, "f");
+    n.ext[r - 1] = cap(n.ext[r - 1]);  // a guarded group's rows: one tile, valid to the width
     for (auto& l : n.loops) e.loop_vars.push_back(l.var);
     for (size_t j = 0; j < g.ops.size(); ++j) {
       const Op& op = *g.ops[j];
       Nest m = n;
       if (!col_tiled) {
         m.off[r - 1] = int_imm(0);
-        m.ext[r - 1] = dst(op).shape()[r - 1];
+        m.ext[r - 1] = cap(dst(op).shape()[r - 1]);
       }
       View y;
       switch (kind_of(op.code)) {
@@ -161,7 +181,7 @@ class FusedEmitter {
     Nest ms = m;
     int r = int(against.size());
     auto off = as_int(ms.off[r - 1]);
-    if (off && *off == 0) ms.ext[r - 1] = against[r - 1];
+    if (off && *off == 0) ms.ext[r - 1] = cap(against[r - 1]);
     return load(e, sub(v, ms.src_sel(v, against, e.ft)), t);
   }
 
@@ -261,13 +281,15 @@ class FusedEmitter {
   NestBuilder& nb_;
   const TileSizes& ts_;
   const std::map<const Buffer*, int>& refs_;
+  bool guarded_ = false;  // the group being emitted runs under a guard on its dynamic width
 };
 
 }  // namespace
 
 void emit_fused_group(NestBuilder& nb, const TileSizes& ts, const std::map<const Buffer*, int>& refs,
-                      const Group& g, const std::vector<Stmt>& in, std::vector<Stmt>& out) {
-  FusedEmitter(nb, ts, refs).emit_group(g, in, out);
+                      const Group& g, const std::vector<Stmt>& in, std::vector<Stmt>& out,
+                      const LowerUnfused& unfused) {
+  FusedEmitter(nb, ts, refs).emit_group(g, in, out, unfused);
 }
 
 }  // namespace pypto::passes

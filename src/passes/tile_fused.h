@@ -1,5 +1,6 @@
 // The nests of fusion groups (part of the tile_ops pass; passes/fuse forms the groups).
 #pragma once
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -16,7 +17,13 @@ namespace pypto::passes {
 // every instruction runs on tiles; a temporary produced and consumed only inside the group stays
 // in its tile (its allocation is dropped, here or among `out`), and values needed outside are
 // stored. `refs`: how often each buffer is referenced in the whole program.
+//
+// A row group over a dynamic row width (g.width) keeps each row in one tile ts.dyn_row_cols() wide:
+// its nest runs under `if width <= dyn_row_cols`, and the else branch holds the group's
+// instructions lowered one by one by `unfused` (with the allocations of its internal temporaries).
+using LowerUnfused = std::function<void(const ir::Stmt&, std::vector<ir::Stmt>&)>;
 void emit_fused_group(NestBuilder& nb, const TileSizes& ts, const std::map<const ir::Buffer*, int>& refs,
-                      const fusion::Group& g, const std::vector<ir::Stmt>& in, std::vector<ir::Stmt>& out);
+                      const fusion::Group& g, const std::vector<ir::Stmt>& in, std::vector<ir::Stmt>& out,
+                      const LowerUnfused& unfused);
 
 }  // namespace pypto::passes

@@ -21,6 +21,8 @@ struct TileSizes {
   // A plain f32 matrix product between global matrices becomes one MMATMUL (the CPU's packed
   // GEMM) instead of a tiled nest; off for targets that multiply tiles only (the NPU simulator).
   bool memory_matmul = true;
+  // A fused row over a dynamic width is one tile this wide (wider rows run unfused).
+  int64_t dyn_row_cols() const { return 8 * elem_cols; }
 };
 
 ir::Program tile_ops(const ir::Program& tensor_level, const TileSizes& sizes);

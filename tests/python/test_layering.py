@@ -151,7 +151,7 @@ def test_check_finds_a_violation_and_a_cycle(tmp_path):
 
 
 # --- the Python package ------------------------------------------------------------------------
-# Bottom to top: storage and dtypes (dtypes, frontend/errors), tensors and interop (tensor,
+# Bottom to top: errors, storage and dtypes (errors, dtypes), tensors and interop (tensor,
 # interop), the front end (frontend/*), specialisation and compiled kernels (specialize, compiled,
 # autograd, eager, jit, profile, torch_ops), the public API (ops*, pypto/__init__). Imports go down
 # only; the test below finds any cycle, counting imports inside functions too.

@@ -1,5 +1,6 @@
-"""Packaging: the development install (import pypto from any directory), `cmake --install` with a
-find_package(pypto) consumer (examples/cpp_api), and PYPTO_LOG_LEVEL=DEBUG's compile log."""
+"""Packaging: the development install (import pypto from any directory), `pip install .` of a clean
+copy of the source into a fresh venv, `cmake --install` with a find_package(pypto) consumer
+(examples/cpp_api), and PYPTO_LOG_LEVEL=DEBUG's compile log."""
 import os
 import pathlib
 import shutil
@@ -56,6 +57,50 @@ def test_dev_install_imports_pypto_from_any_directory(tmp_path):
                            env=clean_env(PYPTO_CACHE_DIR=str(tmp_path / "cache")))
     assert after.returncode == 0, after.stderr
     assert after.stdout.strip() == str(ROOT / "python" / "pypto" / "__init__.py")
+
+
+def source_copy(dest):
+    """The files a fresh clone has (tracked, and new files git does not ignore), without build
+    outputs: no _C module, build folder or venv of this tree can leak into what pip builds."""
+    files = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+    return dest
+
+
+@requires_compiler
+def test_pip_install_into_a_fresh_venv_runs_a_kernel(tmp_path):
+    """`pip install .` (scikit-build-core, CMake) into a new venv: the wheel carries _C and the
+    headers generated kernels include, and a kernel compiles and runs from another directory.
+    The build tools come from this venv (no network); ccache is used when the machine has it."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        raise AssertionError("this test copies the source with git ls-files: run it in a git checkout")
+    src = source_copy(tmp_path / "src")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    py = venv / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    # numpy and the build backend (scikit-build-core, nanobind, cmake, ninja) come from this venv.
+    pathlib.Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    env = clean_env(PATH=str(pathlib.Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    if shutil.which("ccache"):
+        env["CMAKE_CXX_COMPILER_LAUNCHER"] = "ccache"
+    r = subprocess.run([str(py), "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index", "-q", "."],
+                       cwd=src, env=env, capture_output=True, text=True, timeout=1500)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    installed = pathlib.Path(site) / "pypto"
+    assert list(installed.glob("_C*.so")) and (installed / "include" / "pto" / "pto.hpp").exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    run = subprocess.run([str(py), kernel_script(elsewhere)], cwd=elsewhere, capture_output=True, text=True,
+                         timeout=300, env=clean_env(PYPTO_CACHE_DIR=str(tmp_path / "cache")))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == str(installed / "__init__.py")
 
 
 @requires_compiler

@@ -2,6 +2,7 @@
 machine's peak rates."""
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -37,6 +38,38 @@ def test_kernel_profile_times_each_nest_with_its_lines_and_counts():
     assert "nest" in text and "GFLOP/s" in text and "pypto.matmul(x, w)" in text
     g, bw = p.fraction_of_peak(0)
     assert g > 0 and bw > 0
+
+
+COUNTERS = {"cycles", "instructions", "cache_misses", "branch_misses", "task_clock_ns", "page_faults",
+            "context_switches"}
+
+
+def test_event_counters_are_counted_or_reported_unavailable_with_the_reason():
+    k = pypto.jit(linear_rowsum, tiles={"m": 64, "n": 64, "k": 64})
+    small, big = (rand(64, 64), rand(64, 64), rand(1, 64)), (rand(512, 512), rand(512, 512), rand(1, 512))
+    k.profile(*small)
+    k.profile(*big)  # both variants compiled and their pages touched before the measured calls
+    ps, pb = k.profile(*small), k.profile(*big)
+    for p in (ps, pb):
+        # Every counter is either counted or named with a reason; never both, never a silent zero.
+        assert set(p.counters) | set(p.counters_unavailable) == COUNTERS
+        assert not set(p.counters) & set(p.counters_unavailable)
+        assert all(p.counters_unavailable.values())
+        assert all(v >= 0 for v in p.counters.values())
+    status = pypto._C.perf_counter_status()
+    assert set(status) == COUNTERS
+    if not status["task_clock_ns"]:  # software events: available wherever perf_event_open is
+        # CPU time of the caller over the run plus the workers over their chunks: some, but no more
+        # than every thread busy for the whole run (plus the clock's granularity).
+        assert 0 < pb.counters["task_clock_ns"] <= pb.threads * pb.run_ms * 1e6 * 1.2 + 1e6
+    if not status["instructions"]:  # a hardware PMU: 512^3 is 512x the work of 64^3
+        assert pb.counters["instructions"] > 50 * ps.counters["instructions"]
+        assert "instructions per cycle" in str(pb)
+    if status["cycles"]:
+        assert "counters unavailable" in str(pb) and status["cycles"] in str(pb)
+    assert pypto.get_last_profile().counters == pb.counters
+    plain = k(*small)
+    assert pypto.get_last_profile().counters == {} and plain is not None  # unprofiled: no counters
 
 
 def test_unprofiled_calls_have_no_nest_times_and_profiled_variant_matches():
@@ -97,9 +130,59 @@ def test_jit_profile_option_and_env_profile_every_call(monkeypatch):
     assert not pypto.get_last_profile().profiled
 
 
-def test_machine_peak_is_measured_once_and_cached():
+def test_machine_peak_is_measured_once_and_cached(monkeypatch):
+    profiling = sys.modules["pypto.profiling"]
+    if not any(f.startswith("peak-") for f in os.listdir(pypto._C.cache_dir())):
+        # Not cached yet (or measured on a busy machine, kept in memory only): measure as on an
+        # idle machine, so it is written.
+        monkeypatch.setattr(profiling, "_peak", None)
+        monkeypatch.setattr(profiling.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
     peak = pypto.machine_peak()
     assert peak["gflops"] > 0 and peak["gbytes_per_s"] > 0
     files = [f for f in os.listdir(pypto._C.cache_dir()) if f.startswith("peak-")]
     assert files
     assert pypto.machine_peak() is peak
+
+
+def test_machine_peak_measured_on_a_busy_machine_is_not_kept(monkeypatch):
+    """A peak measured while other work ran is low; cached, it would stay wrong for every later
+    process. It is used by this process only and the file is left as it was."""
+    profiling = sys.modules["pypto.profiling"]  # (pypto.profiling is the region function)
+    path = os.path.join(pypto._C.cache_dir(), f"peak-{pypto._C.cpu_key()}.json")
+    if not os.path.exists(path):  # measure as on an idle machine, so the file exists
+        monkeypatch.setattr(profiling, "_peak", None)
+        with monkeypatch.context() as idle:
+            idle.setattr(profiling.os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+            pypto.machine_peak()
+    before = open(path).read()
+    monkeypatch.setattr(profiling, "_peak", None)
+    os.remove(path)
+    monkeypatch.setattr(profiling.os, "getloadavg", lambda: (50.0 * (os.cpu_count() or 1), 0.0, 0.0))
+    try:
+        busy = pypto.machine_peak()
+        assert "not kept" in busy["how"] and busy["gflops"] > 0 and not os.path.exists(path)
+    finally:
+        with open(path, "w") as f:
+            f.write(before)
+        monkeypatch.setattr(profiling, "_peak", None)
+
+
+def test_doc_figures_script_draws_the_curve_and_the_trace(tmp_path):
+    """tools/doc_figures.py (the guide's pictures) runs, and plot_trace draws a simulator trace too."""
+    import runpy
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    argv = sys.argv
+    sys.argv = ["doc_figures.py", "--quick", "--out", str(tmp_path)]
+    try:
+        runpy.run_path(os.path.join(root, "tools", "doc_figures.py"), run_name="__main__")
+    except SystemExit as e:
+        assert e.code == 0
+    finally:
+        sys.argv = argv
+    for name in ("tile_curve.png", "profile_trace.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    k = pypto.jit(lambda x: pypto.exp(x) + 1.0, backend="sim")
+    k(rand(64, 64))
+    k.last_sim_report().to_chrome_trace(str(tmp_path / "sim.json"))
+    pypto.plot_trace(str(tmp_path / "sim.json"), str(tmp_path / "sim.png"))
+    assert (tmp_path / "sim.png").stat().st_size > 1000

@@ -7,6 +7,6 @@
   expressions.py  expression evaluation;  calls.py: calls, builtins, math functions
   walker.py       statements;  control.py: loops and ifs
   trace.py        the tracing driver (restarts) and result description
-  errors.py       PyptoError and the tracer's internal signals
+  signals.py      the tracer's internal signals (restart, needs a concrete value)
   intrinsics.py   the tags of prange/static_range/matmul (set by the public API), public op names
 """

@@ -14,7 +14,8 @@ import numpy as np
 from .. import _C
 from .. import dtypes as _dt
 from ..interop import Tensor, is_array
-from .errors import NeedsConcrete, PyptoError
+from ..errors import PyptoError
+from .signals import NeedsConcrete
 from .values import TensorValue, is_expr
 from .expressions import concrete, first_symbolic, truth
 from . import tensor_ops as T

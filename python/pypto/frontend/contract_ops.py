@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 from .. import dtypes as _dt
-from .errors import PyptoError
+from ..errors import PyptoError
 from .values import TensorValue
 from . import tensor_ops as T
 from . import composite_ops as C

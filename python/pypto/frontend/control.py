@@ -16,7 +16,8 @@ import ast
 
 from .. import _C
 from . import intrinsics
-from .errors import NeedsConcrete, PyptoError, Restart
+from ..errors import PyptoError
+from .signals import NeedsConcrete, Restart
 from .expressions import LoopLocal, truth
 from .values import TensorValue, is_expr
 from . import tensor_ops as T

@@ -11,7 +11,8 @@ import builtins
 import operator
 
 from .. import _C
-from .errors import NeedsConcrete, PyptoError
+from ..errors import PyptoError
+from .signals import NeedsConcrete
 from .tracer import Path
 from .values import TensorValue, is_expr, is_symbolic
 from . import index_ops as X

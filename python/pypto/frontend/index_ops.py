@@ -3,7 +3,7 @@ gather, scatter, index_add, flip. Each is a builder call (src/ir/builder_index.c
 are checked when the kernel runs (an index out of range raises PyptoError, never a wild access)."""
 from __future__ import annotations
 
-from .errors import PyptoError
+from ..errors import PyptoError
 from .. import dtypes as _dt
 from ..interop import is_array
 from .composite_ops import cumsum

@@ -6,7 +6,7 @@ import inspect
 import linecache
 import textwrap
 
-from .errors import PyptoError, format_location
+from ..errors import PyptoError, format_location
 
 
 class SourceInfo:

@@ -12,7 +12,8 @@ import numpy as np
 from .. import _C
 from .. import dtypes as _dt
 from ..interop import is_array
-from .errors import NeedsConcrete, PyptoError
+from ..errors import PyptoError
+from .signals import NeedsConcrete
 from .values import DYNAMIC_BOUND, Expr, Opcode, TensorValue, is_expr
 from . import tracer as _tracer
 

@@ -5,7 +5,7 @@ group_norm, instance_norm, max/avg pooling, adaptive average pooling, nearest up
 pixel_shuffle and the remaining pointwise activations."""
 from __future__ import annotations
 
-from .errors import PyptoError
+from ..errors import PyptoError
 from .index_ops import flip
 from .values import Opcode, TensorValue
 from . import composite_ops as C

@@ -8,7 +8,8 @@ import numbers
 import sys
 
 from .. import interop
-from .errors import KernelSourceError, NeedsConcrete, PyptoError, Restart
+from ..errors import KernelSourceError, PyptoError
+from .signals import NeedsConcrete, Restart
 from .tracer import Path, Tracer
 from .values import TensorValue, is_expr
 from .walker import FunctionWalker

@@ -11,7 +11,7 @@ import types
 
 from .. import _C
 from .. import interop
-from .errors import PyptoError
+from ..errors import PyptoError
 from .values import TensorValue
 
 _state = threading.local()

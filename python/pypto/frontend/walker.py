@@ -10,7 +10,8 @@ import importlib
 from . import intrinsics
 from .calls import call_value, check_mutation
 from .control import ControlFlow, Break, Continue
-from .errors import KernelSourceError, NeedsConcrete, PyptoError, Restart
+from ..errors import KernelSourceError, PyptoError
+from .signals import NeedsConcrete, Restart
 from .expressions import BUILTINS, ExpressionEvaluator, LoopLocal, concrete
 from .source import SourceInfo
 from .values import Opcode, TensorValue, is_expr

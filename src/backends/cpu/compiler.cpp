@@ -331,7 +331,8 @@ int64_t this_thread_id() {
 
 struct Recorder {
   RunProfile* out;
-  std::mutex mu;  // chunks end on any worker thread
+  int64_t caller = this_thread_id();  // its counters cover the whole run, its chunks included
+  std::mutex mu;                      // chunks end on any worker thread
   std::atomic<int32_t> nest{-1};
   int64_t nest_begin = 0;
 };
@@ -356,11 +357,17 @@ struct TimedLoop {
 };
 void timed_chunk(void* ctx, int64_t begin, int64_t end) {
   auto* l = static_cast<TimedLoop*>(ctx);
+  const bool worker = this_thread_id() != l->rec->caller;
+  exec::CounterReading c0;
+  if (worker) c0 = exec::read_thread_counters();
   const int64_t t0 = now_ns();
   l->body(l->ctx, begin, end);
   const int64_t t1 = now_ns();
+  exec::CounterReading c1;
+  if (worker) c1 = exec::read_thread_counters();
   std::lock_guard<std::mutex> lock(l->rec->mu);
   l->rec->out->chunks.push_back(ProfileSpan{l->nest, this_thread_id(), t0, t1});
+  if (worker) l->rec->out->counters.add(c0, c1);
 }
 // The profiled run's parallel_for: times each chunk. Nested loops (inside a chunk, on a worker)
 // are not split further in the record.
@@ -643,13 +650,17 @@ void run(const CompiledKernel& k, const runtime::RunArgs& args, RunProfile* prof
     a.nest_ctx = &rec;
     a.parallel_for = &profiled_parallel_for;
     t_recorder = &rec;
+    const exec::CounterReading c0 = exec::read_thread_counters();
     try {
       k.fn(&a);
     } catch (...) {
       t_recorder = nullptr;
       throw;
     }
+    const exec::CounterReading c1 = exec::read_thread_counters();
     t_recorder = nullptr;
+    std::lock_guard<std::mutex> lock(rec.mu);
+    profile->counters.add(c0, c1);
   } else {
     k.fn(&a);
   }

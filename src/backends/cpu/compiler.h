@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "exec/perf_counters.h"
 #include "exec/tensor_arg.h"
 
 namespace pypto::cpu {
@@ -36,6 +37,9 @@ struct ProfileSpan {
 };
 struct RunProfile {
   std::vector<ProfileSpan> nests, chunks;
+  // Event counts of the run (exec/perf_counters.h): the calling thread over the whole run, plus
+  // each worker thread over the parallel chunks it ran.
+  exec::CounterTotals counters;
 };
 
 // Runs the kernel on the runtime's thread pool. With `profile` (the kernel should be the profiling

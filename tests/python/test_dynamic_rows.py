@@ -1,0 +1,91 @@
+"""Row-wise fusion over a dynamic row width (the key length of attention, a dynamic feature dim).
+
+A fused row keeps each row in one tile; over a dynamic width that tile is 8 x tile_cols wide and
+runs under a run-time guard on the width, with the unfused nests as the fallback for wider rows.
+With the default tiles (4096 wide) the widths below take the fused branch; with SMALL_TILES
+(128 wide) the wider ones take the fallback, so both branches are checked against NumPy."""
+import random
+
+import numpy as np
+import pytest
+
+import pypto
+from pypto import seed_kernels
+from pypto_testutil import backend_params, jit, poisoned, rand, rel_err
+
+
+@pytest.fixture(params=backend_params(tiled=True))
+def backend(request):
+    return request.param
+
+
+def softmax_ref(x):
+    x = np.asarray(x, np.float64)
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def scaled_softmax_into(x, y):
+    y[:, :] = pypto.softmax(x * 0.5, -1)
+
+
+def norm_into(x, w, b, y):  # (pypto.layer_norm's normalized_shape is static: written out here)
+    mu = x.mean(-1, keepdim=True)
+    xc = x - mu
+    y[:, :] = xc / pypto.sqrt((xc * xc).mean(-1, keepdim=True) + 1e-5) * w + b
+
+
+def widths(backend):
+    rng = random.Random(5)
+    ws = [2, 3, 13, 127, 129, 300] + [rng.randrange(2, 700) for _ in range(3)]
+    return ws[:5] if str(backend).startswith("interp") else ws
+
+
+def test_softmax_over_a_dynamic_row_width(backend):
+    kernel = jit(scaled_softmax_into, backend, dynamic={"x": [0, 1], "y": [0, 1]})
+    for w in widths(backend):
+        for rows in (1, 7, 37):
+            x = rand(rows, w)
+            y = poisoned(rows, w)
+            kernel(x, y)
+            assert rel_err(y, softmax_ref(0.5 * x.astype(np.float64))) < 1e-6, (rows, w)
+    assert kernel.cache_size <= 2  # rows = 1 is a variant of its own (a size-1 dim stays static)
+
+
+def test_layer_norm_over_a_dynamic_feature_dim(backend):
+    kernel = jit(norm_into, backend, dynamic={"x": [1], "w": [0], "b": [0], "y": [1]})
+    for d in widths(backend):
+        x, w, b = rand(19, d, dtype=np.float64), rand(d, dtype=np.float64), rand(d, dtype=np.float64)
+        y = poisoned(19, d, dtype=np.float64)
+        kernel(x, w, b, y)
+        mu = x.mean(-1, keepdims=True)
+        ref = (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * w + b
+        assert rel_err(y, ref) < 1e-6, d  # (eps is an f32 constant)
+    assert kernel.cache_size == 1
+
+
+def test_dynamic_row_group_is_fused_under_a_guard():
+    """The softmax of a dynamic width is one nest (a row per tile) behind `width <= 4096`; the
+    else branch holds the unfused nests."""
+    kernel = pypto.jit(scaled_softmax_into, dynamic={"x": [1], "y": [1]})
+    text = kernel.lower(rand(5, 40), poisoned(5, 40)).as_text("tile")
+    fused, fallback = text.split("} else {")
+    assert "<= 4096)" in fused and "f32[" in fused and ", 4096] vec" in fused
+    assert fused.count("TLOAD") == 1 and fused.count("TSTORE") == 1  # x in, y out: nothing between
+    assert fallback.count("TSTORE") > 2  # the fallback stores its temporaries
+
+
+def test_attention_with_a_dynamic_key_length_equals_static(backend):
+    """Seed attention with the sequence dim dynamic, lengths 1, primes and below a tile: equal to
+    the static kernel of each length and to NumPy (float64)."""
+    dims = {"Q": [2], "K": [2], "V": [2]}
+    dynamic = jit(seed_kernels.optimized_attention, backend, dynamic=dims)
+    static = jit(seed_kernels.optimized_attention, backend, dynamic=False)
+    lengths = (1, 5, 131) if str(backend).startswith("interp") else (1, 2, 5, 131, 200)
+    for s in lengths:
+        q, k, v = (rand(1, 2, s, 16, dtype=np.float64) for _ in range(3))
+        sc = q @ k.transpose(0, 1, 3, 2) / np.sqrt(16)
+        out = dynamic(q, k, v)
+        assert rel_err(out, softmax_ref(sc) @ v) < 1e-12, s
+        np.testing.assert_allclose(out, static(q, k, v), rtol=1e-12, atol=1e-14)
+    assert dynamic.cache_size == 2  # s = 1 static, every other length one dynamic kernel

@@ -86,10 +86,13 @@ def test_torch_dropout_in_training_mode():
     assert abs(kept.float().mean().item() - 0.75) < 0.01
     assert torch.allclose(y1[kept], x[kept] / 0.75)
     assert not torch.equal(y1, y2)  # a fresh mask at every call
+    fresh = pypto.jit(lambda x: F.dropout(x, 0.25, training=True))
     torch.manual_seed(1)
-    a = k(x)
+    a = fresh(x)  # the first call (it traces) draws as many numbers as later calls
     torch.manual_seed(1)
-    assert torch.equal(a, k(x))  # ... drawn from torch's generator
+    assert torch.equal(a, fresh(x))  # ... from torch's generator
+    torch.manual_seed(1)
+    assert torch.equal(a, k(x))  # another kernel with the same code and seed: the same mask
     a, b = pypto.jit(two_dropouts)(x)
     assert abs(((a != 0) & (b != 0)).float().mean().item() - 0.25) < 0.01  # independent masks
     assert torch.equal(pypto.jit(lambda x: F.dropout(x, 0.5, training=False))(x), x)
@@ -143,3 +146,16 @@ def test_random_errors_name_the_problem():
         pypto.jit(lambda x: pypto.dropout(x, 1.5), backend="interp")(np.ones(4, np.float32))
     with pytest.raises(pypto.PyptoError, match="generator"):
         pypto.jit(lambda x: torch.rand_like(x, generator=torch.Generator()), backend="interp")(torch.ones(4))
+
+
+def test_eager_random_ops_draw_a_fresh_seed_per_call():
+    x = np.ones((64, 64), np.float32)
+    a, b = np.asarray(pypto.dropout(x, 0.5)), np.asarray(pypto.dropout(x, 0.5))
+    assert not np.array_equal(a, b) and set(np.unique(a)) == {0.0, 2.0}
+    assert np.array_equal(np.asarray(pypto.rand(4, np.arange(8))), reference_rand(4, range(8)))
+    t = torch.ones(32, 32)
+    torch.manual_seed(3)
+    first = pypto.rand_like(t)
+    torch.manual_seed(3)
+    assert torch.equal(first, pypto.rand_like(t))  # torch tensors: torch's generator
+    assert pypto.rand_like(np.zeros((3, 3))).dtype == np.float64

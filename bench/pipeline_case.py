@@ -85,29 +85,29 @@ def _latency(transport, nbytes, reps):
     import time
 
     import torch
-    from pypto import pipeline as pl
+    from pypto import pipeline_ports as pl
     from pypto.pipeline_shm import Link
 
     links = [Link(0, 1), Link(1, 0)] if transport == "shm" else None
-    port_no = pl._free_port()
+    port_no = pl.free_port()
     pid = os.fork()
     rank = 0 if pid else 1
     os.sched_setaffinity(0, {rank % len(os.sched_getaffinity(0))})
     if links:
-        port = pl._ShmPort((links[1 - rank].as_reader(), links[rank].as_writer()), 30.0)
+        port = pl.ShmPort((links[1 - rank].as_reader(), links[rank].as_writer()), 30.0)
     else:
         torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port_no}", rank=rank,
                                              world_size=2)
-        port = pl._GlooPort(rank, 2)
+        port = pl.GlooPort(rank, 2)
     t = torch.ones(nbytes // 4)
     times = []
     for i in range(reps + 10):
         t0 = time.perf_counter()
         if rank == 0:
-            port.send(t, pl._DATA, i)
+            port.send(t, pl.DATA, i)
             port.recv()
         else:
-            port.send(port.recv()[2], pl._DATA, i)
+            port.send(port.recv()[2], pl.DATA, i)
         port.flush()
         times.append((time.perf_counter() - t0) / 2)
     if not links:
@@ -124,16 +124,16 @@ def _overhead(nbytes, reps):
     finding the data there), median: what each rank spends per micro-batch besides computing."""
     import time
 
-    from pypto import pipeline as pl
+    from pypto import pipeline_ports as pl
     from pypto.pipeline_shm import Link
 
     link = Link(0, 0)
-    port = pl._ShmPort((link, link), 30.0)
+    port = pl.ShmPort((link, link), 30.0)
     x = np.ones(nbytes // 4, np.float32)
     times = []
     for i in range(reps):
         t0 = time.perf_counter()
-        port.send(x, pl._DATA, i)
+        port.send(x, pl.DATA, i)
         port.recv()
         times.append(time.perf_counter() - t0)
         os.read(link.data_r, 1 << 16)  # the wake-ups this process sent itself

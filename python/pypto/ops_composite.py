@@ -106,6 +106,11 @@ def cumprod(x, dim=None, dtype=None):
     """Inclusive cumulative product along `dim`."""
 
 
+@make_op(C.prod)
+def prod(x, dim=None, keepdim=False, dtype=None):
+    """The product along `dim` (every element when None), multiplied in order; int and bool give int64."""
+
+
 @make_op(C.cummax)
 def cummax(x, dim):
     """(values, int64 indices) of the running maximum along `dim`, as torch.cummax."""
@@ -131,7 +136,7 @@ def topk(x, k, dim=-1, largest=True, sorted=True):  # noqa: A002
     """(values, int64 indices) of the k largest (or smallest) along `dim`, in sorted order."""
 
 
-__all__ += ["cumsum", "cumprod", "cummax", "cummin", "sort", "argsort", "topk"]
+__all__ += ["cumsum", "cumprod", "prod", "cummax", "cummin", "sort", "argsort", "topk"]
 
 
 # --- indexing by tensors ------------------------------------------------------------------------

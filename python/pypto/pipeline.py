@@ -18,33 +18,16 @@ checked against the shape the first micro-batch established.
 """
 from __future__ import annotations
 
-import json
 import os
-import socket
 import time
 import traceback
 
 import numpy as np
 
-from . import _C
 from .errors import PyptoError
+from . import pipeline_ports as ports
+from . import pipeline_train
 from .pipeline_shm import Link
-
-_DATA, _ERROR, _DONE, _STOP = 0, 1, 2, 3
-_DTYPES = ["float32", "float64", "float16", "bfloat16", "int32", "int64", "bool", "int8", "uint8", "int16"]
-_HEADER = 13  # kind, dtype code, ndim, up to 8 dims, micro-batch index, came from NumPy
-_LIVE_LINKS = set()  # shared-memory links with pipe ends open in this process (closed in new workers)
-
-
-def _torch():
-    import torch
-    return torch
-
-
-def _call_stage(stage, x):
-    fn = getattr(stage, "compute", stage)
-    return fn(x)
-
 
 def balance(times, groups):
     """Split stages with measured `times` into `groups` contiguous groups minimising the slowest
@@ -96,7 +79,7 @@ class Pipeline:
     @staticmethod
     def _through(stages, x):
         for st in stages:
-            x = _call_stage(st, x)
+            x = ports.call_stage(st, x)
         return x
 
     def _split(self, x):
@@ -109,18 +92,18 @@ class Pipeline:
     def _join(outs, like):
         if isinstance(outs[0], np.ndarray):
             return np.concatenate(outs, 0)
-        return _torch().cat([_torch().as_tensor(o) for o in outs], 0)
+        return ports.torch_module().cat([ports.torch_module().as_tensor(o) for o in outs], 0)
 
     def _groups(self, nproc, sample):
         if self.balance == "auto":
             times = []
             x = sample
             for st in self.stages:
-                _call_stage(st, x)  # compile / warm up
+                ports.call_stage(st, x)  # compile / warm up
                 samples = []
                 for _ in range(5):
                     t0 = time.perf_counter()
-                    y = _call_stage(st, x)
+                    y = ports.call_stage(st, x)
                     samples.append(time.perf_counter() - t0)
                 times.append(float(np.median(samples)))
                 x = y
@@ -147,11 +130,19 @@ class Pipeline:
             if processes not in (None, self._workers["processes"]):
                 raise PyptoError(f"pipeline: started with {self._workers['processes']} processes, not {processes}")
             return self._run_started(x)
-        dist = _torch().distributed
+        dist = ports.torch_module().distributed
         if dist.is_available() and dist.is_initialized():
             return self._run_ranked(x, dist.get_rank(), dist.get_world_size())
         with self.start(processes, sample=x):
             return self._run_started(x)
+
+    def train(self, x, target, loss_fn, processes=None):
+        """One training step over processes on the 1F1B schedule (pipeline_train): forward and
+        backward micro-batches, the loss sum_m loss_fn(out_m, target_m) * n_m / N (for a loss that
+        averages over the batch, loss_fn(model(x), target)); every stage parameter's `.grad`
+        gets this step's gradient added, as loss.backward() in one process would. Returns the loss.
+        Forks its workers for the call, so they start from the current parameters."""
+        return pipeline_train.train(self, x, target, loss_fn, processes)
 
     def start(self, processes=None, sample=None):
         """Fork the worker processes once: later run() calls stream through them, until close()
@@ -172,16 +163,16 @@ class Pipeline:
         cpus = sorted(os.sched_getaffinity(0))
         threads = self.threads or max(1, len(cpus) // nproc)
         links = [Link(r, (r + 1) % nproc) for r in range(nproc)] if nproc > 1 else []
-        _LIVE_LINKS.update(links)
+        ports.LIVE_LINKS.update(links)
         pids = []
         for r in range(1, nproc):
             pid = os.fork()
             if pid == 0:  # a worker: never returns into the caller's code
                 code = 0
                 try:
-                    _pin(_cpus_of(cpus, r, threads), threads)
-                    _trace_start(r)
-                    port = _ShmPort(self._own_links(links, r, child=True), self.timeout)
+                    ports.pin(ports.cpus_of(cpus, r, threads), threads)
+                    ports.trace_start(r)
+                    port = ports.ShmPort(self._own_links(links, r, child=True), self.timeout)
                     while self._stage_loop(port, r, groups[r]):
                         pass
                 except (RuntimeError, PyptoError):  # a neighbour went away: the caller reports it
@@ -189,30 +180,20 @@ class Pipeline:
                 except BaseException:  # noqa: B036 (a worker reports everything, then leaves)
                     traceback.print_exc()
                     code = 1
-                _trace_flush()
+                ports.trace_flush()
                 os._exit(code)
             pids.append(pid)
-        port = _ShmPort(self._own_links(links, 0, child=False), self.timeout) if nproc > 1 else None
-        _trace_start(0)
+        port = ports.ShmPort(self._own_links(links, 0, child=False), self.timeout) if nproc > 1 else None
+        ports.trace_start(0)
         self._workers = {"pids": pids, "groups": groups, "processes": nproc, "threads": threads, "port": port}
         return self
 
     @staticmethod
     def _own_links(links, rank, child):
-        """Rank `rank` keeps the reading end of the link into it and the writing end of the one out
-        of it, and closes the other pipe ends of this pipeline (a new worker: of every pipeline
-        this process had open), so that a dead neighbour shows as end-of-file."""
+        """The ring's link into rank `rank` and the one out of it (see ports.keep_ends)."""
+        ports.keep_ends(links, rank, child)
         n = len(links)
-        inp, out = links[(rank - 1) % n], links[rank]
-        for link in list(_LIVE_LINKS) if child else links:
-            if link is inp:
-                link.as_reader()
-            elif link is out:
-                link.as_writer()
-            else:
-                link.close()
-                _LIVE_LINKS.discard(link)
-        return inp, out
+        return links[(rank - 1) % n], links[rank]
 
     def close(self):
         """Stop the workers (a no-op when none run)."""
@@ -224,23 +205,23 @@ class Pipeline:
             return
         port = w["port"]
         try:
-            port.send(_text("stop"), _STOP, -1)
-            while port.recv()[0] != _STOP:
+            port.send(ports.text("stop"), ports.STOP, -1)
+            while port.recv()[0] != ports.STOP:
                 pass
         except Exception:  # noqa: BLE001 (a broken pipeline: the workers are killed below)
             self._kill()
             return
         self._workers = None
         port.close()
-        _trace_flush()
-        _reap(w["pids"], self.timeout)
+        ports.trace_flush()
+        ports.reap(w["pids"], self.timeout)
 
     def _kill(self):
         w, self._workers = self._workers, None
         if w is not None:
             if w.get("port") is not None:
                 w["port"].close()
-            _reap(w["pids"], 0.0)
+            ports.reap(w["pids"], 0.0)
 
     def __enter__(self):
         return self
@@ -252,10 +233,10 @@ class Pipeline:
         w = self._workers
         pieces = self._split(x)
         t0 = time.perf_counter()
-        _trace("run", -1)
+        ports.trace("run", -1)
         n = w["processes"]
         try:
-            with _pinned(_cpus_of(sorted(os.sched_getaffinity(0)), 0, w["threads"]), w["threads"]):
+            with ports.Pinned(ports.cpus_of(sorted(os.sched_getaffinity(0)), 0, w["threads"]), w["threads"]):
                 if n == 1:
                     outs = [self._through(self.stages, p) for p in pieces]
                 else:
@@ -263,7 +244,7 @@ class Pipeline:
         except BaseException:
             self._kill()  # an error leaves messages in flight: this pipeline cannot go on
             raise
-        _trace("ran", -1)
+        ports.trace("ran", -1)
         self.last_stats = {"seconds": time.perf_counter() - t0, "groups": w["groups"],
                            "micro_batches": len(pieces), "processes": w["processes"], "threads": w["threads"]}
         return self._join(outs, x)
@@ -272,8 +253,8 @@ class Pipeline:
         """Under torchrun: rank 0 feeds the input, runs the first stage group and collects the
         output from the last rank; every other rank runs its group until the input is done."""
         groups = self._ranked_groups(x, rank, world)
-        port = _GlooPort(rank, world)
-        _trace_start(rank)
+        port = ports.GlooPort(rank, world)
+        ports.trace_start(rank)
         try:
             if rank != 0:
                 self._stage_loop(port, rank, groups[rank])
@@ -281,17 +262,17 @@ class Pipeline:
             pieces = self._split(x)
             if world == 1:
                 return self._join([self._through(self.stages, p) for p in pieces], x)
-            _trace("run", -1)
+            ports.trace("run", -1)
             outs = self._feed_and_collect(port, pieces, groups[0])
-            _trace("ran", -1)
+            ports.trace("ran", -1)
             return self._join(outs, x)
         finally:
-            _trace_flush()
+            ports.trace_flush()
 
     def _ranked_groups(self, x, rank, world):
         if self.balance != "auto":
             return self._groups(world, None)
-        torch = _torch()
+        torch = ports.torch_module()
         sizes = torch.zeros(world, dtype=torch.int64)
         if rank == 0:
             groups = self._groups(world, self._split(x)[0])
@@ -312,25 +293,25 @@ class Pipeline:
 
         def take(msg):
             kind, m, t = msg
-            if kind == _ERROR:
-                raise PyptoError(_untext(t))
+            if kind == ports.ERROR:
+                raise PyptoError(ports.untext(t))
             got.append(msg)
 
         for m, p in enumerate(pieces):
             try:
-                _trace("compute", m)
+                ports.trace("compute", m)
                 y = self._through(stages, p)
-                _trace("computed", m)
+                ports.trace("computed", m)
             except Exception:
                 err = f"pipeline stage {own[0]} failed on micro-batch {m} (rank 0):\n{traceback.format_exc()}"
-                port.send(_text(err), _ERROR, m, on_ready=take)
+                port.send(ports.text(err), ports.ERROR, m, on_ready=take)
                 raise
-            port.send(y, _DATA, m, on_ready=take)
-        port.send(_text(""), _DONE, len(pieces), on_ready=take)
-        while not got or got[-1][0] != _DONE:
+            port.send(y, ports.DATA, m, on_ready=take)
+        port.send(ports.text(""), ports.DONE, len(pieces), on_ready=take)
+        while not got or got[-1][0] != ports.DONE:
             take(port.recv())
         port.flush()
-        outs = [t for kind, m, t in got if kind == _DATA]
+        outs = [t for kind, m, t in got if kind == ports.DATA]
         if len(outs) != len(pieces):
             raise PyptoError(f"pipeline: {len(outs)} results came back for {len(pieces)} micro-batches")
         return outs
@@ -346,10 +327,10 @@ class Pipeline:
             try:
                 kind, m, t = port.recv()
             except PyptoError as e:  # the neighbour died: say which, downstream, to the caller
-                port.send(_text(str(e)), _ERROR, -1)
-                kind = _ERROR
+                port.send(ports.text(str(e)), ports.ERROR, -1)
+                kind = ports.ERROR
                 break
-            if kind != _DATA:
+            if kind != ports.DATA:
                 port.send(t, kind, m, numpy=True)
                 break
             numpy = isinstance(t, np.ndarray)
@@ -358,249 +339,25 @@ class Pipeline:
             elif tuple(t.shape[1:]) != shape_in:
                 msg = (f"{where}: micro-batch {m} arrives with shape {tuple(t.shape)}; the first had "
                        f"(N, {', '.join(map(str, shape_in))})")
-                port.send(_text(msg), _ERROR, m)
-                kind = _ERROR
+                port.send(ports.text(msg), ports.ERROR, m)
+                kind = ports.ERROR
                 break
             try:
-                _trace("compute", m)
+                ports.trace("compute", m)
                 out = self._through(stages, t)
-                _trace("computed", m)
+                ports.trace("computed", m)
             except Exception:
                 err = f"{where} failed on micro-batch {m} (rank {rank}):\n{traceback.format_exc()}"
-                port.send(_text(err), _ERROR, m)
-                kind = _ERROR
+                port.send(ports.text(err), ports.ERROR, m)
+                kind = ports.ERROR
                 break
-            port.send(out, _DATA, m, numpy=numpy)
+            port.send(out, ports.DATA, m, numpy=numpy)
         port.flush()
-        return kind == _DONE
-
-
-# --- messages ----------------------------------------------------------------------------------------
-# A message is a header (_HEADER int64s: kind, dtype code, ndim, up to 8 dims, micro-batch index,
-# "deliver as NumPy") and the value's raw bytes. Values are NumPy arrays or torch tensors; bytes are
-# moved as they are (bfloat16 too, which NumPy lacks), never pickled.
-
-def _payload(v):
-    """(dtype name, shape, the value's bytes as a flat uint8 NumPy view) of a stage's result."""
-    if isinstance(v, np.ndarray):
-        v = np.ascontiguousarray(v)
-        return v.dtype.name, v.shape, v.reshape(-1).view(np.uint8)
-    torch = _torch()
-    if not isinstance(v, torch.Tensor):
-        if not hasattr(v, "__dlpack__"):
-            raise PyptoError(f"pipeline: a stage returned {type(v).__name__}, not a tensor")
-        v = torch.from_dlpack(v)
-    t = v.detach().cpu().contiguous()
-    return str(t.dtype).replace("torch.", ""), tuple(t.shape), t.reshape(-1).view(torch.uint8).numpy()
-
-
-def _text(s):
-    return np.frombuffer(s.encode("utf-8"), dtype=np.uint8).copy()
-
-
-def _untext(v):
-    return bytes(np.asarray(v)).decode("utf-8", "replace")
-
-
-def _header(kind, m, name, shape, numpy):
-    if len(shape) > 8:
-        raise PyptoError(f"pipeline: activations of rank {len(shape)} (> 8) cannot cross a stage boundary")
-    if name not in _DTYPES:
-        raise PyptoError(f"pipeline: activations of dtype {name} cannot cross a stage boundary")
-    dims = list(shape) + [0] * (8 - len(shape))
-    return np.array([kind, _DTYPES.index(name), len(shape), *dims, m, int(numpy)], dtype=np.int64)
-
-
-def _empty_for(h):
-    """(kind, micro-batch index, the array to receive into, its bytes) from a header: a NumPy
-    array where the sender's input was NumPy (and NumPy has the dtype), else a torch tensor."""
-    kind, code, ndim, m = int(h[0]), int(h[1]), int(h[2]), int(h[11])
-    shape, name = tuple(int(v) for v in h[3:3 + ndim]), _DTYPES[code]
-    if h[12] and name != "bfloat16":
-        v = np.empty(shape, dtype=name)
-        return kind, m, v, v.reshape(-1).view(np.uint8)
-    torch = _torch()
-    v = torch.empty(shape, dtype=getattr(torch, name))
-    return kind, m, v, v.reshape(-1).view(torch.uint8).numpy()
-
-
-class _ShmPort:
-    """A process's two shared-memory links (pipeline_shm): from the previous rank, to the next."""
-
-    def __init__(self, links, timeout):
-        self.inp, self.out = links
-        self.inp.timeout = self.out.timeout = timeout
-        self.header = np.zeros(_HEADER, dtype=np.int64)
-        self.header_bytes = self.header.view(np.uint8)
-
-    def send(self, v, kind, m, numpy=None, on_ready=None):
-        """Copy a header and the data into the link to the next rank; `on_ready(msg)` (rank 0)
-        takes results that arrive while the link is full."""
-        name, shape, data = _payload(v)
-        h = _header(kind, m, name, shape, isinstance(v, np.ndarray) if numpy is None else numpy)
-
-        def drain():
-            if self.inp.ready():
-                on_ready(self.recv())
-                return None
-            return (self.inp.data_r,)
-
-        _trace("send", m)
-        wait = drain if on_ready is not None else None
-        self.out.write((h.view(np.uint8), data), wait)
-        _trace("sent", m)
-
-    def recv(self):
-        """(kind, micro-batch index, value); the value is NumPy where the caller's input was."""
-        _trace("recv", -1)
-        self.inp.read_into(self.header_bytes)
-        kind, m, v, data = _empty_for(self.header)
-        if data.size:
-            self.inp.read_into(data)
-        self.inp.release()
-        _trace("received", m)
-        return kind, m, v
-
-    def flush(self):
-        pass
-
-    def close(self):
-        for link in (self.inp, self.out):
-            link.close()
-            _LIVE_LINKS.discard(link)
-
-
-class _GlooPort:
-    """Point-to-point sends over a torch.distributed group (under torchrun, across machines):
-    non-blocking header+data sends to the next rank, blocking receives from the previous one."""
-
-    def __init__(self, rank, world):
-        self.nxt, self.prev = (rank + 1) % world, (rank - 1) % world
-        self.pending = []
-
-    def send(self, v, kind, m, numpy=None, on_ready=None):
-        torch = _torch()
-        name, shape, data = _payload(v)
-        h = _header(kind, m, name, shape, isinstance(v, np.ndarray) if numpy is None else numpy)
-        _trace("send", m)
-        self.pending.append(torch.distributed.isend(torch.from_numpy(h), self.nxt))
-        if data.size:
-            self.pending.append(torch.distributed.isend(torch.from_numpy(data), self.nxt))
-        _trace("sent", m)
-
-    def recv(self):
-        torch = _torch()
-        dist = torch.distributed
-        h = torch.empty(_HEADER, dtype=torch.int64)
-        _trace("recv", -1)
-        try:
-            dist.recv(h, self.prev)
-            kind, m, v, data = _empty_for(h.numpy())
-            if data.size:
-                dist.recv(torch.from_numpy(data), self.prev)
-        except RuntimeError as e:  # gloo: the peer closed the connection, or the timeout passed
-            raise PyptoError(f"pipeline: rank {self.prev} stopped answering (the process died or hangs): "
-                             f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        _trace("received", m)
-        return kind, m, v
-
-    def flush(self):
-        for h in self.pending:
-            h.wait()
-        self.pending = []
-
-
-# --- processes ----------------------------------------------------------------------------------------
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _pin(cpus, threads):
-    """A worker keeps to its own cores, with as many threads as it has cores."""
-    torch = _torch()
-    try:
-        os.sched_setaffinity(0, set(cpus))
-    except OSError:
-        pass
-    # torch ops in a forked worker stay on one thread: the parent's OpenMP pool (GNU libgomp) does
-    # not survive fork(); PyPTO's kernels use their own pool there, with `threads` threads.
-    torch.set_num_threads(1)
-    _C.set_num_threads(int(threads))  # as pypto.set_num_threads (pypto/__init__.py sits above)
-
-
-def _cpus_of(cpus, rank, threads):
-    """The cores of rank `rank`: its own `threads` of them, round the list."""
-    first = rank * threads % len(cpus)
-    return (cpus[first:] + cpus[:first])[:threads]
-
-
-class _pinned:
-    """The caller computes the first stage group on its own cores and threads for the length of a
-    run, and gets its affinity and thread count back afterwards."""
-
-    def __init__(self, cpus, threads):
-        self.cpus, self.threads = cpus, threads
-
-    def __enter__(self):
-        self.saved = (os.sched_getaffinity(0), _C.num_threads())
-        try:
-            os.sched_setaffinity(0, set(self.cpus))
-        except OSError:
-            pass
-        _C.set_num_threads(int(self.threads))
-
-    def __exit__(self, *exc):
-        try:
-            os.sched_setaffinity(0, self.saved[0])
-        except OSError:
-            pass
-        _C.set_num_threads(int(self.saved[1]))
-
-
-# --- tracing (PYPTO_PIPELINE_TRACE=prefix: each rank writes prefix-rank<r>.json; pipeline_trace reads them)
-
-_TRACE = {"rank": None, "events": None}
-
-
-def _trace_start(rank):
-    """Trace as `rank` (events of earlier runs as the same rank are kept)."""
-    if os.environ.get("PYPTO_PIPELINE_TRACE") and (_TRACE["events"] is None or _TRACE["rank"] != rank):
-        _TRACE["rank"], _TRACE["events"] = rank, []
-
-
-def _trace(event, m):
-    if _TRACE["events"] is not None:
-        _TRACE["events"].append((time.perf_counter(), event, m))  # CLOCK_MONOTONIC: one clock for all ranks
-
-
-def _trace_flush():
-    events, prefix = _TRACE["events"], os.environ.get("PYPTO_PIPELINE_TRACE")
-    if not prefix:  # tracing was switched off
-        _TRACE["events"] = None
-    if events is None or not prefix:
-        return
-    with open(f"{prefix}-rank{_TRACE['rank']}.json", "w") as f:
-        json.dump({"rank": _TRACE["rank"], "pid": os.getpid(), "events": events}, f)
-
-
-def _reap(pids, timeout):
-    """Wait for the workers (after an error: none; they may be blocked on a dead neighbour)."""
-    deadline = time.monotonic() + min(timeout, 30.0)
-    for pid in pids:
-        while True:
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done or time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
-        if not done:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
+        return kind == ports.DONE
 
 
 def run(stages, x, *, processes=None, micro_batches=4, **kw):
     """The seed's pipeline, over processes: `pypto.pipeline.run(pipeline, x, processes=2)` in place
     of the seed's `run_pipeline(pipeline, x)`; returns the last stage's output."""
     return Pipeline(stages, micro_batches=micro_batches, **kw).run(x, processes=processes)
+

@@ -174,7 +174,7 @@ class Fuser : public StmtMutator {
   bool grow(const std::vector<Stmt>& in, const std::vector<Origin>& origin, size_t i,
             std::set<const Buffer*> allocs, Group& g, size_t& end) {
     const Op& first = in[i]->op;
-    if (kind_of(first.code) == Kind::Other || narrowing(first)) return false;
+    if (kind_of(first.code) == Kind::Other || narrowing(first) || column_reduction(first)) return false;
     if (kind_of(first.code) == Kind::Matmul && dynamic_row(first)) return false;
     Expr w;
     if (kind_of(first.code) != Kind::Matmul && !dynamic_row_ok(first, w)) return false;
@@ -206,7 +206,8 @@ class Fuser : public StmtMutator {
 
   bool fits(const Group& g, const Op& op) const {
     Kind k = kind_of(op.code);
-    if (k == Kind::Other || narrowing(op)) return false;
+    // (a column reduction's rows are the source's columns: it is tiled on its own)
+    if (k == Kind::Other || narrowing(op) || column_reduction(op)) return false;
     if (g.epilogue && (dynamic_row(op) || dynamic_row(*g.ops[0])) &&
         (k != Kind::Elementwise || dst(op).shape() != dst(*g.ops[0]).shape()))
       return false;  // an epilogue over a dynamic width: only while every instruction covers the same shape

@@ -111,6 +111,40 @@ void NestBuilder::emit(const Nest& n, std::vector<Stmt> body, std::vector<Stmt>&
   out.insert(out.end(), inner.begin(), inner.end());
 }
 
+std::optional<ColumnReduction> column_reduction(const Op& op) {
+  if (op.code != Opcode::TROWSUM && op.code != Opcode::TROWMAX && op.code != Opcode::TROWMIN) return {};
+  const View* d = std::get_if<View>(&op.args[0]);
+  const View* x = std::get_if<View>(&op.args[1]);
+  if (!d || !x || x->buf->space != Space::Global || x->rank() < 2 || d->rank() != x->rank()) return {};
+  const int r = x->rank();
+  auto xs = x->shape(), ds = d->shape();
+  auto xv = x->valid_shape(), dv = d->valid_shape();
+  if (xs[size_t(r - 1)] == 1) return {};
+  std::vector<int> keep;  // view dims of x; a size-1 dim other than the reduced one is dropped
+  for (int j = 0; j < r; ++j) {
+    if (j < r - 1 && ds[size_t(j)] != xs[size_t(j)]) return {};
+    bool unit = j < r - 1 && xs[size_t(j)] == 1;
+    if (!unit) {
+      keep.push_back(j);
+      continue;
+    }
+    auto a = as_int(xv[size_t(j)]), b = as_int(dv[size_t(j)]);  // dropped: must be one element
+    if (!a || !b || *a != 1 || *b != 1) return {};
+  }
+  std::stable_sort(keep.begin(), keep.end(),
+                   [&](int a, int b) { return x->dims[size_t(a)] < x->dims[size_t(b)]; });
+  if (keep.back() == r - 1) return {};  // innermost already: a row reduction
+  ColumnReduction c{*x, *d, 0};
+  c.src.dims.clear();
+  c.dst.dims.clear();
+  for (size_t i = 0; i < keep.size(); ++i) {
+    c.src.dims.push_back(x->dims[size_t(keep[i])]);
+    c.dst.dims.push_back(d->dims[size_t(keep[i])]);
+    if (keep[i] == r - 1) c.axis = int(i);
+  }
+  return c;
+}
+
 bool is_tensor_level(const Op& op) {
   auto cat = opcode_info(op.code).category;
   if (cat == OpCategory::Memory || cat == OpCategory::Sync) return false;

@@ -1,6 +1,7 @@
 // Building blocks for passes that turn tensor-level instructions into loop nests of tiles:
 // selecting a tile-sized window of a view, and a nest of loops over a destination's dimensions.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,17 @@ class NestBuilder {
   std::vector<ir::Stmt> allocs_;
   std::vector<std::pair<int, ir::Stmt>> hoisted_;
 };
+
+// A reduction over the last dimension of a global view whose last dimension is not its innermost
+// in memory: x.sum(0) reaches tiling as a row reduction of a transposed view. Tiled as a column
+// reduction, it reads row-major tiles instead of transposed ones. `src` and `dst` are the
+// operands with their dims put back in memory order and size-1 dims dropped; `axis` is the
+// reduced dim's position in them (never the last one).
+struct ColumnReduction {
+  ir::View src, dst;
+  int axis;
+};
+std::optional<ColumnReduction> column_reduction(const ir::Op& op);
 
 // True when an instruction still has global (tensor-level) operands to be tiled.
 bool is_tensor_level(const ir::Op& op);

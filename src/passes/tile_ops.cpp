@@ -55,6 +55,7 @@ class Lowerer : public StmtMutator {
     nb_.emit(n, std::move(body), out);
   }
 
+  static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
   static bool is_local(const View& v) { return v.buf->space != Space::Global; }
 
   // Row and column offsets of a selection's tile dims within a local tile.
@@ -182,9 +183,15 @@ class Lowerer : public StmtMutator {
     emit(n, std::move(body), out);
   }
 
+  static Opcode combine_of(Opcode reduce) {
+    return reduce == Opcode::TROWSUM ? Opcode::TADD : reduce == Opcode::TROWMAX ? Opcode::TMAX : Opcode::TMIN;
+  }
+
   // Row reduction over the last dimension of the source; the destination's last dim is 1.
   void reduce(const Op& op, std::vector<Stmt>& out) {
     const View& d = std::get<View>(op.args[0]);
+    if (!is_local(d))
+      if (auto cr = column_reduction(op)) return reduce_columns(op.code, *cr, out);
     const View& x = std::get<View>(op.args[1]);
     auto xs = x.shape();
     int r = int(xs.size());
@@ -215,11 +222,8 @@ class Lowerer : public StmtMutator {
     if (C > tc) {
       View part = tile("part", dt, rows, 1);
       std::string c = nb_.fresh("c");
-      Opcode combine = op.code == Opcode::TROWSUM   ? Opcode::TADD
-                       : op.code == Opcode::TROWMAX ? Opcode::TMAX
-                                                    : Opcode::TMIN;
       std::vector<Stmt> inner{chunk(var(c)), op_stmt(Op{op.code, {part, xt}}),
-                              op_stmt(Op{combine, {acc, acc, part}})};
+                              op_stmt(Op{combine_of(op.code), {acc, acc, part}})};
       body.push_back(for_loop(c, int_imm(tc), x.valid_shape()[r - 1], int_imm(tc), std::move(inner)));
     }
     if (into_dst) {
@@ -231,6 +235,97 @@ class Lowerer : public StmtMutator {
       body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, n.dst_sel(ft)), acc}}));
     }
     emit(n, std::move(body), out);
+  }
+
+  // A reduction down a dimension that is not the innermost in memory (column_reduction). Tiles are
+  // row-major: tr rows of the reduced dim by tc innermost columns, as wide as whole rows up to
+  // 16 KiB (reading narrower row segments, down the rows, is 2-3x slower from DRAM), up to 64 KiB
+  // a tile. Each is reduced down its columns (TCOLSUM/MAX/MIN) and combined into a 1 x tc
+  // accumulator, stored once. The nest walks the destination's column blocks and its other kept
+  // dims one index at a time; when those give fewer than kColumnUnits parallel iterations, the
+  // reduced dim is cut into blocks too, each reducing into its row of a partial-results buffer
+  // that a second, small column reduction combines.
+  static constexpr int64_t kColumnUnits = 16;
+  void reduce_columns(Opcode code, const ColumnReduction& cr, std::vector<Stmt>& out) {
+    const View &x = cr.src, &d = cr.dst;
+    auto xs = x.shape();
+    const int q = int(xs.size()), k = cr.axis;
+    DType dt = compute_dtype(d.buf->dtype);
+    const int64_t bytes = dtype_bytes(dt), M = xs[size_t(k)];
+    const int64_t tc = std::min(xs[size_t(q - 1)], std::max<int64_t>(1, (16 << 10) / bytes));
+    const int64_t tr = std::max<int64_t>(1, std::min(M, (64 << 10) / (tc * bytes)));
+    int64_t units = ceil_div(xs[size_t(q - 1)], tc);
+    for (int j = 0; j < q - 1; ++j) units *= j == k ? 1 : xs[size_t(j)];
+    auto m_valid = as_int(x.valid_shape()[size_t(k)]);
+    int64_t block = M;  // rows of the reduced dim per block
+    if (units < kColumnUnits && m_valid && *m_valid == M)
+      block =
+          ceil_div(
+              ceil_div(M, std::min(ceil_div(kColumnUnits, units), ceil_div(M, std::max<int64_t>(tr, 64)))),
+              tr) *
+          tr;
+    const int64_t blocks = ceil_div(M, block);
+    // Blocks write rows of `parts` ([blocks, the destination's dims but the reduced one]) or,
+    // unblocked, the destination itself; `target` views it with the block dim first.
+    View target = d;
+    BufferRef parts;
+    if (blocks > 1) {
+      parts = std::make_shared<Buffer>();
+      parts->name = nb_.fresh("parts");
+      parts->dtype = dt;
+      parts->shape = {blocks};
+      for (int j = 0; j < q; ++j)
+        if (j != k) parts->shape.push_back(xs[size_t(j)]);
+      out.push_back(alloc(parts));
+      target = View::whole(parts);
+      auto dv = d.valid_shape();
+      for (int j = 0, p = 1; j < q; ++j)
+        if (j != k) target.valid[size_t(p++)] = dv[size_t(j)];
+    } else {
+      std::vector<int> dims{d.dims[size_t(k)]};  // the reduced (size-1) dim first
+      for (int j = 0; j < q; ++j)
+        if (j != k) dims.push_back(d.dims[size_t(j)]);
+      target.dims = dims;
+    }
+    std::vector<int64_t> ext(size_t(q), 1);
+    ext[size_t(q - 1)] = tc;
+    Nest n = nest(target, ext, "e");
+    std::vector<Sel> tsel;  // the 1 x tc row of the target
+    for (int j = 0; j < q; ++j) tsel.push_back(Sel{n.off[size_t(j)], n.ext[size_t(j)], j == q - 1, false});
+    std::vector<Sel> xsel;  // the source's window but for the reduced dim
+    for (int j = 0, p = 1; j < q; ++j) xsel.push_back(j == k ? Sel{} : tsel[size_t(p++)]);
+    xsel[size_t(q - 1)].keep = true;
+    Expr r_lo = blocks > 1 ? n.off[0] * int_imm(block) : int_imm(0);
+    Expr r_hi = x.valid_shape()[size_t(k)];
+    if (blocks > 1) r_hi = min(r_hi, r_lo + int_imm(block));
+    View xt = tile("x", dt, tr, tc);
+    View acc = tile("acc", dt, 1, tc);
+    const Opcode col = code == Opcode::TROWSUM   ? Opcode::TCOLSUM
+                       : code == Opcode::TROWMAX ? Opcode::TCOLMAX
+                                                 : Opcode::TCOLMIN;
+    auto rows = [&](Expr r0) {  // rows r0 .. r0 + tr of the reduced dim
+      auto sel = xsel;
+      sel[size_t(k)] = Sel{r0, tr, true, false};
+      return op_stmt(Op{Opcode::TLOAD, {xt, sub(x, sel)}});
+    };
+    std::vector<Stmt> body{rows(r_lo), op_stmt(Op{col, {acc, xt}})};
+    if (std::min(M, block) > tr) {
+      View part = tile("part", dt, 1, tc);
+      std::string r = nb_.fresh("r");
+      std::vector<Stmt> inner{rows(var(r)), op_stmt(Op{col, {part, xt}}),
+                              op_stmt(Op{combine_of(code), {acc, acc, part}})};
+      body.push_back(for_loop(r, r_lo + int_imm(tr), r_hi, int_imm(tr), std::move(inner)));
+    }
+    body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(target, tsel), acc}}));
+    emit(n, std::move(body), out);
+    if (blocks > 1) {  // combine the blocks' partial results: a column reduction of `parts`
+      View dst = d;
+      std::vector<int> dims{d.dims[size_t(k)]};
+      for (int j = 0; j < q; ++j)
+        if (j != k) dims.push_back(d.dims[size_t(j)]);
+      dst.dims = dims;
+      reduce_columns(code, ColumnReduction{target, dst, 0}, out);
+    }
   }
 
   // Tensor-level TGATHER d, src, idx (d[.., r, c] = src[.., idx[r], c]) and TSCATTER(_ADD) d, src,

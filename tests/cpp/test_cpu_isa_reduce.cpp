@@ -84,6 +84,16 @@ TEST(CpuIsaReduce, ColReductions) {
   check_col_reductions<float, 1, 40>(1, 33);
   check_col_reductions<float, 6, 8>(0, 8);
   check_col_reductions<double, 30, 7>(29, 7);
+  // Blocks of register accumulators (64 floats, 32 doubles) plus a tail.
+  check_col_reductions<float, 5, 150>(3, 131);
+  check_col_reductions<float, 4, 128>(4, 128);
+  check_col_reductions<double, 9, 100>(7, 97);
+  // dst sharing src's storage (a 1-row source): each column block is read before it is written.
+  Tile<float, 1, 200> t;
+  fill_random(t, 1, 190);
+  Tile<float, 1, 200> ref = t;
+  TCOLSUM(t, t);
+  expect_tile(t, 1, 190, [&](int, int c) { return double(at(ref, 0, c)); }, 0);
 }
 
 TEST(CpuIsaReduce, IntegerAndNaN) {
@@ -97,6 +107,11 @@ TEST(CpuIsaReduce, IntegerAndNaN) {
   Tile<int32_t, 1, 40> cd;
   TCOLMIN(cd, s);
   expect_tile(cd, 1, 37, [&](int, int c) { return ref_reduce(s, false, c, 5, 2); }, 0);
+  Tile<int32_t, 4, 100> wide;  // a block of 64 columns and a tail, summed into int64
+  fill_random(wide, 4, 99, 0, 1000);
+  Tile<int64_t, 1, 100> wd;
+  TCOLSUM(wd, wide);
+  expect_tile(wd, 1, 99, [&](int, int c) { return ref_reduce(wide, false, c, 4, 0); }, 0);
 
   Tile<float, 2, 50> f;
   fill_random(f);
@@ -113,6 +128,14 @@ TEST(CpuIsaReduce, IntegerAndNaN) {
   TCOLMAX(cm, f);
   EXPECT_TRUE(std::isnan(cm.data[45]) && std::isnan(cm.data[3]));
   EXPECT_FALSE(std::isnan(cm.data[4]));
+  Tile<float, 3, 140> g;  // NaN in a full block of register accumulators and in the tail
+  fill_random(g);
+  g.at(1, 10) = NAN;
+  g.at(2, 130) = NAN;
+  Tile<float, 1, 140> gm;
+  TCOLMIN(gm, g);
+  EXPECT_TRUE(std::isnan(gm.data[10]) && std::isnan(gm.data[130]));
+  EXPECT_FALSE(std::isnan(gm.data[11]) || std::isnan(gm.data[129]));
 }
 
 TEST(CpuIsaExpand, RowAndColExpand) {

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import pypto
+import pypto.pipeline_ports
 import pypto.pipeline_trace
 from pypto.seed_kernels import PipelineStage, run_pipeline
 from pypto_testutil import assert_close
@@ -87,7 +88,7 @@ def test_failures_are_reported_not_hung(bad, match):
 def test_under_a_launcher_with_its_own_process_group(tmp_path):
     """Two ranks set the group up themselves (as torchrun does) and call run(); rank 0 gets the result."""
     stages, x = _model()
-    port = pypto.pipeline._free_port()
+    port = pypto.pipeline_ports.free_port()
     result = tmp_path / "out.npy"
     pid = os.fork()
     if pid == 0:
@@ -154,3 +155,77 @@ def test_trace_per_rank(tmp_path, monkeypatch):
         assert [v["stage_calls"] for v in run["ranks"].values()] == [5, 5]
         assert 0.0 <= run["bubble"] < 1.0 and run["gpipe_bubble"] == pytest.approx(1 / 6)
         assert run["messages"] == 2 * 5 + 2  # the data both ways, and the end marks
+
+
+class _PyptoLayer(torch.nn.Module):
+    """A stage whose forward is a PyPTO kernel: its derived backward takes part in torch autograd."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(d, d) * d ** -0.5)
+
+    def forward(self, x):
+        return _relu_matmul(x, self.w)
+
+
+@pypto.jit
+def _relu_matmul(x, w):
+    return pypto.relu(pypto.matmul(x, w))
+
+
+def _trainable(seed=0):
+    torch.manual_seed(seed)
+    stages = [torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh()), _PyptoLayer(32),
+              torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh()), torch.nn.Linear(32, 8)]
+    return stages, torch.randn(24, 16), torch.randn(24, 8)
+
+
+def _rel(a, b):
+    return float((a.double() - b.double()).norm() / b.double().norm())
+
+
+@pytest.mark.parametrize("processes", [2, 3])
+def test_training_1f1b_gradients_equal_one_process(processes):
+    import copy
+    stages, x, y = _trainable()
+    ref = copy.deepcopy(stages)
+    out = x
+    for st in ref:
+        out = st(out)
+    ref_loss = torch.nn.functional.mse_loss(out, y)
+    ref_loss.backward()
+    p = pypto.pipeline.Pipeline(stages, micro_batches=5)
+    loss = p.train(x, y, torch.nn.functional.mse_loss, processes=processes)
+    assert _rel(loss, ref_loss.detach()) < 1e-5
+    pairs = [(a, b) for s, r in zip(stages, ref) for a, b in zip(s.parameters(), r.parameters())]
+    assert len(pairs) == 7
+    for a, b in pairs:
+        assert a.grad is not None and _rel(a.grad, b.grad) < 1e-5
+    if processes == 2:  # a second step adds its gradients, as backward() does
+        p.train(x, y, torch.nn.functional.mse_loss, processes=processes)
+        for a, b in pairs:
+            assert _rel(a.grad, 2 * b.grad) < 1e-5
+
+
+def test_training_stage_that_raises_is_reported():
+    stages, x, y = _trainable()
+
+    def bad(v):
+        raise ValueError("boom in training")
+    with pytest.raises(pypto.PyptoError, match="(?s)stage 2 failed in the forward of micro-batch 0.*boom in training"):
+        pypto.pipeline.Pipeline(stages[:2] + [bad] + stages[3:], micro_batches=4, timeout=30).train(
+            x, y, torch.nn.functional.mse_loss, processes=3)
+
+
+def test_training_runs_one_forward_one_backward(tmp_path, monkeypatch):
+    """The 1F1B order in the per-rank traces: rank 0 runs one forward ahead, the last rank none."""
+    import json
+    monkeypatch.setenv("PYPTO_PIPELINE_TRACE", str(tmp_path / "t"))
+    stages, x, y = _trainable()
+    pypto.pipeline.Pipeline(stages, micro_batches=4).train(x, y, torch.nn.functional.mse_loss, processes=2)
+    order = {}
+    for r in (0, 1):
+        events = json.load(open(tmp_path / f"t-rank{r}.json"))["events"]
+        order[r] = " ".join(f"{'F' if ev == 'compute' else 'B'}{m}" for _, ev, m in events if ev in ("compute", "backward"))
+    assert order[0] == "F0 F1 B0 F2 B1 F3 B2 B3"
+    assert order[1] == "F0 B0 F1 B1 F2 B2 F3 B3"

@@ -2,7 +2,8 @@
 //
 // Row reductions keep a block of independent lane accumulators (which the compiler maps onto
 // SIMD registers) and combine them pairwise at the end: vectorised without -ffast-math, and more
-// accurate than one running sum. Empty reductions give 0 (sum), -inf (max), +inf (min); integer
+// accurate than one running sum. Column reductions keep a block of columns' accumulators in
+// registers and stream the rows past them. Empty reductions give 0 (sum), -inf (max), +inf (min); integer
 // max/min start from the type's limits. A sum accumulates in the promotion of src and dst types. Max/min
 // propagate NaN like TMAX/TMIN.
 #pragma once
@@ -63,18 +64,31 @@ inline void row_reduce(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
   dst.vc = 1;
 }
 
+// Columns c0 .. c0+W-1 (W <= lanes) reduced down rows 0 .. vr-1: the W accumulators stay in
+// registers while the rows stream past.
+template <int L, class CT, class Op, class D, class T>
+PTO_INLINE void col_block(D* d, const T* s, int64_t stride, int64_t vr, int W, Op op) {
+  CT acc[L];
+  for (int j = 0; j < L; ++j) acc[j] = Op::init();
+  if (W == L) {
+    for (int64_t r = 0; r < vr; ++r)
+      for (int j = 0; j < L; ++j) acc[j] = op(acc[j], convert<CT>(s[r * stride + j]));
+  } else {
+    for (int64_t r = 0; r < vr; ++r)
+      for (int j = 0; j < W; ++j) acc[j] = op(acc[j], convert<CT>(s[r * stride + j]));
+  }
+  for (int j = 0; j < W; ++j) d[j] = convert<D>(acc[j]);
+}
+
+// Reads every row of a block of columns before writing the block, so dst may share src's storage.
 template <template <class> class Red, class D, int RD, int CD, class T, int R, int C>
 inline void col_reduce(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
-  using CT = promote_t<T, D>;  // a sum into a wider dst accumulates in dst's type
-  const Red<CT> op{};
+  using CT = promote_t<T, D>;               // a sum into a wider dst accumulates in dst's type
+  constexpr int L = int(256 / sizeof(CT));  // four 512-bit registers of accumulators
   const int64_t vr = src.vr, vc = imin(src.vc, CD);
-  CT acc[C];
-  for (int64_t c = 0; c < vc; ++c) acc[c] = Red<CT>::init();
-  for (int64_t r = 0; r < vr; ++r) {
-    const T* s = src.data + r * C;
-    for (int64_t c = 0; c < vc; ++c) acc[c] = op(acc[c], convert<CT>(s[c]));
-  }
-  for (int64_t c = 0; c < vc; ++c) dst.data[c] = convert<D>(acc[c]);
+  int64_t c0 = 0;
+  for (; c0 + L <= vc; c0 += L) col_block<L, CT>(dst.data + c0, src.data + c0, C, vr, L, Red<CT>{});
+  if (c0 < vc) col_block<L, CT>(dst.data + c0, src.data + c0, C, vr, int(vc - c0), Red<CT>{});
   dst.vr = 1;
   dst.vc = int(vc);
 }

@@ -3,6 +3,7 @@ layout): argument handling only; each is one call of the C++ builder (src/ir/bui
 except split/chunk, which are plain views."""
 from __future__ import annotations
 
+from .. import dtypes as _dt
 from ..errors import PyptoError
 from .tensor_ops import cast, dims_arg, find_tracer, index, operand, static_float, static_int, tensor_of, unary, wrap
 from .values import Opcode, TensorValue
@@ -188,6 +189,24 @@ def cumsum(x, dim=None, dtype=None):
 
 def cumprod(x, dim=None, dtype=None):
     return _scan("TMUL", x, dim, dtype)
+
+
+def prod(x, dim=None, keepdim=False, dtype=None):
+    """The product along `dim` (all elements when None): the last element of the running product,
+    so the factors multiply in order, as torch's CPU loop does. Ints and bool give int64."""
+    tr = find_tracer(x)
+    v = wrap(tr, tensor_of(tr, x))
+    if dtype is None and not v.pdtype.is_floating_point:
+        dtype = _dt.int64
+    if dim is None:
+        flat = v.reshape((-1,)) if v.ndim != 1 else v
+        last = cumprod(flat, 0, dtype)[flat.shape[0] - 1]
+        return last.reshape(tuple(1 for _ in v.shape)) if keepdim else last
+    d = static_int(dim, "dim") % max(v.ndim, 1)
+    running = cumprod(v, d, dtype)
+    n = v.shape[d]
+    key = (slice(None),) * d + ((slice(n - 1, n) if keepdim else n - 1),)
+    return running[key]
 
 
 def _scan_extreme(op, x, dim):

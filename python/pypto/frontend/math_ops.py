@@ -48,7 +48,7 @@ def prelu(x, weight):
 
 def _int_operands(what, *xs):
     for x in xs:
-        d = x.dtype if isinstance(x, TensorValue) else None
+        d = x.pdtype if isinstance(x, TensorValue) else None
         if d is not None and (d.is_floating_point or d.name == "bool"):
             raise PyptoError(f"{what}: needs integer tensors, got {d.name}")
         if isinstance(x, float):

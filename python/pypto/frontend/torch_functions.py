@@ -17,6 +17,7 @@ from .. import dtypes as _dt
 from . import composite_ops as C
 from . import contract_ops as K
 from . import index_ops as X
+from . import torch_math as TM
 from . import torch_nn as NN
 from . import tracer
 from . import tensor_ops as T
@@ -551,7 +552,7 @@ def _build():
     torch = _torch()
     import torch.nn.functional as F
     table = {}
-    for impl, names in _entries() + NN.ENTRIES:
+    for impl, names in _entries() + NN.ENTRIES + TM.ENTRIES:
         for name in names:
             _methods.setdefault(name, impl)
             for ns in (torch, torch.Tensor, F, torch.special, torch.linalg):

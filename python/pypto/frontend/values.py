@@ -247,6 +247,7 @@ class TensorValue:
     def tril(self, diagonal=0): return C.tril(self, diagonal)
     def cumsum(self, dim=None, dtype=None): return C.cumsum(self, dim, dtype)
     def cumprod(self, dim=None, dtype=None): return C.cumprod(self, dim, dtype)
+    def prod(self, dim=None, keepdim=False, dtype=None): return C.prod(self, dim, keepdim, dtype)
     def cummax(self, dim): return C.cummax(self, dim)
     def cummin(self, dim): return C.cummin(self, dim)
     def sort(self, dim=-1, descending=False, stable=True): return C.sort(self, dim, descending)

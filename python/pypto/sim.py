@@ -9,7 +9,7 @@ import os
 from . import _C
 from .errors import PyptoError
 
-PIPES = ("MTE2", "MTE3", "V", "M", "S")
+PIPES = _C.sim_pipe_names()  # ("MTE2", "MTE3", "V", "M", "S"): ir::pipe_name
 
 
 def default_target_text():

@@ -55,6 +55,14 @@ void bind_sim(nb::module_& m) {
       "set_sim_timeline", [](runtime::Kernel& k, bool on) { k.set_sim_timeline(on); }, "kernel"_a, "on"_a,
       "Record each instruction's span on its pipe in the next runs.");
   m.def(
+      "sim_pipe_names",
+      []() {
+        nb::list names;
+        for (int p = 0; p < sim::kPipes; ++p) names.append(sim::pipe_name(p));
+        return nb::tuple(names);
+      },
+      "The names of the simulator's pipes, in the order of their numbers (ir::Pipe).");
+  m.def(
       "npu_target_text", []() { return target::default_npu_target_text(); },
       "The built-in NPU target description, in the file format.");
 }

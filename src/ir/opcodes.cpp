@@ -22,4 +22,10 @@ std::optional<Opcode> parse_opcode(std::string_view name) {
   return std::nullopt;
 }
 
+const char* pipe_name(int64_t pipe) {
+  static const char* const names[] = {"MTE2", "MTE3", "V", "M", "S", "ALL"};
+  static_assert(std::size(names) == size_t(Pipe::ALL) + 1);
+  return (pipe >= 0 && pipe <= int64_t(Pipe::ALL)) ? names[pipe] : "?";
+}
+
 }  // namespace pypto::ir

@@ -174,5 +174,8 @@ enum class Pipe : uint8_t {
   S /*scalar*/,
   ALL
 };
+// "MTE2", "MTE3", "V", "M", "S", "ALL"; "?" for a number that is no pipe. The one table of pipe
+// names: the interpreter's sync checks and the simulator's reports and race messages use it.
+const char* pipe_name(int64_t pipe);
 
 }  // namespace pypto::ir

@@ -347,7 +347,16 @@ class Lowerer : public StmtMutator {
     int r = int(shape.size());
     const bool vec = r == 1;  // rank 1: every element is a row (the table window reads as a column)
     const int rd = vec ? 0 : r - 2;
-    Nest n = nest(rows_side, elem_ext(shape), "g");
+    // Whole rows up to 16 KiB, a tile up to 32 KiB: each indexed row moves as one contiguous copy
+    // and a block of rows is stored as one.
+    std::vector<int64_t> ext = elem_ext(shape);
+    if (!vec) {
+      const int64_t bytes = dtype_bytes(compute_dtype(rows_side.buf->dtype));
+      ext[size_t(r - 1)] = std::min(shape[size_t(r - 1)], std::max<int64_t>(1, (16 << 10) / bytes));
+      ext[size_t(r - 2)] =
+          std::max<int64_t>(1, std::min(shape[size_t(r - 2)], (32 << 10) / (ext[size_t(r - 1)] * bytes)));
+    }
+    Nest n = nest(rows_side, ext, "g");
     auto sel = n.dst_sel(rd);
     auto [tr, tc] = tile_shape(sel, 2);
     const int64_t count = vec ? tc : tr;  // indices per iteration

@@ -40,8 +40,7 @@ Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes:
       written_(written_params(lowered_.isa)) {
   if (backend_ == Backend::Sim) {
     sim_single_ = std::make_shared<const ir::Program>(sim::insert_sync(lowered_.isa));
-    if (options.double_buffer)
-      sim_double_ = std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa)));
+    sim_double_buffer_ = options.double_buffer;
     set_sim_target("");
   }
 }
@@ -57,10 +56,12 @@ void Kernel::set_sim_target(const std::string& description) {
   // Ping-pong buffers where they fit the target's memories, else single ones; a program whose
   // single buffers do not fit fails here, naming the tile.
   std::shared_ptr<const ir::Program> program = sim_single_;
-  if (sim_double_) {
+  if (sim_double_buffer_) {
+    // Each core's share of a parallel loop is double-buffered: the program depends on the cores.
+    auto doubled = std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa, t->cores)));
     try {
-      sim::place_tiles(*sim_double_, *t);
-      program = sim_double_;
+      sim::place_tiles(*doubled, *t);
+      program = doubled;
     } catch (const Error&) {
     }
   }

@@ -65,7 +65,8 @@ class Kernel {
   bool from_cache_ = false;
   // Sim: the ISA with flags, with single and (double_buffer) ping-pong buffers; the one that
   // fits the target runs.
-  std::shared_ptr<const ir::Program> sim_single_, sim_double_, sim_program_;
+  std::shared_ptr<const ir::Program> sim_single_, sim_program_;
+  bool sim_double_buffer_ = false;
   std::shared_ptr<const target::NpuTarget> sim_target_;
   std::shared_ptr<const sim::SimReport> sim_report_;
   bool sim_timeline_ = false;

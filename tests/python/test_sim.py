@@ -169,8 +169,25 @@ def test_matmul_near_its_roofline():
     k = pypto.jit(matrix_multiply, backend="sim", sim_target={"machine.cores": 1})
     k(A, B, np.empty((256, 256), np.float32))
     rep = k.last_sim_report()
-    bound = max(rep.busy["MTE2"], rep.busy["M"])  # DMA-in or the cube, whichever is longer
-    assert bound <= rep.cycles <= 1.25 * bound, (rep.cycles, bound)
+    bound = max(rep.busy["MTE2"], rep.busy["M"])  # DMA-in bandwidth or the cube, whichever is longer
+    assert bound <= rep.cycles <= 1.15 * bound, (rep.cycles, bound)
+
+
+@pytest.mark.parametrize("cores", [1, 2])
+def test_double_buffering_of_each_cores_share_of_the_seed_conv2d(cores):
+    # The seed's conv2d is parallel loops over output rows: each core's share runs as a serial,
+    # double-buffered loop (20 rows on 1 or 2 cores; on the 32 of the built-in target each core
+    # has one row and nothing to overlap).
+    x, wt, bias = rand(3, 8, 20, 18), rand(16, 8, 3, 3), rand(16, 1, 1)
+    ref = np.asarray(pypto.jit(conv2d_memopt, backend="interp")(x, wt, bias))
+    cycles = {}
+    for db in (False, True):
+        k = pypto.jit(conv2d_memopt, backend="sim", double_buffer=db, sim_target={"machine.cores": cores})
+        assert np.array_equal(np.asarray(k(x, wt, bias)), ref)
+        cycles[db] = k.last_sim_report().cycles
+        if db:
+            assert "_core = 0 to" in k.lower(x, wt, bias).as_text("sim")
+    assert cycles[False] / cycles[True] >= 1.6, cycles
 
 
 def test_fusion_moves_fewer_bytes_on_attention():

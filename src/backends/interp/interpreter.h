@@ -19,6 +19,8 @@ struct OperandUse {
   const ir::Buffer* buf = nullptr;
   bool write = false;
   int64_t rows = 0, cols = 0;
+  // A global view's bounding box: the lowest and highest index it touches per base dimension.
+  std::vector<int64_t> lo, hi;
 };
 
 // Sees the run instruction by instruction, in program order, after each has executed (the NPU

@@ -7,13 +7,6 @@
 namespace pypto::interp {
 using namespace ir;
 
-namespace {
-const char* pipe_name(int64_t p) {
-  static const char* names[] = {"MTE2", "MTE3", "V", "M", "S", "ALL"};
-  return (p >= 0 && p <= 5) ? names[p] : "?";
-}
-}  // namespace
-
 void exec_sync(Machine& m, const Op& op) {
   if (op.code == Opcode::PIPE_BARRIER) {
     const int64_t p = m.int_scalar(op, 0);

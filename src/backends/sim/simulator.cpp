@@ -15,11 +15,6 @@
 namespace pypto::sim {
 using namespace ir;
 
-const char* pipe_name(int p) {
-  static const char* names[] = {"MTE2", "MTE3", "V", "M", "S", "ALL"};
-  return (p >= 0 && p <= 5) ? names[p] : "?";
-}
-
 double SimReport::utilisation(int pipe) const {
   const double span = double(cycles) * std::max(cores_used, 1);
   return span > 0 ? double(busy[size_t(pipe)]) / span : 0;
@@ -101,18 +96,43 @@ struct History {
   std::array<Access, kPipes> reads{};  // clock 0: none
 };
 
+// An access of part of a global buffer not yet known to be ordered before every pipe.
+struct GlobalAccess {
+  int pipe = 0;
+  bool write = false;
+  Access at;
+  std::vector<int64_t> lo, hi;  // bounding box
+  bool overlaps(const interp::OperandUse& u) const {
+    for (size_t d = 0; d < lo.size() && d < u.lo.size(); ++d)
+      if (u.hi[d] < lo[d] || hi[d] < u.lo[d]) return false;
+    return true;
+  }
+};
+
 struct Core {
   int64_t issue = 0;                   // when the scalar unit issues the next instruction
-  std::array<int64_t, kPipes> free{};  // when each pipe finishes its last instruction
+  std::array<int64_t, kPipes> free{};  // when each pipe can start its next instruction
+  // When each pipe's instructions so far have all completed: a DMA engine keeps transfers in
+  // flight (it is free again after bytes / bandwidth, the data arrives `latency` later).
+  std::array<int64_t, kPipes> done{};
   std::array<Clock, kPipes> clock{};
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::deque<std::pair<int64_t, Clock>>> flags;
   std::map<const Buffer*, History> history;
-  int64_t end() const { return std::max(issue, *std::max_element(free.begin(), free.end())); }
+  std::map<const Buffer*, std::vector<GlobalAccess>> global_history;
+  int64_t end() const { return std::max(issue, *std::max_element(done.begin(), done.end())); }
   void reset(int64_t t) {
     issue = t;
     free.fill(t);
+    done.fill(t);
     history.clear();  // a barrier orders everything before it
+    global_history.clear();
   }
+};
+
+// What an instruction costs its pipe: the cycles it occupies it, and the cycles after that until
+// its result is there (a DMA's latency; 0 for the compute units).
+struct Cost {
+  int64_t occupy = 0, latency = 0;
 };
 
 class Timer : public interp::ExecObserver {
@@ -139,14 +159,15 @@ class Timer : public interp::ExecObserver {
         break;
     }
     const int p = pipe_of(op.code);
-    const int64_t cost = charge(op, uses, p);
+    const Cost cost = charge(op, uses, p);
     const int64_t begin = std::max(c.issue, c.free[size_t(p)]);
-    c.free[size_t(p)] = begin + cost;
-    r_.busy[size_t(p)] += cost;
+    c.free[size_t(p)] = begin + cost.occupy;
+    c.done[size_t(p)] = std::max(c.done[size_t(p)], begin + cost.occupy + cost.latency);
+    r_.busy[size_t(p)] += cost.occupy;
     ++r_.instructions[size_t(p)];
     ++c.clock[size_t(p)][size_t(p)];
     check_races(c, op, uses, p);
-    if (spans_) record(p, begin, begin + cost, op, uses);
+    if (spans_) record(p, begin, begin + cost.occupy, op, uses);
   }
 
   void on_parallel_enter(size_t depth, int64_t iterations) override {
@@ -186,9 +207,9 @@ class Timer : public interp::ExecObserver {
 
   void set_flag(Core& c, const std::vector<ScalarValue>& s) {
     const auto [src, dst, ev] = sync_operands(s);
-    // Issued to pipe src: signals once src has finished everything before it.
-    const int64_t at = std::max(c.issue, c.free[size_t(src)]);
-    c.free[size_t(src)] = at;
+    // Issued to pipe src: signals once everything src ran before it has completed (its DMA
+    // transfers arrived); the pipe itself goes on with its next instructions.
+    const int64_t at = std::max(c.issue, c.done[size_t(src)]);
     c.flags[{src, dst, ev}].push_back({at, c.clock[size_t(src)]});
   }
 
@@ -214,6 +235,7 @@ class Timer : public interp::ExecObserver {
     c.clock.fill(joined);
     c.issue = t;
     c.free.fill(t);
+    c.done.fill(t);
   }
 
   std::string memory_of(const Buffer& b) const {
@@ -222,7 +244,7 @@ class Timer : public interp::ExecObserver {
     return it == t_.space_memory.end() ? std::string(space_name(b.space)) : it->second;
   }
 
-  int64_t charge(const Op& op, const std::vector<interp::OperandUse>& uses, int p) {
+  Cost charge(const Op& op, const std::vector<interp::OperandUse>& uses, int p) {
     auto bytes_of = [](const interp::OperandUse& u) {
       return u.rows * u.cols * int64_t(dtype_bytes(u.buf->dtype));
     };
@@ -238,11 +260,11 @@ class Timer : public interp::ExecObserver {
       const std::string mem = local ? memory_of(*local->buf) : "?";
       r_.bytes[p == int(Pipe::MTE2) ? "gm->" + mem : mem + "->gm"] += bytes;
       const target::DmaPipe& d = p == int(Pipe::MTE2) ? t_.gm_in : t_.gm_out;
-      return d.latency_cycles + int64_t(std::ceil(double(bytes) / d.bytes_per_cycle));
+      return {int64_t(std::ceil(double(bytes) / d.bytes_per_cycle)), d.latency_cycles};
     }
     if (p == int(Pipe::M)) {
       // dst M x N, a M x K, b K x N (TMATMUL_BIAS: a bias operand after them).
-      if (uses.size() < 3) return t_.matrix_startup_cycles;
+      if (uses.size() < 3) return {t_.matrix_startup_cycles, 0};
       const int64_t M = uses[1].rows, K = uses[1].cols, N = uses[2].cols;
       const std::string dt(dtype_name(uses[1].buf->dtype));
       auto rate = t_.fractals_per_cycle.find(dt);
@@ -257,7 +279,7 @@ class Timer : public interp::ExecObserver {
       // Operands stream from L1 into L0A/L0B while the cube works on the previous fractals.
       const double cycles =
           std::max(fractals / rate->second, double(operand_bytes) / t_.l1_to_l0_bytes_per_cycle);
-      return t_.matrix_startup_cycles + int64_t(std::ceil(cycles));
+      return {t_.matrix_startup_cycles + int64_t(std::ceil(cycles)), 0};
     }
     int64_t widest = 0;
     for (const auto& u : uses) widest = std::max(widest, bytes_of(u));
@@ -265,7 +287,7 @@ class Timer : public interp::ExecObserver {
     if (transcendental(op.code)) cycles *= t_.transcendental_factor;
     if (op.code == Opcode::TARGSORT && !uses.empty())
       cycles *= std::max(1.0, std::ceil(std::log2(double(std::max<int64_t>(uses[0].cols, 2)))));
-    return t_.vector_startup_cycles + int64_t(cycles);
+    return {t_.vector_startup_cycles + int64_t(cycles), 0};
   }
 
   // Vector-clock race check: an earlier access of the buffer from another pipe must be ordered
@@ -273,6 +295,10 @@ class Timer : public interp::ExecObserver {
   void check_races(Core& c, const Op& op, const std::vector<interp::OperandUse>& uses, int p) {
     const Clock& now = c.clock[size_t(p)];
     for (const auto& u : uses) {
+      if (u.buf->space == Space::Global) {
+        check_global(c, op, u, p);
+        continue;
+      }
       History& h = c.history[u.buf];
       auto race = [&](int other, const Access& a, const char* kind) {
         throw Error("race on '" + u.buf->name + "' (core " + std::to_string(core_) + "): `" + op_text(op) +
@@ -293,6 +319,29 @@ class Timer : public interp::ExecObserver {
         h.reads[size_t(p)] = {now[size_t(p)], &op};
       }
     }
+  }
+
+  // Parts of a global buffer: only overlapping accesses must be ordered.
+  void check_global(Core& c, const Op& op, const interp::OperandUse& u, int p) {
+    if (u.rows <= 0 || u.cols <= 0) return;
+    const Clock& now = c.clock[size_t(p)];
+    auto& list = c.global_history[u.buf];
+    for (const GlobalAccess& a : list)
+      if (a.pipe != p && (u.write || a.write) && a.at.clock > now[size_t(a.pipe)] && a.overlaps(u))
+        throw Error("race on '" + u.buf->name + "' (core " + std::to_string(core_) + "): `" + op_text(op) + "` on " +
+                    pipe_name(p) + " " + (u.write ? "writes" : "reads") + " it while `" + op_text(*a.at.op) + "` on " +
+                    pipe_name(a.pipe) + " " + (a.write ? "writes" : "reads") +
+                    " it, and no SET_FLAG/WAIT_FLAG from " + pipe_name(a.pipe) + " to " + pipe_name(p) +
+                    " orders them");
+    // Forget the accesses every pipe is ordered after already.
+    list.erase(std::remove_if(list.begin(), list.end(),
+                              [&](const GlobalAccess& a) {
+                                for (int q = 0; q < kPipes; ++q)
+                                  if (c.clock[size_t(q)][size_t(a.pipe)] < a.at.clock) return false;
+                                return true;
+                              }),
+               list.end());
+    list.push_back(GlobalAccess{p, u.write, {now[size_t(p)], &op}, u.lo, u.hi});
   }
 
   void record(int p, int64_t begin, int64_t end, const Op& op, const std::vector<interp::OperandUse>& uses) {

@@ -19,7 +19,7 @@
 namespace pypto::sim {
 
 constexpr int kPipes = 5;  // ir::Pipe MTE2, MTE3, V, M, S
-const char* pipe_name(int pipe);
+using ir::pipe_name;
 
 // One instruction's span on a pipe of a core (cycles), for the timeline.
 struct PipeSpan {
@@ -64,10 +64,13 @@ std::map<std::string, std::pair<int64_t, int64_t>> place_tiles(const ir::Program
 // simulator's race check judges its flags.
 ir::Program insert_sync(const ir::Program& tile_program);
 
-// Double buffering for the NPU: each serial loop whose body loads into tiles it allocates runs two
-// iterations per trip, the second (under `if var + step < hi`) on copies of those tiles named
-// `<tile>_pong`; the instructions run in the same order, so the values are unchanged.
-ir::Program ping_pong(const ir::Program& tile_program);
+// Double buffering for the NPU: each loop that runs on one core and whose body moves tiles it
+// allocates by DMA (loads into them, or stores them) runs two iterations per trip, the second
+// (under `if var + step < hi`) on copies of those tiles named `<tile>_pong`. An outermost parallel
+// loop with more iterations than `cores` becomes `parallel for v_core = 0 to cores` over each
+// core's contiguous share, run as a serial loop and double-buffered. The instructions of each
+// iteration are the same, so the values are unchanged.
+ir::Program ping_pong(const ir::Program& tile_program, int cores);
 
 // Runs `program` (a tile-level program with its sync instructions) on the interpreter and times
 // it. `spans`: record the timeline.

@@ -11,8 +11,10 @@
 // one that holds the consumer, so work between them overlaps. An edge from a later to an earlier
 // statement (or to itself) is carried by the nearest enclosing loop: its set and wait go into
 // that loop's body, a prologue `SET_FLAG` before the loop lets the first iteration through and
-// an epilogue `WAIT_FLAG` after it consumes the last iteration's set. Every set and its wait run
-// equally often, on every path. An outermost parallel loop's iterations are separate from the
+// an epilogue `WAIT_FLAG` after it consumes the last iteration's set (both go around the
+// outermost loop of a nest of loops that directly hold each other, so the next outer iteration's
+// first wait consumes the last set, without draining the pipes in between). Every set and its
+// wait run equally often, on every path. An outermost parallel loop's iterations are separate from the
 // code around it (the simulator joins all cores at its start and end), so its body starts from,
 // and leaves, an empty state; parallel loops inside it run on one core, like serial ones.
 #include <algorithm>
@@ -37,14 +39,33 @@ struct Record {
     return write == o.write && ordered == o.ordered && sites == o.sites;
   }
 };
-// buffer -> pipe -> that pipe's access (its write, or its reads since the buffer's last write)
-using State = std::map<const Buffer*, std::map<int, Record>>;
+
+// An access of part of a global buffer, by one statement on one pipe.
+struct GlobalRecord {
+  bool write = false;
+  std::set<int> ordered;  // pipes already ordered after it
+  // Made in an earlier iteration of an enclosing loop (or in a loop already left): its view's
+  // loop variables had other values, so its region cannot be compared with this iteration's.
+  bool carried = false;
+  bool operator==(const GlobalRecord& o) const {
+    return write == o.write && ordered == o.ordered && carried == o.carried;
+  }
+};
+
+struct State {
+  // local tile -> pipe -> that pipe's access (its write, or its reads since the tile's last write)
+  std::map<const Buffer*, std::map<int, Record>> local;
+  // global buffer -> (pipe, statement) -> the access: parts of a global buffer are ordered
+  // separately, so accesses of disjoint parts (rows of two iterations) need no flag.
+  std::map<const Buffer*, std::map<std::pair<int, Path>, GlobalRecord>> global;
+  bool operator==(const State& o) const { return local == o.local && global == o.global; }
+};
 
 State join(const State& a, const State& b) {
   State out = a;
-  for (const auto& [buf, recs] : b)
+  for (const auto& [buf, recs] : b.local)
     for (const auto& [pipe, r] : recs) {
-      auto& mine = out[buf];
+      auto& mine = out.local[buf];
       auto it = mine.find(pipe);
       if (it == mine.end()) {
         mine[pipe] = r;
@@ -58,7 +79,52 @@ State join(const State& a, const State& b) {
       m.ordered = both;  // ordered only where both paths ordered it
       m.sites.insert(r.sites.begin(), r.sites.end());
     }
+  for (const auto& [buf, recs] : b.global)
+    for (const auto& [key, r] : recs) {
+      auto& mine = out.global[buf];
+      auto it = mine.find(key);
+      if (it == mine.end()) {
+        mine[key] = r;
+        continue;
+      }
+      GlobalRecord& m = it->second;
+      m.write = m.write || r.write;
+      m.carried = m.carried || r.carried;
+      std::set<int> both;
+      for (int q : m.ordered)
+        if (r.ordered.count(q)) both.insert(q);
+      m.ordered = both;
+    }
   return out;
+}
+
+State carried(State s) {
+  for (auto& [buf, recs] : s.global)
+    for (auto& [key, r] : recs) r.carried = true;
+  return s;
+}
+
+// Whether two views of one buffer provably cover no common element: along some base dimension
+// their offsets differ by a constant at least the extent of the lower one.
+bool disjoint(const View& a, const View& b) {
+  for (size_t d = 0; d < a.offset.size() && d < b.offset.size(); ++d) {
+    const auto diff = as_int(b.offset[d] - a.offset[d]);
+    if (!diff) continue;
+    auto span = [&](const View& v) { return d < v.size.size() ? (v.size[d] - 1) * v.step[d] + 1 : 1; };
+    if (*diff >= span(a) || -*diff >= span(b)) return true;
+  }
+  return false;
+}
+
+// Whether the access `v` (in this iteration) is disjoint from every access of `buf` that the
+// statement at `site` makes.
+bool apart(const View& v, const Path& site) {
+  const Stmt& s = (*site.back().first)[site.back().second];
+  for (const Operand& o : s->op.args) {
+    const View* w = std::get_if<View>(&o);
+    if (w && w->buf == v.buf && !disjoint(*w, v)) return false;
+  }
+  return true;
 }
 
 Stmt sync_op(Opcode code, int src, int dst, int event) {
@@ -119,8 +185,10 @@ class Inserter {
       case StmtKind::OpStmt:
         return op(s->op, state);
       case StmtKind::Seq:
+        blocks_[&s->body] = Holder{here(), false, false};
         return block(s->body, state);
       case StmtKind::If: {
+        blocks_[&s->body] = blocks_[&s->orelse] = Holder{here(), false, false};
         State other = state;
         block(s->body, state);
         block(s->orelse, other);
@@ -130,20 +198,20 @@ class Inserter {
       case StmtKind::For: {
         const bool parallel = s->loop_kind == LoopKind::Parallel && parallel_depth_ == 0;
         if (s->loop_kind == LoopKind::Parallel) ++parallel_depth_;
-        loops_[&s->body] = Anchor{path_.back().first, path_.back().second};
+        blocks_[&s->body] = Holder{here(), true, parallel};
         const State entry = parallel ? State{} : state;
         State top = entry;
         for (int round = 0; round < 16; ++round) {  // the lattice is finite; a few rounds suffice
           State end = top;
           block(s->body, end);
-          State next = join(entry, end);
+          State next = join(entry, carried(end));
           if (next == top) break;
           top = next;
         }
         if (s->loop_kind == LoopKind::Parallel) --parallel_depth_;
         State end = top;
         block(s->body, end);
-        state = parallel ? State{} : join(entry, end);  // zero iterations keep the entry state
+        state = parallel ? State{} : join(entry, carried(end));  // zero iterations keep the entry state
         return;
       }
       default:
@@ -158,7 +226,15 @@ class Inserter {
       const View* v = std::get_if<View>(&o.args[i]);
       if (!v || !v->buf) continue;
       const bool write = i == 0;
-      for (auto& [p, r] : state[v->buf.get()])
+      if (v->buf->space == Space::Global) {
+        for (auto& [key, r] : state.global[v->buf.get()])
+          if (key.first != q && (write || r.write) && !r.ordered.count(q) && (r.carried || !apart(*v, key.second))) {
+            place(key.second, path_, key.first, q);
+            r.ordered.insert(q);
+          }
+        continue;
+      }
+      for (auto& [p, r] : state.local[v->buf.get()])
         if (p != q && (write || r.write) && !r.ordered.count(q)) {
           for (const Path& site : r.sites) place(site, path_, p, q);
           r.ordered.insert(q);
@@ -167,7 +243,12 @@ class Inserter {
     for (size_t i = 0; i < o.args.size(); ++i) {
       const View* v = std::get_if<View>(&o.args[i]);
       if (!v || !v->buf) continue;
-      auto& recs = state[v->buf.get()];
+      if (v->buf->space == Space::Global) {
+        GlobalRecord& r = state.global[v->buf.get()][{q, path_}];
+        r = GlobalRecord{r.write || i == 0, {}, false};
+        continue;
+      }
+      auto& recs = state.local[v->buf.get()];
       if (i == 0) {
         recs.clear();  // every earlier access is ordered before this write now
         recs[q] = Record{true, {}, {path_}};
@@ -194,10 +275,20 @@ class Inserter {
     // statements are the same one; at level d they are in one block, the producer later).
     for (size_t k = std::min({d, producer.size() - 1, consumer.size() - 1}) + 1; k-- > 0;) {
       if (producer[k].first != consumer[k].first) continue;
-      auto loop = loops_.find(producer[k].first);
-      if (loop == loops_.end()) continue;
+      auto loop = blocks_.find(producer[k].first);
+      if (loop == blocks_.end() || !loop->second.loop) continue;
+      // The prologue and epilogue only balance the flag's count (no edge's ordering relies on
+      // them: each conflicting pair has its own set and wait), and with one set outstanding at
+      // most each wait consumes the set after the producer's latest run. So they go around the
+      // outermost loop holding this one (through `if`s; not out of a loop spread over cores):
+      // an epilogue and the next outer iteration's prologue would stall the consumer's pipe
+      // until the producer's pipe drained, where the next wait needs only the last set.
+      Anchor around = loop->second.stmt;
+      for (auto up = blocks_.find(around.block); up != blocks_.end() && !up->second.spread;
+           up = blocks_.find(up->second.stmt.block))
+        if (up->second.loop) around = up->second.stmt;
       add_edge({producer[k].first, producer[k].second}, {consumer[k].first, consumer[k].second}, p, q,
-               &loop->second);
+               &around);
       return;
     }
   }
@@ -217,7 +308,14 @@ class Inserter {
 
   int parallel_depth_ = 0;
   Path path_;
-  std::map<const std::vector<Stmt>*, Anchor> loops_;  // a loop's body -> the loop statement
+  Anchor here() const { return Anchor{path_.back().first, path_.back().second}; }
+
+  struct Holder {
+    Anchor stmt;  // the statement holding the block
+    bool loop;    // a loop's body (else an `if`'s branch or a group)
+    bool spread;  // an outermost parallel loop's body (its iterations spread over the cores)
+  };
+  std::map<const std::vector<Stmt>*, Holder> blocks_;  // a nested block -> what holds it
   std::set<std::tuple<const void*, size_t, const void*, size_t, int, int>> edges_;
   std::map<std::pair<int, int>, int> next_event_;
   std::map<Anchor, std::vector<Stmt>> before_, after_;

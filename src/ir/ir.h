@@ -234,6 +234,8 @@ std::vector<int64_t> dim_symbol_values(const Program& p, const std::vector<std::
 // dynamic extents evaluated from the dimension symbols the inputs bind.
 std::vector<std::vector<int64_t>> output_shapes(const Program& p,
                                                 const std::vector<std::vector<int64_t>>& input_shapes);
+// The dimension symbols of `p` bound from the shapes of its inputs (params that are not outputs).
+ScalarEnv dim_symbol_env(const Program& p, const std::vector<std::vector<int64_t>>& input_shapes);
 // Each dimension symbol of `p` with its range [0, kDynamicBound], for bounds analysis.
 VarBounds dim_symbol_bounds(const Program& p);
 // A buffer's shape at run time given the program's scalar environment (dynamic extents evaluated).

@@ -115,3 +115,9 @@ def vector_add(x, y):
 @pypto.jit
 def column_sum(x):
     return pypto.sum(x, 0)
+
+
+# The low-precision cases of bench/lowp_cases.py (bf16 runs `matmul` and `transformer_block`).
+@pypto.jit
+def scaled_mm(a, b, sa, sb):
+    return pypto.scaled_mm(a, b, sa, sb)

@@ -38,10 +38,12 @@ def build_cases(ctx, args, threads):
     from bench.system import system_cases
     from bench.memory_cases import memory_cases
     from bench.op_cases import op_cases
+    from bench.lowp_cases import lowp_cases
     from bench.torch_interop import interop_cases
     from bench.pipeline_case import pipeline_cases
     from bench.dynamic_cases import dynamic_cases
-    cases = (compute_cases(ctx) + memory_cases(ctx) + op_cases(ctx) + system_cases(ctx) + interop_cases(ctx)
+    cases = (compute_cases(ctx) + lowp_cases(ctx) + memory_cases(ctx) + op_cases(ctx) + system_cases(ctx)
+             + interop_cases(ctx)
              + pipeline_cases(ctx) + dynamic_cases(ctx))
     if args.cases:
         wanted = [w.strip() for w in args.cases.split(",") if w.strip()]

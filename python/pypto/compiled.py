@@ -6,6 +6,8 @@ from __future__ import annotations
 import operator
 import os
 
+import numpy as np
+
 from . import _C
 from . import autograd
 from . import dtypes as _dt
@@ -87,6 +89,7 @@ class CompiledKernel:
         if backend == "cpu":
             self.compile()
         self.fast = self._make_fast()
+        self.dispatch = self._dispatch_plan(kinds, out_params)
 
     def _make_fast(self):
         """A specialised call path for the common case (explicit array arguments only, all of one
@@ -124,6 +127,33 @@ class CompiledKernel:
                 raise PyptoError(f"kernel '{name}' failed at run time: {e}{sites(e)}") from None
             return out
         return fast
+
+    def _dispatch_plan(self, kinds, out_params):
+        """How the C++ call path (_C.Dispatch.add) runs this variant: (input arguments, scalar
+        arguments, torch outputs?, [(output dtype, shape or None when dynamic)], result kind,
+        result items); None when it cannot (the Python path runs every call)."""
+        if (self.backend not in ("cpu", "interp") or not self.simple or self.arg_only is None
+                or self.written_torch or any(k not in (interop.TORCH, interop.NUMPY) for k in kinds)
+                or self.first_kind not in (interop.TORCH, interop.NUMPY)):
+            return None
+        result = _result_plan(self.template)
+        if result is None:
+            return None
+        torch_out = self.first_kind == interop.TORCH
+        outs = []
+        for p, dt in zip(out_params, self.out_dtypes):
+            if torch_out:
+                odt = getattr(interop._torch(), dt.name)
+            elif dt.np is None:
+                return None  # (bfloat16 for a NumPy caller: a pypto.Tensor)
+            else:
+                odt = np.dtype(dt.np)
+            outs.append((odt, None if self.dynamic else tuple(p[2])))
+        return (list(self.arg_only), list(self.scalar_idx), torch_out, outs) + result
+
+    def _run_failed(self, message):
+        """The C++ call path's run-time error (bind_dispatch.cpp), as the Python path raises it."""
+        raise PyptoError(f"kernel '{self.name}' failed at run time: {message}{self._index_sites(message)}") from None
 
     def nest_info(self):
         """Per loop nest: (source lines, global buffers written, flops, bytes, exact), once."""
@@ -227,6 +257,28 @@ class CompiledKernel:
             if self.written_torch:
                 interop.bump_versions([objs[j] for j in self.written_torch])
         return outs, objs
+
+
+# Result kinds of the C++ call path (bind_dispatch.cpp's Result).
+_RESULT_NONE, _RESULT_SINGLE, _RESULT_TUPLE, _RESULT_LIST = range(4)
+
+
+def _result_plan(template):
+    """(result kind, items) for the C++ call path: an item is an output index, or -1 - j for the
+    input param j returned as is; None for a template it does not rebuild (dicts, constants)."""
+    def item(t):
+        return t[1] if t[0] == "out" else -1 - t[1] if t[0] == "input" else None
+    kind = template[0]
+    if kind == "static":
+        return (_RESULT_NONE, []) if template[1] is None else None
+    if kind in ("out", "input"):
+        return (_RESULT_SINGLE, [item(template)])
+    if kind == "seq" and template[1] in (tuple, list):
+        items = [item(t) for t in template[2]]
+        if None in items:
+            return None
+        return (_RESULT_TUPLE if template[1] is tuple else _RESULT_LIST, items)
+    return None
 
 
 class Lowered:

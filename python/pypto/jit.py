@@ -39,6 +39,8 @@ _options, _static_key = compile_options, static_key
 
 
 _torch_tensor = None  # torch.Tensor once torch is imported (it is optional)
+_torch_parameter = None  # torch.nn.Parameter (the C++ call path takes both)
+_MISS = _C.dispatch_miss  # what the C++ call path returns for a call it leaves to the Python path
 
 
 def _torch_compiling():
@@ -50,7 +52,7 @@ def _torch_compiling():
 def _bind_torch(torch):
     """torch is imported: its compile check replaces the sys.modules look-up above, and the
     custom-op glue is loaded (outside any compiled region, as dynamo wants)."""
-    global _torch_tensor, _torch_compiling, _torch_ops
+    global _torch_tensor, _torch_parameter, _torch_compiling, _torch_ops
     if _torch_ops is None:
         torch.utils._pytree.register_constant(JitFunction)  # a kernel passes through nonstrict_trace as is
         from . import torch_ops  # needs torch, which is optional: loaded once torch is
@@ -58,7 +60,9 @@ def _bind_torch(torch):
         if os.environ.get("PYPTO_SHARE_THREADS", "1") != "0":
             _C.share_threads_with_openmp()  # parallel loops on torch's OpenMP threads
     _torch_tensor = torch.Tensor
+    _torch_parameter = torch.nn.Parameter
     _torch_compiling = torch.compiler.is_compiling
+    _C.bind_torch(torch.Tensor, torch.nn.Parameter, torch.empty, torch.is_grad_enabled)
 
 
 _torch_ops = None
@@ -71,6 +75,22 @@ def _release_compiled():
     alive past that point (torch.compile's caches hold kernels) would be reported as leaks."""
     for k in list(_live_kernels):
         k._cache.clear()
+        k._dispatch = _NoDispatch()  # (a _C object, as the kernels in the cache)
+    _C.clear_last_calls()
+
+
+class _NoDispatch:
+    """A kernel's C++ call path after exit: every call takes the Python path."""
+    fast_calls = 0
+
+    def __call__(self, args):
+        return _MISS
+
+    def add(self, *spec):
+        pass
+
+    def clear(self):
+        pass
 
 
 def _call_traced(kernel, args, kwargs):
@@ -81,6 +101,30 @@ def _call_traced(kernel, args, kwargs):
     return _torch_ops.call_traced(kernel, args, kwargs)
 
 
+
+
+def _call_with_module_hooks(kernel, m, args, kwargs):
+    """pypto.jit(module)(*args) with the module's forward pre-hooks and forward hooks, run as
+    torch's Module.__call__ runs them (in registration order; a hook's non-None result replaces
+    the arguments or the output; with_kwargs hooks see and may replace the keyword arguments)."""
+    for hid, hook in list(m._forward_pre_hooks.items()):
+        if hid in m._forward_pre_hooks_with_kwargs:
+            r = hook(m, args, kwargs)
+            if r is not None:
+                if not (isinstance(r, tuple) and len(r) == 2):
+                    raise RuntimeError(f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
+                                       f"but got {r}.")
+                args, kwargs = r
+        else:
+            r = hook(m, args)
+            if r is not None:
+                args = r if isinstance(r, tuple) else (r,)
+    out = kernel._call_without_hooks(args, kwargs)
+    for hid, hook in list(m._forward_hooks.items()):
+        r = hook(m, args, kwargs, out) if hid in m._forward_hooks_with_kwargs else hook(m, args, out)
+        if r is not None:
+            out = r
+    return out
 
 
 def arg_key(a):
@@ -113,13 +157,16 @@ class CacheInfo(NamedTuple):
     Dynamic shapes: `dynamic` lists per variant the dims compiled as symbols ({arg: [dims]}, empty
     for a static variant) and `why` per variant the reason (dynamic=..., mark_dynamic, automatic,
     or "static shapes"); `static_dims` maps (arg, dim) pairs the kernel needs as compile-time
-    values to the kernel line that needed them."""
+    values to the kernel line that needed them. `fast_calls` counts the calls the C++ call path
+    ran whole (the rest took the Python path: first calls, autograd, profiling, other argument
+    kinds, errors)."""
     size: int
     specialised: dict
     variants: list
     dynamic: list = []
     why: list = []
     static_dims: dict = {}
+    fast_calls: int = 0
 
 
 # pypto.mark_dynamic: id(array) -> (weak reference or the array, dims)
@@ -143,11 +190,17 @@ def mark_dynamic(t, dim):
     if old is not None and _marked_object(old) is t:
         norm |= old[1]
     try:
-        ref = weakref.ref(t, lambda _r, k=key: _marks.pop(k, None))
+        ref = weakref.ref(t, lambda _r, k=key: _unmark(k))
     except TypeError:
         ref = t
     _marks[key] = (ref, norm)
+    _C.set_dynamic_marks(True)  # the C++ call path leaves dynamic variants to _dynamic_dims
     return t
+
+
+def _unmark(key):
+    _marks.pop(key, None)
+    _C.set_dynamic_marks(bool(_marks))
 
 
 def _marked_object(entry):
@@ -189,9 +242,45 @@ def _parse_dynamic(dynamic, names, k0):
 
 def _follow_profiling(on):
     JitFunction._profile_calls = on
+    _C.set_dispatch_profiling(on)  # profiled calls take the Python path
 
 
 _profile.state.listeners.append(_follow_profiling)
+_C.set_dispatch_profiling(_profile.state.on)
+
+# Argument kinds of the C++ call path's specs (bind_dispatch.cpp's Kind), and the values it
+# compares (compile-time arguments, bools, None, strings: keyed by value).
+_SPEC_TORCH, _SPEC_NUMPY, _SPEC_INT, _SPEC_FLOAT, _SPEC_VALUE = range(5)
+_VALUE_TYPES = (bool, type(None), int, float, str)
+
+
+def _arg_specs(args, static, dyn):
+    """Per argument, what the C++ call path matches to reach the variant these arguments reached
+    (the signature key of arg_key / _dyn_key: dyn maps an argument to its dims compiled as
+    symbols, numbered by the classes of their extents), or None when it cannot."""
+    specs, classes = [], {}
+    for i, a in enumerate(args):
+        t = type(a)
+        if i in static or t is bool or a is None or t is str:
+            if t not in _VALUE_TYPES:
+                return None
+            specs.append((_SPEC_VALUE, a, None))
+            continue
+        if t is int or t is float:
+            specs.append((_SPEC_INT if t is int else _SPEC_FLOAT, None, None))
+            continue
+        if t is np.ndarray:
+            kind = _SPEC_NUMPY
+        elif (t is _torch_tensor or t is _torch_parameter) and t is not None and a.is_cpu:
+            kind = _SPEC_TORCH
+        else:
+            return None
+        shape = tuple(a.shape)
+        dims = dyn.get(i)
+        if dims:
+            shape = tuple(-1 - classes.setdefault(n, len(classes)) if d in dims else n for d, n in enumerate(shape))
+        specs.append((kind, a.dtype, shape))
+    return specs
 
 
 # A fork() while another thread traces or compiles leaves that thread's lock held in the child,
@@ -217,7 +306,11 @@ class JitFunction:
                  promote=True, alignment=None, profile=False, sim_target=None, dynamic=None):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
+        # pypto.jit(module) calls as module(x) does, with the module's own hooks; pypto.jit(module.forward)
+        # as module.forward(x) does, without them (submodules' hooks run either way: they are called).
+        self._hooks_of = None
         if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
+            self._hooks_of = fn if hasattr(fn, "_forward_hooks") else None
             fn = fn.forward  # an nn.Module: its forward, the module's tensors as implicit inputs
         self._self = None
         func = fn
@@ -263,6 +356,11 @@ class JitFunction:
             raise PyptoError(f"alignment must be a power of two (bytes), got {alignment!r}")
         self._alignment = alignment if alignment and alignment > 1 else None
         self._cache = {}
+        # The C++ call path (bind_dispatch.cpp): variants the Python path ran are registered in it,
+        # for the signature-key state they were registered under (_key_state).
+        self._dispatch = _C.Dispatch(self._n)
+        self._dispatch_state = None
+        self._dispatch_entries = set()
         self._static_args = set()
         self._static_reasons = {}  # arg index -> "file:line: why its value is needed at compile time"
         self._unroll = set()
@@ -442,8 +540,23 @@ class JitFunction:
         return self._dyn_why.get((i, d), "automatic")
 
     def __call__(self, *args, **kwargs):
+        m = self._hooks_of
+        if m is not None and (m._forward_pre_hooks or m._forward_hooks):
+            return _call_with_module_hooks(self, m, args, kwargs)
+        return self._call_without_hooks(args, kwargs)
+
+    def _call_without_hooks(self, args, kwargs):
         if _torch_compiling():  # a torch.library custom op in the graph (torch_ops.py)
             return _call_traced(self, args, kwargs)
+        if not kwargs:
+            out = self._dispatch(args)  # the whole call in C++ when a registered variant matches
+            if out is not _MISS:
+                return out
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
+        """The Python call path: every call the C++ one leaves (first calls, autograd, profiling,
+        other argument kinds, errors), which registers the variants it runs with the C++ one."""
         t0 = _now()  # the call's wall time for get_last_profile (dynamo cannot trace clocks: after its check)
         if kwargs or len(args) != self._n:
             args = self._bind(args, kwargs)
@@ -466,10 +579,12 @@ class JitFunction:
             if e.fast is not None:
                 out = e.fast(args)
                 _profile.record(e, t0, t0)
+                self._register_fast(e, args)
                 return out
             if e.simple:
                 out = e.run(args, ())
                 _profile.record(e, t0, t0)
+                self._register_fast(e, args)
                 return out
         e, imp = self._entry(args)
         if imp and _autograd.wants_grad(imp):  # an implicit input (a module's weight) requires grad
@@ -478,7 +593,33 @@ class JitFunction:
         t_run = _now()
         out = e.run(args, imp)
         _profile.record(e, t0, t_run)
+        if not imp:
+            self._register_fast(e, args)
         return out
+
+    def _key_state(self):
+        """What the signature key of a call depends on besides its arguments (each part only
+        grows, but for the dynamic mode): variants registered under another state are dropped."""
+        return (len(self._static_args), self._dyn_mode, sum(map(len, self._dyn_learned.values())),
+                len(self._static_dims))
+
+    def _register_fast(self, e, args):
+        """Let the C++ call path run the next calls with the signature of these arguments, which
+        just ran variant e (kwargs already bound, no implicit inputs)."""
+        if e.dispatch is None or self._k0 or self._alignment or self._profile_calls or self._backend == "sim":
+            return
+        state = self._key_state()
+        if state != self._dispatch_state:
+            self._dispatch.clear()
+            self._dispatch_entries.clear()
+            self._dispatch_state = state
+        if id(e) in self._dispatch_entries:
+            return
+        dyn = {self._names.index(n): set(d) for n, d in e.dynamic.items()} if e.dynamic else {}
+        specs = _arg_specs(args, self._static_args, dyn)
+        if specs is not None:
+            self._dispatch.add(e, e.kernel, specs, *e.dispatch)
+            self._dispatch_entries.add(id(e))
 
     def _profiled_call(self, args, t0):
         e, imp = self._entry(args)
@@ -539,6 +680,8 @@ class JitFunction:
     # --- misc ----------------------------------------------------------------------------------
     def clear_cache(self):
         self._cache.clear()
+        self._dispatch.clear()
+        self._dispatch_entries.clear()
 
     @property
     def cache_size(self):
@@ -554,7 +697,8 @@ class JitFunction:
             static_dims = {(self._names[i], d): r for (i, d), r in sorted(self._static_dims.items())}
             return CacheInfo(len(entries), why, [dict(getattr(e, "specialised", {})) for e in entries],
                              [dict(getattr(e, "dynamic", {})) for e in entries],
-                             [getattr(e, "why", "static shapes") for e in entries], static_dims)
+                             [getattr(e, "why", "static shapes") for e in entries], static_dims,
+                             self._dispatch.fast_calls)
 
     # Identity equality, stated so torch's pytree can pass a kernel as a constant.
     def __eq__(self, other):

@@ -111,6 +111,40 @@ def prod(x, dim=None, keepdim=False, dtype=None):
     """The product along `dim` (every element when None), multiplied in order; int and bool give int64."""
 
 
+# --- random numbers (frontend/random_ops.py: counter-based, seed + offset) ---------------------
+from .frontend import random_ops as _R  # noqa: E402
+
+
+@make_op(_R.rand)
+def rand(seed, offsets):
+    """Uniform float32 in [0, 1) at each integer offset, a pure function of (seed, offset), as
+    Triton's tl.rand: tiles and threads draw the same numbers in any order."""
+
+
+@make_op(_R.randn)
+def randn(seed, offsets):
+    """Standard normal float32 at each integer offset (Box-Muller on rand at 2k and 2k + 1)."""
+
+
+@make_op(_R.rand_like)
+def rand_like(x, seed=None, dtype=None):
+    """Uniform [0, 1) numbers shaped like x; seed None: a fresh seed at every call."""
+
+
+@make_op(_R.randn_like)
+def randn_like(x, seed=None, dtype=None):
+    """Standard normal numbers shaped like x; seed None: a fresh seed at every call."""
+
+
+@make_op(_R.dropout)
+def dropout(x, p=0.5, training=True, seed=None):
+    """Zero each element with probability p, scale the others by 1 / (1 - p) (torch's dropout);
+    seed None: a fresh mask at every call, the same one in its backward."""
+
+
+__all__ += ["rand", "randn", "rand_like", "randn_like", "dropout"]
+
+
 @make_op(C.cummax)
 def cummax(x, dim):
     """(values, int64 indices) of the running maximum along `dim`, as torch.cummax."""

@@ -3,7 +3,8 @@ per-nest times when profiling is on (@pypto.jit(profile=True), PYPTO_PROFILE=1, 
 pypto.profiling()), the time of a kernel over several tile sizes (pypto.tile_curve), and the
 alignment check behind @pypto.jit(alignment=N).
 
-Recording costs two clock reads and one thread-local store per call; everything else (FLOP and
+Recording costs two clock reads and one thread-local store per call (in C++, shared by both
+call paths); everything else (FLOP and
 byte counts from the IR, rates, the table) is computed when someone asks, and the counts once per
 compiled kernel. Per-nest times come from a profiling variant of the kernel (timer hooks around
 each nest), which only profiled calls run."""
@@ -21,7 +22,6 @@ from .errors import PyptoError
 from .profiling import machine_peak, nest_table, write_chrome_trace
 from .sim import report_of
 
-_tls = threading.local()
 _now = time.perf_counter_ns
 
 
@@ -47,7 +47,7 @@ def record(entry, t0, t_run, spans=None):
     """A kernel call that started at t0 and ran entry's kernel from t_run (perf_counter_ns);
     spans: (nest spans, chunk spans) of a profiled run."""
     last = (entry, t0, t_run, _now(), spans, threading.get_native_id(), getattr(entry, "last_shapes", None))
-    _tls.last = last
+    _C.set_last_call(last)  # one slot per thread, shared with the C++ call path (bind_dispatch.cpp)
     if state.regions:
         with state.lock:
             for r in state.regions:
@@ -55,7 +55,7 @@ def record(entry, t0, t_run, spans=None):
 
 
 def forget():
-    _tls.last = None
+    _C.set_last_call(None)
 
 
 class NestTime(NamedTuple):
@@ -180,7 +180,7 @@ class Profile:
 def get_last_profile():
     """The profile of the last kernel call on this thread, or None (no call yet, or the last one
     went through autograd)."""
-    last = getattr(_tls, "last", None)
+    last = _C.last_call()
     return Profile(*last) if last is not None else None
 
 

@@ -58,7 +58,9 @@ class SimReport:
     `utilisation[pipe]` (busy / (cycles x cores used)), `instructions[pipe]`, `bytes[path]`
     ("gm->ub", "ub->gm", "gm->l1", "l1->l0", "l0c->gm"), `memory[name]` = (peak bytes placed,
     capacity), `cores_used`, `micros` (cycles at the target's clock), `spans` (core, pipe, begin,
-    end, instruction) and `to_chrome_trace(path)`."""
+    end, instruction; begin..end is the time it occupies its pipe), `arrivals` (per span, when its
+    result is there: a DMA's data arrives its latency after the pipe is free again) and
+    `to_chrome_trace(path)`."""
 
     def __init__(self, kernel_name, d):
         self.kernel = kernel_name
@@ -74,6 +76,7 @@ class SimReport:
         self.bytes = dict(d["bytes"])
         self.memory = dict(d["memory"])
         self.spans = list(d["spans"])
+        self.arrivals = list(d["arrivals"])  # per span: when its result is there (DMA: + latency)
         self.spans_dropped = d["spans_dropped"]
 
     @property

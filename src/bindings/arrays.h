@@ -5,6 +5,8 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include <string>
+
 #include "exec/tensor_arg.h"
 #include "ir/types.h"
 
@@ -27,5 +29,12 @@ ir::DType dtype_from_dlpack(nanobind::dlpack::dtype t);
 
 // ir::DType -> the DLPack dtype nanobind uses (for allocating outputs).
 nanobind::dlpack::dtype dlpack_from_dtype(ir::DType t);
+
+// The qualified name of an object's type, for messages.
+std::string py_type_name(nanobind::handle h);
+
+// A kernel's run-time scalar argument `i`: a Python int or float (or anything with __index__ /
+// __float__, such as NumPy scalars); ir::Error otherwise.
+ir::ScalarValue to_scalar(nanobind::handle h, size_t i);
 
 }  // namespace pypto::bindings

@@ -41,31 +41,6 @@ runtime::Backend parse_backend(const std::string& s) {
   throw ir::Error("unknown backend '" + s + "' (expected \"interp\", \"cpu\" or \"sim\")");
 }
 
-std::string py_type_name(nb::handle h) {
-  return nb::cast<std::string>(nb::handle((PyObject*)Py_TYPE(h.ptr())).attr("__qualname__"));
-}
-
-ir::ScalarValue to_scalar(nb::handle h, size_t i) {
-  ir::ScalarValue v;
-  if (PyFloat_Check(h.ptr())) {
-    v.is_float = true;
-    v.f = PyFloat_AS_DOUBLE(h.ptr());
-  } else if (PyLong_Check(h.ptr())) {
-    int overflow = 0;
-    v.i = PyLong_AsLongLongAndOverflow(h.ptr(), &overflow);
-    if (overflow) throw ir::Error("scalar argument " + std::to_string(i) + " does not fit in 64 bits");
-  } else if (PyObject_HasAttrString(h.ptr(), "__index__")) {
-    v.i = nb::cast<int64_t>(nb::int_(h));
-  } else if (PyObject_HasAttrString(h.ptr(), "__float__")) {
-    v.is_float = true;
-    v.f = nb::cast<double>(nb::float_(h));
-  } else {
-    throw ir::Error("scalar argument " + std::to_string(i) + ": expected an int or a float, got " +
-                    py_type_name(h));
-  }
-  return v;
-}
-
 const char* kind_name(ir::BufferKind k) {
   switch (k) {
     case ir::BufferKind::Param:

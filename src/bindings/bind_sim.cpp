@@ -35,10 +35,13 @@ nb::object report_dict(const runtime::Kernel& k) {
   d["instructions"] = count;
   d["bytes"] = bytes;
   d["memory"] = memory;
-  nb::list spans;
-  for (const sim::PipeSpan& s : r->spans)
+  nb::list spans, arrivals;
+  for (const sim::PipeSpan& s : r->spans) {
     spans.append(nb::make_tuple(s.core, sim::pipe_name(s.pipe), s.begin, s.end, s.what));
+    arrivals.append(s.arrive);
+  }
   d["spans"] = spans;
+  d["arrivals"] = arrivals;
   d["spans_dropped"] = r->spans_dropped;
   return d;
 }

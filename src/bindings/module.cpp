@@ -14,6 +14,7 @@ void bind_builder(nb::module_& m);
 void bind_runtime(nb::module_& m);
 void bind_elem(nb::module_& m);
 void bind_sim(nb::module_& m);
+void bind_dispatch(nb::module_& m);
 }  // namespace pypto::bindings
 
 NB_MODULE(_C, m) {
@@ -43,4 +44,5 @@ NB_MODULE(_C, m) {
   pypto::bindings::bind_runtime(m);
   pypto::bindings::bind_elem(m);
   pypto::bindings::bind_sim(m);
+  pypto::bindings::bind_dispatch(m);
 }

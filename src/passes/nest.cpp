@@ -77,7 +77,7 @@ Nest NestBuilder::nest(const View& d, const std::vector<int64_t>& ext, const std
 View NestBuilder::tile(const std::string& hint, DType t, int64_t r, int64_t c, Space s) {
   auto b = std::make_shared<Buffer>();
   b->name = names_.fresh(hint);
-  b->dtype = compute_dtype(t);
+  b->dtype = s == Space::Mat && t == DType::BF16 ? t : compute_dtype(t);
   b->shape = {r, c};
   b->space = s;
   b->kind = BufferKind::Temp;
@@ -185,13 +185,21 @@ DType result_tile_dtype(const Op& op) {
   return compute_dtype(std::get<View>(op.args[0]).buf->dtype);
 }
 
+DType matmul_operand_dtype(DType a, DType b, DType acc) {
+  if (a == DType::BF16 && b == DType::BF16 && acc == DType::F32) return DType::BF16;
+  if (a == DType::I8 && b == DType::I8 && acc == DType::I32) return DType::I8;
+  return acc;
+}
+
 std::vector<Stmt> matmul_k_loop(NestBuilder& nb, const View& a, const View& b, const Nest& n,
                                 const std::vector<int64_t>& ds, const View& acc, int64_t tk) {
   int r = int(ds.size());
   int64_t K = a.shape().back();
   tk = std::min(K, tk);
   int64_t tm = n.ext[r - 2], tn = n.ext[r - 1];
-  DType dt = acc.buf->dtype;
+  // bf16 operands stay bf16 in their tiles (the bf16 matmul converts them itself, exactly: see
+  // docs/isa.md); anything else is converted to the accumulator's type by the loads.
+  DType dt = matmul_operand_dtype(a.buf->dtype, b.buf->dtype, acc.buf->dtype);
   View ta = a.buf->space != Space::Global ? View::whole(a.buf) : nb.tile("a", dt, tm, tk, Space::Mat);
   View tb = b.buf->space != Space::Global ? View::whole(b.buf) : nb.tile("b", dt, tk, tn, Space::Mat);
   auto operand = [&](const View& v, bool is_a, Expr k0) {

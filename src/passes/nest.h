@@ -51,7 +51,8 @@ class NestBuilder {
 
   std::string fresh(const std::string& hint) { return names_.fresh(hint); }
   Nest nest(const ir::View& dst, const std::vector<int64_t>& ext, const std::string& hint);
-  // A local tile, allocated with the nest being built.
+  // A local tile, allocated with the nest being built. Its type is t's compute type (f16/bf16
+  // compute in f32), except bf16 matmul operands (Space::Mat), which stay bf16.
   ir::View tile(const std::string& hint, ir::DType t, int64_t rows, int64_t cols,
                 ir::Space s = ir::Space::Vec);
   // A statement hoisted out of the innermost body: it runs at the top of the body of the nest's
@@ -85,6 +86,12 @@ bool is_tensor_level(const ir::Op& op);
 // is loaded in (TLOAD converts), and the type of the result tile.
 ir::DType operand_tile_dtype(const ir::Op& op, size_t arg);
 ir::DType result_tile_dtype(const ir::Op& op);
+
+// The tile type of a matmul's operands, given the tensors' types and the accumulator's: bf16 when
+// both operands are bf16 and the accumulator f32, i8 when both are i8 and the accumulator i32
+// (the native dot products, pto/cpu/matmul_bf16.hpp and matmul_int8.hpp), else the
+// accumulator's type.
+ir::DType matmul_operand_dtype(ir::DType a, ir::DType b, ir::DType acc);
 
 // Statements computing acc (+)= a @ b for one iteration of a matmul nest over the destination
 // (shape dshape, nest n): the K dimension is walked in steps of tk; batch dims broadcast.

@@ -191,7 +191,8 @@ class FusedEmitter {
     if (it != e.cache.end()) return it->second;
     auto s = v.shape();
     int64_t rows = s.size() >= 2 ? s[s.size() - 2] : 1, cols = s.empty() ? 1 : s.back();
-    View tl = nb_.tile("x", t, rows, cols);
+    // bf16 is asked for only by matmul operands (matmul_operand_dtype), kept bf16 in a Mat tile.
+    View tl = nb_.tile("x", t, rows, cols, t == DType::BF16 ? Space::Mat : Space::Vec);
     Stmt ld = op_stmt(Op{Opcode::TLOAD, {tl, v}});
     // Hoist the load to the outermost loop level it depends on, unless the group writes it.
     int depth = 0;
@@ -212,10 +213,16 @@ class FusedEmitter {
     const View& a = std::get<View>(op.args[1]);
     const View& b = std::get<View>(op.args[2]);
     DType t = compute_dtype(d.buf->dtype);
+    const DType ot = matmul_operand_dtype(a.buf->dtype, b.buf->dtype, t);
     int64_t K = a.shape().back();
     auto as = ds;
     as.back() = K;
-    View ta = source(e, op, 1, t, m, as);
+    View ta = source(e, op, 1, ot, m, as);
+    if (ta.buf->dtype != ot) {  // a group tile computed in f32: rounded to its tensor's bf16
+      View c = nb_.tile("c", ot, ta.buf->shape[0], ta.buf->shape[1], Space::Mat);
+      e.body.push_back(op_stmt(Op{Opcode::TCVT, {c, ta}}));
+      ta = c;
+    }
     auto bs = b.shape();
     int s = int(bs.size());
     std::vector<Sel> sel;
@@ -226,7 +233,7 @@ class FusedEmitter {
     }
     sel.push_back(Sel{int_imm(0), bs[s - 2], true, false});
     sel.push_back(Sel{int_imm(0), bs[s - 1], true, false});
-    View tb = load(e, sub(b, sel), t);
+    View tb = load(e, sub(b, sel), ot);
     View y = nb_.tile("y", t, ta.buf->shape[0], bs[s - 1]);
     e.body.push_back(op_stmt(Op{Opcode::TMATMUL, {y, ta, tb}}));
     return y;

@@ -38,6 +38,12 @@ class Kernel {
   // use) and records each nest's span and each parallel chunk's (cpu/compiler.h); the
   // interpreter records nothing.
   void run(const RunArgs& args, cpu::RunProfile* profile = nullptr);
+  // run() in two steps, for callers that treat a failed check differently from a failed run
+  // (the bindings' fast call path): checked() makes every check of run() (arguments, run-time
+  // indices) and returns the arguments to run with (`args`, or `storage` holding them with
+  // integral floats and dimension symbols normalised); run_checked() runs them unchecked.
+  const RunArgs& checked(const RunArgs& args, RunArgs& storage) const;
+  void run_checked(const RunArgs& checked_args, cpu::RunProfile* profile = nullptr);
   // Shapes of the Output params for inputs (the other params, in order) of these shapes: dynamic
   // extents evaluated from the dimension symbols the inputs bind.
   std::vector<std::vector<int64_t>> output_shapes(
@@ -65,8 +71,10 @@ class Kernel {
   bool from_cache_ = false;
   // Sim: the ISA with flags, with single and (double_buffer) ping-pong buffers; the one that
   // fits the target runs.
-  std::shared_ptr<const ir::Program> sim_single_, sim_program_;
-  bool sim_double_buffer_ = false;
+  std::shared_ptr<const ir::Program> sim_program_;
+  // The simulator lowers again for each target: tiles from its memories unless given.
+  ir::Program sim_source_;
+  passes::PipelineOptions sim_options_;
   std::shared_ptr<const target::NpuTarget> sim_target_;
   std::shared_ptr<const sim::SimReport> sim_report_;
   bool sim_timeline_ = false;

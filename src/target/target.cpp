@@ -72,7 +72,8 @@ void read_simd(Target& t) {
   };
   for (const auto& f : features)
     if (f.present) t.simd.push_back(f.name);
-  // avx512_bf16 is not known to every compiler's __builtin_cpu_supports; read /proc/cpuinfo.
+  // avx512_bf16 / avx512_vnni are not known to every compiler's __builtin_cpu_supports; read
+  // /proc/cpuinfo.
   std::ifstream info("/proc/cpuinfo");
   std::string line;
   while (std::getline(info, line)) {
@@ -80,7 +81,7 @@ void read_simd(Target& t) {
     std::istringstream words(line);
     std::string w;
     while (words >> w)
-      if (w == "avx512_bf16" || w == "amx_tile") t.simd.push_back(w);
+      if (w == "avx512_bf16" || w == "avx512_vnni" || w == "amx_tile") t.simd.push_back(w);
     break;
   }
   bool has512 = std::find(t.simd.begin(), t.simd.end(), "avx512f") != t.simd.end();

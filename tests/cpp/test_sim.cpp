@@ -203,7 +203,8 @@ std::string store_then_load(const std::string& reload_rows) {
     TLOAD %t, %x[%i:16, 0:256]
     TADD %t, %t, 1.0f
     TSTORE %o[%i:16, 0:256], %t
-    TLOAD %u, %o[)" + reload_rows + R"(:16, 0:256]
+    TLOAD %u, %o[)" +
+         reload_rows + R"(:16, 0:256]
     TSTORE %o[(%i + 16):16, 0:256], %t
   }
   alloc %v: f32[16, 256] vec

@@ -9,6 +9,8 @@
 //   AVX-512 (32 registers): 14 x 32    AVX/AVX2 (16): 6 x 16    SSE/NEON/other: 6 x 8
 // The PTO_GEMM_* macros override the blocking (for tuning experiments).
 #pragma once
+#include "pto/cpu/matmul_bf16.hpp"
+#include "pto/cpu/matmul_int8.hpp"
 #include "pto/cpu/types.hpp"
 
 namespace pto {
@@ -282,6 +284,10 @@ inline void matmul_tiles(Tile<D, RD, CD>& dst, const Tile<T, R, C>& a, const Til
   if (m <= 0 || n <= 0) return;
   if constexpr (std::is_same_v<D, float> && std::is_same_v<T, float> && std::is_same_v<U, float>)
     matmul_tiles_f32<R, CD, C, C2>(dst.data, a.data, b.data, m, n, k, acc);
+  else if constexpr (std::is_same_v<D, float> && std::is_same_v<T, bf16_t> && std::is_same_v<U, bf16_t>)
+    matmul_tiles_bf16<CD, C, C2>(dst.data, a.data, b.data, m, n, k, acc);  // pto/cpu/matmul_bf16.hpp
+  else if constexpr (std::is_same_v<D, int32_t> && std::is_same_v<T, int8_t> && std::is_same_v<U, int8_t>)
+    matmul_tiles_i8<CD, C, C2>(dst.data, a.data, b.data, m, n, k, acc);  // pto/cpu/matmul_int8.hpp
   else
     matmul_loops<promote_t<D, T, U>, CD, C, C2>(dst.data, a.data, b.data, 0, m, 0, n, k, acc);
 }

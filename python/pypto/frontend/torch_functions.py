@@ -17,6 +17,7 @@ from .. import dtypes as _dt
 from . import composite_ops as C
 from . import contract_ops as K
 from . import index_ops as X
+from . import random_ops as R
 from . import torch_math as TM
 from . import torch_nn as NN
 from . import tracer
@@ -301,10 +302,17 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):  # noqa: A002
 
 
 def dropout(input, p=0.5, training=True, inplace=False):  # noqa: A002
-    if training and p > 0:
-        raise PyptoError("dropout in training mode is not supported inside a kernel (it needs random numbers); "
-                         "call module.eval() or use p=0")
-    return input
+    return R.dropout(input, p, training)
+
+
+def _random_like(impl):
+    def f(input, *, dtype=None, layout=None, device=None, requires_grad=False,  # noqa: A002
+          memory_format=None, generator=None):
+        if generator is not None:
+            raise PyptoError("a generator= is not supported inside a kernel: the seed comes from torch's "
+                             "default generator at each call (or pass one to pypto.rand)")
+        return impl(input, None, None if dtype is None else _dt.to_dtype(dtype))
+    return f
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -512,7 +520,8 @@ def _entries():
         (var, ["var"]), (std, ["std"]), (C.logsumexp, ["logsumexp"]), (C.any, ["any"]), (C.all, ["all"]),
         (C.argmax, ["argmax"]), (C.argmin, ["argmin"]),
         (softmax, ["softmax"]), (log_softmax, ["log_softmax"]), (layer_norm, ["layer_norm"]),
-        (rms_norm, ["rms_norm"]), (dropout, ["dropout"]), (scaled_dot_product_attention,
+        (rms_norm, ["rms_norm"]), (dropout, ["dropout"]),
+        (_random_like(R.rand_like), ["rand_like"]), (_random_like(R.randn_like), ["randn_like"]), (scaled_dot_product_attention,
                                                             ["scaled_dot_product_attention"]),
         (embedding, ["embedding"]), (pad, ["pad"]),
         (X.gather, ["gather"]), (X.scatter, ["scatter"]), (X.scatter_add, ["scatter_add"]),

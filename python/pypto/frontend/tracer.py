@@ -9,6 +9,8 @@ import re
 import threading
 import types
 
+import numpy as np
+
 from .. import _C
 from .. import interop
 from ..errors import PyptoError
@@ -40,6 +42,8 @@ class Path:
             rk = ("cell", id(root[1]))
         elif kind == "global":
             rk = ("global", id(root[1]), root[2])
+        elif kind == "call":  # (kind, make, name): make() computes it afresh at every call
+            rk = ("call", root[2])
         else:
             rk = ("const", id(root[1]))
         self.key = (rk, self.steps)
@@ -52,7 +56,7 @@ class Path:
         kind = self.root[0]
         if kind == "global":
             parts.append(self.root[2])
-        elif kind == "cell":
+        elif kind in ("cell", "call"):
             parts.append(self.root[2])
         elif kind == "arg":
             parts.append(f"arg{self.root[1]}")
@@ -76,6 +80,9 @@ class Path:
         elif kind == "global":
             g, name = self.root[1], self.root[2]
             fn = lambda args: g[name]  # noqa: E731
+        elif kind == "call":
+            make = self.root[1]
+            fn = lambda args: make()  # noqa: E731
         else:
             obj = self.root[1]
             fn = lambda args: obj  # noqa: E731
@@ -190,6 +197,33 @@ class Tracer:
         self._implicit[("id", id(obj))] = tv
         self._keep.append(obj)
         return tv
+
+    def guard_module_state(self, module):
+        """Trace again when an nn.Module's train()/eval() state or its submodules' hooks change:
+        submodules run as plain Python while tracing (dropout, batch norm, their hooks), so what
+        they read is baked into the kernel and not seen as guards otherwise. (The root's own hooks
+        run outside the kernel: jit.py.)"""
+        def state():
+            return tuple((m.training, tuple(m._forward_pre_hooks), tuple(m._forward_hooks)) if m is not module
+                         else m.training for m in module.modules())
+        self.guards.append((Path(("call", state, "module_state")), state()))
+
+    def fresh_seed(self):
+        """A (1,) int64 kernel input holding a new random seed at every call (random_ops.py):
+        drawn from torch's default generator for torch callers, else from NumPy's global one."""
+        if self.torch_flavour or getattr(self, "seed_from_torch", False):
+            import torch
+
+            def make():
+                return torch.randint(-(1 << 63), (1 << 63) - 1, (1,), dtype=torch.int64)
+        else:
+            def make():
+                return np.random.randint(-(1 << 63), (1 << 63) - 1, size=(1,), dtype=np.int64)
+        path = Path(("call", make, "random_seed"))
+        # One input per kernel; each use is told apart by its ordinal (random_ops salts with it),
+        # so two dropouts of one kernel draw independent masks.
+        self.seed_uses = getattr(self, "seed_uses", 0) + 1
+        return self.implicit_input(make(), path), self.seed_uses
 
     def const_input(self, arr):
         return self.implicit_input(arr, None)

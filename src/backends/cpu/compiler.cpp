@@ -184,6 +184,10 @@ const std::string& host_cpu_identity() {
 
 std::vector<std::string> all_flags(const std::string& inc) {
   std::vector<std::string> f = kFlags;
+  // PYPTO_NATIVE_DOT=0: the portable bf16/int8 dot products even where the CPU has
+  // AVX512-BF16 / AVX512-VNNI (the headers test the macro; being a flag, it joins the cache key).
+  if (const char* dot = std::getenv("PYPTO_NATIVE_DOT"); dot && std::string(dot) == "0")
+    f.push_back("-DPTO_NO_NATIVE_DOT");
   if (const char* extra = std::getenv("PYPTO_CXXFLAGS")) {
     for (auto& w : split_words(extra)) {
       if (std::string why = refused_flag_reason(w); !why.empty())

@@ -242,7 +242,8 @@ std::vector<OperandUse> Machine::operand_uses(const Op& op) {
       u.cols = g.cols;
       u.lo = u.hi = g.base;
       for (size_t d = 0; d < g.base.size(); ++d) {
-        const int64_t reach = (int(d) == g.rdim ? (g.rows - 1) * g.rstep : 0) + (int(d) == g.cdim ? (g.cols - 1) * g.cstep : 0);
+        const int64_t reach =
+            (int(d) == g.rdim ? (g.rows - 1) * g.rstep : 0) + (int(d) == g.cdim ? (g.cols - 1) * g.cstep : 0);
         (reach < 0 ? u.lo : u.hi)[d] += reach;
       }
     } else {

@@ -85,7 +85,8 @@ class PingPong : public StmtMutator {
     const Expr step = loop->step;
     const Expr next = var(loop->var) + step;
     std::vector<Stmt> body = loop->body;
-    body.push_back(if_then(cmp(ExprOp::Lt, next, loop->hi), PongCopy(loop->var, next).mutate_block(loop->body)));
+    body.push_back(
+        if_then(cmp(ExprOp::Lt, next, loop->hi), PongCopy(loop->var, next).mutate_block(loop->body)));
     auto n = std::make_shared<StmtNode>(*loop);
     n->step = step * int_imm(2);
     n->body = std::move(body);
@@ -102,7 +103,9 @@ class PingPong : public StmtMutator {
     if (n <= cores_) return loop;
     const std::string core = original->var + "_core";
     const Expr c = var(core);
-    auto first = [&](const Expr& k) { return int_imm(*lo) + int_imm(*step) * div(k * int_imm(n), int_imm(cores_)); };
+    auto first = [&](const Expr& k) {
+      return int_imm(*lo) + int_imm(*step) * div(k * int_imm(n), int_imm(cores_));
+    };
     auto mine = std::make_shared<StmtNode>(*loop);
     mine->loop_kind = LoopKind::Serial;
     mine->lo = first(c);
@@ -118,6 +121,8 @@ class PingPong : public StmtMutator {
 
 }  // namespace
 
-Program ping_pong(const Program& tile_program, int cores) { return PingPong(cores).mutate_program(tile_program); }
+Program ping_pong(const Program& tile_program, int cores) {
+  return PingPong(cores).mutate_program(tile_program);
+}
 
 }  // namespace pypto::sim

@@ -167,7 +167,7 @@ class Timer : public interp::ExecObserver {
     ++r_.instructions[size_t(p)];
     ++c.clock[size_t(p)][size_t(p)];
     check_races(c, op, uses, p);
-    if (spans_) record(p, begin, begin + cost.occupy, op, uses);
+    if (spans_) record(p, begin, begin + cost.occupy, begin + cost.occupy + cost.latency, op, uses);
   }
 
   void on_parallel_enter(size_t depth, int64_t iterations) override {
@@ -328,9 +328,9 @@ class Timer : public interp::ExecObserver {
     auto& list = c.global_history[u.buf];
     for (const GlobalAccess& a : list)
       if (a.pipe != p && (u.write || a.write) && a.at.clock > now[size_t(a.pipe)] && a.overlaps(u))
-        throw Error("race on '" + u.buf->name + "' (core " + std::to_string(core_) + "): `" + op_text(op) + "` on " +
-                    pipe_name(p) + " " + (u.write ? "writes" : "reads") + " it while `" + op_text(*a.at.op) + "` on " +
-                    pipe_name(a.pipe) + " " + (a.write ? "writes" : "reads") +
+        throw Error("race on '" + u.buf->name + "' (core " + std::to_string(core_) + "): `" + op_text(op) +
+                    "` on " + pipe_name(p) + " " + (u.write ? "writes" : "reads") + " it while `" +
+                    op_text(*a.at.op) + "` on " + pipe_name(a.pipe) + " " + (a.write ? "writes" : "reads") +
                     " it, and no SET_FLAG/WAIT_FLAG from " + pipe_name(a.pipe) + " to " + pipe_name(p) +
                     " orders them");
     // Forget the accesses every pipe is ordered after already.
@@ -344,14 +344,15 @@ class Timer : public interp::ExecObserver {
     list.push_back(GlobalAccess{p, u.write, {now[size_t(p)], &op}, u.lo, u.hi});
   }
 
-  void record(int p, int64_t begin, int64_t end, const Op& op, const std::vector<interp::OperandUse>& uses) {
+  void record(int p, int64_t begin, int64_t end, int64_t arrive, const Op& op,
+              const std::vector<interp::OperandUse>& uses) {
     if (r_.spans.size() >= kMaxSpans) {
       ++r_.spans_dropped;
       return;
     }
     std::string what(opcode_name(op.code));
     for (size_t i = 0; i < uses.size(); ++i) what += (i ? ", " : " ") + uses[i].buf->name;
-    r_.spans.push_back({core_, p, begin, end, std::move(what)});
+    r_.spans.push_back({core_, p, begin, end, arrive, std::move(what)});
   }
 
   const target::NpuTarget& t_;

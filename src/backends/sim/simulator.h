@@ -24,8 +24,9 @@ using ir::pipe_name;
 // One instruction's span on a pipe of a core (cycles), for the timeline.
 struct PipeSpan {
   int core = 0, pipe = 0;
-  int64_t begin = 0, end = 0;
-  std::string what;  // opcode and the buffers it touched
+  int64_t begin = 0, end = 0;  // the cycles it occupies its pipe
+  int64_t arrive = 0;          // when its result is there (a DMA's data, after its latency)
+  std::string what;            // opcode and the buffers it touched
 };
 
 struct SimReport {

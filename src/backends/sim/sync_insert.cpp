@@ -228,7 +228,8 @@ class Inserter {
       const bool write = i == 0;
       if (v->buf->space == Space::Global) {
         for (auto& [key, r] : state.global[v->buf.get()])
-          if (key.first != q && (write || r.write) && !r.ordered.count(q) && (r.carried || !apart(*v, key.second))) {
+          if (key.first != q && (write || r.write) && !r.ordered.count(q) &&
+              (r.carried || !apart(*v, key.second))) {
             place(key.second, path_, key.first, q);
             r.ordered.insert(q);
           }

@@ -1,0 +1,288 @@
+// bf16 x bf16 -> f32 tile matmul (TMATMUL / _ACC with two bf16 operand tiles and a f32 result).
+//
+// Semantics (docs/isa.md, "bf16 matmul"): the products of two bf16 values are exact in f32; they
+// are accumulated in f32 two K steps at a time, the odd step (k+1) first, then the even one (k),
+// each addition rounded to nearest even, so a dot product is a chain of f32 additions in the order
+// (k1, k0, k3, k2, ...). On the native path bf16 subnormal operands count as zero and subnormal
+// f32 partial sums flush to zero (the instruction's DAZ/FTZ); the portable path keeps them.
+//
+// Native path (AVX512-BF16, chosen when the compiler targets a CPU that reports it, i.e.
+// -march=native sees avx512_bf16 in cpuid): vdpbf16ps does both steps of a K pair for 16 columns
+// in one instruction. B is packed into pairs along K (the "VNNI" layout: one 32-bit lane holds
+// B(2p, j) in its low half and B(2p+1, j) in its high half), so one 64-byte load feeds 16
+// columns for two K steps; A is read in place, since A(i, 2p) and A(i, 2p+1) are adjacent in a
+// row-major tile and one 32-bit broadcast gives the pair. An MR x NR register block (14 x 32, 28
+// accumulators) runs over one packed B panel of NR columns.
+//
+// Portable path (any CPU, or PTO_NO_NATIVE_DOT defined: the environment variable
+// PYPTO_NATIVE_DOT=0 makes code generation define it): the same pair order in f32 FMAs, on B
+// packed as f32 pairs and A converted to f32, so both paths give the same bits apart from the
+// subnormal cases above.
+#pragma once
+#include "pto/cpu/types.hpp"
+
+#if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__GNUC__) && !defined(PTO_NO_NATIVE_DOT)
+#define PTO_NATIVE_BF16_DOT 1
+#else
+#define PTO_NATIVE_BF16_DOT 0
+#endif
+
+namespace pto {
+namespace bf16mm {
+
+#if defined(__AVX512F__)
+constexpr int kW = 16;  // f32 lanes per vector
+constexpr int MR = 14;
+#elif defined(__AVX__)
+constexpr int kW = 8;
+constexpr int MR = 6;
+#else
+constexpr int kW = 4;
+constexpr int MR = 6;
+#endif
+constexpr int NV = 2;
+constexpr int NR = NV * kW;  // columns per B panel
+
+typedef float vf __attribute__((vector_size(kW * 4)));
+typedef float vfu __attribute__((vector_size(kW * 4), aligned(4), may_alias));
+
+// Per-thread scratch (packed B, converted A rows), grown on demand. Exported for the same reason
+// as gemm::pack_buffers: one thread-local object per thread across all loaded kernels.
+inline namespace abi_v1 {
+struct Scratch {
+  void* p = nullptr;
+  int64_t cap = 0;
+  ~Scratch() {
+    if (p) ::operator delete(p, std::align_val_t(64));
+  }
+  template <class T>
+  T* get(int64_t n) {
+    const int64_t bytes = n * int64_t(sizeof(T));
+    if (bytes > cap) {
+      if (p) ::operator delete(p, std::align_val_t(64));
+      p = ::operator new(size_t(bytes), std::align_val_t(64));
+      cap = bytes;
+    }
+    return static_cast<T*>(p);
+  }
+};
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((visibility("default")))
+#endif
+inline Scratch& scratch(int which) {
+  static thread_local Scratch s[2];
+  return s[which];
+}
+}  // namespace abi_v1
+
+// Stores an MR' x NR register block into C (row stride ldc), only mr x nr of it, adding to C's
+// values when acc.
+template <int M_>
+PTO_INLINE void store_block(const vf (&r)[M_][NV], float* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+  if (mr == M_ && nr == NR) {
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        vfu* cp = reinterpret_cast<vfu*>(c + i * ldc + v * kW);
+        *cp = acc ? *cp + r[i][v] : r[i][v];
+      }
+    return;
+  }
+  alignas(64) float tmp[M_ * NR];
+#pragma GCC unroll 16
+  for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(tmp + i * NR + v * kW, &r[i][v], sizeof(vf));
+  for (int64_t i = 0; i < mr; ++i)
+    for (int64_t j = 0; j < nr; ++j)
+      c[i * ldc + j] = acc ? c[i * ldc + j] + tmp[i * NR + j] : tmp[i * NR + j];
+}
+
+#if PTO_NATIVE_BF16_DOT
+typedef int vi __attribute__((vector_size(64)));
+#if defined(__clang__) || __GNUC__ >= 13
+typedef __bf16 vbh __attribute__((vector_size(64)));
+#else
+typedef short vbh __attribute__((vector_size(64)));
+#endif
+PTO_INLINE vf dot_pairs(vf acc, vi a, vi b) {
+#if defined(__clang__)
+  return __builtin_ia32_dpbf16ps_512(acc, (vbh)a, (vbh)b);
+#else
+  return __builtin_ia32_dpbf16ps_v16sf(acc, (vbh)a, (vbh)b);
+#endif
+}
+
+// Bp[panel][p][j] (32-bit lanes) = B(2p, j0+j) | B(2p+1, j0+j) << 16, zero past k and n.
+template <int C2>
+inline void pack_b_pairs(const bf16_t* b, int64_t k, int64_t n, uint32_t* bp) {
+  const int64_t kp = (k + 1) / 2;
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    const int64_t nn = detail::imin(NR, n - j0);
+    uint32_t* dst = bp + j0 * kp;
+    for (int64_t p = 0; p < kp; ++p) {
+      const bool has_odd = 2 * p + 1 < k;
+      const uint16_t* r0 = &b[(2 * p) * C2 + j0].bits;
+      const uint16_t* r1 = has_odd ? r0 + C2 : r0;
+      uint32_t* d = dst + p * NR;
+      if (nn == NR && has_odd) {
+#pragma GCC unroll 32
+        for (int j = 0; j < NR; ++j) d[j] = uint32_t(r0[j]) | (uint32_t(r1[j]) << 16);
+      } else {
+        for (int j = 0; j < NR; ++j)
+          d[j] = j < nn ? uint32_t(r0[j]) | (has_odd ? uint32_t(r1[j]) << 16 : 0u) : 0u;
+      }
+    }
+  }
+}
+
+// C block (+)= A(M_ rows, row stride AS, bf16) * packed B panel over kp pairs; the last pair
+// holds only its even step when `odd`, and A's element past k is never read.
+template <int M_, int AS>
+PTO_INLINE void kernel_native(int64_t kp, bool odd, const bf16_t* PTO_RESTRICT a,
+                              const uint32_t* PTO_RESTRICT bp, float* c, int64_t ldc, bool acc, int64_t mr,
+                              int64_t nr) {
+  vf r[M_][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) r[i][v] = vf{};
+  const int64_t full = odd ? kp - 1 : kp;
+  for (int64_t p = 0; p < full; ++p) {
+    vi bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(&bv[v], bp + p * NR + v * kW, sizeof(vi));
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i) {
+      int ai;
+      __builtin_memcpy(&ai, a + i * AS + 2 * p, 4);
+      const vi av = vi{} + ai;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) r[i][v] = dot_pairs(r[i][v], av, bv[v]);
+    }
+  }
+  if (odd) {
+    const int64_t p = kp - 1;
+    vi bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(&bv[v], bp + p * NR + v * kW, sizeof(vi));
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i) {
+      const vi av = vi{} + int(a[i * AS + 2 * p].bits);  // the high half (past k) stays zero
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) r[i][v] = dot_pairs(r[i][v], av, bv[v]);
+    }
+  }
+  store_block<M_>(r, c, ldc, acc, mr, nr);
+}
+#else
+// Bp[panel][p][h][j] = B(2p+h, j0+j) as f32, zero past k and n.
+template <int C2>
+inline void pack_b_pairs_f32(const bf16_t* b, int64_t k, int64_t n, float* bp) {
+  const int64_t kp = (k + 1) / 2;
+  for (int64_t j0 = 0; j0 < n; j0 += NR) {
+    const int64_t nn = detail::imin(NR, n - j0);
+    float* dst = bp + j0 * 2 * kp;
+    for (int64_t q = 0; q < 2 * kp; ++q) {
+      float* d = dst + q * NR;
+      if (q < k && nn == NR) {
+        const bf16_t* s = b + q * C2 + j0;
+        for (int j = 0; j < NR; ++j) d[j] = to_float(s[j]);
+      } else {
+        for (int j = 0; j < NR; ++j) d[j] = q < k && j < nn ? to_float(b[q * C2 + j0 + j]) : 0.0f;
+      }
+    }
+  }
+}
+
+// The native kernel's order in f32 FMAs: per pair, the odd step, then the even one. A is f32
+// rows of stride AS with a zero past k (the odd tail).
+template <int M_>
+PTO_INLINE void kernel_portable(int64_t kp, const float* PTO_RESTRICT a, int64_t as,
+                                const float* PTO_RESTRICT bp, float* c, int64_t ldc, bool acc, int64_t mr,
+                                int64_t nr) {
+  vf r[M_][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) r[i][v] = vf{};
+  for (int64_t p = 0; p < kp; ++p) {
+    vf b0[NV], b1[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      __builtin_memcpy(&b0[v], bp + (2 * p) * NR + v * kW, sizeof(vf));
+      __builtin_memcpy(&b1[v], bp + (2 * p + 1) * NR + v * kW, sizeof(vf));
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i) {
+      const float a0 = a[i * as + 2 * p], a1 = a[i * as + 2 * p + 1];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        r[i][v] += b1[v] * a1;
+        r[i][v] += b0[v] * a0;
+      }
+    }
+  }
+  store_block<M_>(r, c, ldc, acc, mr, nr);
+}
+#endif
+
+}  // namespace bf16mm
+
+namespace detail {
+// d (row stride CD) (+)= a (m x k, row stride C) * b (k x n, row stride C2), bf16 operands.
+template <int CD, int C, int C2>
+inline void matmul_tiles_bf16(float* d, const bf16_t* a, const bf16_t* b, int64_t m, int64_t n, int64_t k,
+                              bool acc) {
+  using namespace bf16mm;
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    if (!acc)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) d[i * CD + j] = 0.0f;
+    return;
+  }
+  const int64_t kp = (k + 1) / 2;
+  const int64_t panels = (n + NR - 1) / NR;
+#if PTO_NATIVE_BF16_DOT
+  uint32_t* bp = scratch(0).get<uint32_t>(panels * kp * NR);
+  pack_b_pairs<C2>(b, k, n, bp);
+  // Rows of a ragged last block are copied into a zeroed MR-row block (same row stride), so the
+  // kernel never reads past the tile.
+  const int64_t m_full = m / MR * MR;
+  bf16_t* tail = nullptr;
+  if (m_full < m) {
+    tail = scratch(1).get<bf16_t>(int64_t(MR) * C);
+    __builtin_memset(static_cast<void*>(tail), 0, sizeof(bf16_t) * size_t(MR) * C);
+    for (int64_t i = m_full; i < m; ++i)
+      __builtin_memcpy(tail + (i - m_full) * C, a + i * C, sizeof(bf16_t) * size_t(k));
+  }
+  const bool odd = (k & 1) != 0;
+  for (int64_t jp = 0; jp < panels; ++jp) {
+    const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);
+    const uint32_t* panel = bp + jp * kp * NR;
+    for (int64_t i0 = 0; i0 < m_full; i0 += MR)
+      kernel_native<MR, C>(kp, odd, a + i0 * C, panel, d + i0 * CD + j0, CD, acc, MR, nr);
+    if (tail) kernel_native<MR, C>(kp, odd, tail, panel, d + m_full * CD + j0, CD, acc, m - m_full, nr);
+  }
+#else
+  float* bp = scratch(0).get<float>(panels * 2 * kp * NR);
+  pack_b_pairs_f32<C2>(b, k, n, bp);
+  const int64_t as = 2 * kp;  // A as f32, a zero past k
+  const int64_t mpad = (m + MR - 1) / MR * MR;
+  float* af = scratch(1).get<float>(mpad * as);
+  for (int64_t i = 0; i < mpad; ++i)
+    for (int64_t p = 0; p < as; ++p) af[i * as + p] = i < m && p < k ? to_float(a[i * C + p]) : 0.0f;
+  for (int64_t jp = 0; jp < panels; ++jp) {
+    const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);
+    const float* panel = bp + jp * 2 * kp * NR;
+    for (int64_t i0 = 0; i0 < m; i0 += MR)
+      kernel_portable<MR>(kp, af + i0 * as, as, panel, d + i0 * CD + j0, CD, acc, detail::imin(MR, m - i0),
+                          nr);
+  }
+#endif
+}
+}  // namespace detail
+
+}  // namespace pto

@@ -1,0 +1,183 @@
+// The native dot-product paths of the CPU headers (pto/cpu/matmul_bf16.hpp: vdpbf16ps,
+// pto/cpu/matmul_int8.hpp: vpdpbusd) exist only
+// under -march=native on a CPU that has them, and the test binary is built without it: this test
+// compiles a self-checking program the way kernels are compiled, twice (native, and with
+// PTO_NO_NATIVE_DOT, the portable path that PYPTO_NATIVE_DOT=0 selects), checks each against a
+// float64 reference and checks that both give the same bits (docs/isa.md: one summation order).
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "backends/cpu/compiler.h"
+#include "gtest/gtest.h"
+#include "target/target.h"
+
+namespace {
+
+const char* kProgram = R"PTO(
+#include "pto/pto.hpp"
+#include <cmath>
+#include <cstdio>
+#include <random>
+using namespace pto;
+static std::mt19937 rng(11);
+static float rnd() { return std::uniform_real_distribution<float>(0.05f, 2.0f)(rng) * ((rng() & 1) ? 1 : -1); }
+static int fails = 0;
+static unsigned long long hash = 1469598103934665603ull;
+#define CHECK(c, ...) do { if (!(c)) { ++fails; std::printf(__VA_ARGS__); std::printf("\n"); } } while (0)
+
+// dst (+)= a (m x k) * b (k x n) on tiles whose padding is NaN; checked against float64 with the
+// bound of an f32 accumulation, and the result bits hashed.
+template <int R, int C, int R2, int C2>
+static void bf16_case(int m, int k, int n, bool acc) {
+  static Tile<bf16_t, R, C> a;
+  static Tile<bf16_t, R2, C2> b;
+  static Tile<float, R, C2> d;
+  for (auto& v : a.data) v = bf16_from_float(NAN);
+  for (auto& v : b.data) v = bf16_from_float(NAN);
+  for (int i = 0; i < m; ++i) for (int p = 0; p < k; ++p) a.data[i * C + p] = bf16_from_float(rnd());
+  for (int p = 0; p < k; ++p) for (int j = 0; j < n; ++j) b.data[p * C2 + j] = bf16_from_float(rnd());
+  for (auto& v : d.data) v = NAN;
+  for (int i = 0; i < m; ++i) for (int j = 0; j < n; ++j) d.data[i * C2 + j] = acc ? rnd() : NAN;
+  static float d0[R * C2];
+  for (int i = 0; i < R * C2; ++i) d0[i] = d.data[i];
+  a.vr = m; a.vc = k; b.vr = k; b.vc = n; d.vr = m; d.vc = n;
+  if (acc) TMATMUL_ACC(d, a, b); else TMATMUL(d, a, b);
+  CHECK(d.vr == m && d.vc == n, "bf16 %dx%dx%d: valid %dx%d", m, k, n, d.vr, d.vc);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = acc ? d0[i * C2 + j] : 0.0, mag = std::fabs(s);
+      for (int p = 0; p < k; ++p) {
+        double t = double(to_float(a.data[i * C + p])) * to_float(b.data[p * C2 + j]);
+        s += t; mag += std::fabs(t);
+      }
+      float got = d.data[i * C2 + j];
+      if (!(std::fabs(got - s) <= 6e-8 * (k + 2) * mag)) {
+        CHECK(false, "bf16 %dx%dx%d acc %d at (%d,%d): %g vs %g", m, k, n, int(acc), i, j, got, s);
+        return;
+      }
+      unsigned bits;
+      std::memcpy(&bits, &got, 4);
+      hash = (hash ^ bits) * 1099511628211ull;
+    }
+  // Outside the valid region nothing is written.
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C2; ++j)
+      if (i >= m || j >= n) CHECK(std::isnan(d.data[i * C2 + j]), "bf16 %dx%dx%d wrote padding (%d,%d)", m, k, n, i, j);
+}
+
+// The int8 product is exact (wrapping int32): compared with int64 sums exactly.
+template <int R, int C, int R2, int C2>
+static void i8_case(int m, int k, int n, bool acc) {
+  static Tile<int8_t, R, C> a;
+  static Tile<int8_t, R2, C2> b;
+  static Tile<int32_t, R, C2> d;
+  std::uniform_int_distribution<int> U(-128, 127);
+  for (auto& v : a.data) v = int8_t(U(rng));  // padding too: it must not leak in
+  for (auto& v : b.data) v = int8_t(U(rng));
+  for (auto& v : d.data) v = -7777777;
+  for (int i = 0; i < m; ++i) for (int j = 0; j < n; ++j) d.data[i * C2 + j] = acc ? U(rng) * 1000 : -7777777;
+  static int32_t d0[R * C2];
+  for (int i = 0; i < R * C2; ++i) d0[i] = d.data[i];
+  a.vr = m; a.vc = k; b.vr = k; b.vc = n; d.vr = m; d.vc = n;
+  if (acc) TMATMUL_ACC(d, a, b); else TMATMUL(d, a, b);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      long long s = acc ? d0[i * C2 + j] : 0;
+      for (int p = 0; p < k; ++p) s += int(a.data[i * C + p]) * int(b.data[p * C2 + j]);
+      int32_t got = d.data[i * C2 + j];
+      if (got != int32_t(s)) {
+        CHECK(false, "i8 %dx%dx%d acc %d at (%d,%d): %d vs %lld", m, k, n, int(acc), i, j, got, s);
+        return;
+      }
+      hash = (hash ^ unsigned(got)) * 1099511628211ull;
+    }
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < C2; ++j)
+      if (i >= m || j >= n) CHECK(d.data[i * C2 + j] == -7777777, "i8 %dx%dx%d wrote padding (%d,%d)", m, k, n, i, j);
+}
+
+int main() {
+  i8_case<128, 256, 256, 256>(128, 256, 256, false);
+  i8_case<64, 70, 70, 40>(61, 67, 33, true);     // k % 4 == 3, ragged m and n
+  i8_case<64, 70, 70, 40>(15, 70, 40, false);    // k % 4 == 2
+  i8_case<8, 5, 5, 8>(5, 5, 7, true);            // k % 4 == 1
+  i8_case<16, 1, 1, 48>(13, 1, 47, false);
+  i8_case<32, 128, 128, 96>(29, 128, 96, true);
+  bf16_case<128, 256, 256, 256>(128, 256, 256, false);
+  bf16_case<128, 256, 256, 256>(128, 256, 256, true);
+  bf16_case<64, 70, 70, 40>(61, 67, 33, false);   // ragged m (not a multiple of 14), odd k, n < 2 panels
+  bf16_case<64, 70, 70, 40>(15, 70, 40, true);
+  bf16_case<8, 3, 3, 8>(5, 3, 7, false);
+  bf16_case<16, 1, 1, 48>(13, 1, 47, true);        // k = 1: the odd tail alone
+  bf16_case<1, 64, 64, 1>(1, 63, 1, false);
+  bf16_case<32, 128, 128, 96>(29, 128, 96, false);
+  std::printf("native %d %d hash %016llx\n", PTO_NATIVE_BF16_DOT, PTO_NATIVE_INT8_DOT, hash);
+  if (fails == 0) std::printf("OK\n");
+  return fails == 0 ? 0 : 1;
+}
+)PTO";
+
+std::string run_capture(const std::string& cmd, int* status) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) {
+    *status = -1;
+    return out;
+  }
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *status = pclose(p);
+  return out;
+}
+
+// Compiles and runs kProgram with `defines`; returns its output (the hash line and OK).
+std::string compile_and_run(const std::string& cxx, const std::string& dir, const std::string& defines) {
+  const std::string src = dir + "/dot.cpp", exe = dir + "/dot";
+  std::ofstream(src) << kProgram;
+  int st = 0;
+  std::string out = run_capture(cxx + " -std=c++17 -O3 -march=native " + defines + " -I" +
+                                    pypto::cpu::include_dir() + " " + src + " -o " + exe,
+                                &st);
+  EXPECT_EQ(st, 0) << "compile failed:\n" << out;
+  if (st != 0) return "";
+  out = run_capture(exe, &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("OK"), std::string::npos) << out;
+  std::remove(src.c_str());
+  std::remove(exe.c_str());
+  return out;
+}
+
+std::string hash_of(const std::string& out) {
+  auto at = out.find("hash ");
+  return at == std::string::npos ? "" : out.substr(at, 21);
+}
+
+TEST(CpuIsaDot, NativeAndPortablePathsAgree) {
+  const char* env = std::getenv("PYPTO_CXX");
+  std::string cxx = env && *env ? env : "c++";
+  int st = 0;
+  run_capture("command -v " + cxx, &st);
+  if (st != 0) GTEST_SKIP() << "no C++ compiler (" << cxx << ")";
+  char dir[] = "/tmp/pto_dot_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string native = compile_and_run(cxx, dir, "");
+  const std::string portable = compile_and_run(cxx, dir, "-DPTO_NO_NATIVE_DOT");
+  rmdir(dir);
+  EXPECT_NE(portable.find("native 0 0"), std::string::npos) << portable;
+  // Where the CPU reports AVX512-BF16 / AVX512-VNNI, the default is the native path.
+  const auto& simd = pypto::runtime::host_target().simd;
+  auto has = [&](const char* f) { return std::find(simd.begin(), simd.end(), f) != simd.end(); };
+  if (has("avx512_bf16")) EXPECT_NE(native.find("native 1"), std::string::npos) << native;
+  if (has("avx512_vnni")) EXPECT_NE(native.find(" 1 hash"), std::string::npos) << native;
+  EXPECT_FALSE(hash_of(native).empty()) << native;
+  EXPECT_EQ(hash_of(native), hash_of(portable)) << "native:\n" << native << "portable:\n" << portable;
+}
+
+}  // namespace

@@ -1,0 +1,64 @@
+"""int8 scaled_mm on the VNNI path (vpdpbusd with the +128 offset and the row-sum correction,
+where the CPU has AVX512-VNNI) and on the portable path (PYPTO_NATIVE_DOT=0): the int32 products
+are exact, so both paths and the interpreter give the same values; ragged shapes (K % 4 = 0..3),
+K over several tiles, extreme values (-128 * -128), per-row / per-column scales, NaN-poisoned
+outputs."""
+import numpy as np
+import pytest
+import torch
+
+import pypto
+from pypto_testutil import SMALL_TILES, requires_compiler
+
+
+def smm_into(a, b, sa, sb, out):
+    out[...] = pypto.scaled_mm(a, b, sa, sb)
+
+
+def i8(*shape, extreme=False):
+    if extreme:
+        return torch.full(shape, -128, dtype=torch.int8)
+    return torch.randint(-128, 128, shape, dtype=torch.int8)
+
+
+SHAPES = [(1, 1, 1), (5, 6, 7), (33, 71, 17), (130, 257, 200)]
+
+
+@requires_compiler
+@pytest.mark.parametrize("tiles", [None, SMALL_TILES], ids=["tiles", "small-tiles"])
+def test_int8_scaled_mm_paths_are_exact(monkeypatch, tiles):
+    for (m, k, n) in SHAPES:
+        a, b = i8(m, k), i8(k, n)
+        a[0, : min(k, 3)] = -128  # the offset trick's extremes: -128 * -128 and -128 * 127
+        b[: min(k, 3), 0] = -128
+        ones_a, ones_b = torch.ones(m), torch.ones(n)
+        exact = (a.long() @ b.long()).double()  # |sum| < 2^24: exact in float32
+        outs = {}
+        for path in ("1", "0"):
+            monkeypatch.setenv("PYPTO_NATIVE_DOT", path)
+            out = torch.full((m, n), float("nan"))
+            pypto.jit(smm_into, tiles=tiles)(a, b, ones_a, ones_b, out)
+            assert torch.equal(out.double(), exact), (path, m, k, n)
+            outs[path] = out
+        monkeypatch.delenv("PYPTO_NATIVE_DOT")
+        interp = torch.full((m, n), float("nan"))
+        pypto.jit(smm_into, backend="interp", tiles=tiles)(a, b, ones_a, ones_b, interp)
+        assert torch.equal(interp, outs["1"]), (m, k, n)
+
+
+@requires_compiler
+def test_int8_scaled_mm_scales_and_extremes():
+    m, k, n = 40, 1000, 24  # all -128: 1000 * 16384 = 16384000 < 2^24
+    a, b = i8(m, k, extreme=True), i8(k, n, extreme=True)
+    sa, sb = torch.rand(m, dtype=torch.float64) + 0.5, torch.rand(n, dtype=torch.float64) + 0.5
+    out = torch.full((m, n), float("nan"))
+    pypto.jit(smm_into)(a, b, sa.float(), sb.float(), out)
+    ref = (a.double() @ b.double()) * sa.float().double()[:, None] * sb.float().double()[None, :]
+    err = float((out.double() - ref).norm() / ref.norm())
+    assert err < 1e-6, err
+
+
+def test_int8_operand_tiles_stay_int8():
+    a, b = i8(64, 48), i8(48, 32)
+    text = pypto.jit(lambda a, b: pypto.scaled_mm(a, b)).lower(a, b).as_text("tile")
+    assert "i8[64, 48] mat" in text and "i8[48, 32] mat" in text and "TCVT %t, %a" not in text, text

@@ -1,0 +1,158 @@
+"""Random numbers inside kernels (frontend/random_ops.py): pypto.rand/randn are a pure function of
+(seed, offset), bit for bit the reference below on the CPU and the interpreter, in any tiling;
+their statistics are those of uniform/normal numbers; dropout (pypto.dropout, F.dropout, nn.Dropout
+in training mode) draws a fresh mask per call, repeatable with torch.manual_seed, reused by its
+backward, independent between two dropouts of one kernel."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pypto
+from pypto_testutil import requires_compiler
+
+MASK = (1 << 64) - 1
+
+
+def _mix(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK
+    return z ^ (z >> 31)
+
+
+def reference_rand(seed, offsets):
+    """The documented generator in plain Python integers (SplitMix64's finaliser)."""
+    key = _mix((seed & MASK) ^ 0x2545F4914F6CDD1D)
+    return np.array([(_mix((key + (int(o) + 1) * 0x9E3779B97F4A7C15) & MASK) >> 40) * 2.0 ** -24
+                     for o in offsets], dtype=np.float32)
+
+
+def uniform_block(seed, offsets):
+    return pypto.rand(seed, offsets)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "interp"])
+def test_rand_is_the_documented_function_of_seed_and_offset(backend):
+    if backend == "cpu":
+        requires_compiler(lambda: None)
+    k = pypto.jit(uniform_block, backend=backend)
+    offsets = np.concatenate([np.arange(300), [2 ** 31 - 1, 2 ** 40, -5]]).astype(np.int64)
+    for seed in (0, 12345, -7, 2 ** 62):
+        got = np.asarray(k(seed, offsets))
+        assert np.array_equal(got, reference_rand(seed, offsets)), seed
+    # int32 offsets give the same numbers as the same int64 offsets
+    assert np.array_equal(np.asarray(k(3, offsets[:300].astype(np.int32))), reference_rand(3, offsets[:300]))
+
+
+def two_rows(seed, n):
+    out = pypto.empty((2, n), pypto.float32)
+    for r in pypto.prange(2):
+        out[r, :] = pypto.rand(seed, pypto.arange(n) + r * n)
+    return out
+
+
+@requires_compiler
+def test_the_numbers_do_not_depend_on_tiling_or_threads():
+    whole = np.asarray(pypto.jit(uniform_block)(9, np.arange(2 * 777, dtype=np.int64)))
+    for opts in ({}, {"tiles": {"rows": 8, "cols": 16}}, {"parallel": False}):
+        rows = np.asarray(pypto.jit(two_rows, **opts)(9, 777))
+        assert np.array_equal(rows.reshape(-1), whole), opts
+
+
+@requires_compiler
+def test_uniform_and_normal_statistics():
+    n = 1 << 20
+    u = np.asarray(pypto.jit(uniform_block)(2024, np.arange(n, dtype=np.int64)), dtype=np.float64)
+    assert u.min() >= 0.0 and u.max() < 1.0
+    counts = np.histogram(u, bins=64, range=(0, 1))[0]
+    chi2 = ((counts - n / 64) ** 2 / (n / 64)).sum()
+    assert chi2 < 130, chi2  # 63 degrees of freedom: p < 1e-6 beyond ~130
+    assert abs(np.corrcoef(u[:-1], u[1:])[0, 1]) < 0.01  # neighbouring offsets uncorrelated
+    z = np.asarray(pypto.jit(lambda s, o: pypto.randn(s, o))(5, np.arange(n, dtype=np.int64)), dtype=np.float64)
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1) < 0.01
+    assert abs((np.abs(z) < 1).mean() - 0.6827) < 0.005  # the normal's mass within one sigma
+
+
+def two_dropouts(x):
+    return F.dropout(x, 0.5, training=True), F.dropout(x, 0.5, training=True)
+
+
+@requires_compiler
+def test_torch_dropout_in_training_mode():
+    x = torch.randn(128, 256)
+    k = pypto.jit(lambda x: F.dropout(x, 0.25, training=True))
+    y1, y2 = k(x), k(x)
+    kept = y1 != 0
+    assert abs(kept.float().mean().item() - 0.75) < 0.01
+    assert torch.allclose(y1[kept], x[kept] / 0.75)
+    assert not torch.equal(y1, y2)  # a fresh mask at every call
+    torch.manual_seed(1)
+    a = k(x)
+    torch.manual_seed(1)
+    assert torch.equal(a, k(x))  # ... drawn from torch's generator
+    a, b = pypto.jit(two_dropouts)(x)
+    assert abs(((a != 0) & (b != 0)).float().mean().item() - 0.25) < 0.01  # independent masks
+    assert torch.equal(pypto.jit(lambda x: F.dropout(x, 0.5, training=False))(x), x)
+
+
+@requires_compiler
+def test_dropout_backward_reuses_the_forward_mask():
+    x = torch.randn(64, 96, requires_grad=True)
+    k = pypto.jit(lambda x: F.dropout(x, 0.4, training=True) * 3.0)
+    y = k(x)
+    y.backward(torch.ones_like(y))
+    kept = y != 0
+    assert torch.equal(x.grad != 0, kept)
+    assert torch.allclose(x.grad[kept], torch.full_like(x.grad[kept], 3.0 / 0.6))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 32)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        return self.drop(torch.relu(self.fc(x)))
+
+
+@requires_compiler
+def test_nn_dropout_module_follows_train_and_eval():
+    torch.manual_seed(0)
+    net, x = Net(), torch.randn(16, 32)
+    k = pypto.jit(net)
+    net.eval()
+    with torch.no_grad():
+        assert torch.allclose(k(x), net(x), atol=1e-6)
+    net.train()
+    with torch.no_grad():
+        y = k(x)
+        ref = torch.relu(net.fc(x))
+    on = ref > 0
+    dropped = (y == 0) & on
+    assert 0.35 < dropped.float().sum().item() / on.float().sum().item() < 0.65
+    assert torch.allclose(y[~dropped & on], ref[~dropped & on] * 2, atol=1e-5)
+
+
+def test_random_errors_name_the_problem():
+    with pytest.raises(pypto.PyptoError, match="offsets must be an integer tensor"):
+        pypto.jit(lambda o: pypto.rand(1, o), backend="interp")(np.zeros(4, np.float32))
+    with pytest.raises(pypto.PyptoError, match="seed must be an integer"):
+        pypto.jit(lambda o: pypto.rand(1.5, o), backend="interp")(np.zeros(4, np.int64))
+    with pytest.raises(pypto.PyptoError, match=r"p must be in \[0, 1\]"):
+        pypto.jit(lambda x: pypto.dropout(x, 1.5), backend="interp")(np.ones(4, np.float32))
+    with pytest.raises(pypto.PyptoError, match="generator"):
+        pypto.jit(lambda x: torch.rand_like(x, generator=torch.Generator()), backend="interp")(torch.ones(4))
+
+
+def test_eager_random_ops_draw_a_fresh_seed_per_call():
+    x = np.ones((64, 64), np.float32)
+    a, b = np.asarray(pypto.dropout(x, 0.5)), np.asarray(pypto.dropout(x, 0.5))
+    assert not np.array_equal(a, b) and set(np.unique(a)) == {0.0, 2.0}
+    assert np.array_equal(np.asarray(pypto.rand(4, np.arange(8))), reference_rand(4, range(8)))
+    t = torch.ones(32, 32)
+    torch.manual_seed(3)
+    first = pypto.rand_like(t)
+    torch.manual_seed(3)
+    assert torch.equal(first, pypto.rand_like(t))  # torch tensors: torch's generator
+    assert pypto.rand_like(np.zeros((3, 3))).dtype == np.float64

@@ -197,8 +197,8 @@ struct CheckScope {
 
 // A run-time integer index the builder could not prove in range: wherever `scopes` execute,
 // 0 <= index < length must hold; with `same_extent`, `index` and `length` are two extents of a
-// broadcast that must be equal (two different dynamic dims). The runtime evaluates it on the host before the kernel runs
-// (runtime/index_checks.h), over each loop nest's whole range at once, and raises naming `where`.
+// broadcast that must be equal (two different dynamic dims). The runtime evaluates it on the host before the
+// kernel runs (runtime/index_checks.h), over each loop nest's whole range at once, and raises naming `where`.
 struct IndexCheck {
   Expr index, length;
   int dim = 0;

@@ -19,7 +19,8 @@ std::string at(const ir::IndexCheck& c) { return c.where.empty() ? std::string()
 [[noreturn]] void fail(const ir::IndexCheck& c, int64_t k, int64_t len) {
   if (c.same_extent)
     throw Error("dynamic dimensions of extents " + std::to_string(len) + " and " + std::to_string(k) +
-                " cannot be broadcast together (dimension " + std::to_string(c.dim) + " of the result)" + at(c));
+                " cannot be broadcast together (dimension " + std::to_string(c.dim) + " of the result)" +
+                at(c));
   throw Error("index " + std::to_string(k) + " is out of range for dimension " + std::to_string(c.dim) +
               " of size " + std::to_string(len) + at(c));
 }

@@ -143,8 +143,10 @@ demo: build
 	@test -f python/pypto/demo.py || { echo "make demo: python/pypto/demo.py does not exist yet" >&2; exit 1; }
 	$(PYENV) $(VPY) -m pypto.demo
 
+# The bench's peers include JAX (CPU): installed here, not by setup, since only the bench needs it.
 bench: build
 	@test -f bench/run.py || { echo "make bench: bench/run.py does not exist yet" >&2; exit 1; }
+	@$(VPY) -c 'import jax' 2>/dev/null || $(VPY) -m pip install --disable-pip-version-check -q "jax[cpu]"
 	$(PYENV) $(VPY) bench/run.py $(BENCH_ARGS)
 
 # ---- style ----------------------------------------------------------------------------------------

@@ -53,12 +53,15 @@ def call_eager(fn, args, kwargs):
         with _lock:
             entry = _cache.get(key) or _build(fn, args, kwargs, arrays, backend)
             _cache[key] = entry
-    return entry.run(tuple(arrays), ())
+    arrays = tuple(arrays)
+    # Implicit inputs of an eager op: only a fresh random seed (pypto.dropout, rand_like), drawn anew.
+    return entry.run(arrays, entry.implicit_inputs(arrays) if entry.implicit else ())
 
 
 def _build(fn, args, kwargs, arrays, backend):
     name = getattr(fn, "__name__", "op")
     tr = Tracer(f"eager_{name}", backend=backend)
+    tr.seed_from_torch = any(interop.array_kind(a) == interop.TORCH for a in arrays)
     with tr:
         params = iter([tr.tensor_param(f"x{i}", a, ("arg", i)) for i, a in enumerate(arrays)])
         targs = [_substitute(a, params) for a in args]

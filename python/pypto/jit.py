@@ -103,6 +103,30 @@ def _call_traced(kernel, args, kwargs):
 
 
 
+def _call_with_module_hooks(kernel, m, args, kwargs):
+    """pypto.jit(module)(*args) with the module's forward pre-hooks and forward hooks, run as
+    torch's Module.__call__ runs them (in registration order; a hook's non-None result replaces
+    the arguments or the output; with_kwargs hooks see and may replace the keyword arguments)."""
+    for hid, hook in list(m._forward_pre_hooks.items()):
+        if hid in m._forward_pre_hooks_with_kwargs:
+            r = hook(m, args, kwargs)
+            if r is not None:
+                if not (isinstance(r, tuple) and len(r) == 2):
+                    raise RuntimeError(f"forward pre-hook must return None or a tuple of (new_args, new_kwargs), "
+                                       f"but got {r}.")
+                args, kwargs = r
+        else:
+            r = hook(m, args)
+            if r is not None:
+                args = r if isinstance(r, tuple) else (r,)
+    out = kernel._call_without_hooks(args, kwargs)
+    for hid, hook in list(m._forward_hooks.items()):
+        r = hook(m, args, kwargs, out) if hid in m._forward_hooks_with_kwargs else hook(m, args, out)
+        if r is not None:
+            out = r
+    return out
+
+
 def arg_key(a):
     """Key of one top-level argument (fast paths first: this runs on every call)."""
     t = type(a)
@@ -282,7 +306,11 @@ class JitFunction:
                  promote=True, alignment=None, profile=False, sim_target=None, dynamic=None):
         if isinstance(fn, JitFunction):
             fn = fn.__wrapped__
+        # pypto.jit(module) calls as module(x) does, with the module's own hooks; pypto.jit(module.forward)
+        # as module.forward(x) does, without them (submodules' hooks run either way: they are called).
+        self._hooks_of = None
         if not inspect.isfunction(fn) and not inspect.ismethod(fn) and inspect.ismethod(getattr(fn, "forward", None)):
+            self._hooks_of = fn if hasattr(fn, "_forward_hooks") else None
             fn = fn.forward  # an nn.Module: its forward, the module's tensors as implicit inputs
         self._self = None
         func = fn
@@ -512,6 +540,12 @@ class JitFunction:
         return self._dyn_why.get((i, d), "automatic")
 
     def __call__(self, *args, **kwargs):
+        m = self._hooks_of
+        if m is not None and (m._forward_pre_hooks or m._forward_hooks):
+            return _call_with_module_hooks(self, m, args, kwargs)
+        return self._call_without_hooks(args, kwargs)
+
+    def _call_without_hooks(self, args, kwargs):
         if _torch_compiling():  # a torch.library custom op in the graph (torch_ops.py)
             return _call_traced(self, args, kwargs)
         if not kwargs:

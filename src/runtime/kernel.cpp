@@ -39,8 +39,8 @@ Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes:
       backend_(backend),
       written_(written_params(lowered_.isa)) {
   if (backend_ == Backend::Sim) {
-    sim_single_ = std::make_shared<const ir::Program>(sim::insert_sync(lowered_.isa));
-    sim_double_buffer_ = options.double_buffer;
+    sim_source_ = tensor_program;
+    sim_options_ = options;
     set_sim_target("");
   }
 }
@@ -53,23 +53,45 @@ void Kernel::set_sim_target(const std::string& description) {
   } catch (const std::invalid_argument& e) {
     throw Error(e.what());
   }
-  // Ping-pong buffers where they fit the target's memories, else single ones; a program whose
-  // single buffers do not fit fails here, naming the tile.
-  std::shared_ptr<const ir::Program> program = sim_single_;
-  if (sim_double_buffer_) {
-    // Each core's share of a parallel loop is double-buffered: the program depends on the cores.
-    auto doubled =
-        std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(lowered_.isa, t->cores)));
+  // Tiles as given, else from the target's memories (target::npu_tile_sizes), halved until the
+  // double-buffered program fits. Ping-pong buffers where they fit, else single ones; a program
+  // whose single buffers do not fit (at the smallest tiles) fails here, naming the tile.
+  passes::PipelineOptions o = sim_options_;
+  const bool given =
+      o.tile_rows > 0 || o.tile_cols > 0 || o.mm_tile_m > 0 || o.mm_tile_n > 0 || o.mm_tile_k > 0;
+  target::NpuTileSizes sizes = target::npu_tile_sizes(*t);
+  passes::Lowered low;
+  std::shared_ptr<const ir::Program> program;
+  for (;;) {
+    if (!given) {  // the shapes that do not change values (columns and k stay the pipeline's)
+      o.tile_rows = sizes.rows;
+      o.mm_tile_m = sizes.m;
+      o.mm_tile_n = sizes.n;
+    }
+    low = passes::lower(sim_source_, o);
+    if (o.double_buffer) {
+      auto doubled = std::make_shared<const ir::Program>(sim::insert_sync(sim::ping_pong(low.isa, t->cores)));
+      try {
+        sim::place_tiles(*doubled, *t);
+        program = doubled;
+        break;
+      } catch (const Error&) {
+        if (!given && sizes.halve()) continue;
+      }
+    }
+    auto single = std::make_shared<const ir::Program>(sim::insert_sync(low.isa));
     try {
-      sim::place_tiles(*doubled, *t);
-      program = doubled;
+      sim::place_tiles(*single, *t);
+      program = single;
+      break;
     } catch (const Error&) {
+      if (given || o.double_buffer || !sizes.halve()) throw;
     }
   }
-  if (program == sim_single_ && sim_single_) sim::place_tiles(*sim_single_, *t);
   std::lock_guard<std::mutex> l(mu_);
   sim_target_ = std::move(t);
   sim_program_ = std::move(program);
+  lowered_ = std::move(low);
 }
 
 void Kernel::set_sim_timeline(bool on) {

@@ -71,8 +71,10 @@ class Kernel {
   bool from_cache_ = false;
   // Sim: the ISA with flags, with single and (double_buffer) ping-pong buffers; the one that
   // fits the target runs.
-  std::shared_ptr<const ir::Program> sim_single_, sim_program_;
-  bool sim_double_buffer_ = false;
+  std::shared_ptr<const ir::Program> sim_program_;
+  // The simulator lowers again for each target: tiles from its memories unless given.
+  ir::Program sim_source_;
+  passes::PipelineOptions sim_options_;
   std::shared_ptr<const target::NpuTarget> sim_target_;
   std::shared_ptr<const sim::SimReport> sim_report_;
   bool sim_timeline_ = false;

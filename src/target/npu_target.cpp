@@ -1,6 +1,8 @@
 // The simulated NPU's description: the built-in values and the reader of the text format.
 #include "target/npu_target.h"
 
+#include <algorithm>
+
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -237,6 +239,52 @@ NpuTarget npu_target_from_env() {
   std::stringstream buf;
   buf << f.rdbuf();
   return parse_npu_target(buf.str());
+}
+
+namespace {
+int64_t memory_bytes(const NpuTarget& t, const std::string& space) {
+  auto m = t.space_memory.find(space);
+  if (m == t.space_memory.end()) return 0;
+  auto mem = t.memories.find(m->second);
+  return mem == t.memories.end() ? 0 : mem->second.bytes;
+}
+int64_t round_down(int64_t v, int64_t unit) { return std::max(unit, v / unit * unit); }
+}  // namespace
+
+NpuTileSizes npu_tile_sizes(const NpuTarget& t) {
+  NpuTileSizes z;
+  z.fractal_m = std::max<int64_t>(t.fractal_m, 1);
+  z.fractal_n = std::max<int64_t>(t.fractal_n, 1);
+  constexpr int64_t kElem = 4;
+  // Accumulator: two m x n tiles in the smaller of the accumulator and vector memories (the
+  // accumulator of a matmul whose result feeds the vector unit is a vector tile); operands: four
+  // copies of m x k and k x n in the operand memory.
+  int64_t acc = std::min(memory_bytes(t, "acc"), memory_bytes(t, "vec"));
+  if (acc <= 0) acc = std::max(memory_bytes(t, "acc"), memory_bytes(t, "vec"));
+  const int64_t mat = memory_bytes(t, "mat");
+  z.m = z.fractal_m;
+  z.n = z.fractal_n;
+  while (z.m < 256 && 2 * (2 * z.m) * (2 * z.n) * kElem <= acc &&
+         4 * (2 * z.m + 2 * z.n) * z.k * kElem <= mat) {
+    z.m *= 2;
+    z.n *= 2;
+  }
+  // Elementwise: 8 tiles of rows x cols in the vector memory.
+  const int64_t per_tile = memory_bytes(t, "vec") / 8 / kElem;
+  z.rows = 1;
+  while (z.rows < 64 && 2 * z.rows * z.cols <= per_tile) z.rows *= 2;
+  return z;
+}
+
+bool NpuTileSizes::halve() {
+  if (rows > 1) {
+    rows /= 2;
+    return true;
+  }
+  if (m <= fractal_m && n <= fractal_n) return false;
+  m = round_down(m / 2, fractal_m);
+  n = round_down(n / 2, fractal_n);
+  return true;
 }
 
 }  // namespace pypto::target

@@ -49,6 +49,23 @@ struct NpuTarget {
   DmaPipe gm_in, gm_out;                            // MTE2 (global -> local), MTE3 (local -> global)
 };
 
+// Tile shapes for a program compiled for the target without explicit tiles (the seed's
+// "architecture analysis"). Only the shapes that do not change values are chosen: the rows of an
+// elementwise tile and a matmul's m and n (multiples of the matrix unit's fractal); the columns
+// of a reduction's tile and a matmul's k set the order of its sums, so they stay the pipeline's
+// (`cols`, `k`: what the sizes assume), and the simulator's values stay the interpreter's. The
+// accumulator (m x n) fits twice in its memory, the operands (m x k, k x n) four times in theirs
+// (double buffering of the k loop and of the output tiles), and an elementwise tile 8 times in
+// the vector memory (4 live tiles, double-buffered); 4-byte elements. `halve()` shrinks rows,
+// then m and n toward one fractal (false: no smaller).
+struct NpuTileSizes {
+  int64_t rows = 16, m = 64, n = 64;
+  int64_t cols = 512, k = 256;  // the pipeline's, assumed
+  int64_t fractal_m = 16, fractal_n = 16;
+  bool halve();
+};
+NpuTileSizes npu_tile_sizes(const NpuTarget& t);
+
 // The built-in description, in the file format (docs/npu_sim.md shows it).
 const std::string& default_npu_target_text();
 // Parses `text` on top of `base` (keys it sets replace base's). Throws std::invalid_argument

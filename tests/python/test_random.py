@@ -143,3 +143,16 @@ def test_random_errors_name_the_problem():
         pypto.jit(lambda x: pypto.dropout(x, 1.5), backend="interp")(np.ones(4, np.float32))
     with pytest.raises(pypto.PyptoError, match="generator"):
         pypto.jit(lambda x: torch.rand_like(x, generator=torch.Generator()), backend="interp")(torch.ones(4))
+
+
+def test_eager_random_ops_draw_a_fresh_seed_per_call():
+    x = np.ones((64, 64), np.float32)
+    a, b = np.asarray(pypto.dropout(x, 0.5)), np.asarray(pypto.dropout(x, 0.5))
+    assert not np.array_equal(a, b) and set(np.unique(a)) == {0.0, 2.0}
+    assert np.array_equal(np.asarray(pypto.rand(4, np.arange(8))), reference_rand(4, range(8)))
+    t = torch.ones(32, 32)
+    torch.manual_seed(3)
+    first = pypto.rand_like(t)
+    torch.manual_seed(3)
+    assert torch.equal(first, pypto.rand_like(t))  # torch tensors: torch's generator
+    assert pypto.rand_like(np.zeros((3, 3))).dtype == np.float64

@@ -129,8 +129,35 @@ def test_cores_and_bandwidth_change_cycles():
 def test_tile_that_does_not_fit_names_it():
     def f(x):
         return pypto.exp(x)
+    # explicit tiles are kept: one that does not fit is an error naming it
     with pytest.raises(pypto.PyptoError, match=r"tile '.*' .* does not fit the NPU's ub"):
-        pypto.jit(f, backend="sim", sim_target={"memory.ub.bytes": 4096})(rand(64, 300))
+        pypto.jit(f, backend="sim", tiles={"rows": 64, "cols": 300}, sim_target={"memory.ub.bytes": 4096})(rand(64, 300))
+    # so is a program that does not fit even at the smallest tiles
+    with pytest.raises(pypto.PyptoError, match=r"tile '.*' .* does not fit the NPU's ub"):
+        pypto.jit(f, backend="sim", sim_target={"memory.ub.bytes": 32})(rand(64, 300))
+
+
+def test_tiles_are_chosen_from_the_buffer_capacities():
+    def f(x, y):
+        return pypto.exp(x) * y + 1.0
+    x, y = rand(64, 300), rand(64, 300)
+    ref = pypto.jit(f, backend="interp")(x, y)
+    for ub in (262144, 16384):  # the built-in unified buffer, and one 16x smaller
+        k = pypto.jit(f, backend="sim", sim_target={"machine.cores": 1, "memory.ub.bytes": ub})
+        assert np.array_equal(np.asarray(k(x, y)), np.asarray(ref))
+        used, capacity = k.last_sim_report().memory["ub"]
+        assert used <= capacity
+        assert "_pong" in k.lower(x, y).as_text("sim")  # double-buffered within the capacity
+    # the matmul's output tiles are multiples of the cube's fractal, and its tiles fit L1
+    a, b = rand(200, 150), rand(150, 120)
+    k = pypto.jit(lambda a, b: a @ b, backend="sim", sim_target={"memory.l1.bytes": 262144})
+    assert np.array_equal(np.asarray(k(a, b)), np.asarray(pypto.jit(lambda a, b: a @ b, backend="interp")(a, b)))
+    text = k.lower(a, b).as_text("tile")
+    import re
+    # m x n (the accumulator) from the capacities; k (the order of the sums) stays the pipeline's
+    shapes = {tuple(map(int, m)) for m in re.findall(r"alloc %\w+: f32\[(\d+), (\d+)\] acc", text)}
+    assert shapes and all(r % 16 == 0 and c % 16 == 0 and r * c < 200 * 120 for r, c in shapes), text
+    assert k.last_sim_report().memory["l1"][0] <= 262144
 
 
 def test_bad_target_descriptions_are_errors():

@@ -225,10 +225,23 @@ def test_gpt2_and_bert_blocks(cls):
         _close(pypto.jit(m, backend="interp")(x), m(x))
 
 
-def test_dropout_in_training_mode_is_refused():
-    m = BertFFN().train()
-    with pytest.raises(pypto.PyptoError, match="dropout in training mode"):
-        pypto.jit(m, backend="interp")(torch.randn(2, 3, 24))
+def test_dropout_in_training_mode_draws_masks_and_eval_is_seen():
+    """nn.Dropout in training mode draws a fresh mask per call (test_random.py has the details);
+    switching the module to eval() traces again and gives torch's eval output."""
+    torch.manual_seed(5)
+    m, x = BertFFN().train(), torch.randn(2, 3, 24)
+    k = pypto.jit(m, backend="interp")
+    with torch.no_grad():
+        a, b = k(x), k(x)
+        h = m.dense_out(F.gelu(m.dense_in(x)))
+        torch.manual_seed(11)
+        dropped = k(x)
+        torch.manual_seed(11)
+        assert torch.equal(dropped, k(x))  # torch's generator seeds the mask
+        assert not torch.equal(a, b)
+        m.eval()
+        _close(k(x), m(x))
+        assert not torch.allclose(a, m(x), atol=1e-4) and h.shape == x.shape
 
 
 def test_jit_module_inside_torch_compile():

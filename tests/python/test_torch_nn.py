@@ -117,3 +117,35 @@ def test_documented_errors():
     up = nn.Upsample(scale_factor=2, mode="bilinear")
     with pytest.raises(pypto.PyptoError, match="only 'nearest'"):
         pypto.jit(up)(torch.randn(1, 2, 4, 4))
+
+
+class _TwoLinear(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x, shift=0.0):
+        return self.b(torch.relu(self.a(x))) + shift
+
+
+def test_module_hooks_run_as_module_call_runs_them():
+    torch.manual_seed(0)
+    m, x = _TwoLinear(), torch.randn(4, 8, requires_grad=True)
+    k = pypto.jit(m)
+    handles = [m.register_forward_pre_hook(lambda mod, inp: (inp[0] * 2,)),
+               m.a.register_forward_hook(lambda mod, inp, out: out - 1),  # a submodule's: always ran
+               m.register_forward_hook(lambda mod, inp, out: out + inp[0].sum()),
+               m.register_forward_pre_hook(lambda mod, a, kw: (a, {"shift": kw.get("shift", 0.0) + 5.0}),
+                                           with_kwargs=True),
+               m.register_forward_hook(lambda mod, a, kw, out: out * kw["shift"], with_kwargs=True)]
+    ref = m(x, shift=1.0)
+    got = k(x, shift=1.0)
+    assert torch.allclose(got, ref, atol=1e-5)
+    (g,) = torch.autograd.grad(got.sum(), x)
+    (want,) = torch.autograd.grad(ref.sum(), x)
+    assert torch.allclose(g, want, atol=1e-5)  # the hooks' own arithmetic is differentiated too
+    # module.forward skips the module's hooks, as in torch
+    assert torch.allclose(pypto.jit(m.forward)(x), m.forward(x), atol=1e-5)
+    for h in handles:
+        h.remove()
+    assert torch.allclose(k(x), m(x), atol=1e-5)

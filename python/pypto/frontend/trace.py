@@ -84,7 +84,7 @@ def _trace_once(tr, src, names, args):
             bound[name] = tr.from_python(v, Path(("arg", i)))
             tr.note_module_tensors(v, Path(("arg", i)))
             if _is_module(v):
-                tr.guard_training_flags(v)
+                tr.guard_module_state(v)
     walker = FunctionWalker(tr, src)
     try:
         result = walker.run(bound)

@@ -198,17 +198,20 @@ class Tracer:
         self._keep.append(obj)
         return tv
 
-    def guard_training_flags(self, module):
-        """Trace again when an nn.Module's train()/eval() state changes: its submodules run as plain
-        Python (dropout, batch norm), so their `training` reads are not seen as guards otherwise."""
-        def flags():
-            return tuple(m.training for m in module.modules())
-        self.guards.append((Path(("call", flags, "training")), flags()))
+    def guard_module_state(self, module):
+        """Trace again when an nn.Module's train()/eval() state or its submodules' hooks change:
+        submodules run as plain Python while tracing (dropout, batch norm, their hooks), so what
+        they read is baked into the kernel and not seen as guards otherwise. (The root's own hooks
+        run outside the kernel: jit.py.)"""
+        def state():
+            return tuple((m.training, tuple(m._forward_pre_hooks), tuple(m._forward_hooks)) if m is not module
+                         else m.training for m in module.modules())
+        self.guards.append((Path(("call", state, "module_state")), state()))
 
     def fresh_seed(self):
         """A (1,) int64 kernel input holding a new random seed at every call (random_ops.py):
         drawn from torch's default generator for torch callers, else from NumPy's global one."""
-        if self.torch_flavour:
+        if self.torch_flavour or getattr(self, "seed_from_torch", False):
             import torch
 
             def make():

@@ -161,7 +161,7 @@ lint: $(VENV)/bin/clang-format
 
 # ---- cleaning -------------------------------------------------------------------------------------
 clean:
-	rm -rf $(BUILD_DIR) $(BUILD_DIR)-sanitize python/pypto/_C*.so
+	rm -rf $(BUILD_DIR) $(BUILD_DIR)-sanitize python/pypto/_C*.so python/pypto/_torch_glue*.so
 
 distclean: clean
 	rm -rf $(VENV) dist *.egg-info .pytest_cache .hypothesis

@@ -54,7 +54,7 @@ def dispatch_case(ctx, shape=(8, 8), inner=None):
     return Case(
         name="dispatch", shape="x".join(map(str, shape)) + " x3", impls=impls,
         reference=lambda: a.astype(np.float64) * b + c, unit="us",
-        bars=[Bar("max_us", 5.0, label="dispatch of a cached kernel <= 5 us")],
+        bars=[Bar("max_us", 2.0, label="dispatch of a cached kernel <= 2 us")],
         note="a*b+c on three small torch tensors (pypto[numpy]: NumPy arrays); per call")
 
 

@@ -19,7 +19,7 @@ if [ ! -f "$BUILD/build.ninja" ]; then
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS="$SAN" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
     -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined" \
-    -DPython_EXECUTABLE="$VENV/bin/python" -DPYPTO_MODULE_DIR="$PKG" ${CMAKE_ARGS:-}
+    -DPython_EXECUTABLE="$VENV/bin/python" -DPYPTO_MODULE_DIR="$PKG" -DPYPTO_TORCH_GLUE=OFF ${CMAKE_ARGS:-}
 fi
 "$VENV/bin/cmake" --build "$BUILD"
 

@@ -62,11 +62,23 @@ def _bind_torch(torch):
     _torch_tensor = torch.Tensor
     _torch_parameter = torch.nn.Parameter
     _torch_compiling = torch.compiler.is_compiling
-    _C.bind_torch(torch.Tensor, torch.nn.Parameter, torch.empty, torch.is_grad_enabled)
+    _C.bind_torch(torch.Tensor, torch.nn.Parameter, torch.empty, torch.is_grad_enabled, _torch_glue(torch))
 
 
 _torch_ops = None
 _live_kernels = weakref.WeakSet()
+
+
+def _torch_glue(torch):
+    """pypto._torch_glue's C interface, when it was built (with torch installed at build time)
+    against this torch version; else None (torch tensors are read through their attributes)."""
+    if os.environ.get("PYPTO_TORCH_GLUE", "1") == "0":
+        return None
+    try:
+        from . import _torch_glue  # loads libtorch: only once torch is imported
+    except ImportError:
+        return None
+    return _torch_glue.api if _torch_glue.torch_version == torch.__version__ else None
 
 
 @atexit.register

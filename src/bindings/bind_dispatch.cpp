@@ -26,6 +26,7 @@
 
 #include "bindings/arrays.h"
 #include "bindings/gil.h"
+#include "bindings/torch_glue.h"
 #include "ir/ir.h"
 #include "runtime/kernel.h"
 
@@ -108,14 +109,16 @@ const Names& names() {
   return n;
 }
 
-// torch is optional: jit.py binds its types once it is imported (references kept for the process).
-struct TorchGlue {
+// torch is optional: jit.py binds its types once it is imported (references kept for the process),
+// with pypto._torch_glue's functions where that module was built for this torch.
+struct TorchBinding {
   PyTypeObject* tensor = nullptr;
   PyTypeObject* parameter = nullptr;
   PyObject* empty = nullptr;
   PyObject* is_grad_enabled = nullptr;
+  const TorchGlue* glue = nullptr;
 };
-TorchGlue g_torch;
+TorchBinding g_torch;
 
 bool numpy_api_ready() {
   static const bool ok = [] {
@@ -159,6 +162,19 @@ bool read_ints(PyObject* tuple, int64_t* out, int& rank) {
 // A torch tensor through its Python attributes (torch's C++ API is not linked). false: not for
 // the fast path (autograd records the call, not on the CPU, a lazily negated view, an error).
 bool read_torch(PyObject* o, ArgView& v) {
+  static_assert(kTorchGlueMaxRank == kMaxRank, "one rank limit");
+  if (g_torch.glue) {
+    TorchTensorView t;
+    if (!g_torch.glue->read(o, &t)) return false;
+    v.kind = Kind::Torch;
+    v.rank = t.rank;
+    v.dtype = t.dtype;
+    v.data = t.data;
+    v.writable = true;
+    std::memcpy(v.shape, t.shape, sizeof(int64_t) * size_t(t.rank));
+    std::memcpy(v.strides, t.strides, sizeof(int64_t) * size_t(t.rank));
+    return true;
+  }
   const Names& s = names();
   nb::object r = nb::steal(PyObject_GetAttr(o, s.requires_grad));
   if (!r.is_valid()) return false;
@@ -322,6 +338,11 @@ std::pair<nb::object, void*> allocate(const Variant& v, const OutSpec& o, const 
     nb::object a = nb::steal(PyArray_Empty(rank, dims, reinterpret_cast<PyArray_Descr*>(o.dtype.ptr()), 0));
     if (!a.is_valid()) return {nb::object(), nullptr};
     return {a, PyArray_DATA(reinterpret_cast<PyArrayObject*>(a.ptr()))};
+  }
+  if (g_torch.glue) {
+    void* data = nullptr;
+    nb::object t = nb::steal(g_torch.glue->empty(shape.data(), rank, o.dtype.ptr(), &data));
+    if (t.is_valid()) return {t, data};
   }
   // torch.empty(*shape, dtype=...), as the Python path allocates (the default device, no grad).
   PyObject* argv[kMaxRank + 2];
@@ -582,14 +603,24 @@ void bind_dispatch(nb::module_& m) {
 
   m.def(
       "bind_torch",
-      [](nb::handle tensor, nb::handle parameter, nb::handle empty, nb::handle is_grad_enabled) {
+      [](nb::handle tensor, nb::handle parameter, nb::handle empty, nb::handle is_grad_enabled,
+         nb::handle glue) {
         g_torch.tensor = reinterpret_cast<PyTypeObject*>(nb::borrow(tensor).release().ptr());
         g_torch.parameter = reinterpret_cast<PyTypeObject*>(nb::borrow(parameter).release().ptr());
         g_torch.empty = nb::borrow(empty).release().ptr();
         g_torch.is_grad_enabled = nb::borrow(is_grad_enabled).release().ptr();
+        g_torch.glue = nullptr;
+        if (!glue.is_none()) {
+          auto* g = static_cast<const TorchGlue*>(PyCapsule_GetPointer(glue.ptr(), kTorchGlueCapsule));
+          if (!g) throw nb::python_error();
+          if (g->version == kTorchGlueVersion) g_torch.glue = g;
+        }
+        return g_torch.glue != nullptr;
       },
-      "tensor"_a, "parameter"_a, "empty"_a, "is_grad_enabled"_a,
-      "torch.Tensor, torch.nn.Parameter, torch.empty and torch.is_grad_enabled, for the fast call path.");
+      "tensor"_a, "parameter"_a, "empty"_a, "is_grad_enabled"_a, "glue"_a.none() = nb::none(),
+      "torch.Tensor, torch.nn.Parameter, torch.empty and torch.is_grad_enabled, for the fast call path,\n"
+      "and pypto._torch_glue.api (or None); whether the glue is used.");
+  m.def("torch_glue_in_use", [] { return g_torch.glue != nullptr; });
   m.def(
       "set_fast_dispatch", [](bool on) { g_enabled = on; }, "on"_a,
       "Whether kernel calls may take the C++ call path (PYPTO_FAST_DISPATCH=0 starts with it off).");

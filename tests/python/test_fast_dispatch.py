@@ -3,6 +3,8 @@ the same signature run in one C++ call. It must be taken (cache_info().fast_call
 calls), give the results of the Python path, and leave every call it cannot or must not take to
 the Python path, so errors are exactly the Python path's: each error case below is first made
 to match a registered variant, then raised with the fast path on and off and compared."""
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -34,6 +36,25 @@ def lookup(ids, table):
 
 def two_outputs(x, y, alpha, n):
     return x * alpha + n, x - y, y
+
+
+@pytest.fixture(params=["glue", "attributes"], autouse=True)
+def torch_reader(request):
+    """Torch tensors are read (and outputs made) through pypto._torch_glue where it was built,
+    else through their Python attributes and torch.empty: both are tested."""
+    jit_module = sys.modules["pypto.jit"]
+    glue = jit_module._torch_glue(torch)
+    if request.param == "glue" and glue is None:
+        pytest.skip("pypto._torch_glue was not built (torch not installed at build time)")
+    bind = (torch.Tensor, torch.nn.Parameter, torch.empty, torch.is_grad_enabled)
+    assert _C.bind_torch(*bind, glue if request.param == "glue" else None) == (request.param == "glue")
+    yield request.param
+    _C.bind_torch(*bind, glue)
+
+
+def test_glue_built_with_torch_in_use():
+    """The build makes pypto._torch_glue wherever torch is installed (CMakeLists.txt)."""
+    assert sys.modules["pypto.jit"]._torch_glue(torch) is not None
 
 
 def error_both_ways(kernel, *args):

@@ -165,6 +165,7 @@ LAZY_IMPORTS = {
     "matplotlib": "optional (tile_curve's plot)",
     "tqdm": "optional (autotune's progress bar, only on a terminal)",
     "pypto.torch_ops": "imports torch; loaded once the caller has imported torch",
+    "pypto._torch_glue": "optional (built against libtorch), loads libtorch: once torch is imported",
 }
 
 

@@ -216,14 +216,18 @@ class Tracer:
 
             def make():
                 return torch.randint(-(1 << 63), (1 << 63) - 1, (1,), dtype=torch.int64)
+            placeholder = torch.zeros(1, dtype=torch.int64)
         else:
             def make():
                 return np.random.randint(-(1 << 63), (1 << 63) - 1, size=(1,), dtype=np.int64)
+            placeholder = np.zeros(1, dtype=np.int64)
         path = Path(("call", make, "random_seed"))
         # One input per kernel; each use is told apart by its ordinal (random_ops salts with it),
         # so two dropouts of one kernel draw independent masks.
         self.seed_uses = getattr(self, "seed_uses", 0) + 1
-        return self.implicit_input(make(), path), self.seed_uses
+        # The trace sees a placeholder of the same kind: the generator is drawn once per call, not
+        # also while tracing (so torch.manual_seed(s) then a first call repeats like later ones).
+        return self.implicit_input(placeholder, path), self.seed_uses
 
     def const_input(self, arr):
         return self.implicit_input(arr, None)

@@ -247,7 +247,7 @@ class Pipeline:
         ports.trace("ran", -1)
         self.last_stats = {"seconds": time.perf_counter() - t0, "groups": w["groups"],
                            "micro_batches": len(pieces), "processes": w["processes"], "threads": w["threads"]}
-        return self._join(outs, x)
+        return outs if not isinstance(outs, list) else self._join(outs, x)
 
     def _run_ranked(self, x, rank, world):
         """Under torchrun: rank 0 feeds the input, runs the first stage group and collects the
@@ -265,7 +265,7 @@ class Pipeline:
             ports.trace("run", -1)
             outs = self._feed_and_collect(port, pieces, groups[0])
             ports.trace("ran", -1)
-            return self._join(outs, x)
+            return outs if not isinstance(outs, list) else self._join(outs, x)
         finally:
             ports.trace_flush()
 
@@ -290,6 +290,7 @@ class Pipeline:
         room, so that full links cannot deadlock)."""
         stages = [self.stages[i] for i in own]
         got = []
+        output = _Output(pieces)
 
         def take(msg):
             kind, m, t = msg
@@ -309,12 +310,12 @@ class Pipeline:
             port.send(y, ports.DATA, m, on_ready=take)
         port.send(ports.text(""), ports.DONE, len(pieces), on_ready=take)
         while not got or got[-1][0] != ports.DONE:
-            take(port.recv())
+            take(port.recv(output.place))
         port.flush()
         outs = [t for kind, m, t in got if kind == ports.DATA]
         if len(outs) != len(pieces):
             raise PyptoError(f"pipeline: {len(outs)} results came back for {len(pieces)} micro-batches")
-        return outs
+        return output.whole if output.placed == len(pieces) else outs
 
     def _stage_loop(self, port, rank, ids):
         """A worker: receive a micro-batch from rank-1, run its stages, send to rank+1 (the last
@@ -354,6 +355,29 @@ class Pipeline:
             port.send(out, ports.DATA, m, numpy=numpy)
         port.flush()
         return kind == ports.DONE
+
+
+class _Output:
+    """Rank 0 receives each micro-batch's result straight into its rows of the whole output (no
+    concatenation at the end), while the results have the pieces' rows and one dtype and shape."""
+
+    def __init__(self, pieces):
+        self.rows = [p.shape[0] for p in pieces]
+        self.starts = np.concatenate([[0], np.cumsum(self.rows)]).astype(int).tolist()
+        self.whole, self.placed = None, 0
+
+    def place(self, kind, m, shape, name, as_numpy):
+        if kind != ports.DATA or not 0 <= m < len(self.rows) or not shape or shape[0] != self.rows[m]:
+            return None
+        if self.whole is None:
+            full = (self.starts[-1],) + shape[1:]
+            torch = ports.torch_module()
+            self.whole = np.empty(full, dtype=name) if as_numpy else torch.empty(full, dtype=getattr(torch, name))
+        elif (tuple(self.whole.shape[1:]) != shape[1:] or ports.dtype_name(self.whole) != name
+              or isinstance(self.whole, np.ndarray) != as_numpy):
+            return None
+        self.placed += 1
+        return self.whole[self.starts[m]:self.starts[m + 1]]
 
 
 def run(stages, x, *, processes=None, micro_batches=4, **kw):

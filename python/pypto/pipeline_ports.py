@@ -80,17 +80,23 @@ def header(kind, m, name, shape, numpy):
     return np.array([kind, DTYPES.index(name), len(shape), *dims, m, int(numpy)], dtype=np.int64)
 
 
-def empty_for(h):
-    """(kind, micro-batch index, the array to receive into, its bytes) from a header: a NumPy
-    array where the sender's input was NumPy (and NumPy has the dtype), else a torch tensor."""
+def empty_for(h, place=None):
+    """(kind, micro-batch index, the array to receive into, its bytes) from a header: what
+    `place(kind, m, shape, dtype name, as_numpy)` returns (rank 0: a slice of the output), else a
+    new NumPy array where the sender's input was NumPy (and NumPy has the dtype), else a torch tensor."""
     kind, code, ndim, m = int(h[0]), int(h[1]), int(h[2]), int(h[11])
     shape, name = tuple(int(v) for v in h[3:3 + ndim]), DTYPES[code]
-    if h[12] and name != "bfloat16":
-        v = np.empty(shape, dtype=name)
+    as_numpy = bool(h[12]) and name != "bfloat16"
+    v = place(kind, m, shape, name, as_numpy) if place is not None else None
+    if v is None:
+        v = np.empty(shape, dtype=name) if as_numpy else torch_module().empty(shape, dtype=getattr(torch_module(), name))
+    if isinstance(v, np.ndarray):
         return kind, m, v, v.reshape(-1).view(np.uint8)
-    torch = torch_module()
-    v = torch.empty(shape, dtype=getattr(torch, name))
-    return kind, m, v, v.reshape(-1).view(torch.uint8).numpy()
+    return kind, m, v, v.reshape(-1).view(torch_module().uint8).numpy()
+
+
+def dtype_name(v):
+    return v.dtype.name if isinstance(v, np.ndarray) else str(v.dtype).replace("torch.", "")
 
 
 class ShmPort:
@@ -122,11 +128,12 @@ class ShmPort:
         self.out.write((h.view(np.uint8), data), wait)
         trace("sent", m)
 
-    def recv(self):
-        """(kind, micro-batch index, value); the value is NumPy where the caller's input was."""
+    def recv(self, place=None):
+        """(kind, micro-batch index, value); the value is NumPy where the caller's input was, or
+        what `place` gave (empty_for)."""
         trace("recv", -1)
         self.inp.read_into(self.header_bytes)
-        kind, m, v, data = empty_for(self.header)
+        kind, m, v, data = empty_for(self.header, place)
         if data.size:
             self.inp.read_into(data)
         self.inp.release()
@@ -161,14 +168,14 @@ class GlooPort:
             self.pending.append(torch.distributed.isend(torch.from_numpy(data), self.nxt))
         trace("sent", m)
 
-    def recv(self):
+    def recv(self, place=None):
         torch = torch_module()
         dist = torch.distributed
         h = torch.empty(HEADER, dtype=torch.int64)
         trace("recv", -1)
         try:
             dist.recv(h, self.prev)
-            kind, m, v, data = empty_for(h.numpy())
+            kind, m, v, data = empty_for(h.numpy(), place)
             if data.size:
                 dist.recv(torch.from_numpy(data), self.prev)
         except RuntimeError as e:  # gloo: the peer closed the connection, or the timeout passed

@@ -5,7 +5,8 @@
 //    an op means "apply this instruction elementwise / per row / per matrix over the whole view".
 //  * tile level (the ISA proper): compute operands are local tiles (rank <= 2, static shape,
 //    runtime valid region); only the Memory instructions (TLOAD / TSTORE / TPREFETCH and the
-//    indexed-row MGATHER / MSCATTER / MSCATTER_ADD) touch global memory.
+//    indexed-row MGATHER / MSCATTER / MSCATTER_ADD, and MMATMUL / MMATMUL_ACC, a whole matrix
+//    product in global memory) touch global memory.
 // The lowering pass (src/passes/tile_ops.cpp) turns the first into the second.
 // Semantics are written in docs/isa.md and defined executably by src/backends/interp.
 #pragma once
@@ -41,6 +42,8 @@ enum class OpCategory : uint8_t {
   X(MGATHER, Memory, 3)      \
   X(MSCATTER, Memory, 3)     \
   X(MSCATTER_ADD, Memory, 3) \
+  X(MMATMUL, Memory, 3)      \
+  X(MMATMUL_ACC, Memory, 3)  \
   X(TEXPANDS, Fill, 2)       \
   X(TCI, Fill, 2)            \
   X(TMOV, Unary, 2)          \

@@ -26,7 +26,9 @@ namespace {
 const char* operand_kinds(Opcode op) {
   switch (opcode_info(op).category) {
     case OpCategory::Memory:
-      return op == Opcode::TPREFETCH ? "v" : "vv";
+      return op == Opcode::TPREFETCH                              ? "v"
+             : op == Opcode::MMATMUL || op == Opcode::MMATMUL_ACC ? "vvv"
+                                                                  : "vv";
     case OpCategory::Fill:
       return "vs";
     case OpCategory::Binary:
@@ -346,6 +348,27 @@ class Verifier {
     if (o.code == Opcode::TSTORE) {
       global_view(0);
       tile(1);
+      return;
+    }
+    if (o.code == Opcode::MMATMUL || o.code == Opcode::MMATMUL_ACC) {
+      for (size_t k = 0; k < 3; ++k) {
+        global_view(k);
+        if (as_view(o, k)->buf->dtype != DType::F32)
+          fail(std::string(info.name) + ": operand " + std::to_string(k) + " must be f32, got " +
+               std::string(dtype_name(as_view(o, k)->buf->dtype)));
+      }
+      auto d = as_view(o, 0)->shape(), a = as_view(o, 1)->shape(), b = as_view(o, 2)->shape();
+      auto mat = [](const std::vector<int64_t>& s) {
+        return s.size() >= 2 ? std::make_pair(s[s.size() - 2], s.back())
+                             : std::make_pair(int64_t(1), s.back());
+      };
+      auto [dm, dn] = mat(d);
+      auto [am, ak] = mat(a);
+      auto [bk, bn] = mat(b);
+      if (ak != bk || dm != am || dn != bn)
+        fail(std::string(info.name) + ": shapes must be dst MxN, a MxK, b KxN; got dst " +
+             std::to_string(dm) + "x" + std::to_string(dn) + ", a " + std::to_string(am) + "x" +
+             std::to_string(ak) + ", b " + std::to_string(bk) + "x" + std::to_string(bn));
       return;
     }
     if (o.code == Opcode::MGATHER || o.code == Opcode::MSCATTER || o.code == Opcode::MSCATTER_ADD) {

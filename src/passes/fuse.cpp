@@ -98,7 +98,7 @@ struct Origin {
 
 class Fuser : public StmtMutator {
  public:
-  explicit Fuser(const FusionOptions& o) : o_(o) {}
+  Fuser(const FusionOptions& o, const TileSizes& sizes) : o_(o), sizes_(sizes) {}
 
   // Opens up composite expansions, then groups runs of consecutive tensor-level instructions;
   // loops and branches are rebuilt around their own blocks.
@@ -141,6 +141,7 @@ class Fuser : public StmtMutator {
 
  private:
   FusionOptions o_;
+  TileSizes sizes_;
   int instances_ = 0;
 
   Stmt mutate_op(const Stmt& s) override { return s; }
@@ -184,6 +185,9 @@ class Fuser : public StmtMutator {
       auto bs = std::get<View>(first.args[2]).shape();
       if (rs->rank < 2) return false;
       g.epilogue = bs[bs.size() - 1] * bs[bs.size() - 2] > kSmallRightOperand;
+      // A product that tiling makes one MMATMUL stays alone: the packed whole-matrix GEMM and a
+      // separate pass of its epilogue over the result beat a tiled matmul with the epilogue fused.
+      if (g.epilogue && memory_matmul(first, sizes_)) return false;
     }
     int64_t k = group_key(in, origin, i);
     g.rs = *rs;
@@ -278,14 +282,14 @@ const std::vector<std::string>& fusion_names() {
   return names;
 }
 
-Program fuse(const Program& p, const FusionOptions& options, const TileSizes&) {
+Program fuse(const Program& p, const FusionOptions& options, const TileSizes& sizes) {
   for (const std::string& k : options.kinds)
     if (!std::binary_search(fusion_names().begin(), fusion_names().end(), k)) {
       std::string known;
       for (const std::string& n : fusion_names()) known += (known.empty() ? "" : ", ") + n;
       throw Error("fusion: unknown kind of op '" + k + "' (known: " + known + ")");
     }
-  return Fuser(options).mutate_program(p);
+  return Fuser(options, sizes).mutate_program(p);
 }
 
 }  // namespace pypto::passes

@@ -80,6 +80,8 @@ TileSizes tile_sizes(const PipelineOptions& o) {
   if (o.mm_tile_m > 0) t.mm_m = o.mm_tile_m;
   if (o.mm_tile_n > 0) t.mm_n = o.mm_tile_n;
   if (o.mm_tile_k > 0) t.mm_k = o.mm_tile_k;
+  // Matmul tile sizes asked for (tuning experiments) keep matmuls tiled, so that they apply.
+  t.memory_matmul = o.memory_matmul && o.mm_tile_m <= 0 && o.mm_tile_n <= 0 && o.mm_tile_k <= 0;
   return t;
 }
 

@@ -26,6 +26,7 @@ struct PipelineOptions {
   bool promote = true;        // small whole-accessed temporaries live in local tiles
   bool parallel = true;       // mark provably independent loops parallel
   bool double_buffer = true;  // prefetch the next tile's operands
+  bool memory_matmul = true;  // large plain f32 matmuls as one MMATMUL (passes/tile_ops.h)
   // A target's own expansions of composite ops (passes/lower_composites.h), by opcode.
   std::map<ir::Opcode, CompositeLowering> composite_lowerings;
 };

@@ -46,6 +46,12 @@ class InPlace : public StmtVisitor {
   }
   void visit_if(const StmtNode&) override { ok_ = false; }
   void visit_op(const StmtNode& s) override {
+    // A whole-matrix product reads whole rows and columns of its operands for every element it
+    // writes: never in place.
+    if (s.op.code == Opcode::MMATMUL || s.op.code == Opcode::MMATMUL_ACC)
+      for (const Operand& a : s.op.args)
+        if (auto v = std::get_if<View>(&a); v && (v->buf.get() == old_ || v->buf.get() == young_))
+          ok_ = false;
     // Within one instruction the destination (operand 0) is written after the sources are read.
     for (size_t i = 1; i < s.op.args.size(); ++i)
       if (auto v = std::get_if<View>(&s.op.args[i])) access(*v, false);

@@ -425,6 +425,11 @@ class Lowerer : public StmtMutator {
   }
 
   void matmul(const Op& op, std::vector<Stmt>& out) {
+    if (memory_matmul(op, ts_)) {
+      Opcode c = op.code == Opcode::TMATMUL ? Opcode::MMATMUL : Opcode::MMATMUL_ACC;
+      out.push_back(op_stmt(Op{c, {op.args[0], op.args[1], op.args[2]}}));
+      return;
+    }
     const View& d = std::get<View>(op.args[0]);
     auto ds = d.shape();
     int r = int(ds.size());
@@ -450,6 +455,21 @@ class Lowerer : public StmtMutator {
 };
 
 }  // namespace
+
+bool memory_matmul(const Op& op, const TileSizes& sizes) {
+  if (!sizes.memory_matmul || (op.code != Opcode::TMATMUL && op.code != Opcode::TMATMUL_ACC)) return false;
+  const View *d = std::get_if<View>(&op.args[0]), *a = std::get_if<View>(&op.args[1]),
+             *b = std::get_if<View>(&op.args[2]);
+  if (!d || !a || !b) return false;
+  for (const View* v : {d, a, b})
+    if (v->buf->space != Space::Global || v->buf->dtype != DType::F32 || v->rank() != 2) return false;
+  if (d->buf == a->buf || d->buf == b->buf) return false;
+  auto ds = d->shape();
+  const int64_t K = a->shape().back();
+  // In double: a dynamic dimension's static bound is 2^31 - 1, whose cube overflows int64.
+  return ds[0] >= 32 && ds[1] >= 32 && K >= 32 &&
+         double(ds[0]) * double(ds[1]) * double(K) >= double(1 << 21);
+}
 
 Program tile_ops(const Program& p, const TileSizes& sizes) { return Lowerer(p, sizes).mutate_program(p); }
 

@@ -4,7 +4,8 @@
 // dimensions and over 2-D tiles of its last two, each iteration doing TLOAD of every source
 // tile, the tile instruction, and TSTORE of the result (elementwise and copies); a row
 // reduction chunks the reduced (last) dimension and combines partial results; a matrix multiply
-// accumulates TMATMUL_ACC over K tiles in an accumulator tile. Loops run to the destination's
+// accumulates TMATMUL_ACC over K tiles in an accumulator tile (a large unfused f32 product of two
+// global matrices is one MMATMUL instead, where the target has it). Loops run to the destination's
 // valid extents, and every tile view carries its valid extent, so ragged edges are covered by
 // partial tiles and never read or written out of bounds. Tile-level instructions pass through.
 #pragma once
@@ -17,10 +18,17 @@ namespace pypto::passes {
 struct TileSizes {
   int64_t elem_rows = 16, elem_cols = 512;    // elementwise / reduction tiles
   int64_t mm_m = 64, mm_n = 256, mm_k = 256;  // matmul tiles
+  // A plain f32 matrix product between global matrices becomes one MMATMUL (the CPU's packed
+  // GEMM) instead of a tiled nest; off for targets that multiply tiles only (the NPU simulator).
+  bool memory_matmul = true;
   // A fused row over a dynamic width is one tile this wide (wider rows run unfused).
   int64_t dyn_row_cols() const { return 8 * elem_cols; }
 };
 
 ir::Program tile_ops(const ir::Program& tensor_level, const TileSizes& sizes);
+
+// Whether tiling makes this tensor-level TMATMUL / TMATMUL_ACC one MMATMUL / MMATMUL_ACC: an f32
+// product of rank-2 global matrices, big enough to pay for packing, not writing an operand.
+bool memory_matmul(const ir::Op& op, const TileSizes& sizes);
 
 }  // namespace pypto::passes

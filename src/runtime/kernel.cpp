@@ -32,10 +32,16 @@ const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& st
   return storage;
 }
 
+// The simulated NPU multiplies tiles only: no whole-matrix MMATMUL in its programs.
+passes::PipelineOptions backend_options(passes::PipelineOptions o, Backend backend) {
+  if (backend == Backend::Sim) o.memory_matmul = false;
+  return o;
+}
+
 }  // namespace
 
 Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes::PipelineOptions& options)
-    : lowered_(passes::lower(tensor_program, options)),
+    : lowered_(passes::lower(tensor_program, backend_options(options, backend))),
       backend_(backend),
       written_(written_params(lowered_.isa)) {
   if (backend_ == Backend::Sim) {

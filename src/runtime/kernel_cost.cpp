@@ -30,7 +30,8 @@ struct Counter {
     };
     const ir::View* dst = view(0);
     if (!dst) return 0;
-    switch (ir::opcode_info(op.code).category) {
+    const bool memory_matmul = op.code == ir::Opcode::MMATMUL || op.code == ir::Opcode::MMATMUL_ACC;
+    switch (memory_matmul ? ir::OpCategory::Matrix : ir::opcode_info(op.code).category) {
       case ir::OpCategory::Matrix: {
         const ir::View* a = view(1);
         if (!a || a->rank() == 0) return 0;
@@ -60,8 +61,12 @@ struct Counter {
     if (ir::opcode_info(op.code).category != ir::OpCategory::Memory || op.code == ir::Opcode::TPREFETCH ||
         op.args.empty())
       return 0;
-    const ir::View* dst = std::get_if<ir::View>(&op.args[0]);
-    return dst && dst->buf ? elements(*dst) * ir::dtype_bytes(dst->buf->dtype) : 0;
+    double bytes = 0;  // the destination; a whole-matrix product also reads both operands once
+    const size_t n = op.code == ir::Opcode::MMATMUL || op.code == ir::Opcode::MMATMUL_ACC ? 3 : 1;
+    for (size_t i = 0; i < n && i < op.args.size(); ++i)
+      if (const ir::View* v = std::get_if<ir::View>(&op.args[i]); v && v->buf)
+        bytes += elements(*v) * ir::dtype_bytes(v->buf->dtype);
+    return bytes;
   }
 
   void walk(const std::vector<ir::Stmt>& body, double times) {

@@ -181,6 +181,11 @@ TEST(CpuCodegenOps, EveryOpcodeMatchesTheInterpreter) {
     P.body.push_back(op(Opcode::TSTORE, {ma, W(a)}));
     P.emit(Opcode::MSCATTER_ADD, {ma, W(b), W(idx)});
     ++P.block;
+    // Whole-matrix products between global views: A * B, then += B * A.
+    View mm = clamped(P.out, I(P.block * kR), I(0), kR, kC);
+    P.emit(Opcode::MMATMUL, {mm, W(A), W(B)});
+    P.emit(Opcode::MMATMUL_ACC, {mm, W(B), W(A)});
+    ++P.block;
     auto order = P.T(kR, kC, DType::I64);
     P.emit(Opcode::TARGSORT, {W(order), W(b), I(1)});
     P.keep(order);

@@ -254,6 +254,21 @@ def test_indexed_rows():
                                       "jx": np.array([[4, 0, 5, 2]], np.int64)}, backend=backend)
 
 
+def test_whole_matrix_products():
+    """MMATMUL into a window of the output (a transposed, strided operand view, ragged K), then
+    MMATMUL_ACC onto the same window; the rest of the output is left alone."""
+    x, w, y = rand((40, 70)), rand((50, 70)), rand((70, 33))
+    text = func(["%x: f32[40, 70]", "%w: f32[50, 70]", "%y: f32[70, 33]", "%o: f32[45, 60] out"],
+                ["MMATMUL %o[2:40, 3:25], %x, %w[0:25 step 2, 0:70] perm(1, 0)",
+                 "MMATMUL_ACC %o[2:40, 3:25], %x[0:40, 0:70 valid 69], %y[0:70, 0:25]"])
+    o = compare(text, x=x, w=w, y=y)["o"]
+    x64, w64, y64 = (a.astype(np.float64) for a in (x, w, y))
+    want = x64 @ w64[:50:2].T + x64[:, :69] @ y64[:69, :25]
+    assert np.linalg.norm(o[2:42, 3:28] - want) / np.linalg.norm(want) < 1e-6
+    o[2:42, 3:28] = np.nan
+    assert np.isnan(o).all()
+
+
 def test_argsort():
     x = rand((5, 37))
     x[1, 3] = x[1, 9] = x[2, 4]  # ties keep their order

@@ -162,7 +162,9 @@ class Gen:
             return {"TLOAD": lambda: [t(), self.gview(sc)], "TSTORE": lambda: [self.gview(sc), t()],
                     "TPREFETCH": lambda: [self.gview(sc)], "MGATHER": lambda: [t(), self.gview(sc), t()],
                     "MSCATTER": lambda: [self.gview(sc), t(), t()],
-                    "MSCATTER_ADD": lambda: [self.gview(sc), t(), t()]}[name]()
+                    "MSCATTER_ADD": lambda: [self.gview(sc), t(), t()],
+                    "MMATMUL": lambda: [self.gview(sc) for _ in range(3)],
+                    "MMATMUL_ACC": lambda: [self.gview(sc) for _ in range(3)]}[name]()
         if cat == "fill":
             return [t(), self.scalar(sc)]
         if cat in ("binary", "compare"):

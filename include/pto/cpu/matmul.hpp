@@ -9,6 +9,7 @@
 //   AVX-512 (32 registers): 14 x 32    AVX/AVX2 (16): 6 x 16    SSE/NEON/other: 6 x 8
 // The PTO_GEMM_* macros override the blocking (for tuning experiments).
 #pragma once
+#include "pto/abi.h"
 #include "pto/cpu/matmul_bf16.hpp"
 #include "pto/cpu/matmul_int8.hpp"
 #include "pto/cpu/types.hpp"
@@ -120,6 +121,18 @@ inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t c
     const float* src = B + j0 * cs;
     if (cs == 1 && n == NR) {
       for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * NR, src + p * rs, NR * sizeof(float));
+    } else if (rs == 1) {
+      // A transposed B (x @ W.T): each column of the panel is a contiguous row of W; read it in
+      // order (one stream per column) rather than gathering NR rows for every p.
+      for (int64_t j = 0; j < NR; ++j) {
+        float* d = dst + j;
+        if (j < n) {
+          const float* s = src + j * cs;
+          for (int64_t p = 0; p < kc; ++p) d[p * NR] = s[p];
+        } else {
+          for (int64_t p = 0; p < kc; ++p) d[p * NR] = 0.0f;
+        }
+      }
     } else {
       // Edges and strided B (a transposed B reads down its columns, one cache line per column,
       // and the next p reuses those lines).
@@ -232,6 +245,77 @@ inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
       }
     }
   }
+}
+
+namespace gemm {
+// Rows [r0, r1) (or columns, when split_n) of C = (or +=) A * B: one thread's share.
+struct Shared {
+  int64_t M, N, K;
+  const float *A, *B;
+  int64_t lda_r, lda_c, ldb_r, ldb_c;
+  float* C;
+  int64_t ldc;
+  bool acc, split_n;
+  int64_t grain;  // rows (or columns) per parallel item
+};
+inline void run_share(void* ctx, int64_t begin, int64_t end) {
+  const Shared& s = *static_cast<const Shared*>(ctx);
+  const int64_t lim = s.split_n ? s.N : s.M;
+  const int64_t r0 = begin * s.grain, r1 = detail::imin(end * s.grain, lim);
+  if (r0 >= r1) return;
+  if (s.split_n)
+    gemm_f32(s.M, r1 - r0, s.K, s.A, s.lda_r, s.lda_c, s.B + r0 * s.ldb_c, s.ldb_r, s.ldb_c, s.C + r0, s.ldc,
+             s.acc);
+  else
+    gemm_f32(r1 - r0, s.N, s.K, s.A + r0 * s.lda_r, s.lda_r, s.lda_c, s.B, s.ldb_r, s.ldb_c, s.C + r0 * s.ldc,
+             s.ldc, s.acc);
+}
+}  // namespace gemm
+
+// MMATMUL / MMATMUL_ACC: dst = (or +=) a * b on global memory, the whole product in one
+// instruction: rows i < min(dst.vr, a.vr), columns j < min(dst.vc, b.vc), k < min(a.vc, b.vr).
+// The rows (or, for a wide and short product, the columns) are split into one contiguous share
+// per thread of `pf`; each thread runs the packed gemm_f32 on its share, so every thread packs
+// each B (or A) block once and reuses it across its whole share. pf == nullptr: one thread.
+template <class D, class T, class U>
+inline void mmatmul_f32(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<U> b,
+                        bool acc) {
+  static_assert(std::is_same_v<std::remove_const_t<D>, float> &&
+                    std::is_same_v<std::remove_const_t<T>, float> &&
+                    std::is_same_v<std::remove_const_t<U>, float>,
+                "MMATMUL takes f32 views");
+  using namespace gemm;
+  const int64_t M = detail::imin(dst.vr, a.vr), N = detail::imin(dst.vc, b.vc);
+  const int64_t K = detail::imax(0, detail::imin(a.vc, b.vr));
+  if (M <= 0 || N <= 0) return;
+  if (dst.cs != 1) {  // a strided destination: no C tile stores; rare (a transposed output view)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float s = 0.0f;
+        for (int64_t p = 0; p < K; ++p) s += a.ptr[i * a.rs + p * a.cs] * b.ptr[p * b.rs + j * b.cs];
+        float& c = dst.ptr[i * dst.rs + j * dst.cs];
+        c = acc ? c + s : s;
+      }
+    return;
+  }
+  Shared s{M, N, K, a.ptr, b.ptr, a.rs, a.cs, b.rs, b.cs, dst.ptr, dst.rs, acc, false, MR};
+  // Split the longer side; items of one register tile so the per-thread shares stay even.
+  s.split_n = N > M;
+  s.grain = s.split_n ? NR : MR;
+  const int64_t items = ((s.split_n ? N : M) + s.grain - 1) / s.grain;
+  // Small products: one thread (waking the pool costs more than it saves).
+  if (pf == nullptr || items < 2 || 2.0 * double(M) * double(N) * double(K) < 4e6)
+    return run_share(&s, 0, items);
+  pf(items, &run_share, &s);
+}
+
+template <class D, class T, class U>
+inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<U> b) {
+  mmatmul_f32(pf, dst, a, b, false);
+}
+template <class D, class T, class U>
+inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<U> b) {
+  mmatmul_f32(pf, dst, a, b, true);
 }
 
 namespace detail {

@@ -543,6 +543,12 @@ class Gen {
       case Opcode::TPREFETCH:
         a[0] = gview(op, 0);
         break;
+      case Opcode::MMATMUL:
+      case Opcode::MMATMUL_ACC:
+        // The product splits itself across the pool, unless it already runs inside a parallel loop.
+        a = {parallel_depth_ == 0 ? "args->parallel_for" : "nullptr", gview(op, 0), gview(op, 1),
+             gview(op, 2)};
+        break;
       case Opcode::MGATHER:
       case Opcode::MSCATTER:
       case Opcode::MSCATTER_ADD: {

@@ -1,5 +1,5 @@
-// Memory instructions (the only ones that touch global views): TLOAD, TSTORE, TPREFETCH and the
-// indexed-row MGATHER, MSCATTER, MSCATTER_ADD.
+// Memory instructions (the only ones that touch global views): TLOAD, TSTORE, TPREFETCH, the
+// indexed-row MGATHER, MSCATTER, MSCATTER_ADD, and the whole-matrix MMATMUL, MMATMUL_ACC.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -95,6 +95,28 @@ void exec_memory(Machine& m, const Op& op) {
           m.gwrite(op, g, i, j, v);
         }
       }
+      break;
+    }
+    case Opcode::MMATMUL:
+    case Opcode::MMATMUL_ACC: {
+      // As TMATMUL on tiles: dot products in double over k < min(a.cols, b.rows), rounded once
+      // per element (MMATMUL_ACC adds the old value first) into rows < min(dst.rows, a.rows)
+      // and columns < min(dst.cols, b.cols).
+      const GView d = m.global_view(op, 0), a = m.global_view(op, 1), b = m.global_view(op, 2);
+      const int64_t M = std::min(d.rows, a.rows), N = std::min(d.cols, b.cols);
+      const int64_t K = std::max<int64_t>(0, std::min(a.cols, b.rows));
+      if (M <= 0 || N <= 0) break;
+      std::vector<double> A(size_t(M * K)), B(size_t(K * N));
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t p = 0; p < K; ++p) A[size_t(i * K + p)] = m.gread(op, a, i, p).as_double();
+      for (int64_t p = 0; p < K; ++p)
+        for (int64_t j = 0; j < N; ++j) B[size_t(p * N + j)] = m.gread(op, b, p, j).as_double();
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) {
+          double s = op.code == Opcode::MMATMUL_ACC ? m.gread(op, d, i, j).as_double() : 0.0;
+          for (int64_t p = 0; p < K; ++p) s += A[size_t(i * K + p)] * B[size_t(p * N + j)];
+          m.gwrite(op, d, i, j, fnum(s));
+        }
       break;
     }
     default:

@@ -1,0 +1,99 @@
+"""MMATMUL / MMATMUL_ACC: a large plain f32 matmul between global matrices is one whole-matrix
+instruction (the CPU's packed, blocked GEMM, split across threads) instead of a tiled nest.
+Ragged sizes cross every blocking edge (register tile 14x32 or 6x16, KC 256, MC, NC); transposed
+operand views take the strided packing paths; results are checked against NumPy in float64 on
+both backends, with outputs poisoned with NaN."""
+import numpy as np
+import pytest
+
+import pypto
+from pypto_testutil import assert_close, f64, jit, poisoned, rand, requires_compiler
+
+
+def mm(a, b):
+    return pypto.matmul(a, b)
+
+
+def mm_bt(a, w):
+    return pypto.matmul(a, w.T)
+
+
+def mm_at(x, b):
+    return pypto.matmul(x.T, b)
+
+
+def mm_into(a, b, c):
+    c[...] = a @ b
+
+
+def mm_acc(a, b, c):
+    c += a @ b
+
+
+def mm_window(a, b, c):
+    c[3:3 + 150, 5:5 + 120] = a[1:151, 2:302] @ b[::2, 1:121]
+
+
+def isa_text(fn, backend, *args):
+    return jit(fn, backend).lower(*args).as_text("isa")
+
+
+def test_plain_f32_matmul_is_one_mmatmul():
+    a, b = rand(131, 173), rand(173, 97)
+    isa = isa_text(mm, "cpu", a, b)
+    assert "MMATMUL" in isa and "TMATMUL" not in isa
+    # Below the size that pays for packing, and for other dtypes, the tiled nest remains.
+    assert "MMATMUL" not in isa_text(mm, "cpu", rand(20, 30), rand(30, 40))
+    assert "MMATMUL" not in isa_text(mm, "cpu", rand(131, 173, dtype=np.float64), rand(173, 97, dtype=np.float64))
+    # Matmul tile sizes asked for keep the tiled nest (so that they apply).
+    assert "MMATMUL" not in jit(mm, "cpu", tiles={"m": 32, "n": 32, "k": 32}).lower(a, b).as_text("isa")
+
+
+@pytest.mark.parametrize("M,K,N", [(131, 173, 97), (67, 300, 161), (45, 257, 215), (300, 70, 130)])
+def test_ragged_shapes(backend, M, K, N):
+    a, b = rand(M, K), rand(K, N)
+    assert_close(jit(mm, backend)(a, b), np.matmul(*f64(a, b)), 1e-5)
+
+
+def test_transposed_operands(backend):
+    a, w, x = rand(67, 300), rand(161, 300), rand(300, 67)
+    b = rand(300, 161)
+    assert_close(jit(mm_bt, backend)(a, w), f64(a)[0] @ f64(w)[0].T, 1e-5)
+    assert_close(jit(mm_at, backend)(x, b), f64(x)[0].T @ f64(b)[0], 1e-5)
+
+
+def test_into_output_accumulate_and_windows(backend):
+    a, b = rand(131, 173), rand(173, 97)
+    c = poisoned(131, 97)
+    jit(mm_into, backend)(a, b, c)
+    assert_close(c, np.matmul(*f64(a, b)), 1e-5)
+    c0 = rand(131, 97)
+    c = c0.copy()
+    jit(mm_acc, backend)(a, b, c)
+    assert_close(c, f64(c0)[0] + np.matmul(*f64(a, b)), 1e-5)
+    # Strided and offset windows of all three operands; the rest of c is untouched.
+    a, b, c = rand(160, 310), rand(600, 130), poisoned(170, 140)
+    jit(mm_window, backend)(a, b, c)
+    ref = f64(a)[0][1:151, 2:302] @ f64(b)[0][::2, 1:121]
+    assert_close(c[3:153, 5:125], ref, 1e-5)
+    inner = np.zeros(c.shape, bool)
+    inner[3:153, 5:125] = True
+    assert np.isnan(c[~inner]).all()
+
+
+@requires_compiler
+@pytest.mark.parametrize("M,K,N", [(700, 530, 1100), (1030, 600, 90)])
+def test_large_ragged_cpu(M, K, N):
+    """Past MC, NC and KC with ragged last blocks; tall (split by rows) and wide (split by
+    columns) products, on several threads."""
+    a, b = rand(M, K), rand(K, N)
+    assert_close(jit(mm, "cpu")(a, b), np.matmul(*f64(a, b)), 1e-5)
+    w = np.ascontiguousarray(b.T)
+    assert_close(jit(mm_bt, "cpu")(a, w), np.matmul(*f64(a, b)), 1e-5)
+
+
+def test_simulator_keeps_tiles():
+    """The NPU simulator multiplies tiles: its programs keep the tiled matmul."""
+    a, b = rand(131, 173), rand(173, 97)
+    isa = isa_text(mm, "sim", a, b)
+    assert "MMATMUL" not in isa and "TMATMUL" in isa

@@ -61,40 +61,36 @@ struct State {
   bool operator==(const State& o) const { return local == o.local && global == o.global; }
 };
 
-State join(const State& a, const State& b) {
-  State out = a;
-  for (const auto& [buf, recs] : b.local)
-    for (const auto& [pipe, r] : recs) {
-      auto& mine = out.local[buf];
-      auto it = mine.find(pipe);
-      if (it == mine.end()) {
-        mine[pipe] = r;
-        continue;
-      }
-      Record& m = it->second;
-      m.write = m.write || r.write;
-      std::set<int> both;
-      for (int q : m.ordered)
-        if (r.ordered.count(q)) both.insert(q);
-      m.ordered = both;  // ordered only where both paths ordered it
-      m.sites.insert(r.sites.begin(), r.sites.end());
-    }
-  for (const auto& [buf, recs] : b.global)
+void merge(Record& m, const Record& r) { m.sites.insert(r.sites.begin(), r.sites.end()); }
+void merge(GlobalRecord& m, const GlobalRecord& r) { m.carried = m.carried || r.carried; }
+
+// Joins the records of `from` into `into` (the state where two paths meet): a record either
+// path has is kept; one both have was written if either wrote, and is ordered only where both
+// paths ordered it.
+template <class Records>
+void join_into(Records& into, const Records& from) {
+  for (const auto& [buf, recs] : from)
     for (const auto& [key, r] : recs) {
-      auto& mine = out.global[buf];
+      auto& mine = into[buf];
       auto it = mine.find(key);
       if (it == mine.end()) {
         mine[key] = r;
         continue;
       }
-      GlobalRecord& m = it->second;
+      auto& m = it->second;
       m.write = m.write || r.write;
-      m.carried = m.carried || r.carried;
       std::set<int> both;
       for (int q : m.ordered)
         if (r.ordered.count(q)) both.insert(q);
       m.ordered = both;
+      merge(m, r);
     }
+}
+
+State join(const State& a, const State& b) {
+  State out = a;
+  join_into(out.local, b.local);
+  join_into(out.global, b.global);
   return out;
 }
 

@@ -83,6 +83,8 @@ class CompiledKernel:
         self.build_seconds = 0.0  # trace + lower + compile (set by JitFunction._compile)
         self.built_at_ns = 0      # perf_counter_ns when it was built
         self._cost = None
+        self._dyn_costs = {}  # a dynamic kernel's counts per input shapes
+        self.last_shapes = None  # a dynamic kernel's input shapes in its last run
         self._nests = None
         if backend == "cpu":
             self.compile()
@@ -159,8 +161,16 @@ class CompiledKernel:
             self._nests = [tuple(n) for n in self.kernel.nests(self.builder)]
         return self._nests
 
-    def cost(self):
-        """(flops, bytes, exact) counted from the tensor-level IR, once (runtime/kernel_cost.h)."""
+    def cost(self, input_shapes=None):
+        """(flops, bytes, exact) counted from the tensor-level IR, once (runtime/kernel_cost.h); a
+        dynamic kernel's for a call whose inputs had `input_shapes` (else at the dims' bound)."""
+        if input_shapes is not None and self.dynamic:
+            key = tuple(map(tuple, input_shapes))
+            if key not in self._dyn_costs:
+                if len(self._dyn_costs) > 64:
+                    self._dyn_costs.clear()
+                self._dyn_costs[key] = tuple(self.kernel.cost(input_shapes))
+            return self._dyn_costs[key]
         if self._cost is None:
             self._cost = tuple(self.kernel.cost())
         return self._cost
@@ -228,7 +238,8 @@ class CompiledKernel:
         outs = []
         allocs = self.allocs
         if self.dynamic:
-            shapes = self.kernel.output_shapes([interop.array_info(o)[1] for o in objs])
+            self.last_shapes = [interop.array_info(o)[1] for o in objs]  # for the profile's counts
+            shapes = self.kernel.output_shapes(self.last_shapes)
             allocs = [interop.make_allocator(self.first_kind, s, t, True) for s, t in zip(shapes, self.out_dtypes)]
         for alloc in allocs:
             o, r = alloc()

@@ -46,7 +46,7 @@ state = _State()
 def record(entry, t0, t_run, spans=None):
     """A kernel call that started at t0 and ran entry's kernel from t_run (perf_counter_ns);
     spans: (nest spans, chunk spans) of a profiled run."""
-    last = (entry, t0, t_run, _now(), spans, threading.get_native_id())
+    last = (entry, t0, t_run, _now(), spans, threading.get_native_id(), getattr(entry, "last_shapes", None))
     _C.set_last_call(last)  # one slot per thread, shared with the C++ call path (bind_dispatch.cpp)
     if state.regions:
         with state.lock:
@@ -84,14 +84,16 @@ class Profile:
     """What pypto.get_last_profile() returns. Times are wall-clock milliseconds on the calling
     thread; flops and bytes are counted from the kernel's tensor-level IR (not measured)."""
 
-    def __init__(self, entry, t0, t_run, t1, spans=None, thread=None):
+    def __init__(self, entry, t0, t_run, t1, spans=None, thread=None, input_shapes=None):
         self.kernel = entry.name
         self.t0_ns, self.t_run_ns, self.t1_ns = t0, t_run, t1
         self.thread = thread if thread is not None else threading.get_native_id()
         self.backend = entry.backend
         self.total_ms = (t1 - t0) / 1e6      # the whole call: argument checks, any trace/compile, run
         self.run_ms = (t1 - t_run) / 1e6     # allocating the outputs and running the kernel
-        self.flops, self.bytes, self.counts_exact = entry.cost()
+        # (a dynamic kernel's counts are those of this call's sizes)
+        self.flops, self.bytes, self.counts_exact = (entry.cost(input_shapes) if input_shapes is not None
+                                                     else entry.cost())
         self.compile_ms = entry.compile_seconds * 1e3  # the C++ compile (0: it came from the disk cache)
         self.build_ms = entry.build_seconds * 1e3      # trace + lower + compile, when it was built
         self.built_by_this_call = entry.built_at_ns >= t0

@@ -10,6 +10,7 @@
 // its usual message, before anything runs).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
 #include <numpy/arrayobject.h>
@@ -54,9 +55,11 @@ int64_t now_ns() {
 // built per call). A slot lives on the heap and is never freed: a thread's exit must not drop
 // Python references without the GIL; clear_last_calls() drops every slot's at interpreter exit.
 struct LastCall {
-  PyObject* record = nullptr;  // (entry, t0, t_run, t1, spans, thread)
+  PyObject* record = nullptr;  // (entry, t0, t_run, t1, spans, thread, input shapes)
   PyObject* entry = nullptr;   // a fast call's CompiledKernel, with its clock readings
   int64_t t0 = 0, t_run = 0, t1 = 0;
+  std::vector<std::vector<int64_t>> in_shapes;  // a dynamic kernel's input shapes (its profile counts)
+  bool dynamic = false;
 };
 std::mutex g_slots_mu;
 std::vector<LastCall*> g_slots;
@@ -71,8 +74,14 @@ LastCall& last_call() {
   return *t_slot;
 }
 
-void record_fast_call(PyObject* entry, int64_t t0, int64_t t_run, int64_t t1) {
+void record_fast_call(PyObject* entry, int64_t t0, int64_t t_run, int64_t t1,
+                      const runtime::RunArgs* dynamic_inputs = nullptr, size_t n_in = 0) {
   LastCall& s = last_call();
+  s.dynamic = dynamic_inputs != nullptr;
+  if (dynamic_inputs) {
+    s.in_shapes.resize(n_in);
+    for (size_t j = 0; j < n_in; ++j) s.in_shapes[j] = dynamic_inputs->tensors[j].shape;
+  }
   if (s.entry != entry) {
     Py_INCREF(entry);
     Py_XSETREF(s.entry, entry);
@@ -487,7 +496,7 @@ nb::object Dispatch::call(nb::handle args_h) {
   }
   const int64_t t1 = now_ns();
   v->last_run_ns.store(t1 - t_exec, std::memory_order_relaxed);
-  record_fast_call(v->entry.ptr(), t0, t_run, t1);
+  record_fast_call(v->entry.ptr(), t0, t_run, t1, v->dynamic ? &ra : nullptr, n_in);
   ++fast_calls;
 
   auto item = [&](int k) -> nb::object {
@@ -640,7 +649,9 @@ void bind_dispatch(nb::module_& m) {
   m.def("last_call", []() -> nb::object {
     LastCall& s = last_call();
     if (s.record) return nb::borrow(s.record);
-    if (s.entry) return nb::make_tuple(nb::borrow(s.entry), s.t0, s.t_run, s.t1, nb::none(), nb::none());
+    if (s.entry)
+      return nb::make_tuple(nb::borrow(s.entry), s.t0, s.t_run, s.t1, nb::none(), nb::none(),
+                            s.dynamic ? nb::cast(s.in_shapes) : nb::none());
     return nb::none();
   });
   m.def("clear_last_calls", [] {

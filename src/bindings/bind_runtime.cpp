@@ -3,6 +3,7 @@
 // arguments with as little Python machinery as possible and releases the GIL while it runs.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -232,11 +233,16 @@ void bind_runtime(nb::module_& m) {
           "input_shapes"_a, "Shapes of the outputs for inputs of these shapes (dynamic dims evaluated).")
       .def(
           "cost",
-          [](const Kernel& k) {
-            runtime::KernelCost c = runtime::count_cost(k.lowered().expanded);
+          [](const Kernel& k, std::optional<std::vector<std::vector<int64_t>>> input_shapes) {
+            const ir::Program& p = k.lowered().expanded;
+            std::optional<ir::ScalarEnv> env;
+            if (input_shapes && p.has_dynamic_dims()) env = ir::dim_symbol_env(p, *input_shapes);
+            runtime::KernelCost c = runtime::count_cost(p, env ? &*env : nullptr);
             return nb::make_tuple(c.flops, c.bytes, c.exact);
           },
-          "(flops, bytes, exact) counted from the tensor-level program (runtime/kernel_cost.h).")
+          "input_shapes"_a = nb::none(),
+          "(flops, bytes, exact) counted from the tensor-level program (runtime/kernel_cost.h); a\n"
+          "dynamic kernel's for a call with inputs of these shapes.")
       .def(
           "written", [](const Kernel& k) { return k.written(); },
           "Per tensor param, whether the kernel writes it.")

@@ -135,10 +135,38 @@ std::vector<int64_t> Builder::Impl::traced_shape(const View& v) const {
   return shape;
 }
 
-void Builder::Impl::check_traced_broadcast(const std::vector<const View*>& views) const {
-  if (symbol_hints.empty() || views.size() < 2) return;
-  std::vector<int64_t> shape = traced_shape(*views[0]);
-  for (size_t i = 1; i < views.size(); ++i) shape = broadcast_shapes(shape, traced_shape(*views[i]));
+void Builder::Impl::check_broadcast(const std::vector<const View*>& views) {
+  if (views.size() < 2) return;
+  if (!symbol_hints.empty()) {
+    std::vector<int64_t> shape = traced_shape(*views[0]);
+    for (size_t i = 1; i < views.size(); ++i) shape = broadcast_shapes(shape, traced_shape(*views[i]));
+  }
+  // Dims at the dynamic bound in two operands are not broadcast (a dynamic extent is never 1 at
+  // trace time); their extents may still differ in a later call: check them then.
+  size_t rank = 0;
+  for (const View* v : views) rank = std::max(rank, size_t(v->rank()));
+  for (size_t d = 0; d < rank; ++d) {
+    Expr first;
+    for (const View* v : views) {
+      size_t off = rank - size_t(v->rank());
+      if (d < off || v->shape()[d - off] != kDynamicBound) continue;
+      Expr e = v->valid_shape()[d - off];
+      if (!first) {
+        first = e;
+        continue;
+      }
+      auto diff = as_int(e - first);
+      if (expr_equal(e, first) || (diff && *diff == 0)) continue;
+      IndexCheck c;
+      c.index = e;
+      c.length = first;
+      c.dim = int(d);
+      c.same_extent = true;
+      c.scopes = check_scopes();
+      c.where = where;
+      prog.index_checks.push_back(std::move(c));
+    }
+  }
 }
 
 void Builder::Impl::set_dynamic_extents(Buffer& b, const std::vector<Expr>& valid) const {
@@ -443,7 +471,7 @@ View Builder::binary(Opcode op, const Operand& a, const Operand& b) {
       shape = views.empty() ? v->shape() : broadcast_shapes(shape, v->shape());
       views.push_back(v);
     }
-  impl_->check_traced_broadcast(views);
+  impl_->check_broadcast(views);
   DType base = va ? va->buf->dtype : vb->buf->dtype;
   DType t = promote(operand_dtype(a, base), operand_dtype(b, base));
   if (cat == OpCategory::Compare || op == Opcode::TAND || op == Opcode::TOR)
@@ -478,7 +506,7 @@ View Builder::select(const Operand& cond, const Operand& a, const Operand& b) {
       shape = broadcast_shapes(shape, v->shape());
       views.push_back(v);
     }
-  impl_->check_traced_broadcast(views);
+  impl_->check_broadcast(views);
   DType base = DType::F32;
   if (auto v = as_view(a))
     base = v->buf->dtype;

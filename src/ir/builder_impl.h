@@ -36,14 +36,18 @@ struct Builder::Impl {
   // A view's shape with dynamic dims at their traced extents (when they can be evaluated): shape
   // checks (broadcasting, matmul inner dims) see the values NumPy would.
   std::vector<int64_t> traced_shape(const View& v) const;
-  // Throws the static shape error for these operands at their traced extents.
-  void check_traced_broadcast(const std::vector<const View*>& views) const;
+  // Throws the static shape error for these operands at their traced extents, and records a
+  // run-time check that dynamic dims broadcast against each other have equal extents (unless
+  // they are the same expression).
+  void check_broadcast(const std::vector<const View*>& views);
   // Dims of `b` at the static bound kDynamicBound become dynamic with their `valid` extent.
   void set_dynamic_extents(Buffer& b, const std::vector<Expr>& valid) const;
 
   // Python's index rule at run time: `k` must satisfy 0 <= k < len; records a host-side check
   // unless the bounds prove it.
   void require_in_range(const Expr& k, const Expr& len, int dim);
+  // The loops and branches open here, as the scopes of a host-side check.
+  std::vector<CheckScope> check_scopes() const;
 
   std::string fresh(const std::string& hint);
   void emit(Stmt s) {

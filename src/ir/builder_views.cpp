@@ -42,16 +42,22 @@ void Builder::Impl::require_in_range(const Expr& k, const Expr& len, int dim) {
   c.index = k;
   c.length = len;
   c.dim = dim;
-  for (auto& f : frames) {
-    if (f.kind == Frame::For)
-      c.scopes.push_back(CheckScope{f.var, f.lo, f.hi, f.step, nullptr});
-    else if (f.kind == Frame::Then)
-      c.scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, f.cond});
-    else if (f.kind == Frame::Else)
-      c.scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, logic_not(f.cond)});
-  }
+  c.scopes = check_scopes();
   c.where = where;
   prog.index_checks.push_back(std::move(c));
+}
+
+std::vector<CheckScope> Builder::Impl::check_scopes() const {
+  std::vector<CheckScope> scopes;
+  for (auto& f : frames) {
+    if (f.kind == Frame::For)
+      scopes.push_back(CheckScope{f.var, f.lo, f.hi, f.step, nullptr});
+    else if (f.kind == Frame::Then)
+      scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, f.cond});
+    else if (f.kind == Frame::Else)
+      scopes.push_back(CheckScope{"", nullptr, nullptr, nullptr, logic_not(f.cond)});
+  }
+  return scopes;
 }
 
 View Builder::slice(const View& v, const std::vector<Index>& idx) {

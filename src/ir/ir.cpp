@@ -29,8 +29,7 @@ std::vector<int64_t> dim_symbol_values(const Program& p, const std::vector<std::
   return out;
 }
 
-std::vector<std::vector<int64_t>> output_shapes(const Program& p,
-                                                const std::vector<std::vector<int64_t>>& input_shapes) {
+ScalarEnv dim_symbol_env(const Program& p, const std::vector<std::vector<int64_t>>& input_shapes) {
   std::vector<std::vector<int64_t>> shapes(p.params.size());
   size_t k = 0;
   for (size_t i = 0; i < p.params.size(); ++i)
@@ -48,6 +47,12 @@ std::vector<std::vector<int64_t>> output_shapes(const Program& p,
         throw Error("output_shapes: the symbol %" + s.name + " is bound by an output");
       env[s.name] = ScalarValue{false, sh[size_t(s.dim)], 0};
     }
+  return env;
+}
+
+std::vector<std::vector<int64_t>> output_shapes(const Program& p,
+                                                const std::vector<std::vector<int64_t>>& input_shapes) {
+  ScalarEnv env = dim_symbol_env(p, input_shapes);
   std::vector<std::vector<int64_t>> out;
   for (const auto& b : p.params)
     if (b->kind == BufferKind::Output) out.push_back(runtime_shape(*b, env));

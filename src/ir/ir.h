@@ -196,11 +196,13 @@ struct CheckScope {
 };
 
 // A run-time integer index the builder could not prove in range: wherever `scopes` execute,
-// 0 <= index < length must hold. The runtime evaluates it on the host before the kernel runs
-// (runtime/index_checks.h), over each loop nest's whole range at once, and raises naming `where`.
+// 0 <= index < length must hold; with `same_extent`, `index` and `length` are two extents of a
+// broadcast that must be equal (two different dynamic dims). The runtime evaluates it on the host before the
+// kernel runs (runtime/index_checks.h), over each loop nest's whole range at once, and raises naming `where`.
 struct IndexCheck {
   Expr index, length;
   int dim = 0;
+  bool same_extent = false;
   std::vector<CheckScope> scopes;  // outermost first
   std::string where;               // the kernel's "file:line: source text" (Builder::set_location)
 };
@@ -232,6 +234,8 @@ std::vector<int64_t> dim_symbol_values(const Program& p, const std::vector<std::
 // dynamic extents evaluated from the dimension symbols the inputs bind.
 std::vector<std::vector<int64_t>> output_shapes(const Program& p,
                                                 const std::vector<std::vector<int64_t>>& input_shapes);
+// The dimension symbols of `p` bound from the shapes of its inputs (params that are not outputs).
+ScalarEnv dim_symbol_env(const Program& p, const std::vector<std::vector<int64_t>>& input_shapes);
 // Each dimension symbol of `p` with its range [0, kDynamicBound], for bounds analysis.
 VarBounds dim_symbol_bounds(const Program& p);
 // A buffer's shape at run time given the program's scalar environment (dynamic extents evaluated).

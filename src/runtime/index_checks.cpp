@@ -17,6 +17,10 @@ constexpr int64_t kWalkBudget = int64_t(1) << 22;
 std::string at(const ir::IndexCheck& c) { return c.where.empty() ? std::string() : " (at " + c.where + ")"; }
 
 [[noreturn]] void fail(const ir::IndexCheck& c, int64_t k, int64_t len) {
+  if (c.same_extent)
+    throw Error("dynamic dimensions of extents " + std::to_string(len) + " and " + std::to_string(k) +
+                " cannot be broadcast together (dimension " + std::to_string(c.dim) + " of the result)" +
+                at(c));
   throw Error("index " + std::to_string(k) + " is out of range for dimension " + std::to_string(c.dim) +
               " of size " + std::to_string(len) + at(c));
 }
@@ -34,6 +38,7 @@ bool proven_by_intervals(const ir::IndexCheck& c, ir::VarBounds vb) {
     vb[s.var] = ir::Interval{lo->lo, hi->hi - 1};
   }
   auto k = ir::bounds(c.index, vb), n = ir::bounds(c.length, vb);
+  if (c.same_extent) return k && n && k->lo == k->hi && n->lo == n->hi && k->lo == n->lo;
   return k && n && k->lo >= 0 && k->hi < n->lo;
 }
 
@@ -41,7 +46,7 @@ bool proven_by_intervals(const ir::IndexCheck& c, ir::VarBounds vb) {
 void walk(const ir::IndexCheck& c, size_t depth, ir::ScalarEnv& env, int64_t& budget) {
   if (depth == c.scopes.size()) {
     int64_t k = as_int(ir::eval(c.index, env)), n = as_int(ir::eval(c.length, env));
-    if (k < 0 || k >= n) fail(c, k, n);
+    if (c.same_extent ? k != n : (k < 0 || k >= n)) fail(c, k, n);
     return;
   }
   const ir::CheckScope& s = c.scopes[depth];

@@ -7,9 +7,27 @@
 namespace pypto::runtime {
 namespace {
 
+// Loop iterations the counter walks one by one (binding the loop variable) before it counts a
+// loop as trips x one iteration.
+constexpr int64_t kWalkBudget = int64_t(1) << 16;
+
 struct Counter {
   KernelCost cost;
   bool memory_bytes = false;  // count the bytes loads and stores move (tile level)
+  bool have_env = false;      // env holds the call's scalars: evaluate what is not constant
+  ir::ScalarEnv env;
+  int64_t walk_budget = kWalkBudget;
+
+  std::optional<int64_t> value(const ir::Expr& e) {
+    if (auto c = ir::as_int(e)) return c;
+    if (!have_env) return std::nullopt;
+    std::vector<std::string> vars;
+    ir::collect_vars(e, vars);
+    for (const std::string& v : vars)
+      if (!env.count(v)) return std::nullopt;
+    ir::ScalarValue r = ir::eval(e, env);
+    return r.is_float ? int64_t(r.f) : r.i;
+  }
 
   // Elements of a view's valid region; the static window where an extent is not constant.
   double elements(const ir::View& v) {
@@ -17,7 +35,7 @@ struct Counter {
     std::vector<ir::Expr> valid = v.valid_shape();
     std::vector<int64_t> shape = v.shape();
     for (size_t d = 0; d < shape.size(); ++d) {
-      std::optional<int64_t> c = d < valid.size() ? ir::as_int(valid[d]) : std::nullopt;
+      std::optional<int64_t> c = d < valid.size() ? value(valid[d]) : std::nullopt;
       if (!c) cost.exact = false;
       n *= double(c ? *c : shape[d]);
     }
@@ -36,7 +54,7 @@ struct Counter {
         const ir::View* a = view(1);
         if (!a || a->rank() == 0) return 0;
         std::vector<int64_t> ashape = a->shape();
-        std::optional<int64_t> k = ir::as_int(a->valid_shape().back());
+        std::optional<int64_t> k = value(a->valid_shape().back());
         if (!k) cost.exact = false;
         double mn = elements(*dst);
         double f = 2 * mn * double(k ? *k : ashape.back());
@@ -76,8 +94,18 @@ struct Counter {
           walk(s->body, times);
           break;
         case ir::StmtKind::For: {
-          std::optional<int64_t> lo = ir::as_int(s->lo), hi = ir::as_int(s->hi), step = ir::as_int(s->step);
+          std::optional<int64_t> lo = value(s->lo), hi = value(s->hi), step = value(s->step);
           std::optional<int64_t> span = ir::as_int(s->hi - s->lo);  // constant even when lo and hi are not
+          if (have_env && lo && hi && step && *step > 0 && ir::trip_count(*lo, *hi, *step) <= walk_budget) {
+            int64_t n = int64_t(ir::trip_count(*lo, *hi, *step));
+            walk_budget -= n;
+            for (int64_t t = 0; t < n; ++t) {  // each iteration with its extents (an edge tile is smaller)
+              env[s->var] = ir::ScalarValue{false, *lo + t * *step, 0};
+              walk(s->body, times);
+            }
+            env.erase(s->var);
+            break;
+          }
           double trips = 1;
           if (lo && hi && step)
             trips = double(ir::trip_count(*lo, *hi, *step));
@@ -88,7 +116,11 @@ struct Counter {
           walk(s->body, times * trips);
           break;
         }
-        case ir::StmtKind::If: {  // the costlier branch: an upper bound
+        case ir::StmtKind::If: {  // the branch taken, when known; else the costlier one: an upper bound
+          if (auto c = value(s->cond)) {
+            walk(*c ? s->body : s->orelse, times);
+            break;
+          }
           cost.exact = false;
           double before = cost.flops;
           walk(s->body, times);
@@ -111,10 +143,17 @@ struct Counter {
 
 }  // namespace
 
-KernelCost count_cost(const ir::Program& p) {
+KernelCost count_cost(const ir::Program& p, const ir::ScalarEnv* env) {
   Counter c;
+  c.have_env = true;  // (without env, loop variables still bind as their loops are walked)
+  if (env) c.env = *env;
   c.walk(p.body, 1);
-  for (const ir::BufferRef& b : p.params) c.cost.bytes += double(b->numel()) * ir::dtype_bytes(b->dtype);
+  for (const ir::BufferRef& b : p.params) {
+    double n = 1;
+    std::vector<int64_t> shape = env ? ir::runtime_shape(*b, *env) : b->shape;
+    for (int64_t e : shape) n *= double(e);
+    c.cost.bytes += n * ir::dtype_bytes(b->dtype);
+  }
   return c.cost;
 }
 

@@ -18,7 +18,11 @@ struct KernelCost {
   bool exact = true;
 };
 
-KernelCost count_cost(const ir::Program& tensor_program);
+// Loops are walked (up to a budget) where an extent depends on their variable (a ragged last
+// tile), so the count is exact. `env`, when given: the values of the program's scalars for one call (a
+// dynamic kernel's dimension symbols, runtime/kernel.h's dim_symbol_env): extents, trip counts and the
+// params' sizes are those of the call: a dynamic kernel's count is the call's, not the bound's.
+KernelCost count_cost(const ir::Program& tensor_program, const ir::ScalarEnv* env = nullptr);
 
 // The cost of some statements of a tile-level program (one loop nest, cpu/nests.h): flops as
 // above, bytes = the global memory its loads and stores move (a tile re-read counts again).

@@ -115,7 +115,8 @@ int main() {
   bf16_case<8, 3, 3, 8>(5, 3, 7, false);
   bf16_case<16, 1, 1, 48>(13, 1, 47, true);        // k = 1: the odd tail alone
   bf16_case<1, 64, 64, 1>(1, 63, 1, false);
-  bf16_case<32, 128, 128, 96>(29, 128, 96, false);
+  bf16_case<32, 128, 128, 96>(29, 128, 96, false);  // B read in place (rows of whole 32-column panels)
+  bf16_case<20, 67, 67, 64>(19, 67, 50, true);       // in place: odd k, ragged n, NaN past k and n
   std::printf("native %d %d hash %016llx\n", PTO_NATIVE_BF16_DOT, PTO_NATIVE_INT8_DOT, hash);
   if (fails == 0) std::printf("OK\n");
   return fails == 0 ? 0 : 1;

@@ -89,3 +89,26 @@ def test_attention_with_a_dynamic_key_length_equals_static(backend):
         assert rel_err(out, softmax_ref(sc) @ v) < 1e-12, s
         np.testing.assert_allclose(out, static(q, k, v), rtol=1e-12, atol=1e-14)
     assert dynamic.cache_size == 2  # s = 1 static, every other length one dynamic kernel
+
+
+@pytest.mark.parametrize("kname", ["fused_linear", "optimized_attention"])
+def test_profile_counts_of_a_dynamic_kernel_are_the_calls(kname):
+    """FLOPs and bytes of a dynamic kernel's call are counted at the call's sizes (loops whose
+    tiles depend on the loop variable walked), equal to the static kernel's for that shape."""
+    fn = getattr(seed_kernels, kname)
+    dims = {"x": [0]} if kname == "fused_linear" else {"Q": [2], "K": [2], "V": [2]}
+    dynamic, static = pypto.jit(fn, dynamic=dims), pypto.jit(fn, dynamic=False)
+    for s in (5, 131, 200):
+        if kname == "fused_linear":
+            args = (rand(s, 24), rand(24, 40), rand(40))
+        else:
+            args = tuple(rand(1, 2, s, 16) for _ in range(3))
+        dynamic(*args)
+        got = pypto.get_last_profile()
+        static(*args)
+        want = pypto.get_last_profile()
+        assert want.counts_exact and got.counts_exact, s
+        assert (got.flops, got.bytes) == (want.flops, want.bytes), s
+    assert dynamic.cache_size == 1
+    if kname == "fused_linear":
+        assert got.flops >= 2 * 200 * 24 * 40 and got.bytes == 4 * (200 * 24 + 24 * 40 + 40 + 200 * 40)

@@ -208,3 +208,19 @@ def test_shape_errors_see_the_traced_extents():
 
 def exp_plus_one_of_sum(x, y):
     return pypto.exp(x + y) + 1.0
+
+
+def shifted_sum(x, y):
+    return x[1:] + y
+
+
+def test_two_dynamic_dims_broadcast_are_checked_at_run_time(backend):
+    """x[1:] and y have equal extents when traced but different symbols: a later call where they
+    differ raises (naming both extents and the kernel line) before anything runs."""
+    kernel = jit(shifted_sum, backend, dynamic=True)
+    for n in (6, 14, 3):
+        x, y = rand(n, dtype=np.float64), rand(n - 1, dtype=np.float64)
+        assert rel_err(kernel(x, y), x[1:] + y) < 1e-15
+    with pytest.raises(pypto.PyptoError, match=r"extents 9 and 3 cannot be broadcast together.*x\[1:\] \+ y"):
+        kernel(rand(10, dtype=np.float64), rand(3, dtype=np.float64))  # (float32 would trace anew)
+    assert kernel.cache_size == 1

@@ -8,9 +8,10 @@
 //
 // Native path (AVX512-BF16, chosen when the compiler targets a CPU that reports it, i.e.
 // -march=native sees avx512_bf16 in cpuid): vdpbf16ps does both steps of a K pair for 16 columns
-// in one instruction. B is packed into pairs along K (the "VNNI" layout: one 32-bit lane holds
-// B(2p, j) in its low half and B(2p+1, j) in its high half), so one 64-byte load feeds 16
-// columns for two K steps; A is read in place, since A(i, 2p) and A(i, 2p+1) are adjacent in a
+// in one instruction. B is used in pairs along K (the "VNNI" layout: one 32-bit lane holds
+// B(2p, j) in its low half and B(2p+1, j) in its high half), made by two shuffles of two B rows
+// per K pair when B's rows hold whole 32-column panels, else packed once per call; A is read in
+// place, since A(i, 2p) and A(i, 2p+1) are adjacent in a
 // row-major tile and one 32-bit broadcast gives the pair. An MR x NR register block (14 x 32, 28
 // accumulators) runs over one packed B panel of NR columns.
 //
@@ -25,6 +26,12 @@
 #define PTO_NATIVE_BF16_DOT 1
 #else
 #define PTO_NATIVE_BF16_DOT 0
+#endif
+
+// Tiles of A with at most this many rows read B in place, taller ones pack B (a tuning knob: on
+// Zen 4 reading in place measured as fast as packing even for 128 rows, so the default is all).
+#ifndef PTO_BF16_INPLACE_MAX_M
+#define PTO_BF16_INPLACE_MAX_M (int64_t(1) << 40)
 #endif
 
 namespace pto {
@@ -112,6 +119,69 @@ PTO_INLINE vf dot_pairs(vf acc, vi a, vi b) {
 #else
   return __builtin_ia32_dpbf16ps_v16sf(acc, (vbh)a, (vbh)b);
 #endif
+}
+
+typedef short vh __attribute__((vector_size(64)));  // 32 bf16 bit patterns
+
+// The pair layout of pack_b_pairs made on the fly from two rows of 32 columns: lanes
+// (B(2p, j), B(2p+1, j)) for j = 0..15 (lo) and 16..31 (hi).
+PTO_INLINE void interleave_rows(vh r0, vh r1, vi& lo, vi& hi) {
+#if defined(__clang__)
+  lo = (vi)__builtin_shufflevector(r0, r1, 0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39, 8, 40, 9,
+                                   41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47);
+  hi = (vi)__builtin_shufflevector(r0, r1, 16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55, 24,
+                                   56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63);
+#else
+  const vh mlo = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                  8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const vh mhi = mlo + short(16);
+  lo = (vi)__builtin_shuffle(r0, r1, mlo);
+  hi = (vi)__builtin_shuffle(r0, r1, mhi);
+#endif
+}
+
+// kernel_native reading B in place (row stride BS, 32 columns from b): the pairs are interleaved
+// per K pair instead of packed once, which costs 2 shuffles per 2 * M_ vdpbf16ps but no pass over
+// B, so a few rows of A against a wide B (a fused row group's matmul) pay nothing for packing.
+template <int M_, int AS, int BS>
+PTO_INLINE void kernel_native_inplace(int64_t kp, bool odd, const bf16_t* PTO_RESTRICT a,
+                                      const bf16_t* PTO_RESTRICT b, float* c, int64_t ldc, bool acc,
+                                      int64_t mr, int64_t nr) {
+  static_assert(NV == 2 && kW == 16, "two vectors of 16 f32 lanes: one 32-column row of bf16");
+  vf r[M_][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) r[i][v] = vf{};
+  auto step = [&](int64_t p, vh r0, vh r1, bool tail) __attribute__((always_inline)) {
+    vi bv[NV];
+    interleave_rows(r0, r1, bv[0], bv[1]);
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i) {
+      int ai;
+      if (tail) {
+        ai = int(a[i * AS + 2 * p].bits);  // the high half (past k) stays zero
+      } else {
+        __builtin_memcpy(&ai, a + i * AS + 2 * p, 4);
+      }
+      const vi av = vi{} + ai;
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) r[i][v] = dot_pairs(r[i][v], av, bv[v]);
+    }
+  };
+  const int64_t full = odd ? kp - 1 : kp;
+  for (int64_t p = 0; p < full; ++p) {
+    vh r0, r1;
+    __builtin_memcpy(&r0, b + (2 * p) * BS, sizeof(vh));
+    __builtin_memcpy(&r1, b + (2 * p + 1) * BS, sizeof(vh));
+    step(p, r0, r1, false);
+  }
+  if (odd) {
+    vh r0;
+    __builtin_memcpy(&r0, b + (2 * (kp - 1)) * BS, sizeof(vh));
+    step(kp - 1, r0, vh{}, true);  // B's row past k is never read: its NaN padding would leak in
+  }
+  store_block<M_>(r, c, ldc, acc, mr, nr);
 }
 
 // Bp[panel][p][j] (32-bit lanes) = B(2p, j0+j) | B(2p+1, j0+j) << 16, zero past k and n.
@@ -246,8 +316,6 @@ inline void matmul_tiles_bf16(float* d, const bf16_t* a, const bf16_t* b, int64_
   const int64_t kp = (k + 1) / 2;
   const int64_t panels = (n + NR - 1) / NR;
 #if PTO_NATIVE_BF16_DOT
-  uint32_t* bp = scratch(0).get<uint32_t>(panels * kp * NR);
-  pack_b_pairs<C2>(b, k, n, bp);
   // Rows of a ragged last block are copied into a zeroed MR-row block (same row stride), so the
   // kernel never reads past the tile.
   const int64_t m_full = m / MR * MR;
@@ -259,6 +327,23 @@ inline void matmul_tiles_bf16(float* d, const bf16_t* a, const bf16_t* b, int64_
       __builtin_memcpy(tail + (i - m_full) * C, a + i * C, sizeof(bf16_t) * size_t(k));
   }
   const bool odd = (k & 1) != 0;
+  // B's rows hold whole 32-column panels (read past n but within the row, results not stored):
+  // B is read in place, unless A has enough row blocks to repay packing B once.
+  if constexpr (C2 % NR == 0) {
+    if (m <= PTO_BF16_INPLACE_MAX_M) {
+      for (int64_t jp = 0; jp < panels; ++jp) {
+        const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);
+        for (int64_t i0 = 0; i0 < m_full; i0 += MR)
+          kernel_native_inplace<MR, C, C2>(kp, odd, a + i0 * C, b + j0, d + i0 * CD + j0, CD, acc, MR, nr);
+        if (tail)
+          kernel_native_inplace<MR, C, C2>(kp, odd, tail, b + j0, d + m_full * CD + j0, CD, acc, m - m_full,
+                                           nr);
+      }
+      return;
+    }
+  }
+  uint32_t* bp = scratch(0).get<uint32_t>(panels * kp * NR);
+  pack_b_pairs<C2>(b, k, n, bp);
   for (int64_t jp = 0; jp < panels; ++jp) {
     const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);
     const uint32_t* panel = bp + jp * kp * NR;

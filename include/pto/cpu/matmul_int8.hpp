@@ -72,19 +72,16 @@ inline Scratch& scratch(int which) {
 // Stores an M_ x NR block minus corr[i] per row into C (row stride ldc), only mr x nr of it,
 // adding to C's values when acc.
 template <int M_>
-PTO_INLINE void store_block(vu (&r)[M_][NV], const unsigned* corr, int32_t* c, int64_t ldc, bool acc,
+PTO_INLINE void store_block(const vu (&r)[M_][NV], const unsigned* corr, int32_t* c, int64_t ldc, bool acc,
                             int64_t mr, int64_t nr) {
-#pragma GCC unroll 16
-  for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) r[i][v] -= corr[i];
   if (mr == M_ && nr == NR) {
 #pragma GCC unroll 16
     for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         vuu* cp = reinterpret_cast<vuu*>(c + i * ldc + v * kW);
-        *cp = acc ? *cp + r[i][v] : r[i][v];
+        const vu x = r[i][v] - corr[i];
+        *cp = acc ? *cp + x : x;
       }
     return;
   }
@@ -92,7 +89,10 @@ PTO_INLINE void store_block(vu (&r)[M_][NV], const unsigned* corr, int32_t* c, i
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) __builtin_memcpy(tmp + i * NR + v * kW, &r[i][v], sizeof(vu));
+    for (int v = 0; v < NV; ++v) {
+      const vu x = r[i][v] - corr[i];
+      __builtin_memcpy(tmp + i * NR + v * kW, &x, sizeof(vu));
+    }
   for (int64_t i = 0; i < mr; ++i)
     for (int64_t j = 0; j < nr; ++j) {
       const unsigned old = acc ? unsigned(c[i * ldc + j]) : 0u;
@@ -102,11 +102,11 @@ PTO_INLINE void store_block(vu (&r)[M_][NV], const unsigned* corr, int32_t* c, i
 
 #if PTO_NATIVE_INT8_DOT
 typedef int vi __attribute__((vector_size(64)));
-PTO_INLINE vu dot_quads(vu acc, vi u8, vi s8) {
+PTO_INLINE vi dot_quads(vi acc, vi u8, vi s8) {
 #if defined(__clang__)
-  return (vu)__builtin_ia32_vpdpbusd512((vi)acc, u8, s8);
+  return __builtin_ia32_vpdpbusd512(acc, u8, s8);
 #else
-  return (vu)__builtin_ia32_vpdpbusd_v16si((vi)acc, u8, s8);
+  return __builtin_ia32_vpdpbusd_v16si(acc, u8, s8);
 #endif
 }
 
@@ -144,11 +144,11 @@ template <int M_, int AS>
 PTO_INLINE void kernel_native(int64_t k, const int8_t* PTO_RESTRICT a, const uint32_t* PTO_RESTRICT bp,
                               const unsigned* corr, int32_t* c, int64_t ldc, bool acc, int64_t mr,
                               int64_t nr) {
-  vu r[M_][NV];
+  vi r[M_][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) r[i][v] = vu{};
+    for (int v = 0; v < NV; ++v) r[i][v] = vi{};
   const int64_t full = k / 4;
   for (int64_t q = 0; q < full; ++q) {
     vi bv[NV];
@@ -177,7 +177,12 @@ PTO_INLINE void kernel_native(int64_t k, const int8_t* PTO_RESTRICT a, const uin
       for (int v = 0; v < NV; ++v) r[i][v] = dot_quads(r[i][v], bv[v], av);
     }
   }
-  store_block<M_>(r, corr, c, ldc, acc, mr, nr);
+  vu ru[M_][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) ru[i][v] = (vu)r[i][v];
+  store_block<M_>(ru, corr, c, ldc, acc, mr, nr);
 }
 #else
 // Bp[panel][p][j] = B(p, j0+j) as int32, 0 past n.

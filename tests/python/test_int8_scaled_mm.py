@@ -62,3 +62,14 @@ def test_int8_operand_tiles_stay_int8():
     a, b = i8(64, 48), i8(48, 32)
     text = pypto.jit(lambda a, b: pypto.scaled_mm(a, b)).lower(a, b).as_text("tile")
     assert "i8[64, 48] mat" in text and "i8[48, 32] mat" in text and "TCVT %t, %a" not in text, text
+
+
+def test_scaled_mm_checks_torch_dtypes_too():
+    """Called with torch tensors (x.dtype is a torch.dtype there), int64 and bool operands are
+    refused as they are for NumPy callers, and int8 takes the int8 product."""
+    k = pypto.jit(lambda a, b: pypto.scaled_mm(a, b), backend="interp")
+    with pytest.raises(pypto.PyptoError, match="unsupported operand dtypes int64"):
+        k(torch.ones(4, 4, dtype=torch.int64), torch.ones(4, 4, dtype=torch.int64))
+    a = torch.randint(-128, 128, (5, 12), dtype=torch.int8)
+    b = torch.randint(-128, 128, (12, 3), dtype=torch.int8)
+    assert torch.equal(k(a, b), (a.int() @ b.int()).float())

@@ -162,19 +162,19 @@ def scaled_mm(a, b, scale_a=1.0, scale_b=1.0, bias=None, out_dtype=None):
     scales and bias apply in float32, and the result is out_dtype (float32 by default)."""
     if not (isinstance(a, TensorValue) and isinstance(b, TensorValue)) or a.ndim != 2 or b.ndim != 2:
         raise PyptoError("scaled_mm: a and b must be 2-D tensors")
-    if a.dtype is _dt.bool_ or b.dtype is _dt.bool_ or a.dtype is _dt.int64 or b.dtype is _dt.int64:
-        raise PyptoError(f"scaled_mm: unsupported operand dtypes {a.dtype.name} and {b.dtype.name} "
+    if a.pdtype is _dt.bool_ or b.pdtype is _dt.bool_ or a.pdtype is _dt.int64 or b.pdtype is _dt.int64:
+        raise PyptoError(f"scaled_mm: unsupported operand dtypes {a.pdtype.name} and {b.pdtype.name} "
                          "(int8, uint8, int16, int32, or a float type)")
-    integer = not a.dtype.is_floating_point and not b.dtype.is_floating_point
+    integer = not a.pdtype.is_floating_point and not b.pdtype.is_floating_point
     acc_t = _dt.int32 if integer else _dt.float32
-    if _dt.to_dtype(a.dtype) is _dt.int8 and _dt.to_dtype(b.dtype) is _dt.int8:  # torch callers: torch.int8
+    if a.pdtype is _dt.int8 and b.pdtype is _dt.int8:
         # int8 operands stay int8 into an int32 accumulator: the int8 dot product (VNNI where the
         # CPU has it, pto/cpu/matmul_int8.hpp) instead of two int32 copies and an int32 matmul.
         prod = T.full((a.shape[0], b.shape[1]), 0, acc_t)
         T.matmul_acc(prod, a, b)
     else:
-        prod = T.matmul(T.cast(a, acc_t) if a.dtype is not acc_t else a,
-                        T.cast(b, acc_t) if b.dtype is not acc_t else b)
+        prod = T.matmul(T.cast(a, acc_t) if a.pdtype is not acc_t else a,
+                        T.cast(b, acc_t) if b.pdtype is not acc_t else b)
     out = T.cast(prod, _dt.float32) if integer else prod
     m, n = a.shape[0], b.shape[1]
     out = T.binary(Opcode.TMUL, out, _scale_operand(scale_a, m, 0, "scale_a"))

@@ -376,3 +376,20 @@ def test_parse_print_api():
     assert _C.structural_hash(prog) == _C.structural_hash(isa.parse(EDGE))
     with pytest.raises(PyptoError, match="line"):
         isa.parse("func @k( {")
+
+
+def test_whole_matrix_products_against_numpy():
+    """MMATMUL / MMATMUL_ACC on global matrices: float64 products rounded once per element, into a
+    window of the output (the rest left alone), with a transposed operand and a ragged valid K."""
+    rng = np.random.default_rng(5)
+    x, w, y = (rng.standard_normal(s).astype(np.float32) for s in ((9, 13), (6, 13), (13, 7)))
+    text = func(["%x: f32[9, 13]", "%w: f32[6, 13]", "%y: f32[13, 7]", "%o: f32[11, 9] out"],
+                ["MMATMUL %o[1:9, 2:6], %x, %w[0:6, 0:13] perm(1, 0)",  # [offset:size] windows
+                 "MMATMUL_ACC %o[1:9, 2:5], %x[0:9, 0:13 valid 12], %y[0:13, 0:5]"])
+    o = run(text, x=x, w=w, y=y)["o"]
+    x64, w64, y64 = (a.astype(np.float64) for a in (x, w, y))
+    want = x64 @ w64.T
+    want[:, :5] += x64[:, :12] @ y64[:12, :5]
+    check(o[1:10, 2:8], want.astype(np.float32), tol=1e-6)
+    o[1:10, 2:8] = np.nan
+    assert np.isnan(o).all()

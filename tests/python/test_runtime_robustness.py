@@ -210,8 +210,12 @@ def test_fork_after_parallel_loops_on_torch_threads(tmp_path):
 
 @pytest.mark.parametrize("backend", ["cpu", "interp"])
 def test_sigint_interrupts_a_long_kernel(tmp_path, backend):
+    # A shell starts background jobs with SIGINT ignored, and the child inherits that (Python then
+    # installs no KeyboardInterrupt handler): the child restores Python's own handler first, so the
+    # test does not depend on how the suite was launched.
     r = run_child(tmp_path, f"""
         import os, signal, threading, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         import numpy as np
         import pypto
 
@@ -224,7 +228,9 @@ def test_sigint_interrupts_a_long_kernel(tmp_path, backend):
         x = np.random.default_rng(0).standard_normal((128, 128)).astype(np.float32)
         out = np.zeros_like(x)
         slow(x, out, 1)
-        t0 = time.perf_counter(); slow(x, out, 20); per = (time.perf_counter() - t0) / 20
+        per = float("inf")
+        for _ in range(3):  # the fastest of three: a first-run cost must not shrink the long run
+            t0 = time.perf_counter(); slow(x, out, 20); per = min(per, (time.perf_counter() - t0) / 20)
         reps = int(40 / per)                     # about 40 s of work
         threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
         t0 = time.perf_counter()

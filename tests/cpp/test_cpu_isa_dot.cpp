@@ -15,6 +15,7 @@
 #include "backends/cpu/compiler.h"
 #include "gtest/gtest.h"
 #include "target/target.h"
+#include "test_run_capture.h"
 
 namespace {
 
@@ -122,20 +123,6 @@ int main() {
   return fails == 0 ? 0 : 1;
 }
 )PTO";
-
-std::string run_capture(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *status = pclose(p);
-  return out;
-}
 
 // Compiles and runs kProgram with `defines`; returns its output (the hash line and OK).
 std::string compile_and_run(const std::string& cxx, const std::string& dir, const std::string& defines) {

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/compiler.h"
 #include "test_cpu_isa_util.hpp"
+#include "test_run_capture.h"
 
 namespace {
 
@@ -122,20 +123,6 @@ int main() {
   return fails == 0 ? 0 : 1;
 }
 )PTO";
-
-std::string run_capture(const std::string& cmd, int* status) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) {
-    *status = -1;
-    return out;
-  }
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *status = pclose(p);
-  return out;
-}
 
 TEST(CpuIsaNative, HeadersPassUnderMarchNative) {
   const char* env = std::getenv("PYPTO_CXX");

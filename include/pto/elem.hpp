@@ -160,11 +160,8 @@ PTO_ELEM_ROUNDING_FN(round, rint)  // half to even, as torch.round and numpy.rou
 PTO_ELEM_ROUNDING_FN(trunc, trunc)
 #undef PTO_ELEM_ROUNDING_FN
 template <class T>
-PTO_INLINE T sign(T x) {  // -1, 0 or 1; sign(-0.0) = 0, sign(NaN) = NaN
-  if constexpr (is_int_v<T>)
-    return T((x > T(0)) - (x < T(0)));
-  else
-    return x != x ? x : T((x > T(0)) - (x < T(0)));
+PTO_INLINE T sign(T x) {  // -1, 0 or 1; sign(-0.0) = +0 and sign(NaN) = 0, as torch.sign (NumPy: NaN)
+  return T((x > T(0)) - (x < T(0)));
 }
 template <class T>
 PTO_INLINE T relu(T x) {

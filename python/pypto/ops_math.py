@@ -27,7 +27,8 @@ log1p = _named(make_unary(Op.TLOG1P, math.log1p, None, "log(1 + x), accurate nea
 cbrt = _named(make_unary(Op.TCBRT, lambda x: math.copysign(abs(x) ** (1 / 3), x), None, "Real cube root."), "cbrt")
 ceil = _named(make_unary(Op.TCEIL, math.ceil, None, "Elementwise ceiling (integers unchanged)."), "ceil")
 trunc = _named(make_unary(Op.TTRUNC, math.trunc, None, "Round toward zero (integers unchanged)."), "trunc")
-sign = _named(make_unary(Op.TSIGN, lambda x: (x > 0) - (x < 0), None, "-1, 0 or 1 (NaN stays NaN)."), "sign")
+sign = _named(make_unary(Op.TSIGN, _ops._keep_int("sign", lambda x: (x > 0) - (x < 0)), None,
+                         "-1, 0 or 1; sign(NaN) == 0, as torch.sign (NumPy gives NaN)."), "sign")
 
 
 @make_op(M.round_, lambda x, decimals=0: builtins.round(x, decimals))

@@ -38,8 +38,26 @@ using namespace nb::literals;
 namespace {
 
 // A run measured below this keeps the GIL and skips the Ctrl-C hook (four sigaction calls):
-// releasing and retaking both would cost more than the kernel.
+// releasing and retaking both would cost more than the kernel. Only a call with the same scalars
+// (and, for a dynamic variant, shapes) as that short run does: a scalar such as a trip count can
+// make the next run as long as it likes, and a run holding the GIL cannot be stopped by Ctrl-C.
 constexpr int64_t kHoldGilNanos = 20000;
+constexpr uint64_t kNoShortRun = 0;
+
+// What decides a run's length besides the variant: its scalars and (dynamic) input shapes.
+uint64_t run_length_key(const runtime::RunArgs& ra, size_t n_in, bool dynamic) {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  auto mix = [&h](uint64_t x) { h = (h ^ x) * 0x100000001b3ull; };
+  for (const ir::ScalarValue& s : ra.scalars) {
+    uint64_t bits;
+    std::memcpy(&bits, &s.f, sizeof bits);
+    mix(s.is_float ? bits : uint64_t(s.i));
+  }
+  if (dynamic)
+    for (size_t j = 0; j < n_in; ++j)
+      for (int64_t d : ra.tensors[j].shape) mix(uint64_t(d));
+  return h == kNoShortRun ? 1 : h;
+}
 constexpr int kMaxRank = 8;
 constexpr Py_ssize_t kMaxArgs = 32;
 
@@ -261,8 +279,8 @@ struct Variant {
   Kind out_kind = Kind::Torch;
   std::vector<OutSpec> outs;
   Result result = Result::None;
-  std::vector<int> result_items;  // >= 0: an output; < 0: input -1 - item
-  std::atomic<int64_t> last_run_ns{-1};
+  std::vector<int> result_items;                     // >= 0: an output; < 0: input -1 - item
+  std::atomic<uint64_t> short_run_key{kNoShortRun};  // run_length_key of the last run, if short
 };
 
 bool same_dtype(PyObject* got, PyObject* want) {
@@ -483,10 +501,11 @@ nb::object Dispatch::call(nb::handle args_h) {
   } catch (const ir::Error&) {
     return g_miss;  // the Python path makes the same check and raises its message
   }
-  const int64_t last = v->last_run_ns.load(std::memory_order_relaxed);
+  const uint64_t key = run_length_key(ra, n_in, v->dynamic);
+  const bool hold_gil = v->short_run_key.load(std::memory_order_relaxed) == key;
   const int64_t t_exec = now_ns();
   try {
-    if (last >= 0 && last < kHoldGilNanos)
+    if (hold_gil)
       v->kernel->run_checked(*checked);
     else
       interruptible_without_gil([&] { v->kernel->run_checked(*checked); });
@@ -495,7 +514,7 @@ nb::object Dispatch::call(nb::handle args_h) {
     throw;
   }
   const int64_t t1 = now_ns();
-  v->last_run_ns.store(t1 - t_exec, std::memory_order_relaxed);
+  v->short_run_key.store(t1 - t_exec < kHoldGilNanos ? key : kNoShortRun, std::memory_order_relaxed);
   record_fast_call(v->entry.ptr(), t0, t_run, t1, v->dynamic ? &ra : nullptr, n_in);
   ++fast_calls;
 

@@ -25,7 +25,7 @@ void bind_elem(nb::module_& m) {
       {"gelu", &e::gelu<double>},       {"gelu_tanh", &e::gelu_tanh<double>},
       {"silu", &e::silu<double>},       {"floor", &e::floor<double>},
       {"relu", &e::relu<double>},       {"abs", &e::abs<double>},
-      {"neg", &e::neg<double>},
+      {"neg", &e::neg<double>},         {"sign", &e::sign<double>},
   };
   static const std::map<std::string, B> binary = {
       {"max", &e::max<double>}, {"min", &e::min<double>},           {"pow", &e::pow<double>},

@@ -71,11 +71,17 @@ decltype(auto) without_gil(F&& f) {
 // Like without_gil, and on Python's main thread a SIGINT stops the work (kernels poll between loop
 // iterations, the compiler driver while it waits): Python's own handler then runs, normally raising
 // KeyboardInterrupt; if it does not raise, KeyboardInterrupt is raised anyway since the work is
-// incomplete.
+// incomplete. A SIGINT that came before the scope's handler was installed only reached Python's
+// handler: the pending signal is handled here, before the work starts, or the work would run to
+// its end (a kernel of unbounded length, forever) with the interrupt waiting behind it.
 template <class F>
 decltype(auto) interruptible_without_gil(F&& f) {
   std::optional<runtime::SigintScope> scope;
   if (_PyOS_IsMainThread()) scope.emplace();
+  if (scope && scope->active() && PyErr_CheckSignals() != 0) {
+    scope.reset();
+    throw nanobind::python_error();
+  }
   try {
     return without_gil(std::forward<F>(f));
   } catch (const runtime::Interrupted&) {

@@ -107,6 +107,11 @@ void check_special_values() {
     EXPECT_TRUE(std::isnan(f(nan)));
   EXPECT_TRUE(std::isnan(e::max(nan, T(1))));
   EXPECT_TRUE(std::isnan(e::max(T(1), nan)));
+  // sign as torch.sign: NaN -> 0 (NumPy gives NaN), -0.0 -> +0, +-inf -> +-1.
+  EXPECT_EQ(e::sign(nan), T(0));
+  EXPECT_FALSE(std::signbit(e::sign(T(-0.0))));
+  EXPECT_EQ(e::sign(-inf), T(-1));
+  EXPECT_EQ(e::sign(inf), T(1));
   EXPECT_TRUE(std::isnan(e::min(nan, T(1))));
   EXPECT_TRUE(std::isnan(e::min(T(1), nan)));
   EXPECT_EQ(e::rsqrt(T(0)), inf);
@@ -140,10 +145,11 @@ TEST(ElemSemantics, CpuFloatKernelsAgreeOnSpecialValues) {
   auto check = [&](const char* name, float (*f)(float)) {
     for (int c = 0; c < C; ++c) {
       const float want = f(src.data[c]), got = dst.data[c];
-      if (std::isnan(want))
+      if (std::isnan(want)) {
         EXPECT_TRUE(std::isnan(got)) << name << "(" << src.data[c] << ")";
-      else if (!std::isfinite(want) || want == 0 || std::isinf(src.data[c]) || std::isnan(src.data[c]))
+      } else if (!std::isfinite(want) || want == 0 || std::isinf(src.data[c]) || std::isnan(src.data[c])) {
         EXPECT_EQ(got, want) << name << "(" << src.data[c] << ")";
+      }
     }
   };
 #define PTO_CHECK(OP, fn) \

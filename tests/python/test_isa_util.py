@@ -101,7 +101,7 @@ UNARY_REF = {
     "TCEIL": np.ceil,
     "TROUND": np.round,  # halves to even, as the instruction
     "TTRUNC": np.trunc,
-    "TSIGN": np.sign,
+    "TSIGN": lambda x: np.where(np.isnan(x), 0, np.sign(x)).astype(np.asarray(x).dtype),  # torch's NaN -> 0
 }
 # Inputs inside each function's domain.
 UNARY_DOMAIN = {"TLOG": (0.1, 4.0), "TSQRT": (0.1, 4.0), "TRSQRT": (0.1, 4.0), "TLOG2": (0.1, 4.0),

@@ -21,7 +21,7 @@ UNARY = {
     "atanh": lambda a, b: torch.atanh(a), "atan": lambda a, b: torch.atan(a),
     "asin": lambda a, b: torch.asin(a), "acos": lambda a, b: a.acos(), "sinc": lambda a, b: torch.sinc(a),
     "frac": lambda a, b: a.frac(), "deg2rad": lambda a, b: torch.deg2rad(a), "rad2deg": lambda a, b: a.rad2deg(),
-    "logit": lambda a, b: torch.logit(torch.sigmoid(a), eps=1e-6), "sgn": lambda a, b: torch.sgn(torch.nan_to_num(a)),  # (sign(NaN): NaN here, 0 in torch)
+    "logit": lambda a, b: torch.logit(torch.sigmoid(a), eps=1e-6), "sgn": lambda a, b: torch.sgn(a),
     "nan_to_num": lambda a, b: torch.nan_to_num(a, nan=2.0, posinf=3.0),
     "nan_to_num_default": lambda a, b: torch.nan_to_num(a),
     "softshrink": lambda a, b: F.softshrink(a, 0.5), "hardshrink": lambda a, b: F.hardshrink(a, 0.5),
@@ -145,3 +145,17 @@ def test_unsupported_torch_function_names_its_pypto_neighbour():
 
     with pytest.raises(pypto.PyptoError, match=r"masked_select.*pypto\.masked_select"):
         k(torch.randn(4, 4))
+
+
+@pytest.mark.parametrize("backend", ["interp", pytest.param("cpu", marks=requires_compiler)])
+def test_pypto_sign_is_torch_sign_on_both_backends(backend):
+    # torch.sign(NaN) == 0 (NumPy's is NaN); PyPTO follows torch in kernels and in constant folding.
+    a, _ = operands(torch.float32)
+
+    @pypto.jit(backend=backend)
+    def sign(x):
+        return pypto.sign(x)
+
+    out = torch.as_tensor(sign(a.numpy()))
+    assert torch.equal(out, torch.sign(a)) and not torch.signbit(out[a == 0]).any()
+    assert pypto.sign(math.nan) == 0.0 and pypto.sign(-math.inf) == -1.0 and pypto.sign(-3) == -1

@@ -8,6 +8,7 @@ kernels); `make fuzz` sets PYPTO_FUZZ_INPUTS=10000 and HYPOTHESIS_PROFILE=explor
 summary. No input may crash or hang the worker, raise anything but PyptoError/MemoryError, break
 the print/parse round trip, or make the interpreter and the CPU backend disagree."""
 import os
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -53,6 +54,7 @@ def report(name, tally):
 def test_isa_mutations(worker):
     tally = Tally()
     counter = [0]
+    start = time.monotonic()
 
     @settings(max_examples=ISA_INPUTS, deadline=None, database=None,
               suppress_health_check=list(HealthCheck))
@@ -63,6 +65,8 @@ def test_isa_mutations(worker):
         counter[0] += 1
         req = {"isa": text, "seed": counter[0], "compile": counter[0] % COMPILE_EVERY == 0}
         tally.add(req, worker.run(req))
+        if LONG and counter[0] % 1000 == 0:  # a long run shows its progress (and its rate)
+            report_line(f"[fuzz] isa: {counter[0]} inputs after {time.monotonic() - start:.0f} s; {tally.summary()}")
 
     one()
     # The unmutated corpus too: every one of them must run, and compile, without a finding.

@@ -467,6 +467,26 @@ bool whole_and_valid(const View& v) {
   return true;
 }
 
+void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                               std::map<const Buffer*, int>& reads);
+
+// A zero fill followed by a group (a composite's backward) whose first use of the adjoint is its
+// accumulation: tries the fill inside the group, where the accumulation can become the write.
+// True when the fill went away; the group is unchanged otherwise.
+bool into_group(std::vector<Stmt>& group, const Stmt& fill, const std::set<const Buffer*>& adjoints,
+                std::map<const Buffer*, int>& reads) {
+  const Buffer* a = std::get<View>(fill->op.args[0]).buf.get();
+  size_t at = 0;
+  while (at < group.size() && !mentions_buffer(group[at], a)) ++at;
+  if (at == group.size() || group[at]->kind != StmtKind::OpStmt) return false;
+  std::vector<Stmt> trial = group;
+  trial.insert(trial.begin(), fill);  // (at the start: the accumulated value's producer may follow)
+  write_first_contributions(trial, adjoints, reads);
+  if (std::find(trial.begin(), trial.end(), fill) != trial.end()) return false;
+  group = std::move(trial);
+  return true;
+}
+
 // An adjoint is zero-filled and then accumulated into. When its first contribution covers all of
 // it, `fill 0; a += c` becomes `a = c`, and when c is a temporary computed just for this, its
 // instruction writes into a directly. Applied per block, in place.
@@ -484,6 +504,10 @@ void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buf
     size_t j = i + 1;
     while (j < body.size() && !mentions_buffer(body[j], a.buf.get())) ++j;
     if (j == body.size()) continue;
+    if (body[j]->kind == StmtKind::Seq && into_group(body[j]->body, fill, adjoints, reads)) {
+      body.erase(body.begin() + long(i--));
+      continue;
+    }
     const Stmt& acc = body[j];
     if (acc->kind != StmtKind::OpStmt || acc->op.code != Opcode::TADD) continue;
     const View* d = view_of(acc->op.args[0]);
@@ -668,7 +692,12 @@ Backward autodiff(const ir::Program& forward, const Locate& locate, const std::v
                   const IsDetached& detached) {
   // Composites are differentiated through their expansion (the derivative rules cover
   // instructions); the expansion keeps every buffer, so `detached` still names them.
-  return ad::Differentiator(lower_composites(forward), locate, wanted, detached).run();
+  // Those with a dedicated formula (ad::composites_with_rules) stay whole: the expansion keeps the
+  // op itself, in a group labelled with its name.
+  std::map<ir::Opcode, CompositeLowering> keep;
+  for (ir::Opcode c : ad::composites_with_rules())
+    keep[c] = [](ir::Builder& b, const ir::Op& op) { b.emit(ir::op_stmt(op)); };
+  return ad::Differentiator(lower_composites(forward, keep), locate, wanted, detached).run();
 }
 
 }  // namespace pypto::passes

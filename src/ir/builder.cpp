@@ -385,7 +385,8 @@ void Builder::begin_group(const std::string& label) {
 }
 
 void Builder::end_group() {
-  if (impl_->frames.back().kind != Impl::Frame::Group) throw Error("end_group without a matching begin_group");
+  if (impl_->frames.back().kind != Impl::Frame::Group)
+    throw Error("end_group without a matching begin_group");
   Impl::Frame f = std::move(impl_->frames.back());
   impl_->frames.pop_back();
   Stmt group = seq(std::move(f.stmts));

@@ -14,7 +14,7 @@ struct Builder::Impl {
     enum Kind { Root, For, Then, Else, Group } kind = Root;
     std::vector<Stmt> stmts;
     std::vector<Stmt> then_stmts;  // Else frames keep the finished then-branch here
-    std::string var;  // For: the induction variable; Group: the label
+    std::string var;               // For: the induction variable; Group: the label
     Expr lo, hi, step, cond;
     bool parallel = false;
     std::string where;  // source location of the loop or if header

@@ -32,7 +32,8 @@ std::string label(Opcode c) {
 
 // The composites kept whole for composite_rule: autodiff lowers every other composite first.
 const std::vector<Opcode>& composites_with_rules() {
-  static const std::vector<Opcode> codes{Opcode::SOFTMAX, Opcode::LOG_SOFTMAX, Opcode::LAYER_NORM, Opcode::RMS_NORM};
+  static const std::vector<Opcode> codes{Opcode::SOFTMAX, Opcode::LOG_SOFTMAX, Opcode::LAYER_NORM,
+                                         Opcode::RMS_NORM};
   return codes;
 }
 
@@ -80,8 +81,8 @@ void Differentiator::composite_rule(const StmtNode* s, const Env& env, const Vie
       }
       // The forward's statistics, recomputed from the row in cache: xhat = (x - mean) * rstd.
       View xc = ln ? bin(Opcode::TSUB, xv, b_.mean(xv, dims, true)) : xv;
-      View rstd =
-          b_.unary(Opcode::TRSQRT, bin(Opcode::TADD, b_.mean(bin(Opcode::TMUL, xc, xc), dims, true), float_imm(eps)));
+      View rstd = b_.unary(Opcode::TRSQRT,
+                           bin(Opcode::TADD, b_.mean(bin(Opcode::TMUL, xc, xc), dims, true), float_imm(eps)));
       View xhat = bin(Opcode::TMUL, xc, rstd);
       View gx;  // g * xhat, whose column sums are the weight's gradient
       if (dw) gx = bin(Opcode::TMUL, g, xhat);

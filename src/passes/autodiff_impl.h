@@ -28,7 +28,7 @@ struct Env {
 class Differentiator {
  public:
   Differentiator(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted,
-                 const IsDetached& detached);
+                 const IsDetached& detached, bool save_products);
   Backward run();
 
  private:
@@ -75,6 +75,10 @@ class Differentiator {
   Locate locate_;
   std::vector<bool> wanted_;
   IsDetached detached_;
+  bool save_products_;
+  std::map<const ir::Buffer*, ir::BufferRef> saved_products_;  // forward temp -> its backward param
+  std::vector<const ir::Buffer*> products_to_save() const;
+  ir::Program forward_with_saves(const std::vector<const ir::Buffer*>& saves) const;
   ir::Builder b_;
   std::map<const ir::StmtNode*, StmtInfo> stmts_;
   std::map<const ir::Buffer*, BufInfo> bufs_;

@@ -231,10 +231,10 @@ class FusedEmitter {
       sel.push_back((bs[j] == 1 && ds[kd] != 1) ? Sel{int_imm(0), 1, false, false}
                                                 : Sel{m.off[kd], 1, false, false});
     }
-    sel.push_back(Sel{int_imm(0), bs[s - 2], true, false});
-    sel.push_back(Sel{int_imm(0), bs[s - 1], true, false});
+    sel.push_back(Sel{int_imm(0), cap(bs[s - 2]), true, false});
+    sel.push_back(Sel{int_imm(0), cap(bs[s - 1]), true, false});
     View tb = load(e, sub(b, sel), ot);
-    View y = nb_.tile("y", t, ta.buf->shape[0], bs[s - 1]);
+    View y = nb_.tile("y", t, ta.buf->shape[0], cap(bs[s - 1]));
     e.body.push_back(op_stmt(Op{Opcode::TMATMUL, {y, ta, tb}}));
     return y;
   }

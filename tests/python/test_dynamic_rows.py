@@ -91,6 +91,26 @@ def test_attention_with_a_dynamic_key_length_equals_static(backend):
     assert dynamic.cache_size == 2  # s = 1 static, every other length one dynamic kernel
 
 
+def test_fused_attention_over_a_dynamic_key_length(backend):
+    """fusion=True makes the static attention one row nest (scores, softmax and @V per row tile);
+    over a dynamic key length the same nest runs under the width guard, its K^T / V tiles as wide
+    as the guard. Small tiles (guard at 128) send the longer lengths to the unfused fallback."""
+    dims = {"Q": [2], "K": [2], "V": [2]}
+    dynamic = jit(seed_kernels.optimized_attention, backend, dynamic=dims, fusion=True)
+    static = jit(seed_kernels.optimized_attention, backend, dynamic=False, fusion=True)
+    lengths = (3, 131) if str(backend).startswith("interp") else (2, 17, 131, 200)
+    for s in lengths:
+        q, k, v = (rand(1, 2, s, 16, dtype=np.float64) for _ in range(3))
+        sc = q @ k.transpose(0, 1, 3, 2) / np.sqrt(16)
+        out = dynamic(q, k, v)
+        assert rel_err(out, softmax_ref(sc) @ v) < 1e-12, s
+        np.testing.assert_allclose(out, static(q, k, v), rtol=1e-12, atol=1e-14)
+    assert dynamic.cache_size == 1
+    if not getattr(backend, "tiles", None):
+        fused = dynamic.lower(q, k, v).as_text("tile").split("} else {")[0]
+        assert "<= 4096)" in fused and fused.count("TMATMUL ") == 2 and fused.count("TSTORE") == 1
+
+
 @pytest.mark.parametrize("kname", ["fused_linear", "optimized_attention"])
 def test_profile_counts_of_a_dynamic_kernel_are_the_calls(kname):
     """FLOPs and bytes of a dynamic kernel's call are counted at the call's sizes (loops whose

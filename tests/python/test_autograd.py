@@ -145,6 +145,29 @@ def test_norm_backward_is_one_group_without_zero_fill():
     assert text.count("seq layer_norm") == 1 and "TEXPANDS" not in text, text
 
 
+def test_torch_backward_reads_saved_matmul_products():
+    """Through torch autograd the forward runs a variant that also returns its matmul products,
+    and the backward reads them instead of recomputing: 4 matmuls (the gradients), not 5."""
+    from pypto import autograd
+
+    @pypto.jit
+    def mlp(x, w1, w2):
+        return pypto.matmul(pypto.relu(pypto.matmul(x, w1)), w2)
+
+    x, w1, w2 = leaves((8, 16), (16, 32), (32, 4), dtype=torch.float32, seed=5)
+    out = mlp(x, w1, w2)
+    g = torch.randn_like(out)
+    out.backward(g)
+    ref = [t.detach().double().requires_grad_() for t in (x, w1, w2)]
+    (torch.relu(ref[0] @ ref[1]) @ ref[2]).backward(g.double())
+    for got, want in zip((x.grad, w1.grad, w2.grad), ref):
+        assert rel(got, want.grad) < 1e-5
+    _, entry, _, _ = autograd._kernel_entry(mlp, (x, w1, w2))
+    saving, recomputing = autograd.derived(entry, save=True), autograd.derived(entry)
+    assert saving.forward is not None and recomputing.forward is None
+    assert str(saving.program).count("TMATMUL") == 4 and str(recomputing.program).count("TMATMUL") == 5
+
+
 def test_mixed_dtypes_match_torch():
     @pypto.jit(backend="interp")
     def mixed(a, b):

@@ -209,7 +209,11 @@ void check_args(const ir::Program& p, const RunArgs& args, const std::vector<boo
   if (args.scalars.size() != nc && args.scalars.size() != p.scalars.size())
     throw Error("kernel '" + p.name + "' takes " + std::to_string(nc) + " scalar argument" +
                 (nc == 1 ? "" : "s") + ", got " + std::to_string(args.scalars.size()));
-  if (p.has_dynamic_dims()) check_dynamic_dims(p, args, who);
+  // Every dynamic dim, not only those with a dimension symbol: an extent written as an expression
+  // of constants (`f32[(0 - 4), 8]`) binds no symbol, and unchecked it let any extent through
+  // (the CPU backend then read past the caller's array).
+  if (std::any_of(p.params.begin(), p.params.end(), [](const ir::BufferRef& b) { return b->is_dynamic(); }))
+    check_dynamic_dims(p, args, who);
   for (size_t j = 0; j < nc; ++j) {
     const ir::ScalarParam& s = p.scalars[j];
     const ir::ScalarValue& v = args.scalars[j];

@@ -45,10 +45,14 @@ def alloc_elements(text):
 
 
 def make_inputs(prog, rng):
+    """Random extreme inputs; a dynamic dim (reported as DYNAMIC_BOUND) gets one small extent for
+    the whole program, so dims sharing a symbol agree (other extent rules may refuse it)."""
     args = {}
+    dyn = int(rng.integers(1, 40))
     for name, dtype, shape, is_output in prog.params:
         if is_output:
             continue
+        shape = [dyn if n == pypto._C.DYNAMIC_BOUND else n for n in shape]
         dt = {"float32": "f32", "float64": "f64", "int32": "i32", "int64": "i64"}.get(str(dtype), str(dtype))
         if dt in NP and dt != "bool":
             args[name] = edge_array(rng, dt, tuple(shape), frac=0.2)

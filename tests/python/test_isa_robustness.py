@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import pypto
+from pypto_testutil import requires_compiler
 
 
 def test_deep_block_nesting_is_a_clear_error():
@@ -105,3 +106,18 @@ def test_verifier_rejects_empty_and_huge_local_tiles():
         with pytest.raises(pypto.PyptoError, match=message):
             pypto.isa.verify(pypto.isa.parse(base.format(shape=shape)), level="tile")
     pypto.isa.verify(pypto.isa.parse(base.format(shape="1, 50")), level="tile")
+
+
+@pytest.mark.parametrize("backend", ["interp", pytest.param("cpu", marks=requires_compiler)])
+def test_dynamic_extent_without_a_symbol_is_checked(backend):
+    # An extent written as an expression of constants is a dynamic dim that binds no dimension
+    # symbol; it was not checked, so any array passed, and the CPU backend read past it (make fuzz).
+    text = ("func @f(%a: f32[{d}, 8], %y: f32[64, 8] out) {{\n  alloc %t: f32[64, 8] vec\n"
+            "  TLOAD %t, %a[0:64, 0:8]\n  TSTORE %y, %t\n}}")
+    for d in ("(0 - 4)", "-2147483648"):
+        p = pypto.isa.parse(text.format(d=d))
+        with pytest.raises(pypto.PyptoError, match=r"expected f32\[.*, 8\], got f32\[1, 8\]"):
+            pypto.isa.run(p, {"a": np.ones((1, 8), np.float32)}, backend=backend)
+    p = pypto.isa.parse(text.format(d="(32 * 2)"))
+    a = np.random.default_rng(1).standard_normal((64, 8)).astype(np.float32)
+    np.testing.assert_array_equal(pypto.isa.run(p, {"a": a}, backend=backend)["y"], a)

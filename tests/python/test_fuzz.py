@@ -53,7 +53,7 @@ def report(name, tally):
 
 def test_isa_mutations(worker):
     tally = Tally()
-    counter = [0]
+    counter, shown = [0], [0]
     start = time.monotonic()
 
     @settings(max_examples=ISA_INPUTS, deadline=None, database=None,
@@ -65,8 +65,10 @@ def test_isa_mutations(worker):
         counter[0] += 1
         req = {"isa": text, "seed": counter[0], "compile": counter[0] % COMPILE_EVERY == 0}
         tally.add(req, worker.run(req))
-        if LONG and counter[0] % 1000 == 0:  # a long run shows its progress (and its rate)
-            report_line(f"[fuzz] isa: {counter[0]} inputs after {time.monotonic() - start:.0f} s; {tally.summary()}")
+        if LONG and counter[0] % 1000 == 0:  # a long run shows its progress, and findings as they come
+            report_line(f"[fuzz] isa: {counter[0]} inputs after {time.monotonic() - start:.0f} s; {tally.summary()}",
+                        tally.findings[shown[0]:])
+            shown[0] = len(tally.findings)
 
     one()
     # The unmutated corpus too: every one of them must run, and compile, without a finding.

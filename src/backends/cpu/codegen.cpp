@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <locale>
 #include <map>
 #include <optional>
@@ -524,8 +525,11 @@ class Gen {
   // nothing in this kernel reads it back, and it would be evicted before the caller could.
   static bool streams_to(const View& v) {
     if (!v.buf || v.buf->kind == BufferKind::Temp || v.buf->space != Space::Global) return false;
+    // Saturating: a dynamic dim counts at its static bound (2^31 - 1), and two of them overflow
+    // int64 (undefined behaviour; make test-sanitize found it).
     int64_t bytes = dtype_bytes(v.buf->dtype);
-    for (int64_t d : v.buf->shape) bytes *= d;
+    for (int64_t d : v.buf->shape)
+      if (__builtin_mul_overflow(bytes, d, &bytes)) bytes = std::numeric_limits<int64_t>::max();
     return bytes >= std::max<int64_t>(runtime::host_target().l3_bytes, 8 << 20);
   }
   DType tile_dtype(const Op& op, size_t i) {

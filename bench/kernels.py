@@ -118,6 +118,9 @@ def column_sum(x):
 
 
 # The low-precision cases of bench/lowp_cases.py (bf16 runs `matmul` and `transformer_block`).
-@pypto.jit
+# fusion=True, as the transformer block has it: the epilogue (int32 -> f32, the row and column
+# scales) runs on each product tile before it is stored, as torch.compile's fused epilogue does,
+# instead of one more pass over the product.
+@pypto.jit(fusion=True)
 def scaled_mm(a, b, sa, sb):
     return pypto.scaled_mm(a, b, sa, sb)

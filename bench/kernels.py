@@ -71,7 +71,7 @@ def transformer_block(x, ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_1
     HEAD = 64
     h = pypto.layer_norm(x, D, ln1_w, ln1_b, 1e-5)
     qkv = pypto.matmul(h, w_qkv) + b_qkv
-    ctx = pypto.empty((S, D))
+    ctx = pypto.empty((S, D), dtype=x.dtype)  # the heads' outputs in x's dtype (bf16 stays bf16, as torch's)
     for c in range(0, D, HEAD):
         q = qkv[:, c:c+HEAD]
         k = qkv[:, D+c:D+c+HEAD]

@@ -249,8 +249,9 @@ inline void pack_b_pairs_f32(const bf16_t* b, int64_t k, int64_t n, float* bp) {
 // place (bf16 rows of stride AS); in an odd last pair its element past k is never read, a zero
 // stands for it (B's packed row there is zero too).
 template <int M_, int AS>
-PTO_INLINE void kernel_portable(int64_t kp, bool odd, const bf16_t* PTO_RESTRICT a, const float* PTO_RESTRICT bp,
-                                float* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+PTO_INLINE void kernel_portable(int64_t kp, bool odd, const bf16_t* PTO_RESTRICT a,
+                                const float* PTO_RESTRICT bp, float* c, int64_t ldc, bool acc, int64_t mr,
+                                int64_t nr) {
   vf r[M_][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
@@ -288,7 +289,8 @@ struct Kernels {
   int64_t kp;
   bool odd;
   float* bp;
-  Kernels(const bf16_t*, const bf16_t* b, int64_t, int64_t n, int64_t k) : kp((k + 1) / 2), odd((k & 1) != 0) {
+  Kernels(const bf16_t*, const bf16_t* b, int64_t, int64_t n, int64_t k)
+      : kp((k + 1) / 2), odd((k & 1) != 0) {
     bp = lowp::scratch(lowp::kPackedB).get<float>((n + NR - 1) / NR * 2 * kp * NR);
     pack_b_pairs_f32<C2>(b, k, n, bp);
   }

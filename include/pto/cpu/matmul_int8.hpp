@@ -59,20 +59,22 @@ typedef unsigned short v16h __attribute__((vector_size(32)));
 
 // The quads of 32 columns from four B rows s0..s3: lanes j = 0..31 of d get bytes
 // (s0[j], s1[j], s2[j], s3[j]) ^ 0x80, by two rounds of interleaving.
-PTO_INLINE void pack_quad_row(const int8_t* s0, const int8_t* s1, const int8_t* s2, const int8_t* s3, uint32_t* d) {
+PTO_INLINE void pack_quad_row(const int8_t* s0, const int8_t* s1, const int8_t* s2, const int8_t* s3,
+                              uint32_t* d) {
   v32b r0, r1, r2, r3;
   __builtin_memcpy(&r0, s0, 32);
   __builtin_memcpy(&r1, s1, 32);
   __builtin_memcpy(&r2, s2, 32);
   __builtin_memcpy(&r3, s3, 32);
 #if defined(__clang__)
-#define PTO_I8_ZIP_B(x, y, o)                                                                                  \
-  __builtin_shufflevector(x, y, o + 0, o + 32, o + 1, o + 33, o + 2, o + 34, o + 3, o + 35, o + 4, o + 36, o + 5, \
-                          o + 37, o + 6, o + 38, o + 7, o + 39, o + 8, o + 40, o + 9, o + 41, o + 10, o + 42,       \
-                          o + 11, o + 43, o + 12, o + 44, o + 13, o + 45, o + 14, o + 46, o + 15, o + 47)
-#define PTO_I8_ZIP_H(x, y, o)                                                                                    \
-  __builtin_shufflevector(x, y, o + 0, o + 16, o + 1, o + 17, o + 2, o + 18, o + 3, o + 19, o + 4, o + 20, o + 5, \
-                          o + 21, o + 6, o + 22, o + 7, o + 23)
+#define PTO_I8_ZIP_B(x, y, o)                                                                                \
+  __builtin_shufflevector(x, y, o + 0, o + 32, o + 1, o + 33, o + 2, o + 34, o + 3, o + 35, o + 4, o + 36,   \
+                          o + 5, o + 37, o + 6, o + 38, o + 7, o + 39, o + 8, o + 40, o + 9, o + 41, o + 10, \
+                          o + 42, o + 11, o + 43, o + 12, o + 44, o + 13, o + 45, o + 14, o + 46, o + 15,    \
+                          o + 47)
+#define PTO_I8_ZIP_H(x, y, o)                                                                              \
+  __builtin_shufflevector(x, y, o + 0, o + 16, o + 1, o + 17, o + 2, o + 18, o + 3, o + 19, o + 4, o + 20, \
+                          o + 5, o + 21, o + 6, o + 22, o + 7, o + 23)
   const v32b lo01 = PTO_I8_ZIP_B(r0, r1, 0), hi01 = PTO_I8_ZIP_B(r0, r1, 16);
   const v32b lo23 = PTO_I8_ZIP_B(r2, r3, 0), hi23 = PTO_I8_ZIP_B(r2, r3, 16);
   const v16h q[4] = {PTO_I8_ZIP_H((v16h)lo01, (v16h)lo23, 0), PTO_I8_ZIP_H((v16h)lo01, (v16h)lo23, 8),
@@ -80,13 +82,14 @@ PTO_INLINE void pack_quad_row(const int8_t* s0, const int8_t* s1, const int8_t* 
 #undef PTO_I8_ZIP_B
 #undef PTO_I8_ZIP_H
 #else
-  const v32b zb = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
-                   8,  40, 9,  41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const v32b zb = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   const v16h zh = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
   const v32b lo01 = __builtin_shuffle(r0, r1, zb), hi01 = __builtin_shuffle(r0, r1, zb + 16);
   const v32b lo23 = __builtin_shuffle(r2, r3, zb), hi23 = __builtin_shuffle(r2, r3, zb + 16);
-  const v16h q[4] = {__builtin_shuffle((v16h)lo01, (v16h)lo23, zh), __builtin_shuffle((v16h)lo01, (v16h)lo23, zh + 8),
-                     __builtin_shuffle((v16h)hi01, (v16h)hi23, zh), __builtin_shuffle((v16h)hi01, (v16h)hi23, zh + 8)};
+  const v16h q[4] = {
+      __builtin_shuffle((v16h)lo01, (v16h)lo23, zh), __builtin_shuffle((v16h)lo01, (v16h)lo23, zh + 8),
+      __builtin_shuffle((v16h)hi01, (v16h)hi23, zh), __builtin_shuffle((v16h)hi01, (v16h)hi23, zh + 8)};
 #endif
   for (int t = 0; t < 4; ++t) {
     const v32b x = (v32b)q[t] ^ 0x80;
@@ -147,7 +150,8 @@ inline void row_corrections(const int8_t* a, int64_t m, int64_t k, int64_t rows,
 // partial: A's bytes there are read only up to k, the rest count as 0), minus corr[i] per row.
 template <int M_, int AS>
 PTO_INLINE void kernel_native(int64_t k, const int8_t* PTO_RESTRICT a, const uint32_t* PTO_RESTRICT bp,
-                              const unsigned* corr, int32_t* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+                              const unsigned* corr, int32_t* c, int64_t ldc, bool acc, int64_t mr,
+                              int64_t nr) {
   vi r[M_][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
@@ -207,8 +211,8 @@ struct Kernels {
     row_corrections<C>(a, m, k, mpad, corr);
   }
   template <int M_>
-  PTO_INLINE void block(const int8_t* rows, int64_t i0, int64_t jp, int32_t* c, int64_t ldc, bool acc, int64_t mr,
-                        int64_t nr) const {
+  PTO_INLINE void block(const int8_t* rows, int64_t i0, int64_t jp, int32_t* c, int64_t ldc, bool acc,
+                        int64_t mr, int64_t nr) const {
     kernel_native<M_, C>(k, rows, bp + jp * kq * NR, corr + i0, c, ldc, acc, mr, nr);
   }
 };
@@ -225,8 +229,8 @@ inline void pack_b_i32(const int8_t* b, int64_t k, int64_t n, unsigned* bp) {
 }
 
 template <int M_, int AS>
-PTO_INLINE void kernel_portable(int64_t k, const int8_t* PTO_RESTRICT a, const unsigned* PTO_RESTRICT bp, int32_t* c,
-                                int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+PTO_INLINE void kernel_portable(int64_t k, const int8_t* PTO_RESTRICT a, const unsigned* PTO_RESTRICT bp,
+                                int32_t* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
   vu r[M_][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
@@ -258,8 +262,8 @@ struct Kernels {
     pack_b_i32<C2>(b, k, n, bp);
   }
   template <int M_>
-  PTO_INLINE void block(const int8_t* rows, int64_t, int64_t jp, int32_t* c, int64_t ldc, bool acc, int64_t mr,
-                        int64_t nr) const {
+  PTO_INLINE void block(const int8_t* rows, int64_t, int64_t jp, int32_t* c, int64_t ldc, bool acc,
+                        int64_t mr, int64_t nr) const {
     kernel_portable<M_, C>(k, rows, bp + jp * k * NR, c, ldc, acc, mr, nr);
   }
 };

@@ -70,7 +70,8 @@ PTO_INLINE void store_block(const V (&r)[M_][NV], D* c, int64_t ldc, bool acc, i
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) __builtin_memcpy(tmp + i * NR + v * W, &r[i][v], sizeof(V));
   for (int64_t i = 0; i < mr; ++i)
-    for (int64_t j = 0; j < nr; ++j) ce[i * ldc + j] = acc ? E(ce[i * ldc + j] + tmp[i * NR + j]) : tmp[i * NR + j];
+    for (int64_t j = 0; j < nr; ++j)
+      ce[i * ldc + j] = acc ? E(ce[i * ldc + j] + tmp[i * NR + j]) : tmp[i * NR + j];
 }
 
 // d (row stride CD) (+)= a (m x k, row stride C) * b (k x n), with the kernel family K.
@@ -79,8 +80,8 @@ PTO_INLINE void store_block(const V (&r)[M_][NV], D* c, int64_t ldc, bool acc, i
 // so no register row is wasted; otherwise MR-row blocks and a last, ragged one copied into a zeroed
 // MR-row block (same row stride), so the kernel never reads past the tile.
 template <class K, int CD, int C>
-inline void matmul_blocks(typename K::D* d, const typename K::A* a, const typename K::A* b, int64_t m, int64_t n,
-                          int64_t k, bool acc) {
+inline void matmul_blocks(typename K::D* d, const typename K::A* a, const typename K::A* b, int64_t m,
+                          int64_t n, int64_t k, bool acc) {
   using A = typename K::A;
   constexpr int MR = K::MR, NR = K::NR;
   static_assert(MR >= 3, "balanced blocks use MR, MR-1 and MR-2 rows");
@@ -117,7 +118,8 @@ inline void matmul_blocks(typename K::D* d, const typename K::A* a, const typena
   if (m_full < m) {
     tail = scratch(kTailRows).get<A>(int64_t(MR) * C);
     __builtin_memset(static_cast<void*>(tail), 0, sizeof(A) * size_t(MR) * C);
-    for (int64_t i = m_full; i < m; ++i) __builtin_memcpy(tail + (i - m_full) * C, a + i * C, sizeof(A) * size_t(k));
+    for (int64_t i = m_full; i < m; ++i)
+      __builtin_memcpy(tail + (i - m_full) * C, a + i * C, sizeof(A) * size_t(k));
   }
   for (int64_t jp = 0; jp < panels; ++jp) {
     const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);

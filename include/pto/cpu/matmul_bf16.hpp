@@ -199,10 +199,7 @@ PTO_INLINE void kernel_native(int64_t kp, bool odd, const bf16_t* PTO_RESTRICT a
 // 32-column panels (read past n but within the row, results not stored) B is read in place,
 // unless A has more rows than PTO_BF16_INPLACE_MAX_M (then B is packed once per call).
 template <int C, int C2>
-struct Kernels {
-  using A = bf16_t;
-  using D = float;
-  static constexpr int MR = bf16mm::MR, NR = bf16mm::NR;
+struct Kernels : lowp::Family<bf16_t, float, MR, NR> {
   int64_t kp;
   bool odd, inplace;
   const bf16_t* b;
@@ -282,10 +279,7 @@ PTO_INLINE void kernel_portable(int64_t kp, bool odd, const bf16_t* PTO_RESTRICT
 
 // The kernel family of the shared driver (pto/cpu/matmul_lowp.hpp): B packed as f32 pairs.
 template <int C, int C2>
-struct Kernels {
-  using A = bf16_t;
-  using D = float;
-  static constexpr int MR = bf16mm::MR, NR = bf16mm::NR;
+struct Kernels : lowp::Family<bf16_t, float, MR, NR> {
   int64_t kp;
   bool odd;
   float* bp;

@@ -196,10 +196,7 @@ PTO_INLINE void kernel_native(int64_t k, const int8_t* PTO_RESTRICT a, const uin
 // The kernel family of the shared driver (pto/cpu/matmul_lowp.hpp): B packed in quads, A's row
 // corrections.
 template <int C, int C2>
-struct Kernels {
-  using A = int8_t;
-  using D = int32_t;
-  static constexpr int MR = i8mm::MR, NR = i8mm::NR;
+struct Kernels : lowp::Family<int8_t, int32_t, MR, NR> {
   int64_t k, kq;
   uint32_t* bp;
   unsigned* corr;
@@ -251,10 +248,7 @@ PTO_INLINE void kernel_portable(int64_t k, const int8_t* PTO_RESTRICT a, const u
 }
 
 template <int C, int C2>
-struct Kernels {
-  using A = int8_t;
-  using D = int32_t;
-  static constexpr int MR = i8mm::MR, NR = i8mm::NR;
+struct Kernels : lowp::Family<int8_t, int32_t, MR, NR> {
   int64_t k;
   unsigned* bp;
   Kernels(const int8_t*, const int8_t* b, int64_t, int64_t n, int64_t k_) : k(k_) {

@@ -45,6 +45,14 @@ inline Scratch& scratch(ScratchSlot which) {
 }
 }  // namespace abi_v1
 
+// The types and block shape a kernel family declares (the rest of its interface is above).
+template <class A_, class D_, int MR_, int NR_>
+struct Family {
+  using A = A_;
+  using D = D_;
+  static constexpr int MR = MR_, NR = NR_;
+};
+
 // Stores an M_ x (NV vectors of W lanes) register block into C (row stride ldc; elements E, the
 // vectors' lane type, which may alias D as unsigned aliases int32_t), only mr x nr of it, adding to
 // C's values when acc.

@@ -3,9 +3,8 @@
 // row by row, what its instruction sequence computes, in two or three passes over the row instead
 // of one pass per instruction: the row (16 KiB at 4096 floats) stays in L1 between them.
 //
-// Same element functions and the same summation order as TROWSUM (reduce_span's 32 lanes
-// combined pairwise), so the results match the sequence's; a multiply-add in the affine tail may
-// be contracted to one rounding. The tiles the matcher proved dead after the sequence (the
+// Same element functions, the same roundings and the same summation order as TROWSUM
+// (reduce_span's 32 lanes combined pairwise), so the results are the sequence's bit for bit. The tiles the matcher proved dead after the sequence (the
 // squares a norm sums) are not written; every other tile of the sequence is, with the valid
 // region the sequence would give it. Operands: full tiles R x C, per-row scalars R x 1.
 #pragma once
@@ -68,8 +67,8 @@ PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c) {
   const vf16 cv = vf16_splat(c);
   for (; i + 32 <= n; i += 32) {
     const vf16 v0 = vf16_load(s + i) - cv, v1 = vf16_load(s + i + 16) - cv;
-    a0 += v0 * v0;
-    a1 += v1 * v1;
+    a0 += vf16_rounded(v0 * v0);
+    a1 += vf16_rounded(v1 * v1);
   }
   vf16_store(acc, a0);
   vf16_store(acc + 16, a1);
@@ -77,13 +76,13 @@ PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c) {
   for (; i + 32 <= n; i += 32)
     for (int j = 0; j < 32; ++j) {
       const float v = elem::sub(s[i + j], c);
-      acc[j] = elem::add(acc[j], elem::mul(v, v));
+      acc[j] = elem::add(acc[j], rounded(elem::mul(v, v)));
     }
 #endif
   float tail = 0.0f;
   for (; i < n; ++i) {
     const float v = elem::sub(s[i], c);
-    tail = elem::add(tail, elem::mul(v, v));
+    tail = elem::add(tail, rounded(elem::mul(v, v)));
   }
   return combine32(acc, tail);
 }
@@ -98,14 +97,14 @@ PTO_INLINE void normalize_span_wb(float* d, const float* s, int64_t n, float c, 
   for (; i + 16 <= n; i += 16) {
     vf16 v = (vf16_load(s + i) - cv) * rv;
     if (W) v = v * vf16_load(w + i);
-    if (B) v = v + vf16_load(b + i);
+    if (B) v = vf16_rounded(v) + vf16_load(b + i);
     vf16_store(d + i, v);
   }
 #endif
   for (; i < n; ++i) {
     float v = elem::mul(elem::sub(s[i], c), r);
     if (W) v = elem::mul(v, w[i]);
-    if (B) v = elem::add(v, b[i]);
+    if (B) v = elem::add(rounded(v), b[i]);
     d[i] = v;
   }
 }

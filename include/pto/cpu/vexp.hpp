@@ -14,6 +14,18 @@
 namespace pto {
 namespace detail {
 
+// A float as rounded on its own: an empty asm the compiler cannot see through, so `a * b + c` is
+// not contracted into one FMA where the instruction sequence this code stands for rounds the
+// product first (TMUL, then TADD or TROWSUM).
+PTO_INLINE float rounded(float v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __asm__("" : "+x"(v));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  __asm__("" : "+w"(v));
+#endif
+  return v;
+}
+
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 #define PTO_VEXP_AVX512 1
 typedef float vf16 __attribute__((vector_size(64)));
@@ -25,6 +37,11 @@ PTO_INLINE vf16 vf16_load(const float* p) {
 }
 PTO_INLINE void vf16_store(float* p, vf16 v) { __builtin_memcpy(p, &v, sizeof v); }
 PTO_INLINE vf16 vf16_splat(float x) { return vf16{} + x; }
+// rounded() for 16 lanes.
+PTO_INLINE vf16 vf16_rounded(vf16 v) {
+  __asm__("" : "+v"(v));
+  return v;
+}
 
 // math::exp on 16 lanes.
 PTO_INLINE vf16 vexp16(vf16 x) {

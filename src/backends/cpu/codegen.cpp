@@ -629,6 +629,7 @@ class Gen {
 
   // The call into pto/cpu/rows.hpp that replaces body[i .. i + f.count) (row_fusion.h).
   void fused_rows(const std::vector<Stmt>& body, size_t i, const RowFusion& f) {
+    for (size_t h : f.hoisted) stmt(body[i + h]);
     std::string call = "pto::fused::" + f.fn;
     if (f.global) {
       const Op& store = body[i + f.args[0].stmt]->op;

@@ -134,6 +134,25 @@ struct Matcher {
     where[var] = {var[0] == '%' ? RowFusion::Kind::RowData : RowFusion::Kind::Tile, stmt, k};
     return true;
   }
+  std::vector<size_t> hoisted;  // TLOADs inside the run into tiles of no step so far
+
+  // Matches st at body[i + n], first passing over TLOADs into tiles the run has not named yet:
+  // the call comes after them (they read global memory that nothing in the run writes before
+  // its final TSTORE, and write tiles that the steps before them do not use).
+  bool step_at(const Step& st, const std::vector<Stmt>& body, size_t i, size_t& n) {
+    size_t k = n;
+    for (const Op* op = op_at(body, i + k); op && op->code == Opcode::TLOAD; op = op_at(body, i + ++k)) {
+      const View* d = view_of(*op, 0);
+      if (!d || !d->buf || d->buf->space == Space::Global) break;
+      bool named = false;
+      for (const auto& [var, b] : tiles) named |= b == d->buf.get();
+      if (named) break;
+    }
+    if (!step(st, body, i, k)) return false;
+    for (size_t j = n; j < k; ++j) hoisted.push_back(j);
+    n = k + 1;
+    return true;
+  }
   bool step(const Step& st, const std::vector<Stmt>& body, size_t i, size_t stmt) {
     const Op* op = op_at(body, i + stmt);
     if (!op || op->code != st.code || op->args.size() != st.vars.size()) return false;
@@ -165,14 +184,14 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
   }
   size_t n = first;
   for (const Step& st : p.core)
-    if (!m.step(st, body, i, n++)) return std::nullopt;
+    if (!(n == first ? m.step(st, body, i, n++) : m.step_at(st, body, i, n))) return std::nullopt;
   RowFusion f;
   f.fn = p.fn;
   auto arg = [&](const std::string& v) { return m.where.at(v); };
   std::optional<RowFusion::Arg> w, b;
   if (p.affine) {
-    if (m.step({Opcode::TMUL, {p.dst, p.dst, "%w"}}, body, i, n)) w = arg("%w"), ++n;
-    if (m.step({Opcode::TADD, {p.dst, p.dst, "%b"}}, body, i, n)) b = arg("%b"), ++n;
+    if (m.step_at({Opcode::TMUL, {p.dst, p.dst, "%w"}}, body, i, n)) w = arg("%w");
+    if (m.step_at({Opcode::TADD, {p.dst, p.dst, "%b"}}, body, i, n)) b = arg("%b");
   }
   for (const std::string& d : p.dead)
     if (!dead_from(body, i + n, m.tiles.at(d))) return std::nullopt;
@@ -193,6 +212,7 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
     f.args.push_back(b ? *b : RowFusion::Arg{RowFusion::Kind::Null});
   }
   f.count = n;
+  f.hoisted = m.hoisted;
   return f;
 }
 

@@ -5,6 +5,8 @@
 // before the run and the TSTORE of its result after it, the rows are read from and written to
 // global memory in place (no tile-sized copies). Only runs whose every operand is a whole local
 // f32 tile of the expected shape match; anything else is emitted instruction by instruction.
+// TLOADs of other tiles between the steps (a weight loaded where it is first used) move before
+// the call.
 #pragma once
 #include <cstddef>
 #include <optional>
@@ -27,6 +29,7 @@ struct RowFusion {
   size_t count = 0;           // statements the call replaces
   bool global = false;        // TLOAD and TSTORE folded in: fn<stream>(out, in, ...)
   std::vector<Arg> args;
+  std::vector<size_t> hoisted;  // offsets of TLOADs inside the run, emitted before the call
 };
 
 // The fused call for the run starting at body[i], if one matches.

@@ -162,9 +162,8 @@ void compile_and_run(const std::string& flags) {
   ASSERT_NE(mkdtemp(dir), nullptr);
   const std::string src = std::string(dir) + "/check.cpp", exe = std::string(dir) + "/check";
   std::ofstream(src) << kProgram;
-  std::string out = run_capture(cxx + " -std=c++17 -O2 " + flags + " -I" + pypto::cpu::include_dir() + " " + src +
-                                    " -o " + exe,
-                                &st);
+  std::string out = run_capture(
+      cxx + " -std=c++17 -O2 " + flags + " -I" + pypto::cpu::include_dir() + " " + src + " -o " + exe, &st);
   ASSERT_EQ(st, 0) << "compile failed:\n" << out;
   out = run_capture(exe, &st);
   EXPECT_EQ(st, 0) << out;

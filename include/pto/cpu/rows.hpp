@@ -4,9 +4,10 @@
 // of one pass per instruction: the row (16 KiB at 4096 floats) stays in L1 between them.
 //
 // Same element functions, the same roundings and the same summation order as TROWSUM
-// (reduce_span's 32 lanes combined pairwise), so the results are the sequence's bit for bit. The tiles the matcher proved dead after the sequence (the
-// squares a norm sums) are not written; every other tile of the sequence is, with the valid
-// region the sequence would give it. Operands: full tiles R x C, per-row scalars R x 1.
+// (reduce_span's 32 lanes combined pairwise), so the results are the sequence's bit for bit. The tiles the
+// matcher proved dead after the sequence (the squares a norm sums) are not written; every other tile of the
+// sequence is, with the valid region the sequence would give it. Operands: full tiles R x C, per-row scalars
+// R x 1.
 #pragma once
 #include "pto/cpu/memory.hpp"
 #include "pto/cpu/reduce.hpp"
@@ -195,16 +196,21 @@ template <int R, int C>
 inline void softmax_rows(Tile<float, R, C>& e, const Tile<float, R, C>& x, Tile<float, R, 1>& m,
                          Tile<float, R, 1>& s) {
   detail::tile_rows(
-      e, x, [&](float* d, const float* xr, int64_t n, int64_t r) { detail::softmax_row(d, xr, n, &m.data[r], &s.data[r]); },
+      e, x,
+      [&](float* d, const float* xr, int64_t n, int64_t r) {
+        detail::softmax_row(d, xr, n, &m.data[r], &s.data[r]);
+      },
       m, s);
 }
 // TLOAD x, in; the softmax sequence; TSTORE out, e.
 template <bool Stream, int R, int C>
-inline void softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x, Tile<float, R, C>& e,
-                         Tile<float, R, 1>& m, Tile<float, R, 1>& s) {
+inline void softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                         Tile<float, R, C>& e, Tile<float, R, 1>& m, Tile<float, R, 1>& s) {
   detail::global_rows<Stream>(
       out, in, x, e,
-      [&](float* d, const float* xr, int64_t n, int64_t r) { detail::softmax_row(d, xr, n, &m.data[r], &s.data[r]); },
+      [&](float* d, const float* xr, int64_t n, int64_t r) {
+        detail::softmax_row(d, xr, n, &m.data[r], &s.data[r]);
+      },
       m, s);
 }
 
@@ -215,15 +221,20 @@ inline void rms_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Tile
                           float eps, const float* w, const float* b) {
   detail::tile_rows(
       z, x,
-      [&](float* d, const float* xr, int64_t n, int64_t i) { detail::rms_norm_row(d, xr, n, cnt, eps, w, b, &r.data[i]); },
+      [&](float* d, const float* xr, int64_t n, int64_t i) {
+        detail::rms_norm_row(d, xr, n, cnt, eps, w, b, &r.data[i]);
+      },
       r);
 }
 template <bool Stream, int R, int C>
-inline void rms_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x, Tile<float, R, C>& z,
-                          Tile<float, R, 1>& r, float cnt, float eps, const float* w, const float* b) {
+inline void rms_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                          Tile<float, R, C>& z, Tile<float, R, 1>& r, float cnt, float eps, const float* w,
+                          const float* b) {
   detail::global_rows<Stream>(
       out, in, x, z,
-      [&](float* d, const float* xr, int64_t n, int64_t i) { detail::rms_norm_row(d, xr, n, cnt, eps, w, b, &r.data[i]); },
+      [&](float* d, const float* xr, int64_t n, int64_t i) {
+        detail::rms_norm_row(d, xr, n, cnt, eps, w, b, &r.data[i]);
+      },
       r);
 }
 
@@ -231,7 +242,8 @@ inline void rms_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<floa
 // TDIV r, r, cnt2; TADD r, r, eps; TRSQRT r, r; TMUL z, z, r; then the affine tail as above.
 template <int R, int C>
 inline void layer_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Tile<float, R, 1>& mu,
-                            Tile<float, R, 1>& r, float cnt, float cnt2, float eps, const float* w, const float* b) {
+                            Tile<float, R, 1>& r, float cnt, float cnt2, float eps, const float* w,
+                            const float* b) {
   detail::tile_rows(
       z, x,
       [&](float* d, const float* xr, int64_t n, int64_t i) {
@@ -240,9 +252,9 @@ inline void layer_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Ti
       mu, r);
 }
 template <bool Stream, int R, int C>
-inline void layer_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x, Tile<float, R, C>& z,
-                            Tile<float, R, 1>& mu, Tile<float, R, 1>& r, float cnt, float cnt2, float eps,
-                            const float* w, const float* b) {
+inline void layer_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                            Tile<float, R, C>& z, Tile<float, R, 1>& mu, Tile<float, R, 1>& r, float cnt,
+                            float cnt2, float eps, const float* w, const float* b) {
   detail::global_rows<Stream>(
       out, in, x, z,
       [&](float* d, const float* xr, int64_t n, int64_t i) {

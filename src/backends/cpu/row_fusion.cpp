@@ -123,8 +123,9 @@ struct Matcher {
     const bool full = var[0] >= 'A' && var[0] <= 'Z';
     if (full && shape.empty()) shape = s;
     if (shape.empty()) return false;  // the pattern names a full tile first
-    const std::vector<int64_t> want = full ? shape : var[0] == '%' ? std::vector<int64_t>{1, shape[1]}
-                                                                  : std::vector<int64_t>{shape[0], 1};
+    const std::vector<int64_t> want = full            ? shape
+                                      : var[0] == '%' ? std::vector<int64_t>{1, shape[1]}
+                                                      : std::vector<int64_t>{shape[0], 1};
     if (s != want) return false;
     auto it = tiles.find(var);
     if (it != tiles.end()) return it->second == v->buf.get();
@@ -197,8 +198,8 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
     if (!dead_from(body, i + n, m.tiles.at(d))) return std::nullopt;
   const Op* store = op_at(body, i + n);
   f.global = first && store && store->code == Opcode::TSTORE && global_f32(*store, 0) && view_of(*store, 1) &&
-             view_of(*store, 1)->buf.get() == m.tiles.at(p.dst) && dead_from(body, i + n + 1, m.tiles.at(p.dst)) &&
-             dead_from(body, i + n + 1, m.tiles.at(p.src));
+             view_of(*store, 1)->buf.get() == m.tiles.at(p.dst) &&
+             dead_from(body, i + n + 1, m.tiles.at(p.dst)) && dead_from(body, i + n + 1, m.tiles.at(p.src));
   if (first && !f.global) return std::nullopt;  // the plain form starts after the TLOAD
   if (f.global) {
     f.args = {{RowFusion::Kind::Global, n, 0}, {RowFusion::Kind::Global, 0, 1}, arg(p.src), arg(p.dst)};

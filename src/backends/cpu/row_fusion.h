@@ -25,9 +25,9 @@ struct RowFusion {
     Kind kind;
     size_t stmt = 0, arg = 0;
   };
-  std::string fn;             // the function of namespace pto::fused
-  size_t count = 0;           // statements the call replaces
-  bool global = false;        // TLOAD and TSTORE folded in: fn<stream>(out, in, ...)
+  std::string fn;       // the function of namespace pto::fused
+  size_t count = 0;     // statements the call replaces
+  bool global = false;  // TLOAD and TSTORE folded in: fn<stream>(out, in, ...)
   std::vector<Arg> args;
   std::vector<size_t> hoisted;  // offsets of TLOADs inside the run, emitted before the call
 };

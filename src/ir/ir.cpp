@@ -69,7 +69,12 @@ VarBounds dim_symbol_bounds(const Program& p) {
 std::vector<int64_t> runtime_shape(const Buffer& b, const ScalarEnv& env) {
   std::vector<int64_t> s = b.shape;
   for (int d = 0; d < b.rank(); ++d)
-    if (b.is_dynamic(d)) s[size_t(d)] = eval(b.dyn[size_t(d)], env).i;
+    if (b.is_dynamic(d)) {
+      s[size_t(d)] = eval(b.dyn[size_t(d)], env).i;
+      if (s[size_t(d)] < 0)  // (f32[100, -1] is a dynamic dim of a constant expression; make fuzz)
+        throw Error("%" + b.name + ": dim " + std::to_string(d) + " (" + to_string(b.dyn[size_t(d)]) +
+                    ") is " + std::to_string(s[size_t(d)]) + ", a negative extent");
+    }
   return s;
 }
 

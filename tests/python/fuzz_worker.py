@@ -107,7 +107,9 @@ def check_isa(req):
     except EXPECTED as e:  # the interpreter accepted it: the CPU backend must too
         return {"outcome": "bug", "detail": f"cpu refused what the interpreter ran: {e}"[:300]}
     for name, want in ref.items():
-        dt = {np.float32: "f32", np.float64: "f64", np.int32: "i32", np.int64: "i64"}.get(want.dtype.type, "x")
+        # f16 compares as f32 does (its values are exact in f32; NaN where neither wrote is equal).
+        dt = {np.float16: "f32", np.float32: "f32", np.float64: "f64", np.int32: "i32",
+              np.int64: "i64"}.get(want.dtype.type, "x")
         bad = mismatch(got[name], want, dt, 1e-3)
         if dt in FLOATS and len(bad):  # tolerance: the CPU computes f32 in f32, sums in its own order
             w = np.abs(want[np.isfinite(want)].astype(np.float64))

@@ -39,13 +39,14 @@ class StmtVisitor {
   virtual void visit_expr(const Expr&) {}
 };
 
-// Calls f on every statement (pre-order), descending into loops, ifs and sequences.
+// Calls f on every (non-null) statement, pre-order, descending into loops, ifs and sequences.
 template <class F>
 void for_each_stmt(const std::vector<Stmt>& body, F&& f) {
   struct Each : StmtVisitor {
     F& f;
     explicit Each(F& fn) : f(fn) {}
     void visit(const Stmt& s) override {
+      if (!s) return;
       f(s);
       StmtVisitor::visit(s);
     }

@@ -388,10 +388,13 @@ void Builder::end_call() {
   const Impl::Call& c = impl_->call;
   if (impl_->frames.size() != c.frames) return;  // (a call that failed halfway: the trace is abandoned)
   std::vector<Stmt>& stmts = impl_->frames.back().stmts;
+  // Allocations and lets go in front of the group: a pass that gives a block's allocations a
+  // meaning (autodiff's adjoints) then sees them where it would without the label.
   std::vector<Stmt> decls, group;
-  for (size_t i = c.start; i < stmts.size(); ++i)
-    (stmts[i]->kind == StmtKind::Alloc || stmts[i]->kind == StmtKind::Let ? decls : group)
-        .push_back(stmts[i]);
+  for (size_t i = c.start; i < stmts.size(); ++i) {
+    const bool decl = stmts[i]->kind == StmtKind::Alloc || stmts[i]->kind == StmtKind::Let;
+    (decl ? decls : group).push_back(stmts[i]);
+  }
   if (group.size() < 2) return;
   stmts.resize(c.start);
   stmts.insert(stmts.end(), decls.begin(), decls.end());

@@ -43,10 +43,10 @@ class Builder {
   void end_if();
   Expr let(const std::string& hint, Expr value);  // bind a scalar under a fresh name
   // One public op call (pypto.hardswish, pypto.var, ...): when the statements built until the
-  // matching end_call() hold two or more instructions, they become a `seq NAME { ... }` (their
-  // allocations and lets stay in front, in scope for what follows), so the IR says which op
-  // each instruction came from and fusion treats the call as one composite (passes/fuse.h).
-  // Calls nest; only the outermost is labelled.
+  // matching end_call() hold two or more instructions, they become a `seq NAME { ... }` (the
+  // call's allocations and lets stay in front of it), so the IR says which op each instruction
+  // came from and fusion treats the call as one composite (passes/fuse.h). Calls nest; only the
+  // outermost is labelled.
   void begin_call(const std::string& name);
   void end_call();
 

@@ -460,7 +460,7 @@ class Verifier : public StmtVisitor {
     StmtVisitor::visit(s);
     where_ = saved;
   }
-  void visit_seq(const StmtNode& s) override { block(s.body); }
+  void visit_seq(const StmtNode& s) override { visit_block(s.body); }  // a group, not a scope (ir.h)
   void visit_for(const StmtNode& s) override {
     where_ = "for %" + s.var;
     if (s.var.empty()) fail("loop without a variable");

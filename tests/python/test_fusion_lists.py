@@ -93,12 +93,16 @@ def test_fusion_lists_group_exactly_the_listed_kinds(name):
 
 
 def test_public_op_call_is_labelled_in_the_tensor_ir():
-    """What one call of a multi-instruction op emits is one labelled group (its allocations in
-    front); a single-instruction op is not wrapped."""
-    text = pypto.jit(hardswish_relu, backend="interp").lower(rand(9, 48)).as_text("tensor")
+    """What one call of a multi-instruction op emits is one labelled group; a single-instruction
+    op is not wrapped; its allocations stay in front of it. The text parses back."""
+    lowered = pypto.jit(hardswish_relu, backend="interp").lower(rand(9, 48))
+    text = lowered.as_text("tensor")
     group = text.split("seq hardswish {")[1].split("}")[0]
     assert "TADD" in group and "CLAMP" in group and group.count("TMUL") == 2, text
-    assert "alloc" not in group and "TRELU" not in group and text.count("seq ") == 1, text
+    assert "TRELU" not in group and "alloc" not in group and text.count("seq ") == 1, text
+    parsed = pypto.isa.parse(text)
+    pypto.isa.verify(parsed, "tensor")
+    assert pypto.isa.to_text(parsed) == text
 
 
 def test_unknown_fusion_name_is_an_error():

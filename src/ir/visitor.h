@@ -22,7 +22,8 @@ class ExprVisitor {
 class StmtVisitor {
  public:
   virtual ~StmtVisitor() = default;
-  void visit_block(const std::vector<Stmt>& body);
+  // Each statement of a block in order (a pass that handles runs of statements overrides it).
+  virtual void visit_block(const std::vector<Stmt>& body);
   // Dispatches on the statement's kind to the methods below.
   virtual void visit(const Stmt& s);
 

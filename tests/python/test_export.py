@@ -90,3 +90,36 @@ def test_export_rejects_an_unknown_kind(tmp_path):
     lowered = pypto.jit(lin).lower(rand(4, 4), rand(4, 4), rand(1, 4), 1.0)
     with pytest.raises(pypto.PyptoError, match="unknown export kind"):
         lowered.export(tmp_path / "k.bin", emit="dll")
+
+
+def test_export_of_a_dynamic_kernel_takes_the_size_at_run_time(tmp_path):
+    """A kernel compiled with dim 0 of x dynamic exports once: the library takes the extent as an
+    integer scalar after the caller's own, checks its range, and runs any length; the executable
+    binds it from x.npy's shape and writes an output of the matching length."""
+    kernel = pypto.jit(lin, dynamic={"x": [0]})
+    w, b = rand(40, 50), rand(1, 50)
+    lowered = kernel.lower(rand(70, 40), w, b, 2.0)
+    lowered.export(tmp_path / "lin.so")
+    header = (tmp_path / "lin.h").read_text()
+    assert "x f32[x_0, 40] in" in header and "x_0 i64 scalar: dim 0 of x (dynamic)" in header
+    for n in (1, 13, 257):
+        x = rand(n, 40)
+        out = np.full((n, 50), np.nan, np.float32)
+        rc, sig = call_library(tmp_path / "lin.so", "lin", [x, w, b, out], [2, n], [2.0, 0.0])
+        assert rc == 0 and sig.splitlines()[0] == "x f32[x_0, 40] in"
+        assert rel_err(out, np.maximum(x.astype(np.float64) @ w + b, 0) * 2.0) < 1e-5, n
+    lib = ctypes.CDLL(str(tmp_path / "lin.so"))
+    lib.pypto_lin_error.restype = ctypes.c_char_p
+    rc, _ = call_library(tmp_path / "lin.so", "lin", [x, w, b, out], [2, -3], [2.0, 0.0])
+    assert rc == 1 and b"x_0 = -3 is out of range" in lib.pypto_lin_error()
+
+    lowered.export(tmp_path / "lin_exe", emit="exe")
+    x = rand(29, 40)
+    for name, a in zip("xwb", (x, w, b)):
+        np.save(tmp_path / f"{name}.npy", a)
+    run = subprocess.run([str(tmp_path / "lin_exe"), *(str(tmp_path / f"{n}.npy") for n in "xwb"),
+                          str(tmp_path / "out.npy"), "s=2.0", "--repeat", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    got = np.load(tmp_path / "out.npy")
+    assert got.shape == (29, 50) and rel_err(got, np.maximum(x.astype(np.float64) @ w + b, 0) * 2.0) < 1e-5

@@ -116,8 +116,8 @@ std::string dim_symbol_table(const ir::Program& p) {
   std::string t = "const pto_dim_symbol pto_dim_symbols[] = {\n";
   for (size_t j = 0; j < p.scalars.size(); ++j)
     if (p.scalars[j].is_dim_symbol())
-      t += "  {" + std::to_string(j) + ", " + c_string(p.scalars[j].name) + ", " + std::to_string(p.scalars[j].param) +
-           ", " + std::to_string(p.scalars[j].dim) + "},\n";
+      t += "  {" + std::to_string(j) + ", " + c_string(p.scalars[j].name) + ", " +
+           std::to_string(p.scalars[j].param) + ", " + std::to_string(p.scalars[j].dim) + "},\n";
   return t + "  {-1, nullptr, -1, -1}};\n";
 }
 
@@ -473,7 +473,8 @@ std::string export_source(const ir::Program& p, ExportKind kind) {
              << (b->kind == ir::BufferKind::Output ? 1 : 0) << "},\n";
       shapes << "    case " << (&b - p.params.data()) << ":\n";
       for (int d = 0; d < b->rank(); ++d)
-        if (b->is_dynamic(d)) shapes << "      shape[" << d << "] = " << extent_cpp(p, b->dyn[size_t(d)]) << ";\n";
+        if (b->is_dynamic(d))
+          shapes << "      shape[" << d << "] = " << extent_cpp(p, b->dyn[size_t(d)]) << ";\n";
       shapes << "      return true;\n";
     }
     shapes << "  }\n  return false;\n}\n";

@@ -35,6 +35,18 @@ def call_library(path, symbol, arrays, iscalars, fscalars, threads=2):
     return rc, sig().decode()
 
 
+def run_lin_exe(lowered, tmp_path, xwb, repeat):
+    """Exports `lin` as an executable and runs it on x, w, b (s = 2.0); the result in out.npy."""
+    lowered.export(tmp_path / "lin_exe", emit="exe")
+    for name, a in zip("xwb", xwb):
+        np.save(tmp_path / f"{name}.npy", a)
+    run = subprocess.run([str(tmp_path / "lin_exe"), *(str(tmp_path / f"{n}.npy") for n in "xwb"),
+                          str(tmp_path / "out.npy"), "s=2.0", "--repeat", str(repeat)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
 def test_export_so_exe_and_ir_agree_with_numpy(tmp_path):
     x, w, b = rand(70, 40), rand(40, 50), rand(1, 50)
     lowered = pypto.jit(lin).lower(x, w, b, 2.0)
@@ -48,13 +60,7 @@ def test_export_so_exe_and_ir_agree_with_numpy(tmp_path):
     assert rc == 0 and sig.splitlines()[0] == "x f32[70, 40] in" and "s f64 scalar" in sig
     assert rel_err(out, want) < 1e-5
 
-    lowered.export(tmp_path / "lin_exe", emit="exe")
-    for name, a in zip("xwb", (x, w, b)):
-        np.save(tmp_path / f"{name}.npy", a)
-    run = subprocess.run([str(tmp_path / "lin_exe"), *(str(tmp_path / f"{n}.npy") for n in "xwb"),
-                          str(tmp_path / "out.npy"), "s=2.0", "--repeat", "2"],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    run = run_lin_exe(lowered, tmp_path, (x, w, b), repeat=2)
     assert "ms (median of 2 runs" in run.stdout
     assert np.array_equal(np.load(tmp_path / "out.npy"), out)  # identical to the library's result
 
@@ -113,13 +119,7 @@ def test_export_of_a_dynamic_kernel_takes_the_size_at_run_time(tmp_path):
     rc, _ = call_library(tmp_path / "lin.so", "lin", [x, w, b, out], [2, -3], [2.0, 0.0])
     assert rc == 1 and b"x_0 = -3 is out of range" in lib.pypto_lin_error()
 
-    lowered.export(tmp_path / "lin_exe", emit="exe")
     x = rand(29, 40)
-    for name, a in zip("xwb", (x, w, b)):
-        np.save(tmp_path / f"{name}.npy", a)
-    run = subprocess.run([str(tmp_path / "lin_exe"), *(str(tmp_path / f"{n}.npy") for n in "xwb"),
-                          str(tmp_path / "out.npy"), "s=2.0", "--repeat", "1"],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    run_lin_exe(lowered, tmp_path, (x, w, b), repeat=1)
     got = np.load(tmp_path / "out.npy")
     assert got.shape == (29, 50) and rel_err(got, np.maximum(x.astype(np.float64) @ w + b, 0) * 2.0) < 1e-5

@@ -553,6 +553,18 @@ std::string cache_key(const std::string& source, const std::string& cxx,
   return h.hex().substr(0, 32);
 }
 
+// The in-memory entry for `key` once no thread of this process is building it (polling the stop
+// flag while waiting); `l` holds g_mu.
+Entry& settled_entry(std::unique_lock<std::mutex>& l, const std::string& key) {
+  Entry* e = &(*g_memory)[key];
+  while (e->building) {
+    g_built.wait_for(l, std::chrono::milliseconds(50));
+    if (runtime::stop_requested()) throw runtime::Interrupted();
+    e = &(*g_memory)[key];
+  }
+  return *e;
+}
+
 // Builds (once per machine, compiler, flags and header version: a disk-cache entry like a
 // kernel's) or loads the shared GEMM library, kept loaded for the life of the process, under the
 // in-memory map's rules (one thread builds, the others wait; the lock is not held across the
@@ -564,12 +576,7 @@ bool shared_gemm_loaded(const std::string& cxx, const std::vector<std::string>& 
   const std::string key = cache_key(source, cxx, flags, inc);
   {
     std::unique_lock<std::mutex> l(g_mu);
-    Entry* e = &(*g_memory)[key];
-    while (e->building) {
-      g_built.wait_for(l, std::chrono::milliseconds(50));
-      if (runtime::stop_requested()) throw runtime::Interrupted();
-      e = &(*g_memory)[key];
-    }
+    Entry* e = &settled_entry(l, key);
     if (e->kernel) return true;
     if (failed.count(key)) return false;
     e->building = true;
@@ -618,12 +625,7 @@ CompileResult compile_cpp(const std::string& source) {
     // Another thread building this key: wait for it (polling the stop flag) instead of building
     // the same kernel twice.
     std::unique_lock<std::mutex> l(g_mu);
-    Entry* e = &(*g_memory)[key];
-    while (e->building) {
-      g_built.wait_for(l, std::chrono::milliseconds(50));
-      if (runtime::stop_requested()) throw runtime::Interrupted();
-      e = &(*g_memory)[key];
-    }
+    Entry* e = &settled_entry(l, key);
     if (e->kernel) {
       r.kernel = e->kernel;
       r.from_memory = true;

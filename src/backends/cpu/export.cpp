@@ -58,6 +58,10 @@ std::string c_string(const std::string& s) {
 std::string extent_cpp(const ir::Program& p, const ir::Expr& e) {
   using ir::ExprOp;
   auto a = [&](size_t i) { return extent_cpp(p, e->args.at(i)); };
+  auto infix = [&](const char* o) { return "(" + a(0) + o + a(1) + ")"; };
+  auto call = [&](const char* fn) {
+    return std::string("pto::elem::") + fn + "<int64_t>(" + a(0) + ", " + a(1) + ")";
+  };
   switch (e->op) {
     case ExprOp::Int:
       return "int64_t(" + std::to_string(e->ival) + ")";
@@ -66,19 +70,19 @@ std::string extent_cpp(const ir::Program& p, const ir::Expr& e) {
         if (p.scalars[j].name == e->name) return "iscal[" + std::to_string(j) + "]";
       break;
     case ExprOp::Add:
-      return "(" + a(0) + " + " + a(1) + ")";
+      return infix(" + ");
     case ExprOp::Sub:
-      return "(" + a(0) + " - " + a(1) + ")";
+      return infix(" - ");
     case ExprOp::Mul:
-      return "(" + a(0) + " * " + a(1) + ")";
+      return infix(" * ");
     case ExprOp::Div:
-      return "pto::elem::floordiv<int64_t>(" + a(0) + ", " + a(1) + ")";
+      return call("floordiv");
     case ExprOp::Mod:
-      return "pto::elem::floormod<int64_t>(" + a(0) + ", " + a(1) + ")";
+      return call("floormod");
     case ExprOp::Min:
-      return "pto::elem::min<int64_t>(" + a(0) + ", " + a(1) + ")";
+      return call("min");
     case ExprOp::Max:
-      return "pto::elem::max<int64_t>(" + a(0) + ", " + a(1) + ")";
+      return call("max");
     default:
       break;
   }

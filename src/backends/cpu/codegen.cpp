@@ -5,6 +5,7 @@
 // prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/nests.h"
+#include "backends/cpu/row_fusion.h"
 #include "ir/number_text.h"
 #include "pto/elem.hpp"
 #include "target/target.h"
@@ -616,7 +617,38 @@ class Gen {
   }
 
   void block(const std::vector<Stmt>& body) {
-    for (const Stmt& s : body) stmt(s);
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (auto f = match_row_fusion(body, i)) {
+        fused_rows(body, i, *f);
+        i += f->count - 1;
+        continue;
+      }
+      stmt(body[i]);
+    }
+  }
+
+  // The call into pto/cpu/rows.hpp that replaces body[i .. i + f.count) (row_fusion.h).
+  void fused_rows(const std::vector<Stmt>& body, size_t i, const RowFusion& f) {
+    for (size_t h : f.hoisted) stmt(body[i + h]);
+    std::string call = "pto::fused::" + f.fn;
+    if (f.global) {
+      const Op& store = body[i + f.args[0].stmt]->op;
+      call += streams_to(std::get<View>(store.args[0])) ? "<true>" : "<false>";
+    }
+    call += "(";
+    for (size_t k = 0; k < f.args.size(); ++k) {
+      const RowFusion::Arg& a = f.args[k];
+      std::string s = "nullptr";
+      if (a.kind != RowFusion::Kind::Null) {
+        const Op& op = body[i + a.stmt]->op;
+        if (a.kind == RowFusion::Kind::Global) s = gview(op, a.arg);
+        if (a.kind == RowFusion::Kind::Tile) s = tile(op, a.arg);
+        if (a.kind == RowFusion::Kind::RowData) s = tile(op, a.arg) + ".data";
+        if (a.kind == RowFusion::Kind::Scalar) s = scalar(op, a.arg, DType::F32);
+      }
+      call += (k ? ", " : "") + s;
+    }
+    line() << call << ");\n";
   }
 
   // The top-level statements with a hook call before and after each nest; the hooks are plain

@@ -4,6 +4,7 @@
 // (heap for big ones); global scratch is a pto::ScratchBuffer. All IR names are renamed into a
 // prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
 #include "backends/cpu/codegen.h"
+#include "backends/cpu/matmul_runs.h"
 #include "backends/cpu/nests.h"
 #include "ir/number_text.h"
 #include "pto/elem.hpp"
@@ -616,16 +617,50 @@ class Gen {
   }
 
   void block(const std::vector<Stmt>& body) {
-    for (const Stmt& s : body) stmt(s);
+    for (size_t i = 0; i < body.size();) {
+      const size_t n = memory_matmul_run(body, i);
+      if (n > 1)
+        matmul_sum(body, i, n);
+      else
+        stmt(body[i]);
+      i += n > 1 ? n : 1;
+    }
+  }
+
+  // A run of whole-matrix products into one window (matmul_runs.h) is one call of the sum GEMM.
+  void matmul_sum(const std::vector<Stmt>& body, size_t i, size_t n) {
+    for (size_t c = 0; c < n; c += kMaxMatmulTerms) {
+      const Op& first = body[i + c]->op;
+      std::string call = "pto::mmatmul_sum(" +
+                         std::string(parallel_depth_ == 0 ? "args->parallel_for" : "nullptr") +
+                         (first.code == Opcode::MMATMUL_ACC ? ", true, " : ", false, ") + gview(first, 0);
+      for (size_t t = c; t < std::min(n, c + kMaxMatmulTerms); ++t) {
+        const Op& op = body[i + t]->op;
+        call += ", " + gview(op, 1) + ", " + gview(op, 2);
+      }
+      line() << call << ");\n";
+    }
   }
 
   // The top-level statements with a hook call before and after each nest; the hooks are plain
   // statements (no new scope), so the tiles a nest declares stay visible to the next.
   void profiled_body() {
+    // A sum of whole-matrix products (one nest per product) runs fused, as unprofiled: its time
+    // goes to the first product's nest, the others report none.
     std::vector<Nest> nests = top_level_nests(p_);
+    size_t fused_until = 0;  // statements before this index already ran in a fused sum
     for (size_t n = 0; n < nests.size(); ++n) {
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 0);\n";
-      for (size_t i = nests[n].begin; i < nests[n].end; ++i) stmt(p_.body[i]);
+      for (size_t i = std::max(nests[n].begin, fused_until); i < nests[n].end;) {
+        const size_t run = memory_matmul_run(p_.body, i);
+        if (run > 1) {
+          matmul_sum(p_.body, i, run);
+          fused_until = i + run;
+        } else {
+          stmt(p_.body[i]);
+        }
+        i += run;
+      }
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 1);\n";
     }
   }

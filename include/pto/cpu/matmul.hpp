@@ -149,14 +149,18 @@ inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t c
       for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * NR, src + p * rs, NR * sizeof(float));
     } else if (rs == 1) {
       // A transposed B (x @ W.T): each column of the panel is a contiguous row of W; read it in
-      // order (one stream per column) rather than gathering NR rows for every p.
-      for (int64_t j = 0; j < NR; ++j) {
-        float* d = dst + j;
-        if (j < n) {
-          const float* s = src + j * cs;
-          for (int64_t p = 0; p < kc; ++p) d[p * NR] = s[p];
-        } else {
-          for (int64_t p = 0; p < kc; ++p) d[p * NR] = 0.0f;
+      // order (one stream per column) rather than gathering NR rows for every p, 16 rows of the
+      // panel at a time (their 16 x NR floats stay in L1 while every column writes into them).
+      for (int64_t p0 = 0; p0 < kc; p0 += 16) {
+        const int64_t p1 = detail::imin(kc, p0 + 16);
+        for (int64_t j = 0; j < NR; ++j) {
+          float* d = dst + j;
+          if (j < n) {
+            const float* s = src + j * cs;
+            for (int64_t p = p0; p < p1; ++p) d[p * NR] = s[p];
+          } else {
+            for (int64_t p = p0; p < p1; ++p) d[p * NR] = 0.0f;
+          }
         }
       }
     } else {

@@ -9,6 +9,7 @@
 #include "pto/cpu/memory.hpp"
 #include "pto/cpu/parallel.hpp"
 #include "pto/cpu/reduce.hpp"
+#include "pto/cpu/rows.hpp"
 #include "pto/cpu/sync.hpp"
 #include "pto/cpu/trig.hpp"
 #include "pto/cpu/types.hpp"

@@ -35,8 +35,9 @@ from .tensor import Tensor
 class Derived:
     """The backward kernel of one CompiledKernel (one signature of a @pypto.jit kernel)."""
 
-    def __init__(self, entry, wanted=None):
-        prog, args, grads, results = _C.autodiff(entry.program, entry.builder, list(wanted or ()))
+    def __init__(self, entry, wanted=None, save=False):
+        prog, args, grads, results, with_saves = _C.autodiff(entry.program, entry.builder, list(wanted or ()),
+                                                             save)
         self.program = prog
         self.args = args            # per backward input: (role, forward param index)
         self.grads = grads          # per backward output: the forward param it is the gradient of
@@ -51,8 +52,36 @@ class Derived:
         self.in_params = [p for p in params if p[3] != "output"]
         self.out_params = [p for p in params if p[3] == "output"]
         fparams = entry.kernel.params()
+        self.n_params = len(fparams)
+        # save: the forward that also returns the matmul products the backward reads (params
+        # n_params.. of the backward's "saved" args), so that they are not recomputed.
+        self.forward = None
+        if with_saves is not None:
+            self.forward = _C.Kernel(with_saves, entry.backend, **entry.options)
+            if entry.backend == "cpu":
+                self.forward.compile()
+            fparams = self.forward.params()
         self.param_dtypes = [_dt.to_dtype(p[1]) for p in fparams]
         self.param_shapes = [tuple(p[2]) for p in fparams]
+
+    def run_forward(self, inputs, scalars, kind):
+        """Runs the forward with saves on its inputs (in param order): (its outputs, {param index:
+        saved product})."""
+        run, keep, outs = [], [], []
+        for i, a in enumerate(inputs):
+            arg, held = _prepared(a, self.param_dtypes[i], self.param_shapes[i])
+            run.append(arg)
+            keep.append(held)
+        for shape, dtype in zip(self.param_shapes[len(inputs):], self.param_dtypes[len(inputs):]):
+            obj, arg = interop.make_allocator(kind, shape, dtype)()
+            outs.append(obj)
+            run.append(arg)
+        try:
+            self.forward.run(run, list(scalars))
+        except PyptoError as e:
+            raise PyptoError(f"kernel '{self.name}' failed at run time: {e}") from None
+        n_out = self.n_params - len(inputs)
+        return outs[:n_out], dict(enumerate(outs[n_out:], self.n_params))
 
     def __call__(self, values, cotangents, scalars, kind):
         """values: forward param index -> array (inputs; results as after the call); cotangents:
@@ -98,14 +127,19 @@ def _prepared(a, dtype, shape):
     return a, a
 
 
-def derived(entry, wanted=None):
+def derived(entry, wanted=None, save=False):
     """The backward of a compiled kernel for the gradients of the input params `wanted` marks
-    (a tuple of bools in param order; None: all), made once."""
+    (a tuple of bools in param order; None: all), made once. save: for a caller that runs the
+    forward through it (Derived.run_forward), saving matmul products instead of recomputing them
+    (not for a kernel that writes into its arguments)."""
     if entry.grad is None:
         entry.grad = {}
-    d = entry.grad.get(wanted)
+    d = entry.grad.get((wanted, save))
     if d is None:
-        d = entry.grad[wanted] = Derived(entry, wanted)
+        d = Derived(entry, wanted, save)
+        if d.forward is not None and d.written:
+            d = Derived(entry, wanted)
+        entry.grad[(wanted, save)] = d
     return d
 
 
@@ -247,7 +281,8 @@ class _TorchCall:
         self.custom = kernel._vjp is not None
         inputs = entry.inputs(full, imp)
         wanted = tuple(bool(getattr(a, "requires_grad", False)) for a in inputs)
-        self.derived = None if self.custom else derived(entry, None if all(wanted) else wanted)
+        self.derived = None if self.custom else derived(entry, None if all(wanted) else wanted, save=True)
+        self.products = None  # the saved products of the forward run, until to_save
         self.written = self.derived.written if self.derived else []
         # the custom backward's arguments: non-array values kept, arrays taken from the saved inputs
         self.skeleton = None
@@ -257,7 +292,11 @@ class _TorchCall:
                              for k, a in enumerate(full) if k >= kernel._k0]
 
     def run(self, inputs):
-        outs, _ = self.entry.run_flat(self.full, self.imp)
+        d = self.derived
+        if d is not None and d.forward is not None:
+            outs, self.products = d.run_forward(inputs, self.scalars, interop.TORCH)
+        else:
+            outs, _ = self.entry.run_flat(self.full, self.imp)
         self.full = self.imp = None
         return outs
 
@@ -271,7 +310,8 @@ class _TorchCall:
             if role == "input":
                 saved.append(inputs[idx])
             elif role == "saved":
-                saved.append(results[d.results.index(idx)])
+                saved.append(self.products[idx] if idx >= d.n_params else results[d.results.index(idx)])
+        self.products = None
         return saved
 
     def backward(self, saved, grads):

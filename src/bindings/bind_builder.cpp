@@ -595,27 +595,29 @@ void bind_builder(nb::module_& m) {
 
   m.def(
       "autodiff",
-      [](const ir::Program& forward, const B* builder, const std::vector<bool>& wanted) {
+      [](const ir::Program& forward, const B* builder, const std::vector<bool>& wanted, bool save_products) {
         passes::Locate locate;
         passes::IsDetached detached;
         if (builder) {
           locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
           detached = [builder](const ir::Buffer* b) { return builder->is_detached(b); };
         }
-        passes::Backward bw = passes::autodiff(forward, locate, wanted, detached);
+        passes::Backward bw = passes::autodiff(forward, locate, wanted, detached, save_products);
         std::vector<std::pair<std::string, int>> args;
         for (auto& a : bw.args)
           args.emplace_back(a.role == passes::Backward::Role::Input   ? "input"
                             : a.role == passes::Backward::Role::Saved ? "saved"
                                                                       : "cotangent",
                             a.param);
-        return std::make_tuple(bw.program, args, bw.grads, bw.results);
+        std::optional<ir::Program> with_saves;
+        if (!bw.forward_with_saves.params.empty()) with_saves = bw.forward_with_saves;
+        return std::make_tuple(bw.program, args, bw.grads, bw.results, with_saves);
       },
-      "forward"_a, "builder"_a = nb::none(), "wanted"_a = std::vector<bool>(),
+      "forward"_a, "builder"_a = nb::none(), "wanted"_a = std::vector<bool>(), "save_products"_a = false,
       "The tensor-level program of `forward`'s vector-Jacobian product (passes/autodiff.h), for the "
       "gradients of the params `wanted` marks (all when empty): "
       "(program, [(role, forward param index)] per backward param, forward param index per gradient output, "
-      "forward param indices of the results).");
+      "forward param indices of the results, the forward with the saved products as extra outputs or None).");
 }
 
 }  // namespace pypto::bindings

@@ -377,6 +377,23 @@ void Builder::end_if() {
     impl_->emit(if_then(f.cond, std::move(f.then_stmts), std::move(f.stmts)));
 }
 
+void Builder::begin_group(const std::string& label) {
+  Impl::Frame f;
+  f.kind = Impl::Frame::Group;
+  f.var = label;
+  impl_->frames.push_back(std::move(f));
+}
+
+void Builder::end_group() {
+  if (impl_->frames.back().kind != Impl::Frame::Group)
+    throw Error("end_group without a matching begin_group");
+  Impl::Frame f = std::move(impl_->frames.back());
+  impl_->frames.pop_back();
+  Stmt group = seq(std::move(f.stmts));
+  group->var = std::move(f.var);
+  impl_->emit(group);
+}
+
 // Index arithmetic stays inline (no Let) so bounds analysis sees through names like `end_i`.
 Expr Builder::let(const std::string&, Expr value) { return value; }
 

@@ -41,6 +41,10 @@ class Builder {
   void begin_if(Expr cond);
   void begin_else();
   void end_if();
+  // Statements built until end_group() form one Seq labelled `label` (a composite op's name makes
+  // fusion treat the group as that op's expansion; passes/autodiff emits its backward this way).
+  void begin_group(const std::string& label);
+  void end_group();
   Expr let(const std::string& hint, Expr value);  // bind a scalar under a fresh name
 
   // --- creation (new Temp buffers in global scratch) ------------------------------------------

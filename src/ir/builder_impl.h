@@ -11,10 +11,10 @@ namespace pypto::ir {
 
 struct Builder::Impl {
   struct Frame {
-    enum Kind { Root, For, Then, Else } kind = Root;
+    enum Kind { Root, For, Then, Else, Group } kind = Root;
     std::vector<Stmt> stmts;
     std::vector<Stmt> then_stmts;  // Else frames keep the finished then-branch here
-    std::string var;
+    std::string var;               // For: the induction variable; Group: the label
     Expr lo, hi, step, cond;
     bool parallel = false;
     std::string where;  // source location of the loop or if header

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "ir/builder_impl.h"
+#include "ir/mutator.h"
 #include "ir/printer.h"
 #include "passes/autodiff_impl.h"
 #include "passes/lower_composites.h"
@@ -79,8 +80,13 @@ class Differentiator::Analysis : public StmtVisitor {
 };
 
 Differentiator::Differentiator(const Program& forward, const Locate& locate, const std::vector<bool>& wanted,
-                               const IsDetached& detached)
-    : fwd_(forward), locate_(locate), wanted_(wanted), detached_(detached), b_(forward.name + "_backward") {
+                               const IsDetached& detached, bool save_products)
+    : fwd_(forward),
+      locate_(locate),
+      wanted_(wanted),
+      detached_(detached),
+      save_products_(save_products),
+      b_(forward.name + "_backward") {
   Analysis(*this).visit_block(forward.body);
 }
 
@@ -255,6 +261,7 @@ void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<co
   for (const Stmt& s : body) {
     switch (s->kind) {
       case StmtKind::Alloc: {
+        if (saved_products_.count(s->buffer.get())) break;  // its value comes from the forward
         auto nb = std::make_shared<Buffer>(*s->buffer);
         nb->name = b_.fresh_name(s->buffer->name);
         env.bufs[s->buffer.get()] = nb;
@@ -467,6 +474,26 @@ bool whole_and_valid(const View& v) {
   return true;
 }
 
+void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                               std::map<const Buffer*, int>& reads);
+
+// A zero fill followed by a group (a composite's backward) whose first use of the adjoint is its
+// accumulation: tries the fill inside the group, where the accumulation can become the write.
+// True when the fill went away; the group is unchanged otherwise.
+bool into_group(std::vector<Stmt>& group, const Stmt& fill, const std::set<const Buffer*>& adjoints,
+                std::map<const Buffer*, int>& reads) {
+  const Buffer* a = std::get<View>(fill->op.args[0]).buf.get();
+  size_t at = 0;
+  while (at < group.size() && !mentions_buffer(group[at], a)) ++at;
+  if (at == group.size() || group[at]->kind != StmtKind::OpStmt) return false;
+  std::vector<Stmt> trial = group;
+  trial.insert(trial.begin(), fill);  // (at the start: the accumulated value's producer may follow)
+  write_first_contributions(trial, adjoints, reads);
+  if (std::find(trial.begin(), trial.end(), fill) != trial.end()) return false;
+  group = std::move(trial);
+  return true;
+}
+
 // An adjoint is zero-filled and then accumulated into. When its first contribution covers all of
 // it, `fill 0; a += c` becomes `a = c`, and when c is a temporary computed just for this, its
 // instruction writes into a directly. Applied per block, in place.
@@ -484,6 +511,10 @@ void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buf
     size_t j = i + 1;
     while (j < body.size() && !mentions_buffer(body[j], a.buf.get())) ++j;
     if (j == body.size()) continue;
+    if (body[j]->kind == StmtKind::Seq && into_group(body[j]->body, fill, adjoints, reads)) {
+      body.erase(body.begin() + long(i--));
+      continue;
+    }
     const Stmt& acc = body[j];
     if (acc->kind != StmtKind::OpStmt || acc->op.code != Opcode::TADD) continue;
     const View* d = view_of(acc->op.args[0]);
@@ -583,6 +614,12 @@ Backward Differentiator::run() {
     roles.push_back({v.buf, {result ? Backward::Role::Saved : Backward::Role::Input, int(i)}});
   }
   for (const ScalarParam& s : fwd_.scalars) env.vars[s.name] = b_.add_scalar_param(s.name, s.dtype);
+  std::vector<const Buffer*> saves = products_to_save();
+  for (size_t k = 0; k < saves.size(); ++k) {
+    View v = b_.add_param(saves[k]->name, saves[k]->dtype, saves[k]->shape);
+    env.bufs[saves[k]] = saved_products_[saves[k]] = v.buf;
+    roles.push_back({v.buf, {Backward::Role::Saved, int(fwd_.params.size() + k)}});
+  }
   // Adjoints of the results start as their cotangents.
   for (int r : out.results) {
     const Buffer& p = *fwd_.params[r];
@@ -659,16 +696,83 @@ Backward Differentiator::run() {
     out.args.push_back(role->second);
   }
   out.program.params = std::move(params);
+  // The saved products the backward still reads, renumbered after the forward's params.
+  std::vector<const Buffer*> kept;
+  for (auto& a : out.args)
+    if (a.role == Backward::Role::Saved && a.param >= int(fwd_.params.size())) {
+      kept.push_back(saves[size_t(a.param) - fwd_.params.size()]);
+      a.param = int(fwd_.params.size() + kept.size() - 1);
+    }
+  if (!kept.empty()) out.forward_with_saves = forward_with_saves(kept);
   return out;
+}
+
+// Temps worth saving rather than recomputing: matmul products, allocated and written once at the
+// top level, with static shapes (what the backward reads of them decides which are kept).
+std::vector<const Buffer*> Differentiator::products_to_save() const {
+  std::vector<const Buffer*> out;
+  if (!save_products_) return out;
+  for (const Stmt& s : fwd_.body) {
+    if (s->kind != StmtKind::Alloc) continue;
+    const Buffer* b = s->buffer.get();
+    auto it = bufs_.find(b);
+    if (b->kind != BufferKind::Temp || !is_float(b->dtype) || it == bufs_.end() ||
+        it->second.writes.size() != 1)
+      continue;
+    const StmtNode* w = it->second.writes[0];
+    bool static_shape = std::all_of(b->shape.begin(), b->shape.end(), [](int64_t d) { return d > 0; });
+    if (static_shape && stmts_.at(w).loops.empty() &&
+        opcode_info(w->op.code).category == OpCategory::Matrix && std::get<View>(w->op.args[0]).is_whole())
+      out.push_back(b);
+  }
+  return out;
+}
+
+namespace {
+// The forward with some temps made outputs (appended to its params, in order).
+class SaveTemps : public StmtMutator {
+ public:
+  explicit SaveTemps(const std::map<const Buffer*, BufferRef>& to) : to_(to) {}
+
+ private:
+  const std::map<const Buffer*, BufferRef>& to_;
+  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
+    if (s->kind == StmtKind::Alloc && to_.count(s->buffer.get())) return;
+    StmtMutator::mutate_into(s, out);
+  }
+  View mutate_view(const View& v) override {
+    View out = StmtMutator::mutate_view(v);
+    auto it = to_.find(v.buf.get());
+    if (it != to_.end()) out.buf = it->second;
+    return out;
+  }
+};
+}  // namespace
+
+Program Differentiator::forward_with_saves(const std::vector<const Buffer*>& saves) const {
+  std::map<const Buffer*, BufferRef> to;
+  for (const Buffer* b : saves) {
+    auto nb = std::make_shared<Buffer>(*b);
+    nb->kind = BufferKind::Output;
+    to[b] = nb;
+  }
+  Program p = SaveTemps(to).mutate_program(fwd_);
+  for (const Buffer* b : saves) p.params.push_back(to.at(b));
+  return p;
 }
 
 }  // namespace ad
 
 Backward autodiff(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted,
-                  const IsDetached& detached) {
+                  const IsDetached& detached, bool save_products) {
   // Composites are differentiated through their expansion (the derivative rules cover
   // instructions); the expansion keeps every buffer, so `detached` still names them.
-  return ad::Differentiator(lower_composites(forward), locate, wanted, detached).run();
+  // Those with a dedicated formula (ad::composites_with_rules) stay whole: the expansion keeps the
+  // op itself, in a group labelled with its name.
+  std::map<ir::Opcode, CompositeLowering> keep;
+  for (ir::Opcode c : ad::composites_with_rules())
+    keep[c] = [](ir::Builder& b, const ir::Op& op) { b.emit(ir::op_stmt(op)); };
+  return ad::Differentiator(lower_composites(forward, keep), locate, wanted, detached, save_products).run();
 }
 
 }  // namespace pypto::passes

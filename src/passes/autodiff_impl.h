@@ -16,6 +16,8 @@ inline const ir::View* view_of(const ir::Operand& o) { return std::get_if<ir::Vi
 const ir::View* view_of(const ir::Operand&& o) = delete;
 // `dst += x`, `dst -= x` and `dst += a @ b`: the old value of dst passes through unchanged.
 bool in_place_linear(const ir::Op& op);
+// The composite ops differentiated whole, by a dedicated formula (autodiff_composites.cpp).
+const std::vector<ir::Opcode>& composites_with_rules();
 
 // Forward names -> backward objects in one scope of the backward program.
 struct Env {
@@ -26,7 +28,7 @@ struct Env {
 class Differentiator {
  public:
   Differentiator(const ir::Program& forward, const Locate& locate, const std::vector<bool>& wanted,
-                 const IsDetached& detached);
+                 const IsDetached& detached, bool save_products);
   Backward run();
 
  private:
@@ -54,6 +56,7 @@ class Differentiator {
   void sweep(const std::vector<ir::Stmt>& body, Env& env);
   void rule(const ir::StmtNode* s, const Env& env);  // autodiff_rules.cpp
   void indexed_rows_rule(const ir::StmtNode* s, const Env& env);
+  void composite_rule(const ir::StmtNode* s, const Env& env, const ir::View& g);  // autodiff_composites.cpp
   ir::BufferRef new_adjoint(const ir::Buffer& like);  // a zero-filled adjoint buffer
 
   // Helpers for the rules.
@@ -72,6 +75,10 @@ class Differentiator {
   Locate locate_;
   std::vector<bool> wanted_;
   IsDetached detached_;
+  bool save_products_;
+  std::map<const ir::Buffer*, ir::BufferRef> saved_products_;  // forward temp -> its backward param
+  std::vector<const ir::Buffer*> products_to_save() const;
+  ir::Program forward_with_saves(const std::vector<const ir::Buffer*>& saves) const;
   ir::Builder b_;
   std::map<const ir::StmtNode*, StmtInfo> stmts_;
   std::map<const ir::Buffer*, BufInfo> bufs_;

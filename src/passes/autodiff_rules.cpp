@@ -65,6 +65,7 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
     default:
       break;
   }
+  if (cat == OpCategory::Composite) return composite_rule(s, env, g);
   if (cat == OpCategory::Fill || cat == OpCategory::Compare || cat == OpCategory::Sync ||
       cat == OpCategory::Memory)
     return;

@@ -158,11 +158,18 @@ class Fuser : public StmtMutator {
 
   // A row group holds whole rows in one tile. Over a dynamic row width (ir.h) that tile has a
   // fixed width, run under a guard on the width with the unfused nests as the fallback
-  // (tile_fused.cpp): every view of the group is then 1 or that width wide, and no matmul joins.
+  // (tile_fused.cpp): every dynamic width of the group must be the same extent. Static widths
+  // may join it through a matmul (scores over a dynamic key length, times V: attention).
   static bool dynamic_row_ok(const Op& op, Expr& w) {
     bool static_wide = false;
-    if (!row_widths(op, w, static_wide)) return false;
-    return !w || (!static_wide && kind_of(op.code) != Kind::Matmul);
+    return row_widths(op, w, static_wide);
+  }
+
+  // A matmul's right operand as a guarded row group holds it: a dynamic dim is the guard's width.
+  int64_t right_operand_elems(const View& b) const {
+    auto bs = b.shape();
+    auto capped = [&](int64_t n) { return n == kDynamicBound ? sizes_.dyn_row_cols() : n; };
+    return capped(bs[bs.size() - 1]) * capped(bs[bs.size() - 2]);
   }
 
   static bool dynamic_row(const Op& op) {
@@ -176,15 +183,14 @@ class Fuser : public StmtMutator {
             std::set<const Buffer*> allocs, Group& g, size_t& end) {
     const Op& first = in[i]->op;
     if (kind_of(first.code) == Kind::Other || narrowing(first) || column_reduction(first)) return false;
-    if (kind_of(first.code) == Kind::Matmul && dynamic_row(first)) return false;
     Expr w;
-    if (kind_of(first.code) != Kind::Matmul && !dynamic_row_ok(first, w)) return false;
+    if (!dynamic_row_ok(first, w)) return false;
     auto rs = row_space(dst(first));
     if (!rs) return false;
     if (kind_of(first.code) == Kind::Matmul) {
-      auto bs = std::get<View>(first.args[2]).shape();
       if (rs->rank < 2) return false;
-      g.epilogue = bs[bs.size() - 1] * bs[bs.size() - 2] > kSmallRightOperand;
+      g.epilogue = right_operand_elems(std::get<View>(first.args[2])) > kSmallRightOperand;
+      if (g.epilogue && w) return false;  // an epilogue nest has no guard for a dynamic width
       // A product that tiling makes one MMATMUL stays alone: the packed whole-matrix GEMM and a
       // separate pass of its epilogue over the result beat a tiled matmul with the epilogue fused.
       if (g.epilogue && memory_matmul(first, sizes_)) return false;
@@ -258,7 +264,7 @@ class Fuser : public StmtMutator {
       if (k == Kind::Matmul) {
         if (vs.size() < 2) return false;
         if (i == 1 && vs[vs.size() - 2] != ds[ds.size() - 2]) return false;
-        if (i == 2 && (mine || vs[vs.size() - 1] * vs[vs.size() - 2] > kSmallRightOperand)) return false;
+        if (i == 2 && (mine || right_operand_elems(*v) > kSmallRightOperand)) return false;
       }
     }
     return true;

@@ -17,7 +17,7 @@ class FusedEmitter {
       : nb_(nb), ts_(ts), refs_(refs) {}
 
   // A static width; a dynamic one (the bound) is the fixed tile width of a guarded row group.
-  int64_t cap(int64_t w) const { return w == kDynamicBound && guarded_ ? ts_.dyn_row_cols() : w; }
+  int64_t cap(int64_t w) const { return w == kDynamicBound && tier_ > 0 ? tier_ : w; }
 
   struct Emission {
     const Group* g;
@@ -42,7 +42,8 @@ class FusedEmitter {
                   const LowerUnfused& unfused) {
     Emission e;
     e.g = &g;
-    guarded_ = !g.epilogue && g.width && !col_tiled(g);
+    tier_ = 0;
+    const bool guarded = !g.epilogue && g.width && !col_tiled(g);
     std::map<const Buffer*, int> mine;
     for (size_t j = 0; j < g.ops.size(); ++j)
       for (size_t i = 0; i < g.ops[j]->args.size(); ++i)
@@ -64,13 +65,22 @@ class FusedEmitter {
     for (const Stmt& s : in)
       if (s->kind == StmtKind::Alloc && !e.internal.count(s->buffer.get())) out.push_back(s);
     if (g.epilogue) return emit_epilogue(e, out);
-    if (!guarded_) return emit_rows(e, out);
-    std::vector<Stmt> fused;
-    emit_rows(e, fused);
+    if (!guarded) return emit_rows(e, out);
     for (const Stmt& s : in)
       if (s->kind != StmtKind::Alloc || e.internal.count(s->buffer.get())) unfused(s, fallback);
-    out.push_back(if_then(cmp(ExprOp::Le, g.width, int_imm(ts_.dyn_row_cols())), std::move(fused),
-                          std::move(fallback)));
+    bool with_matmul = false;
+    for (auto* op : g.ops) with_matmul |= kind_of(op->code) == Kind::Matmul;
+    auto tiers = ts_.dyn_row_tiers(with_matmul);
+    std::vector<Stmt> chain = std::move(fallback);  // built from the widest tier inwards
+    for (auto t = tiers.rbegin(); t != tiers.rend(); ++t) {
+      Emission et = e;
+      tier_ = *t;
+      std::vector<Stmt> fused;
+      emit_rows(et, fused);
+      chain = {if_then(cmp(ExprOp::Le, g.width, int_imm(*t)), std::move(fused), std::move(chain))};
+    }
+    tier_ = 0;
+    out.insert(out.end(), chain.begin(), chain.end());
   }
 
   static int64_t floor_pow2(int64_t x) {
@@ -231,10 +241,10 @@ class FusedEmitter {
       sel.push_back((bs[j] == 1 && ds[kd] != 1) ? Sel{int_imm(0), 1, false, false}
                                                 : Sel{m.off[kd], 1, false, false});
     }
-    sel.push_back(Sel{int_imm(0), bs[s - 2], true, false});
-    sel.push_back(Sel{int_imm(0), bs[s - 1], true, false});
+    sel.push_back(Sel{int_imm(0), cap(bs[s - 2]), true, false});
+    sel.push_back(Sel{int_imm(0), cap(bs[s - 1]), true, false});
     View tb = load(e, sub(b, sel), ot);
-    View y = nb_.tile("y", t, ta.buf->shape[0], bs[s - 1]);
+    View y = nb_.tile("y", t, ta.buf->shape[0], cap(bs[s - 1]));
     e.body.push_back(op_stmt(Op{Opcode::TMATMUL, {y, ta, tb}}));
     return y;
   }
@@ -288,7 +298,7 @@ class FusedEmitter {
   NestBuilder& nb_;
   const TileSizes& ts_;
   const std::map<const Buffer*, int>& refs_;
-  bool guarded_ = false;  // the group being emitted runs under a guard on its dynamic width
+  int64_t tier_ = 0;  // the tile width of the guarded row group being emitted (0: not guarded)
 };
 
 }  // namespace

@@ -18,8 +18,9 @@ namespace pypto::passes {
 // in its tile (its allocation is dropped, here or among `out`), and values needed outside are
 // stored. `refs`: how often each buffer is referenced in the whole program.
 //
-// A row group over a dynamic row width (g.width) keeps each row in one tile ts.dyn_row_cols() wide:
-// its nest runs under `if width <= dyn_row_cols`, and the else branch holds the group's
+// A row group over a dynamic row width (g.width) keeps each row in one tile of a fixed width: its
+// nest is emitted once per width of ts.dyn_row_tiers(), behind `if width <= tier` tests (narrowest
+// first, so short rows get the most rows per tile), and the last else branch holds the group's
 // instructions lowered one by one by `unfused` (with the allocations of its internal temporaries).
 using LowerUnfused = std::function<void(const ir::Stmt&, std::vector<ir::Stmt>&)>;
 void emit_fused_group(NestBuilder& nb, const TileSizes& ts, const std::map<const ir::Buffer*, int>& refs,

@@ -10,6 +10,7 @@
 // partial tiles and never read or written out of bounds. Tile-level instructions pass through.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "ir/ir.h"
 
@@ -21,8 +22,16 @@ struct TileSizes {
   // A plain f32 matrix product between global matrices becomes one MMATMUL (the CPU's packed
   // GEMM) instead of a tiled nest; off for targets that multiply tiles only (the NPU simulator).
   bool memory_matmul = true;
-  // A fused row over a dynamic width is one tile this wide (wider rows run unfused).
+  // A fused row over a dynamic width is one tile of a fixed width, chosen at run time among
+  // these (tile_fused.h): narrow rows get many rows per tile, wide ones one row; rows wider than
+  // the widest run unfused. A group with a matmul stops at dyn_row_cols() (its operand tiles are
+  // as wide as the row).
   int64_t dyn_row_cols() const { return 8 * elem_cols; }
+  std::vector<int64_t> dyn_row_tiers(bool with_matmul) const {
+    const int64_t narrow = elem_cols > 1 ? elem_cols / 2 : 1;
+    if (with_matmul) return {narrow, dyn_row_cols()};
+    return {narrow, dyn_row_cols(), 2048 * elem_cols};
+  }
 };
 
 ir::Program tile_ops(const ir::Program& tensor_level, const TileSizes& sizes);

@@ -66,6 +66,13 @@ def composites(x, w, b):
 
 
 @pypto.jit(backend="interp")
+def composites_other_dims(x, w):
+    # softmax along a leading dim, norms over two dims, without weight or bias, x feeding several
+    return (pypto.softmax(x, 0) * 2.0 + pypto.layer_norm(x, (3, 4), None, None) * w
+            + pypto.rms_norm(x, (4,), None) + pypto.log_softmax(x, 1))
+
+
+@pypto.jit(backend="interp")
 def shapes_and_clamps(x, v, alpha):
     r = pypto.reshape(x, 3, 4)                          # a copy through strided loops (x: 12)
     u = pypto.unsqueeze(pypto.permute(r, 1, 0), 0)      # [1, 4, 3]
@@ -88,6 +95,7 @@ GRADCHECK_CASES = {
     "matmuls": ([(2, 3, 4), (2, 4, 5), (5, 4)], False),
     "views_and_casts": ([(4, 5)], False),
     "composites": ([(3, 6), (6,), (6,)], False),
+    "composites_other_dims": ([(2, 3, 4), (3, 4)], False),
     "conv": ([(1, 2, 5, 5), (3, 2, 3, 3), (3,)], False),
     "shapes_and_clamps": ([(12,), (5,)], False),
 }
@@ -116,6 +124,48 @@ def test_float32_matches_torch():
     assert rel(out, ref) < 1e-5
     for got, want in ((x.grad, x2.grad), (w.grad, w2.grad), (b.grad, b2.grad)):
         assert rel(got, want) < 1e-5
+
+
+def test_norm_backward_is_one_group_without_zero_fill():
+    """The derived backward of layer_norm is its dedicated formula: one group (one fused row
+    nest), dx written directly (no zero-filled adjoint), the column sums of dw and db after."""
+    from pypto import autograd
+
+    x, w, b = (np.random.default_rng(3).standard_normal(s).astype(np.float32) for s in ((8, 16), (16,), (16,)))
+    fn = pypto.jit(lambda x, w, b: pypto.layer_norm(x, (16,), w, b))
+    _, pullback = pypto.vjp(fn, x, w, b)
+    cot = np.random.default_rng(4).standard_normal((8, 16)).astype(np.float32)
+    got = pullback(cot)
+    tx, tw, tb = (torch.from_numpy(a).double().requires_grad_() for a in (x, w, b))
+    torch.nn.functional.layer_norm(tx, (16,), tw, tb).backward(torch.from_numpy(cot).double())
+    for g, want in zip(got, (tx.grad, tw.grad, tb.grad)):
+        assert rel(g, want) < 1e-5
+    _, entry, _, _ = autograd._kernel_entry(fn, (x, w, b))
+    text = str(autograd.derived(entry).program)
+    assert text.count("seq layer_norm") == 1 and "TEXPANDS" not in text, text
+
+
+def test_torch_backward_reads_saved_matmul_products():
+    """Through torch autograd the forward runs a variant that also returns its matmul products,
+    and the backward reads them instead of recomputing: 4 matmuls (the gradients), not 5."""
+    from pypto import autograd
+
+    @pypto.jit
+    def mlp(x, w1, w2):
+        return pypto.matmul(pypto.relu(pypto.matmul(x, w1)), w2)
+
+    x, w1, w2 = leaves((8, 16), (16, 32), (32, 4), dtype=torch.float32, seed=5)
+    out = mlp(x, w1, w2)
+    g = torch.randn_like(out)
+    out.backward(g)
+    ref = [t.detach().double().requires_grad_() for t in (x, w1, w2)]
+    (torch.relu(ref[0] @ ref[1]) @ ref[2]).backward(g.double())
+    for got, want in zip((x.grad, w1.grad, w2.grad), ref):
+        assert rel(got, want.grad) < 1e-5
+    _, entry, _, _ = autograd._kernel_entry(mlp, (x, w1, w2))
+    saving, recomputing = autograd.derived(entry, save=True), autograd.derived(entry)
+    assert saving.forward is not None and recomputing.forward is None
+    assert str(saving.program).count("TMATMUL") == 4 and str(recomputing.program).count("TMATMUL") == 5
 
 
 def test_mixed_dtypes_match_torch():

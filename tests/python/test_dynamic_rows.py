@@ -1,9 +1,10 @@
 """Row-wise fusion over a dynamic row width (the key length of attention, a dynamic feature dim).
 
-A fused row keeps each row in one tile; over a dynamic width that tile is 8 x tile_cols wide and
-runs under a run-time guard on the width, with the unfused nests as the fallback for wider rows.
-With the default tiles (4096 wide) the widths below take the fused branch; with SMALL_TILES
-(128 wide) the wider ones take the fallback, so both branches are checked against NumPy."""
+A fused row keeps each row in one tile; over a dynamic width that tile is tile_cols / 2, 8 x
+tile_cols or 2048 x tile_cols wide, chosen by run-time guards on the width, with the unfused nests
+as the fallback for wider rows. With the default tiles (256, 4096, 1048576) the widths below take
+the first two; with SMALL_TILES (8, 128, 32768) they take all three, and a width above 32768 the
+fallback, so every branch is checked against NumPy."""
 import random
 
 import numpy as np
@@ -38,7 +39,9 @@ def norm_into(x, w, b, y):  # (pypto.layer_norm's normalized_shape is static: wr
 def widths(backend):
     rng = random.Random(5)
     ws = [2, 3, 13, 127, 129, 300] + [rng.randrange(2, 700) for _ in range(3)]
-    return ws[:5] if str(backend).startswith("interp") else ws
+    if getattr(backend, "tiles", None):  # tile widths 8, 128 and 32768
+        ws.append(2100)
+    return ws[:5] + ws[-1:] if str(backend).startswith("interp") else ws
 
 
 def test_softmax_over_a_dynamic_row_width(backend):
@@ -50,6 +53,17 @@ def test_softmax_over_a_dynamic_row_width(backend):
             kernel(x, y)
             assert rel_err(y, softmax_ref(0.5 * x.astype(np.float64))) < 1e-6, (rows, w)
     assert kernel.cache_size <= 2  # rows = 1 is a variant of its own (a size-1 dim stays static)
+
+
+@pytest.mark.parametrize("backend", [b for b in backend_params(tiled=True) if b.values[0].tiles])
+def test_rows_wider_than_the_widest_tile_run_unfused(backend):
+    kernel = jit(scaled_softmax_into, backend, dynamic={"x": [1], "y": [1]})
+    for w in (40, 32769, 33000):
+        x = rand(3, w)
+        y = poisoned(3, w)
+        kernel(x, y)
+        assert rel_err(y, softmax_ref(0.5 * x.astype(np.float64))) < 1e-6, w
+    assert kernel.cache_size == 1
 
 
 def test_layer_norm_over_a_dynamic_feature_dim(backend):
@@ -65,13 +79,15 @@ def test_layer_norm_over_a_dynamic_feature_dim(backend):
 
 
 def test_dynamic_row_group_is_fused_under_a_guard():
-    """The softmax of a dynamic width is one nest (a row per tile) behind `width <= 4096`; the
-    else branch holds the unfused nests."""
+    """The softmax of a dynamic width is one nest per tile width (256: 32 rows a tile; 4096: 2;
+    1048576: 1), each behind `width <= tile width`; the last else branch holds the unfused nests."""
     kernel = pypto.jit(scaled_softmax_into, dynamic={"x": [1], "y": [1]})
-    text = kernel.lower(rand(5, 40), poisoned(5, 40)).as_text("tile")
-    fused, fallback = text.split("} else {")
-    assert "<= 4096)" in fused and "f32[" in fused and ", 4096] vec" in fused
-    assert fused.count("TLOAD") == 1 and fused.count("TSTORE") == 1  # x in, y out: nothing between
+    text = kernel.lower(rand(50, 40), poisoned(50, 40)).as_text("tile")
+    *tiers, fallback = text.split("} else {")
+    assert len(tiers) == 3
+    for tier, (rows, cols) in zip(tiers, [(32, 256), (2, 4096), (1, 1048576)]):
+        assert f"<= {cols})" in tier and f"f32[{rows}, {cols}] vec" in tier
+        assert tier.count("TLOAD") == 1 and tier.count("TSTORE") == 1  # x in, y out: nothing between
     assert fallback.count("TSTORE") > 2  # the fallback stores its temporaries
 
 
@@ -89,6 +105,28 @@ def test_attention_with_a_dynamic_key_length_equals_static(backend):
         assert rel_err(out, softmax_ref(sc) @ v) < 1e-12, s
         np.testing.assert_allclose(out, static(q, k, v), rtol=1e-12, atol=1e-14)
     assert dynamic.cache_size == 2  # s = 1 static, every other length one dynamic kernel
+
+
+def test_fused_attention_over_a_dynamic_key_length(backend):
+    """fusion=True makes the static attention one row nest (scores, softmax and @V per row tile);
+    over a dynamic key length the same nest runs under the width guard, its K^T / V tiles as wide
+    as the guard. Small tiles (guard at 128) send the longer lengths to the unfused fallback."""
+    dims = {"Q": [2], "K": [2], "V": [2]}
+    dynamic = jit(seed_kernels.optimized_attention, backend, dynamic=dims, fusion=True)
+    static = jit(seed_kernels.optimized_attention, backend, dynamic=False, fusion=True)
+    lengths = (3, 131) if str(backend).startswith("interp") else (2, 17, 131, 200)
+    for s in lengths:
+        q, k, v = (rand(1, 2, s, 16, dtype=np.float64) for _ in range(3))
+        sc = q @ k.transpose(0, 1, 3, 2) / np.sqrt(16)
+        out = dynamic(q, k, v)
+        assert rel_err(out, softmax_ref(sc) @ v) < 1e-12, s
+        np.testing.assert_allclose(out, static(q, k, v), rtol=1e-12, atol=1e-14)
+    assert dynamic.cache_size == 1
+    if not getattr(backend, "tiles", None):
+        *tiers, _ = dynamic.lower(q, k, v).as_text("tile").split("} else {")
+        assert len(tiers) == 2 and "<= 256)" in tiers[0] and "<= 4096)" in tiers[1]  # a matmul stops at 4096
+        for fused in tiers:
+            assert fused.count("TMATMUL ") == 2 and fused.count("TSTORE") == 1
 
 
 @pytest.mark.parametrize("kname", ["fused_linear", "optimized_attention"])

@@ -14,6 +14,7 @@
 // Element semantics (integer wrap, x / 0, NaN/inf rules): pto/elem.hpp, one function per opcode.
 #pragma once
 #include "pto/cpu/types.hpp"
+#include "pto/cpu/vexp.hpp"
 #include "pto/elem.hpp"
 #include "pto/math.hpp"
 
@@ -381,7 +382,6 @@ PTO_DEFINE_UNARY(TMOV, OpMov)
 PTO_DEFINE_UNARY(TCVT, OpMov)
 PTO_DEFINE_UNARY(TNEG, OpNeg)
 PTO_DEFINE_UNARY(TABS, OpAbs)
-PTO_DEFINE_UNARY(TEXP, OpExp)
 PTO_DEFINE_UNARY(TLOG, OpLog)
 PTO_DEFINE_UNARY(TRECIP, OpRecip)
 PTO_DEFINE_UNARY(TRELU, OpRelu)
@@ -413,6 +413,14 @@ inline void TSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
     detail::sqrt_tile(dst, src, false);
   else
     detail::unary(dst, src, detail::OpSqrt{});
+}
+// float exp through exp_span (vexp.hpp): math::exp's results in fewer instructions.
+template <class D, int R, int C, class S, int R2, int C2>
+inline void TEXP(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
+  if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float>)
+    detail::float_span_tile(dst, src, detail::exp_span);
+  else
+    detail::unary(dst, src, detail::OpExp{});
 }
 template <class D, int R, int C, class S, int R2, int C2>
 inline void TRSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {

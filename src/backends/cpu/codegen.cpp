@@ -6,6 +6,7 @@
 #include "backends/cpu/codegen.h"
 #include "backends/cpu/matmul_runs.h"
 #include "backends/cpu/nests.h"
+#include "backends/cpu/row_fusion.h"
 #include "ir/number_text.h"
 #include "pto/elem.hpp"
 #include "target/target.h"
@@ -617,29 +618,51 @@ class Gen {
   }
 
   void block(const std::vector<Stmt>& body) {
-    for (size_t i = 0; i < body.size();) {
-      const size_t n = memory_matmul_run(body, i);
-      if (n > 1)
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (auto f = match_row_fusion(body, i)) {
+        fused_rows(body, i, *f);
+        i += f->count - 1;
+        continue;
+      }
+      if (const size_t n = memory_matmul_run(body, i); n > 1) {
         matmul_sum(body, i, n);
-      else
-        stmt(body[i]);
-      i += n > 1 ? n : 1;
+        i += n - 1;
+        continue;
+      }
+      stmt(body[i]);
     }
   }
 
-  // A run of whole-matrix products into one window (matmul_runs.h) is one call of the sum GEMM.
+  // A run of whole-matrix products into one window (matmul_runs.h): calls of the sum GEMM.
   void matmul_sum(const std::vector<Stmt>& body, size_t i, size_t n) {
-    for (size_t c = 0; c < n; c += kMaxMatmulTerms) {
-      const Op& first = body[i + c]->op;
-      std::string call = "pto::mmatmul_sum(" +
-                         std::string(parallel_depth_ == 0 ? "args->parallel_for" : "nullptr") +
-                         (first.code == Opcode::MMATMUL_ACC ? ", true, " : ", false, ") + gview(first, 0);
-      for (size_t t = c; t < std::min(n, c + kMaxMatmulTerms); ++t) {
-        const Op& op = body[i + t]->op;
-        call += ", " + gview(op, 1) + ", " + gview(op, 2);
-      }
-      line() << call << ");\n";
+    const char* pool = parallel_depth_ == 0 ? "args->parallel_for" : "nullptr";
+    for (const auto& call :
+         memory_matmul_sum_calls(body, i, n, pool, [&](const Op& op, size_t k) { return gview(op, k); }))
+      line() << call << ";\n";
+  }
+
+  // The call into pto/cpu/rows.hpp that replaces body[i .. i + f.count) (row_fusion.h).
+  void fused_rows(const std::vector<Stmt>& body, size_t i, const RowFusion& f) {
+    for (size_t h : f.hoisted) stmt(body[i + h]);
+    std::string call = "pto::fused::" + f.fn;
+    if (f.global) {
+      const Op& store = body[i + f.args[0].stmt]->op;
+      call += streams_to(std::get<View>(store.args[0])) ? "<true>" : "<false>";
     }
+    call += "(";
+    for (size_t k = 0; k < f.args.size(); ++k) {
+      const RowFusion::Arg& a = f.args[k];
+      std::string s = "nullptr";
+      if (a.kind != RowFusion::Kind::Null) {
+        const Op& op = body[i + a.stmt]->op;
+        if (a.kind == RowFusion::Kind::Global) s = gview(op, a.arg);
+        if (a.kind == RowFusion::Kind::Tile) s = tile(op, a.arg);
+        if (a.kind == RowFusion::Kind::RowData) s = tile(op, a.arg) + ".data";
+        if (a.kind == RowFusion::Kind::Scalar) s = scalar(op, a.arg, DType::F32);
+      }
+      call += (k ? ", " : "") + s;
+    }
+    line() << call << ");\n";
   }
 
   // The top-level statements with a hook call before and after each nest; the hooks are plain
@@ -648,18 +671,13 @@ class Gen {
     // A sum of whole-matrix products (one nest per product) runs fused, as unprofiled: its time
     // goes to the first product's nest, the others report none.
     std::vector<Nest> nests = top_level_nests(p_);
-    size_t fused_until = 0;  // statements before this index already ran in a fused sum
+    size_t done = 0;  // statements before this index already ran (in a fused sum)
     for (size_t n = 0; n < nests.size(); ++n) {
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 0);\n";
-      for (size_t i = std::max(nests[n].begin, fused_until); i < nests[n].end;) {
+      for (size_t i = std::max(nests[n].begin, done); i < nests[n].end; i = done) {
         const size_t run = memory_matmul_run(p_.body, i);
-        if (run > 1) {
-          matmul_sum(p_.body, i, run);
-          fused_until = i + run;
-        } else {
-          stmt(p_.body[i]);
-        }
-        i += run;
+        run > 1 ? matmul_sum(p_.body, i, run) : stmt(p_.body[i]);
+        done = i + run;
       }
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 1);\n";
     }

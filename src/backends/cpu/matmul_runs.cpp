@@ -1,6 +1,8 @@
 // Sums of whole-matrix products (see matmul_runs.h).
 #include "backends/cpu/matmul_runs.h"
 
+#include <algorithm>
+
 namespace pypto::cpu {
 using namespace ir;
 
@@ -38,6 +40,21 @@ size_t memory_matmul_run(const std::vector<Stmt>& body, size_t i) {
     ++n;
   }
   return n;
+}
+
+std::vector<std::string> memory_matmul_sum_calls(const std::vector<Stmt>& body, size_t i, size_t n,
+                                                 const std::string& pool,
+                                                 const std::function<std::string(const Op&, size_t)>& gview) {
+  std::vector<std::string> calls;
+  for (size_t c = 0; c < n; c += kMaxMatmulTerms) {  // later calls accumulate onto the earlier
+    const Op& first = body[i + c]->op;
+    std::string call = "pto::mmatmul_sum(" + pool +
+                       (first.code == Opcode::MMATMUL_ACC ? ", true, " : ", false, ") + gview(first, 0);
+    for (size_t t = c; t < std::min(n, c + kMaxMatmulTerms); ++t)
+      call += ", " + gview(body[i + t]->op, 1) + ", " + gview(body[i + t]->op, 2);
+    calls.push_back(call + ")");
+  }
+  return calls;
 }
 
 }  // namespace pypto::cpu

@@ -5,6 +5,8 @@
 // is never an operand's buffer (passes/tile_ops), so the fused form reads what each one would.
 #pragma once
 #include <cstddef>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "ir/ir.h"
@@ -15,5 +17,11 @@ constexpr size_t kMaxMatmulTerms = 64;  // products per call (pto::gemm::kMaxTer
 
 // How many statements from body[i] form one sum (1: none).
 size_t memory_matmul_run(const std::vector<ir::Stmt>& body, size_t i);
+
+// The C++ calls (without the final ';') running the sum body[i .. i + n): pool is the
+// parallel_for argument, gview(op, k) the C++ global view of operand k of op.
+std::vector<std::string> memory_matmul_sum_calls(
+    const std::vector<ir::Stmt>& body, size_t i, size_t n, const std::string& pool,
+    const std::function<std::string(const ir::Op&, size_t)>& gview);
 
 }  // namespace pypto::cpu

@@ -1,0 +1,267 @@
+// Fused row sequences: what code generation emits for the instruction runs of a row softmax and
+// of a layer / RMS norm (src/backends/cpu/row_fusion.cpp matches them). Each function computes,
+// row by row, what its instruction sequence computes, in two or three passes over the row instead
+// of one pass per instruction: the row (16 KiB at 4096 floats) stays in L1 between them.
+//
+// Same element functions, the same roundings and the same summation order as TROWSUM
+// (reduce_span's 32 lanes combined pairwise), so the results are the sequence's bit for bit. The tiles the
+// matcher proved dead after the sequence (the squares a norm sums) are not written; every other tile of the
+// sequence is, with the valid region the sequence would give it. Operands: full tiles R x C, per-row scalars
+// R x 1.
+#pragma once
+#include "pto/cpu/memory.hpp"
+#include "pto/cpu/reduce.hpp"
+#include "pto/cpu/types.hpp"
+#include "pto/cpu/vexp.hpp"
+
+namespace pto {
+namespace fused {
+namespace detail {
+using namespace pto::detail;
+
+// Combines 32 lane sums and a tail exactly as reduce_span<float, SumR> does.
+PTO_INLINE float combine32(float* acc, float tail) {
+  for (int w = 16; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] = elem::add(acc[j], acc[j + w]);
+  return elem::add(acc[0], tail);
+}
+
+// d[i] = exp(s[i] - m); returns the sum of d in TROWSUM's order.
+PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m) {
+  float acc[32];
+  for (float& a : acc) a = 0.0f;
+  int64_t i = 0;
+#ifdef PTO_VEXP_AVX512
+  vf16 a0 = {}, a1 = {};
+  const vf16 mv = vf16_splat(m);
+  for (; i + 32 <= n; i += 32) {
+    const vf16 e0 = vexp16(vf16_load(s + i) - mv), e1 = vexp16(vf16_load(s + i + 16) - mv);
+    vf16_store(d + i, e0);
+    vf16_store(d + i + 16, e1);
+    a0 += e0;
+    a1 += e1;
+  }
+  vf16_store(acc, a0);
+  vf16_store(acc + 16, a1);
+#else
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; ++j) {
+      d[i + j] = elem::exp(elem::sub(s[i + j], m));
+      acc[j] = elem::add(acc[j], d[i + j]);
+    }
+#endif
+  float tail = 0.0f;
+  for (; i < n; ++i) {
+    d[i] = elem::exp(elem::sub(s[i], m));
+    tail = elem::add(tail, d[i]);
+  }
+  return combine32(acc, tail);
+}
+
+// Sum of (s[i] - c)^2 in TROWSUM's order (c = 0: of s[i]^2).
+PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c) {
+  float acc[32];
+  for (float& a : acc) a = 0.0f;
+  int64_t i = 0;
+#ifdef PTO_VEXP_AVX512
+  vf16 a0 = {}, a1 = {};
+  const vf16 cv = vf16_splat(c);
+  for (; i + 32 <= n; i += 32) {
+    const vf16 v0 = vf16_load(s + i) - cv, v1 = vf16_load(s + i + 16) - cv;
+    a0 += vf16_rounded(v0 * v0);
+    a1 += vf16_rounded(v1 * v1);
+  }
+  vf16_store(acc, a0);
+  vf16_store(acc + 16, a1);
+#else
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; ++j) {
+      const float v = elem::sub(s[i + j], c);
+      acc[j] = elem::add(acc[j], rounded(elem::mul(v, v)));
+    }
+#endif
+  float tail = 0.0f;
+  for (; i < n; ++i) {
+    const float v = elem::sub(s[i], c);
+    tail = elem::add(tail, rounded(elem::mul(v, v)));
+  }
+  return combine32(acc, tail);
+}
+
+// d[i] = ((s[i] - c) * r) [* w[i]] [+ b[i]].
+template <bool W, bool B>
+PTO_INLINE void normalize_span_wb(float* d, const float* s, int64_t n, float c, float r, const float* w,
+                                  const float* b) {
+  int64_t i = 0;
+#ifdef PTO_VEXP_AVX512
+  const vf16 cv = vf16_splat(c), rv = vf16_splat(r);
+  for (; i + 16 <= n; i += 16) {
+    vf16 v = (vf16_load(s + i) - cv) * rv;
+    if (W) v = v * vf16_load(w + i);
+    if (B) v = vf16_rounded(v) + vf16_load(b + i);
+    vf16_store(d + i, v);
+  }
+#endif
+  for (; i < n; ++i) {
+    float v = elem::mul(elem::sub(s[i], c), r);
+    if (W) v = elem::mul(v, w[i]);
+    if (B) v = elem::add(rounded(v), b[i]);
+    d[i] = v;
+  }
+}
+PTO_INLINE void normalize_span(float* d, const float* s, int64_t n, float c, float r, const float* w,
+                               const float* b) {
+  if (w && b)
+    normalize_span_wb<true, true>(d, s, n, c, r, w, b);
+  else if (w)
+    normalize_span_wb<true, false>(d, s, n, c, r, w, b);
+  else if (b)
+    normalize_span_wb<false, true>(d, s, n, c, r, w, b);
+  else
+    normalize_span_wb<false, false>(d, s, n, c, r, w, b);
+}
+
+// One row of each sequence: d (the result row) from x; per-row scalars through the pointers.
+PTO_INLINE void softmax_row(float* e, const float* x, int64_t n, float* m, float* s) {
+  const float mr = reduce_span<float>(x, n, MaxR<float>{});
+  const float inv = elem::recip(exp_sub_sum(e, x, n, mr));
+  normalize_span_wb<false, false>(e, e, n, 0.0f, inv, nullptr, nullptr);  // e * inv (e - 0 == e)
+  *m = mr;
+  *s = inv;
+}
+PTO_INLINE void rms_norm_row(float* z, const float* x, int64_t n, float cnt, float eps, const float* w,
+                             const float* b, float* r) {
+  const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff(x, n, 0.0f), cnt), eps));
+  normalize_span(z, x, n, 0.0f, inv, w, b);
+  *r = inv;
+}
+PTO_INLINE void layer_norm_row(float* z, const float* x, int64_t n, float cnt, float cnt2, float eps,
+                               const float* w, const float* b, float* mu, float* r) {
+  const float mean = elem::div(reduce_span<float>(x, n, SumR<float>{}), cnt);
+  const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff(x, n, mean), cnt2), eps));
+  normalize_span(z, x, n, mean, inv, w, b);
+  *mu = mean;
+  *r = inv;
+}
+
+// Runs row(src_row, dst_row, n, r) over x's valid rows; sets the valid regions the sequence gives
+// its result z and its per-row scalars.
+template <int R, int C, class Row, class... S>
+PTO_INLINE void tile_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Row row, S&... per_row) {
+  const int64_t vr = clamp0(x.vr, R), vc = clamp0(x.vc, C);
+  for (int64_t r = 0; r < vr; ++r) row(z.data + r * C, x.data + r * C, vc, r);
+  ((per_row.vr = int(vr), per_row.vc = 1), ...);
+  z.vr = int(vr);
+  z.vc = int(vc);
+}
+
+// TLOAD x, in; <the sequence: z from x>; TSTORE out, z — with the rows read from `in` and written
+// to `out` in place where both views have unit column stride: no copy of the whole tile in or
+// out, and each row's passes stay in L1 (the tiles are then per-row scratch; the matcher proved x
+// and z dead after the store). Otherwise the three steps as written.
+template <bool Stream, int R, int C, class Row, class... S>
+PTO_INLINE void global_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                            Tile<float, R, C>& z, Row row, S&... per_row) {
+  if (in.cs != 1 || out.cs != 1) {
+    TLOAD(x, in);
+    tile_rows(z, x, row, per_row...);
+    if constexpr (Stream)
+      TSTORE(out, z, kStream);
+    else
+      TSTORE(out, z);
+    return;
+  }
+  const int64_t vr = clamp0(in.vr, R), vc = clamp0(in.vc, C);
+  const int64_t wr = imin(clamp0(out.vr, R), vr), wc = imin(clamp0(out.vc, C), vc);
+  for (int64_t r = 0; r < vr; ++r) {
+    float* zr = z.data + r * C;
+    row(zr, in.ptr + r * in.rs, vc, r);
+    if (r >= wr || wc == 0) continue;
+    if constexpr (Stream)
+      stream_bytes(reinterpret_cast<char*>(out.ptr + r * out.rs), reinterpret_cast<const char*>(zr),
+                   wc * int64_t(sizeof(float)));
+    else
+      __builtin_memcpy(out.ptr + r * out.rs, zr, size_t(wc) * sizeof(float));
+  }
+  if constexpr (Stream) stream_fence();
+  ((per_row.vr = int(vr), per_row.vc = 1), ...);
+  x.vr = z.vr = int(vr);
+  x.vc = z.vc = int(vc);
+}
+
+}  // namespace detail
+
+// TROWMAX m, x; TSUB e, x, m; TEXP e, e; TROWSUM s, e; TRECIP s, s; TMUL e, e, s.
+template <int R, int C>
+inline void softmax_rows(Tile<float, R, C>& e, const Tile<float, R, C>& x, Tile<float, R, 1>& m,
+                         Tile<float, R, 1>& s) {
+  detail::tile_rows(
+      e, x,
+      [&](float* d, const float* xr, int64_t n, int64_t r) {
+        detail::softmax_row(d, xr, n, &m.data[r], &s.data[r]);
+      },
+      m, s);
+}
+// TLOAD x, in; the softmax sequence; TSTORE out, e.
+template <bool Stream, int R, int C>
+inline void softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                         Tile<float, R, C>& e, Tile<float, R, 1>& m, Tile<float, R, 1>& s) {
+  detail::global_rows<Stream>(
+      out, in, x, e,
+      [&](float* d, const float* xr, int64_t n, int64_t r) {
+        detail::softmax_row(d, xr, n, &m.data[r], &s.data[r]);
+      },
+      m, s);
+}
+
+// TMUL (dead), x, x; TROWSUM r, (dead); TDIV r, r, cnt; TADD r, r, eps; TRSQRT r, r; TMUL z, x, r;
+// then z = z * w and / or z = z + b where w / b (rows of 1 x C tiles) are given (nullptr: absent).
+template <int R, int C>
+inline void rms_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Tile<float, R, 1>& r, float cnt,
+                          float eps, const float* w, const float* b) {
+  detail::tile_rows(
+      z, x,
+      [&](float* d, const float* xr, int64_t n, int64_t i) {
+        detail::rms_norm_row(d, xr, n, cnt, eps, w, b, &r.data[i]);
+      },
+      r);
+}
+template <bool Stream, int R, int C>
+inline void rms_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                          Tile<float, R, C>& z, Tile<float, R, 1>& r, float cnt, float eps, const float* w,
+                          const float* b) {
+  detail::global_rows<Stream>(
+      out, in, x, z,
+      [&](float* d, const float* xr, int64_t n, int64_t i) {
+        detail::rms_norm_row(d, xr, n, cnt, eps, w, b, &r.data[i]);
+      },
+      r);
+}
+
+// TROWSUM mu, x; TDIV mu, mu, cnt; TSUB z, x, mu; TMUL (dead), z, z; TROWSUM r, (dead);
+// TDIV r, r, cnt2; TADD r, r, eps; TRSQRT r, r; TMUL z, z, r; then the affine tail as above.
+template <int R, int C>
+inline void layer_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Tile<float, R, 1>& mu,
+                            Tile<float, R, 1>& r, float cnt, float cnt2, float eps, const float* w,
+                            const float* b) {
+  detail::tile_rows(
+      z, x,
+      [&](float* d, const float* xr, int64_t n, int64_t i) {
+        detail::layer_norm_row(d, xr, n, cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
+      },
+      mu, r);
+}
+template <bool Stream, int R, int C>
+inline void layer_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                            Tile<float, R, C>& z, Tile<float, R, 1>& mu, Tile<float, R, 1>& r, float cnt,
+                            float cnt2, float eps, const float* w, const float* b) {
+  detail::global_rows<Stream>(
+      out, in, x, z,
+      [&](float* d, const float* xr, int64_t n, int64_t i) {
+        detail::layer_norm_row(d, xr, n, cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
+      },
+      mu, r);
+}
+
+}  // namespace fused
+}  // namespace pto

@@ -1,0 +1,77 @@
+// float exp over a span, with AVX-512 where the target has it: the algorithm and constants of
+// math::exp (pto/math.hpp, the element semantics), in fewer instructions per 16 lanes.
+//
+// Same range reduction and polynomial, so the results are math::exp's bit for bit (checked over
+// every float by the tests): the clamps use vmaxps/vminps with the operand order that passes a
+// NaN through (no separate NaN fix-up), and vscalefps applies 2^n in one correctly rounded step,
+// which is what math::exp's two half-scalings give, subnormal results included; below the clamp
+// the product rounds to 0 by itself. About 14 instructions per 16 lanes instead of ~37.
+#pragma once
+#include "pto/cpu/types.hpp"
+#include "pto/elem.hpp"
+#include "pto/math.hpp"
+
+namespace pto {
+namespace detail {
+
+// A float as rounded on its own: an empty asm the compiler cannot see through, so `a * b + c` is
+// not contracted into one FMA where the instruction sequence this code stands for rounds the
+// product first (TMUL, then TADD or TROWSUM).
+PTO_INLINE float rounded(float v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  __asm__("" : "+x"(v));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  __asm__("" : "+w"(v));
+#endif
+  return v;
+}
+
+#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
+#define PTO_VEXP_AVX512 1
+typedef float vf16 __attribute__((vector_size(64)));
+
+PTO_INLINE vf16 vf16_load(const float* p) {
+  vf16 v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+PTO_INLINE void vf16_store(float* p, vf16 v) { __builtin_memcpy(p, &v, sizeof v); }
+PTO_INLINE vf16 vf16_splat(float x) { return vf16{} + x; }
+// rounded() for 16 lanes.
+PTO_INLINE vf16 vf16_rounded(vf16 v) {
+  __asm__("" : "+v"(v));
+  return v;
+}
+
+// math::exp on 16 lanes.
+PTO_INLINE vf16 vexp16(vf16 x) {
+  constexpr unsigned short kAll = 0xffff;
+  constexpr int kCurrent = 4;  // _MM_FROUND_CUR_DIRECTION
+  // vmaxps/vminps return their second source when either is NaN: x stays NaN through both.
+  vf16 xc = __builtin_ia32_maxps512_mask(vf16_splat(-104.0f), x, x, kAll, kCurrent);
+  xc = __builtin_ia32_minps512_mask(vf16_splat(88.8f), xc, xc, kAll, kCurrent);
+  const vf16 t = xc * 1.44269502f + 0x1.8p23f;  // contracted to one FMA, as in math::exp
+  const vf16 fn = t - 0x1.8p23f;
+  vf16 r = xc - fn * 0.693115234375f;
+  r = r - fn * 3.19461833e-05f;
+  vf16 p = vf16_splat(1.38146020e-03f);
+  p = p * r + 8.36871520e-03f;
+  p = p * r + 4.16683879e-02f;
+  p = p * r + 1.66665207e-01f;
+  p = p * r + 4.99999934e-01f;
+  p = 1.0f + (r + r * r * p);
+  return __builtin_ia32_scalefps512_mask(p, fn, p, kAll, kCurrent);
+}
+#endif
+
+// d[i] = exp(s[i]) for i < n (d may be s).
+PTO_INLINE void exp_span(float* d, const float* s, int64_t n) {
+  int64_t i = 0;
+#ifdef PTO_VEXP_AVX512
+  for (; i + 16 <= n; i += 16) vf16_store(d + i, vexp16(vf16_load(s + i)));
+#endif
+  for (; i < n; ++i) d[i] = elem::exp(s[i]);
+}
+
+}  // namespace detail
+}  // namespace pto

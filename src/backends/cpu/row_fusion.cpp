@@ -1,0 +1,228 @@
+#include "backends/cpu/row_fusion.h"
+
+#include <cctype>
+#include <map>
+
+namespace pypto::cpu {
+using namespace ir;
+
+namespace {
+
+// A pattern step: an opcode and its operands as variables. Upper case: an R x C tile; lower
+// case: an R x 1 tile (one value per row); '%': a 1 x C tile (a row broadcast down the tile);
+// '$': a scalar. Distinct tile variables must be distinct buffers.
+struct Step {
+  Opcode code;
+  std::vector<std::string> vars;
+};
+struct Pattern {
+  std::string fn;
+  std::vector<Step> core;
+  std::string src, dst;             // the row source and the result
+  std::vector<std::string> dead;    // R x C temporaries the call does not write
+  std::vector<std::string> params;  // per-row tiles and scalars after (dst, src), in call order
+  bool affine = false;              // an optional `* %w` then `+ %b` tail on dst
+};
+
+const std::vector<Pattern>& patterns() {
+  static const std::vector<Pattern> p = {
+      {"softmax_rows",
+       {{Opcode::TROWMAX, {"m", "X"}},
+        {Opcode::TSUB, {"E", "X", "m"}},
+        {Opcode::TEXP, {"E", "E"}},
+        {Opcode::TROWSUM, {"s", "E"}},
+        {Opcode::TRECIP, {"s", "s"}},
+        {Opcode::TMUL, {"E", "E", "s"}}},
+       "X",
+       "E",
+       {},
+       {"m", "s"},
+       false},
+      {"rms_norm_rows",
+       {{Opcode::TMUL, {"Y", "X", "X"}},
+        {Opcode::TROWSUM, {"r", "Y"}},
+        {Opcode::TDIV, {"r", "r", "$n"}},
+        {Opcode::TADD, {"r", "r", "$eps"}},
+        {Opcode::TRSQRT, {"r", "r"}},
+        {Opcode::TMUL, {"Z", "X", "r"}}},
+       "X",
+       "Z",
+       {"Y"},
+       {"r", "$n", "$eps"},
+       true},
+      {"layer_norm_rows",
+       {{Opcode::TROWSUM, {"u", "X"}},
+        {Opcode::TDIV, {"u", "u", "$n"}},
+        {Opcode::TSUB, {"Z", "X", "u"}},
+        {Opcode::TMUL, {"Y", "Z", "Z"}},
+        {Opcode::TROWSUM, {"r", "Y"}},
+        {Opcode::TDIV, {"r", "r", "$n2"}},
+        {Opcode::TADD, {"r", "r", "$eps"}},
+        {Opcode::TRSQRT, {"r", "r"}},
+        {Opcode::TMUL, {"Z", "Z", "r"}}},
+       "X",
+       "Z",
+       {"Y"},
+       {"u", "r", "$n", "$n2", "$eps"},
+       true},
+  };
+  return p;
+}
+
+const Op* op_at(const std::vector<Stmt>& body, size_t i) {
+  if (i >= body.size() || !body[i] || body[i]->kind != StmtKind::OpStmt) return nullptr;
+  return &body[i]->op;
+}
+
+const View* view_of(const Op& op, size_t k) {
+  return k < op.args.size() ? std::get_if<View>(&op.args[k]) : nullptr;
+}
+
+bool is_f32_tile(const View& v) {
+  return v.buf && v.buf->space != Space::Global && v.buf->dtype == DType::F32 && v.buf->shape.size() == 2 &&
+         v.is_whole();
+}
+
+// Whether any statement of body[from..] (nested ones included) names buffer b.
+bool mentions(const Stmt& s, const Buffer* b) {
+  if (!s) return false;
+  if (s->kind == StmtKind::OpStmt)
+    for (const Operand& a : s->op.args)
+      if (const View* v = std::get_if<View>(&a); v && v->buf.get() == b) return true;
+  for (const Stmt& c : s->body)
+    if (mentions(c, b)) return true;
+  for (const Stmt& c : s->orelse)
+    if (mentions(c, b)) return true;
+  return false;
+}
+// b is allocated in this body (so it is not carried between iterations of an enclosing loop) and
+// nothing from body[from] on reads it.
+bool dead_from(const std::vector<Stmt>& body, size_t from, const Buffer* b) {
+  bool here = false;
+  for (const Stmt& s : body) here |= s && s->kind == StmtKind::Alloc && s->buffer.get() == b;
+  if (!here) return false;
+  for (size_t j = from; j < body.size(); ++j)
+    if (mentions(body[j], b)) return false;
+  return true;
+}
+
+struct Matcher {
+  std::map<std::string, const Buffer*> tiles;
+  std::map<std::string, RowFusion::Arg> where;  // first occurrence of each variable
+  std::vector<int64_t> shape;                   // R, C
+
+  bool bind(const std::string& var, const Op& op, size_t k, size_t stmt) {
+    if (var[0] == '$') {
+      if (k >= op.args.size() || !std::holds_alternative<Expr>(op.args[k])) return false;
+      if (!where.count(var)) where[var] = {RowFusion::Kind::Scalar, stmt, k};
+      return true;
+    }
+    const View* v = view_of(op, k);
+    if (!v || !is_f32_tile(*v)) return false;
+    const std::vector<int64_t>& s = v->buf->shape;
+    const bool full = var[0] >= 'A' && var[0] <= 'Z';
+    if (full && shape.empty()) shape = s;
+    if (shape.empty()) return false;  // the pattern names a full tile first
+    const std::vector<int64_t> want = full            ? shape
+                                      : var[0] == '%' ? std::vector<int64_t>{1, shape[1]}
+                                                      : std::vector<int64_t>{shape[0], 1};
+    if (s != want) return false;
+    auto it = tiles.find(var);
+    if (it != tiles.end()) return it->second == v->buf.get();
+    for (const auto& [name, b] : tiles)
+      if (b == v->buf.get()) return false;
+    tiles[var] = v->buf.get();
+    where[var] = {var[0] == '%' ? RowFusion::Kind::RowData : RowFusion::Kind::Tile, stmt, k};
+    return true;
+  }
+  std::vector<size_t> hoisted;  // TLOADs inside the run into tiles of no step so far
+
+  // Matches st at body[i + n], first passing over TLOADs into tiles the run has not named yet:
+  // the call comes after them (they read global memory that nothing in the run writes before
+  // its final TSTORE, and write tiles that the steps before them do not use).
+  bool step_at(const Step& st, const std::vector<Stmt>& body, size_t i, size_t& n) {
+    size_t k = n;
+    for (const Op* op = op_at(body, i + k); op && op->code == Opcode::TLOAD; op = op_at(body, i + ++k)) {
+      const View* d = view_of(*op, 0);
+      if (!d || !d->buf || d->buf->space == Space::Global) break;
+      bool named = false;
+      for (const auto& [var, b] : tiles) named |= b == d->buf.get();
+      if (named) break;
+    }
+    if (!step(st, body, i, k)) return false;
+    for (size_t j = n; j < k; ++j) hoisted.push_back(j);
+    n = k + 1;
+    return true;
+  }
+  bool step(const Step& st, const std::vector<Stmt>& body, size_t i, size_t stmt) {
+    const Op* op = op_at(body, i + stmt);
+    if (!op || op->code != st.code || op->args.size() != st.vars.size()) return false;
+    for (int full = 1; full >= 0; --full)  // full tiles first: they fix R and C
+      for (size_t k = 0; k < st.vars.size(); ++k)
+        if (bool(std::isupper(static_cast<unsigned char>(st.vars[k][0]))) == bool(full) &&
+            !bind(st.vars[k], *op, k, stmt))
+          return false;
+    return true;
+  }
+};
+
+bool global_f32(const Op& op, size_t k) {
+  const View* v = view_of(op, k);
+  return v && v->buf && v->buf->space == Space::Global && v->buf->dtype == DType::F32;
+}
+
+std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& body, size_t i) {
+  // A TLOAD of the source first: the global form, if the result's TSTORE follows.
+  const Op* load = op_at(body, i);
+  const size_t first = load && load->code == Opcode::TLOAD ? 1 : 0;
+  Matcher m;
+  if (first) {
+    const View* x = view_of(*load, 0);
+    if (!x || !is_f32_tile(*x) || !global_f32(*load, 1)) return std::nullopt;
+    m.shape = x->buf->shape;
+    m.tiles[p.src] = x->buf.get();
+    m.where[p.src] = {RowFusion::Kind::Tile, 0, 0};
+  }
+  size_t n = first;
+  for (const Step& st : p.core)
+    if (!(n == first ? m.step(st, body, i, n++) : m.step_at(st, body, i, n))) return std::nullopt;
+  RowFusion f;
+  f.fn = p.fn;
+  auto arg = [&](const std::string& v) { return m.where.at(v); };
+  std::optional<RowFusion::Arg> w, b;
+  if (p.affine) {
+    if (m.step_at({Opcode::TMUL, {p.dst, p.dst, "%w"}}, body, i, n)) w = arg("%w");
+    if (m.step_at({Opcode::TADD, {p.dst, p.dst, "%b"}}, body, i, n)) b = arg("%b");
+  }
+  for (const std::string& d : p.dead)
+    if (!dead_from(body, i + n, m.tiles.at(d))) return std::nullopt;
+  const Op* store = op_at(body, i + n);
+  f.global = first && store && store->code == Opcode::TSTORE && global_f32(*store, 0) && view_of(*store, 1) &&
+             view_of(*store, 1)->buf.get() == m.tiles.at(p.dst) &&
+             dead_from(body, i + n + 1, m.tiles.at(p.dst)) && dead_from(body, i + n + 1, m.tiles.at(p.src));
+  if (first && !f.global) return std::nullopt;  // the plain form starts after the TLOAD
+  if (f.global) {
+    f.args = {{RowFusion::Kind::Global, n, 0}, {RowFusion::Kind::Global, 0, 1}, arg(p.src), arg(p.dst)};
+    ++n;
+  } else {
+    f.args = {arg(p.dst), arg(p.src)};
+  }
+  for (const std::string& v : p.params) f.args.push_back(arg(v));
+  if (p.affine) {
+    f.args.push_back(w ? *w : RowFusion::Arg{RowFusion::Kind::Null});
+    f.args.push_back(b ? *b : RowFusion::Arg{RowFusion::Kind::Null});
+  }
+  f.count = n;
+  f.hoisted = m.hoisted;
+  return f;
+}
+
+}  // namespace
+
+std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t i) {
+  for (const Pattern& p : patterns())
+    if (auto f = match_at(p, body, i)) return f;
+  return std::nullopt;
+}
+
+}  // namespace pypto::cpu

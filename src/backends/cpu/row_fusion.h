@@ -1,0 +1,38 @@
+// Row fusion in CPU code generation: the instruction runs that a row softmax, an RMS norm and a
+// layer norm lower to (passes/lower_composites, then tile_ops) become one call into
+// include/pto/cpu/rows.hpp, which computes what the run computes in two or three passes over
+// each row instead of one pass over the whole tile per instruction. With the TLOAD of the source
+// before the run and the TSTORE of its result after it, the rows are read from and written to
+// global memory in place (no tile-sized copies). Only runs whose every operand is a whole local
+// f32 tile of the expected shape match; anything else is emitted instruction by instruction.
+// TLOADs of other tiles between the steps (a weight loaded where it is first used) move before
+// the call.
+#pragma once
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/ir.h"
+
+namespace pypto::cpu {
+
+struct RowFusion {
+  // One argument of the call: operand `arg` of the statement `stmt` (an offset from the match's
+  // start) as a tile, a scalar, a 1 x C tile's data pointer or a global view; or nullptr.
+  enum class Kind { Tile, Scalar, RowData, Global, Null };
+  struct Arg {
+    Kind kind;
+    size_t stmt = 0, arg = 0;
+  };
+  std::string fn;       // the function of namespace pto::fused
+  size_t count = 0;     // statements the call replaces
+  bool global = false;  // TLOAD and TSTORE folded in: fn<stream>(out, in, ...)
+  std::vector<Arg> args;
+  std::vector<size_t> hoisted;  // offsets of TLOADs inside the run, emitted before the call
+};
+
+// The fused call for the run starting at body[i], if one matches.
+std::optional<RowFusion> match_row_fusion(const std::vector<ir::Stmt>& body, size_t i);
+
+}  // namespace pypto::cpu

@@ -1,0 +1,179 @@
+// pto/cpu/vexp.hpp and pto/cpu/rows.hpp, compiled the way kernels are (-O3 -march=native, where
+// the AVX-512 paths are taken) and without -march (the portable paths): a self-checking program.
+// - exp_span equals math::exp (the element semantics) bit for bit, on a sweep of the float range
+//   with the special values, and is within 2 ulp of double-precision exp on the normal range;
+// - each fused row function computes what its instruction sequence computes (tile form and
+//   global form, partial valid regions, odd widths, a strided view, inf / NaN rows).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "backends/cpu/compiler.h"
+#include "gtest/gtest.h"
+#include "test_run_capture.h"
+
+namespace {
+
+const char* kProgram = R"PTO(
+#include "pto/pto.hpp"
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+using namespace pto;
+static int fails = 0;
+#define CHECK(c, ...) do { if (!(c)) { if (++fails < 20) { std::printf(__VA_ARGS__); std::printf("\n"); } } } while (0)
+static bool same(float a, float b) { return bit_cast<uint32_t>(a) == bit_cast<uint32_t>(b) || (a != a && b != b); }
+static bool close(float a, float b, float tol) {
+  if (a != a || b != b) return a != a && b != b;
+  if (a == b) return true;
+  return std::fabs(double(a) - double(b)) <= tol * std::fmax(std::fabs(double(b)), 1e-30);
+}
+
+static void exp_checks() {
+  std::vector<float> x;
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 88.72f, 88.73f, 88.8f, 89.0f, 1e30f,
+                            -87.33f, -87.34f, -103.97f, -103.98f, -104.0f, -105.0f, -1e30f, 1e-40f, -1e-40f};
+  for (float s : specials) x.push_back(s);
+  for (uint64_t b = 0; b < (1ull << 32); b += 4099) x.push_back(bit_cast<float>(uint32_t(b)));
+  std::vector<float> y(x.size());
+  detail::exp_span(y.data(), x.data(), int64_t(x.size()));
+  double worst = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    CHECK(same(y[i], math::exp(x[i])), "exp(%a): %a, math::exp %a", x[i], y[i], math::exp(x[i]));
+    const double ref = std::exp(double(x[i]));
+    if (std::fabs(x[i]) < 87.0f) {
+      const double ulp = std::ldexp(1.0, std::ilogb(ref) - 23);
+      worst = std::fmax(worst, std::fabs(double(y[i]) - ref) / ulp);
+    }
+  }
+  CHECK(y[2] == INFINITY && y[3] == 0.0f && y[4] != y[4] && y[0] == 1.0f, "exp specials");
+  CHECK(worst <= 2.0, "exp: %.2f ulp from double", worst);
+}
+
+constexpr int R = 3, C = 203;  // odd width: blocks of 32 and 16 and a tail
+using Full = Tile<float, R, C>;
+using Col = Tile<float, R, 1>;
+using RowT = Tile<float, 1, C>;
+static std::mt19937 rng(11);
+static void fill(Full& x, int vr, int vc, int row_kind) {
+  std::uniform_real_distribution<float> u(-30.0f, 30.0f);
+  for (auto& v : x.data) v = u(rng);
+  if (row_kind == 1) x.data[C + 7] = INFINITY;    // row 1: an inf
+  if (row_kind == 2) x.data[2 * C + 5] = NAN;     // row 2: a NaN
+  if (row_kind == 3) for (int c = 0; c < C; ++c) x.data[c] = -INFINITY;
+  x.vr = vr;
+  x.vc = vc;
+}
+static void expect_same_tile(const Full& a, const Full& b, float tol, const char* what) {
+  CHECK(a.vr == b.vr && a.vc == b.vc, "%s: valid %dx%d vs %dx%d", what, a.vr, a.vc, b.vr, b.vc);
+  for (int r = 0; r < a.vr; ++r)
+    for (int c = 0; c < a.vc; ++c)
+      CHECK(close(a.data[r * C + c], b.data[r * C + c], tol), "%s [%d,%d]: %a vs %a", what, r, c,
+            a.data[r * C + c], b.data[r * C + c]);
+}
+static void expect_same_col(const Col& a, const Col& b, float tol, const char* what) {
+  CHECK(a.vr == b.vr, "%s: rows %d vs %d", what, a.vr, b.vr);
+  for (int r = 0; r < a.vr; ++r) CHECK(close(a.data[r], b.data[r], tol), "%s [%d]: %a vs %a", what, r, a.data[r], b.data[r]);
+}
+
+static void softmax_checks(int vr, int vc, int kind) {
+  Full x, e, e2; Col m, s, m2, s2;
+  fill(x, vr, vc, kind);
+  TROWMAX(m, x); TSUB(e, x, m); TEXP(e, e); TROWSUM(s, e); TRECIP(s, s); TMUL(e, e, s);
+  fused::softmax_rows(e2, x, m2, s2);
+  expect_same_tile(e2, e, 0.0f, "softmax");
+  expect_same_col(m2, m, 0.0f, "softmax max");
+  expect_same_col(s2, s, 0.0f, "softmax 1/sum");
+  // Global form, from a buffer with a row stride, into a view with one row fewer.
+  std::vector<float> in(R * (C + 5)), out(R * (C + 3), -7.0f);
+  for (int r = 0; r < R; ++r) for (int c = 0; c < C; ++c) in[r * (C + 5) + c] = x.data[r * C + c];
+  Full xg, eg; Col mg, sg;
+  fused::softmax_rows<true>(gview(out.data(), int64_t(C + 3), int64_t(1), int64_t(vr - 1), int64_t(vc)),
+                            gview(in.data(), int64_t(C + 5), int64_t(1), int64_t(vr), int64_t(vc)), xg, eg, mg, sg);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C + 3; ++c) {
+      const float want = r < vr - 1 && c < vc ? e.data[r * C + c] : -7.0f;
+      CHECK(same(out[r * (C + 3) + c], want), "softmax global [%d,%d]: %a vs %a", r, c, out[r * (C + 3) + c], want);
+    }
+  expect_same_col(mg, m, 0.0f, "softmax global max");
+  // A view with a column stride: the instructions as written.
+  std::vector<float> tr(C * R), out2(R * C, -7.0f);
+  for (int r = 0; r < R; ++r) for (int c = 0; c < C; ++c) tr[c * R + r] = x.data[r * C + c];
+  fused::softmax_rows<false>(gview(out2.data(), int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)),
+                             gview(tr.data(), int64_t(1), int64_t(R), int64_t(vr), int64_t(vc)), xg, eg, mg, sg);
+  for (int r = 0; r < vr; ++r)
+    for (int c = 0; c < vc; ++c) CHECK(same(out2[r * C + c], e.data[r * C + c]), "softmax strided [%d,%d]", r, c);
+}
+
+static void norm_checks(int vr, int vc, int kind, bool use_w, bool use_b) {
+  Full x, y, z, z2; Col r1, u, r2, u2; RowT w, b;
+  fill(x, vr, vc, kind);
+  for (int c = 0; c < C; ++c) w.data[c] = 0.5f + 0.01f * c, b.data[c] = 0.25f - 0.003f * c;
+  const float n = float(vc), eps = 1e-5f;
+  // RMS norm.
+  TMUL(y, x, x); TROWSUM(r1, y); TDIV(r1, r1, n); TADD(r1, r1, eps); TRSQRT(r1, r1); TMUL(z, x, r1);
+  if (use_w) TMUL(z, z, w);
+  if (use_b) TADD(z, z, b);
+  fused::rms_norm_rows(z2, x, r2, n, eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
+  expect_same_tile(z2, z, 0.0f, "rms_norm");
+  expect_same_col(r2, r1, 0.0f, "rms_norm rsqrt");
+  // Layer norm.
+  TROWSUM(u, x); TDIV(u, u, n); TSUB(z, x, u); TMUL(y, z, z); TROWSUM(r1, y); TDIV(r1, r1, n);
+  TADD(r1, r1, eps); TRSQRT(r1, r1); TMUL(z, z, r1);
+  if (use_w) TMUL(z, z, w);
+  if (use_b) TADD(z, z, b);
+  fused::layer_norm_rows(z2, x, u2, r2, n, n, eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
+  expect_same_tile(z2, z, 0.0f, "layer_norm");
+  expect_same_col(u2, u, 0.0f, "layer_norm mean");
+  expect_same_col(r2, r1, 0.0f, "layer_norm rsqrt");
+  std::vector<float> out(R * C, -7.0f), in(x.data, x.data + R * C);
+  Full xg, zg; Col ug, rg;
+  fused::layer_norm_rows<true>(gview(out.data(), int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)),
+                               gview(in.data(), int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)), xg, zg, ug, rg, n, n,
+                               eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
+  for (int r = 0; r < vr; ++r)
+    for (int c = 0; c < vc; ++c) CHECK(same(out[r * C + c], z2.data[r * C + c]), "layer_norm global [%d,%d]", r, c);
+}
+
+int main() {
+  exp_checks();
+  for (int kind = 0; kind < 4; ++kind) {
+    softmax_checks(R, C, kind);
+    softmax_checks(2, 37, kind);
+    norm_checks(R, C, kind, kind != 1, kind != 2);
+    norm_checks(2, 100, kind, true, true);
+  }
+  if (fails == 0) std::printf("OK\n");
+  return fails == 0 ? 0 : 1;
+}
+)PTO";
+
+void compile_and_run(const std::string& flags) {
+  const char* env = std::getenv("PYPTO_CXX");
+  std::string cxx = env && *env ? env : "c++";
+  int st = 0;
+  run_capture("command -v " + cxx, &st);
+  if (st != 0) GTEST_SKIP() << "no C++ compiler (" << cxx << ")";
+  char dir[] = "/tmp/pto_rows_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string src = std::string(dir) + "/check.cpp", exe = std::string(dir) + "/check";
+  std::ofstream(src) << kProgram;
+  std::string out = run_capture(
+      cxx + " -std=c++17 -O2 " + flags + " -I" + pypto::cpu::include_dir() + " " + src + " -o " + exe, &st);
+  ASSERT_EQ(st, 0) << "compile failed:\n" << out;
+  out = run_capture(exe, &st);
+  EXPECT_EQ(st, 0) << out;
+  EXPECT_NE(out.find("OK"), std::string::npos) << out;
+  std::remove(src.c_str());
+  std::remove(exe.c_str());
+  rmdir(dir);
+}
+
+TEST(CpuRows, FusedRowsAndExpUnderMarchNative) { compile_and_run("-march=native -fno-math-errno"); }
+TEST(CpuRows, FusedRowsAndExpPortable) { compile_and_run("-fno-math-errno"); }
+
+}  // namespace

@@ -1,0 +1,90 @@
+"""Row fusion in the CPU backend (src/backends/cpu/row_fusion.cpp, include/pto/cpu/rows.hpp):
+softmax, RMS norm and layer norm become one call per row tile that reads each row from the
+input and writes it to the output in place. Checked against float64 on odd widths, partial row
+tiles, dynamic rows, inf / NaN rows and a transposed (column-strided) input, which takes the
+call's instruction-by-instruction fallback."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pypto
+from pypto_testutil import assert_close_edges, edge_rand, poisoned, requires_compiler, rand
+
+pytestmark = requires_compiler
+
+
+def softmax_into(x, y):
+    y[:, :] = pypto.softmax(x, -1)
+
+
+def rms_norm_into(x, w, y):
+    y[:, :] = pypto.rms_norm(x, x.shape[-1], w, 1e-6)
+
+
+def rms_norm_plain_into(x, y):
+    y[:, :] = pypto.rms_norm(x, x.shape[-1], None, 1e-6)
+
+
+def layer_norm_into(x, w, b, y):
+    y[:, :] = pypto.layer_norm(x, x.shape[-1], w, b, 1e-5)
+
+
+def layer_norm_weight_into(x, w, y):
+    y[:, :] = pypto.layer_norm(x, x.shape[-1], w, None, 1e-5)
+
+
+def t64(*xs):
+    return [torch.from_numpy(np.asarray(x, np.float64)) for x in xs]
+
+
+def refs(x, w, b):
+    tx, tw, tb = t64(x, w, b)
+    n = (x.shape[-1],)
+    return {
+        softmax_into: (lambda: torch.softmax(tx, -1), (x,)),
+        rms_norm_into: (lambda: F.rms_norm(tx, n, tw, 1e-6), (x, w)),
+        rms_norm_plain_into: (lambda: F.rms_norm(tx, n, None, 1e-6), (x,)),
+        layer_norm_into: (lambda: F.layer_norm(tx, n, tw, tb, 1e-5), (x, w, b)),
+        layer_norm_weight_into: (lambda: F.layer_norm(tx, n, tw, None, 1e-5), (x, w)),
+    }
+
+
+FUSED = {softmax_into: "softmax_rows", rms_norm_into: "rms_norm_rows", rms_norm_plain_into: "rms_norm_rows",
+         layer_norm_into: "layer_norm_rows", layer_norm_weight_into: "layer_norm_rows"}
+
+
+@pytest.mark.parametrize("fn", list(FUSED), ids=lambda f: f.__name__)
+@pytest.mark.parametrize("shape", [(37, 1000), (9, 4096), (6, 45)])
+def test_fused_rows_match_float64(fn, shape):
+    x, w, b = edge_rand(*shape), rand(shape[1]), rand(shape[1])
+    if fn in (layer_norm_into, layer_norm_weight_into):
+        # A row of ties: its f32 mean is not exact, so x - mean is rounding noise of ~1e-6 that
+        # the normalisation scales up (the unfused instructions give the same bits); torch's 0.
+        x[1] = rand(shape[1])
+    ref, args = refs(x, w, b)[fn]
+    kernel = pypto.jit(fn, backend="cpu")
+    assert f"pto::fused::{FUSED[fn]}<" in kernel.lower(*args, poisoned(*shape)).as_text("source")
+    y = poisoned(*shape)
+    kernel(*args, y)
+    assert_close_edges(y, ref().numpy(), tol=1e-5)
+
+
+def test_fused_rows_over_dynamic_rows():
+    kernel = pypto.jit(layer_norm_into, backend="cpu", dynamic={"x": [0], "y": [0]})
+    w, b = rand(300), rand(300)
+    for rows in (3, 17, 64):
+        x = rand(rows, 300)
+        y = poisoned(rows, 300)
+        kernel(x, w, b, y)
+        tx, tw, tb = t64(x, w, b)
+        assert_close_edges(y, F.layer_norm(tx, (300,), tw, tb, 1e-5).numpy(), tol=1e-5)
+    assert kernel.cache_size == 1
+
+
+def test_fused_rows_from_a_transposed_input():
+    x = np.ascontiguousarray(edge_rand(64, 40).T)  # 40 x 64 values...
+    xt = np.asfortranarray(x)  # ... read through a column-strided view
+    y = poisoned(40, 64)
+    pypto.jit(softmax_into, backend="cpu")(xt, y)
+    assert_close_edges(y, torch.softmax(*t64(x), -1).numpy(), tol=1e-5)

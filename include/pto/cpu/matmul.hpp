@@ -282,7 +282,6 @@ inline void for_each_k_piece(const Term* t, int nt, int64_t pc, int64_t kc, F&& 
 // Cache blocking: kc rows of K per packed panel, mc rows of A and nc columns of B per block.
 struct Blocking {
   int64_t kc = KC, mc = MC, nc = NC;
-  bool b_outer = false;  // loop order inside a block: B micro-panels outer (else A micro-panels)
 };
 
 // The per-core L1 data and L2 cache sizes the CPU reports (CPUID leaf 4 on Intel, 0x8000001D on
@@ -414,25 +413,13 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
         for_each_k_piece(t, nt, pc, kc, [&](const Term& s, int64_t p0, int64_t off, int64_t len) {
           pack_a<TM>(mc, len, s.a + ic * s.a_rs + p0 * s.a_cs, s.a_rs, s.a_cs, Ap + off * TM, kc);
         });
-        if (bk.b_outer) {
-          // B micro-panel (L1) outer, A panels (L2) inner.
+        // A micro-panel (L1) outer, B panels (L2) inner.
+        for (int64_t ir = 0; ir < mc; ir += TM) {
+          const int64_t mr = mc - ir < TM ? mc - ir : TM;
           for (int64_t jr = 0; jr < nc; jr += TNR) {
             const int64_t nr = nc - jr < TNR ? nc - jr : TNR;
-            for (int64_t ir = 0; ir < mc; ir += TM) {
-              const int64_t mr = mc - ir < TM ? mc - ir : TM;
-              micro_kernel<TM, TNV, 1, TM, TNR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
-                                                ldc, acc, mr, nr);
-            }
-          }
-        } else {
-          // A micro-panel (L1) outer, B panels (L2) inner.
-          for (int64_t ir = 0; ir < mc; ir += TM) {
-            const int64_t mr = mc - ir < TM ? mc - ir : TM;
-            for (int64_t jr = 0; jr < nc; jr += TNR) {
-              const int64_t nr = nc - jr < TNR ? nc - jr : TNR;
-              micro_kernel<TM, TNV, 1, TM, TNR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
-                                                ldc, acc, mr, nr);
-            }
+            micro_kernel<TM, TNV, 1, TM, TNR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
+                                              ldc, acc, mr, nr);
           }
         }
       }

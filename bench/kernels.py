@@ -71,7 +71,7 @@ def transformer_block(x, ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_1
     HEAD = 64
     h = pypto.layer_norm(x, D, ln1_w, ln1_b, 1e-5)
     qkv = pypto.matmul(h, w_qkv) + b_qkv
-    ctx = pypto.empty((S, D))
+    ctx = pypto.empty((S, D), dtype=x.dtype)  # the heads' outputs in x's dtype (bf16 stays bf16, as torch's)
     for c in range(0, D, HEAD):
         q = qkv[:, c:c+HEAD]
         k = qkv[:, D+c:D+c+HEAD]
@@ -118,6 +118,9 @@ def column_sum(x):
 
 
 # The low-precision cases of bench/lowp_cases.py (bf16 runs `matmul` and `transformer_block`).
-@pypto.jit
+# fusion=True, as the transformer block has it: the epilogue (int32 -> f32, the row and column
+# scales) runs on each product tile before it is stored, as torch.compile's fused epilogue does,
+# instead of one more pass over the product.
+@pypto.jit(fusion=True)
 def scaled_mm(a, b, sa, sb):
     return pypto.scaled_mm(a, b, sa, sb)

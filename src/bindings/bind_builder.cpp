@@ -493,6 +493,7 @@ void bind_builder(nb::module_& m) {
       .def("reduce", &B::reduce, "row_op"_a, "x"_a, "dims"_a, "keepdim"_a)
       .def("mean", &B::mean, "x"_a, "dims"_a, "keepdim"_a)
       .def("matmul", &B::matmul)
+      .def("matmul_as", &B::matmul_as)
       .def("matmul_acc", &B::matmul_acc, "dst"_a, "a"_a, "b"_a)
       .def("softmax", &B::softmax)
       .def("log_softmax", &B::log_softmax)

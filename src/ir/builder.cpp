@@ -605,6 +605,12 @@ View Builder::mean(const View& x, std::vector<int> dims, bool keepdim) {
 }
 
 View Builder::matmul(const View& a0, const View& b0) {
+  return matmul_as(a0, b0, promote(a0.buf->dtype, b0.buf->dtype));
+}
+
+// The product with a result of dtype `out` (TMATMUL's operands share a dtype; its result may be
+// wider: int8 operands into int32, as scaled_mm needs).
+View Builder::matmul_as(const View& a0, const View& b0, DType out_dtype) {
   if (a0.rank() == 0 || b0.rank() == 0) throw Error("matmul: operands must have at least one dimension");
   if (a0.buf->dtype == DType::Bool || b0.buf->dtype == DType::Bool)
     throw Error("matmul: bool tensors are not supported");
@@ -638,7 +644,7 @@ View Builder::matmul(const View& a0, const View& b0) {
   }
   valid[batch.size()] = va[va.size() - 2];
   valid[batch.size() + 1] = vb.back();
-  View out = impl_->new_temp(shape, promote(a.buf->dtype, b.buf->dtype), valid);
+  View out = impl_->new_temp(shape, out_dtype, valid);
   impl_->emit_op(Opcode::TMATMUL, {out, a, b});
   View res = out;
   if (b1) res = squeeze(res, -1);

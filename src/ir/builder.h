@@ -80,7 +80,8 @@ class Builder {
   // Reduce over `dims` (negative allowed; empty = all) with TROWSUM/TROWMAX/TROWMIN semantics.
   View reduce(Opcode row_op, const View& x, std::vector<int> dims, bool keepdim);
   View mean(const View& x, std::vector<int> dims, bool keepdim);
-  View matmul(const View& a, const View& b);                       // 1-d and batched operands as numpy.matmul
+  View matmul(const View& a, const View& b);                // 1-d and batched operands as numpy.matmul
+  View matmul_as(const View& a, const View& b, DType out);  // matmul into an `out` result (int8 -> int32)
   void matmul_acc(const View& dst, const View& a, const View& b);  // dst += a @ b
   View softmax(const View& x, int dim);
   View log_softmax(const View& x, int dim);

@@ -11,6 +11,7 @@ FLOATS = ("float32", "float64")
 INTS = ("int32", "int64")
 NUM = FLOATS + INTS
 ALL = NUM + ("bool",)
+NARROW_INTS = ("int8", "uint8", "int16")
 
 
 @dataclass
@@ -22,6 +23,7 @@ class Op:
     domain: str = "any"            # "pos": inputs in (0.25, inf); "unit": in (-0.9, 0.9)
     tol: float = 1e-5
     bad_dtypes: tuple = ()         # dtypes that must raise PyptoError naming the op
+    bad_index_dtypes: tuple = ()   # dtypes of the index tensors i and j that must raise it
     error_name: str = field(default="")
 
     def __post_init__(self):
@@ -46,22 +48,27 @@ OPS = [
     Op("chunk", lambda x, y, i, j: x.chunk(3, 1), lambda x, y, i, j: torch.chunk(x, 3, 1), ALL),
     Op("repeat_interleave", lambda x, y, i, j: pypto.repeat_interleave(x, 2, 0),
        lambda x, y, i, j: torch.repeat_interleave(x, 2, 0), ALL),
-    Op("one_hot", lambda x, y, i, j: pypto.one_hot(j, 40), lambda x, y, i, j: F.one_hot(j, 40), ALL),
+    Op("one_hot", lambda x, y, i, j: pypto.one_hot(j, 40), lambda x, y, i, j: F.one_hot(j, 40), ALL,
+       bad_index_dtypes=NARROW_INTS),
     Op("pad", lambda x, y, i, j: pypto.pad(x, (1, 2, 2, 0), value=3),
        lambda x, y, i, j: F.pad(x, (1, 2, 2, 0), value=3), NUM),
     Op("flip", lambda x, y, i, j: pypto.flip(x, (0, 1)), lambda x, y, i, j: torch.flip(x, (0, 1)), ALL),
-    Op("getitem", lambda x, y, i, j: x[i], lambda x, y, i, j: x[i], ALL),
-    Op("getitem_col", lambda x, y, i, j: x[:, j[0]], lambda x, y, i, j: x[:, j[0]], ALL),
+    Op("getitem", lambda x, y, i, j: x[i], lambda x, y, i, j: x[i], ALL, bad_index_dtypes=NARROW_INTS,
+       error_name=r"x\[index\]"),
+    Op("getitem_col", lambda x, y, i, j: x[:, j[0]], lambda x, y, i, j: x[:, j[0]], ALL,
+       bad_index_dtypes=NARROW_INTS, error_name=r"x\[index\]"),
     Op("index_select", lambda x, y, i, j: pypto.index_select(x, 1, j[0]),
-       lambda x, y, i, j: torch.index_select(x, 1, j[0]), ALL),
-    Op("embedding", lambda x, y, i, j: pypto.embedding(j, x.T), lambda x, y, i, j: F.embedding(j, x.T), NUM),
+       lambda x, y, i, j: torch.index_select(x, 1, j[0]), ALL, bad_index_dtypes=NARROW_INTS),
+    Op("embedding", lambda x, y, i, j: pypto.embedding(j, x.T), lambda x, y, i, j: F.embedding(j, x.T), NUM,
+       bad_index_dtypes=NARROW_INTS),
     Op("gather", lambda x, y, i, j: pypto.gather(x, 1, j), lambda x, y, i, j: torch.gather(x, 1, j), ALL),
     Op("scatter", lambda x, y, i, j: pypto.scatter(x, 1, j[:, :1], x),
        lambda x, y, i, j: torch.scatter(x, 1, j[:, :1], x), ALL),
     Op("scatter_add", lambda x, y, i, j: pypto.scatter_add(x, 1, j, x), lambda x, y, i, j: torch.scatter_add(x, 1, j, x),
        NUM),
     Op("index_add", lambda x, y, i, j: pypto.index_add(x, 0, i % x.shape[0], pypto.broadcast_to(y, (3, x.shape[1]))),
-       lambda x, y, i, j: torch.index_add(x, 0, i % x.shape[0], y.expand(3, x.shape[1])), NUM),
+       lambda x, y, i, j: torch.index_add(x, 0, i % x.shape[0], y.expand(3, x.shape[1])), NUM,
+       bad_index_dtypes=NARROW_INTS),
     Op("cumsum", lambda x, y, i, j: pypto.cumsum(x, 1), lambda x, y, i, j: torch.cumsum(x, 1), ALL),
     Op("cumsum0", lambda x, y, i, j: x.cumsum(0), lambda x, y, i, j: torch.cumsum(x, 0), NUM),
     Op("cumprod", lambda x, y, i, j: pypto.cumprod(x * 0.5, 1) if x.dtype.is_floating_point else pypto.cumprod(x, 0),

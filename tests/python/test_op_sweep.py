@@ -2,8 +2,8 @@
 dtype and shapes 1 x 1 and ragged (with a broadcast second operand), compared with torch in
 float64 on the interpreter (int8, uint8 and int16, with their extreme values, for every op that
 takes int32); the CPU backend then runs all ops of one dtype in a single kernel (one
-compile) and must agree with torch too. Unsupported dtypes and empty tensors raise PyptoError
-naming the op.
+compile) and must agree with torch too. Unsupported dtypes (of the data, and int8/uint8/int16
+index tensors) and empty tensors raise PyptoError naming the op.
 
 Every op takes the same arguments (x, y, i, j): x the data (shape S), y a second operand that
 broadcasts against x (shape S[-1:]), i a vector of row indices into x (negative ones included),
@@ -141,6 +141,18 @@ def test_unsupported_dtype_names_the_op(op, dtype):
     args = make_args(op, dtype, SHAPES["ragged"])
     with pytest.raises(pypto.PyptoError, match=op.error_name):
         run(op.fn, "interp", args)
+
+
+# Index tensors are int32 or int64 (as torch, which reads a uint8 index as a mask): int8, uint8 and
+# int16 ones are refused, naming the op.
+BAD_INDEX = [(op, dt) for op in OPS for dt in op.bad_index_dtypes]
+
+
+@pytest.mark.parametrize("op,dtype", BAD_INDEX, ids=[f"{o.name}-index-{d}" for o, d in BAD_INDEX])
+def test_unsupported_index_dtype_names_the_op(op, dtype):
+    x, y, i, j = make_args(op, op.dtypes[0], SHAPES["ragged"])
+    with pytest.raises(pypto.PyptoError, match=f"{op.error_name}: index tensors must be int32 or int64, got {dtype}"):
+        run(op.fn, "interp", (x, y, i.astype(dtype), j.astype(dtype)))
 
 
 @pytest.mark.parametrize("op", OPS[:: max(1, len(OPS) // 8)], ids=lambda o: o.name)

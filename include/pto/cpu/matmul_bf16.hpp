@@ -20,6 +20,7 @@
 // packed as f32 pairs and A converted to f32, so both paths give the same bits apart from the
 // subnormal cases above.
 #pragma once
+#include "pto/cpu/matmul_lowp.hpp"
 #include "pto/cpu/types.hpp"
 
 #if defined(__AVX512BF16__) && defined(__AVX512F__) && defined(__GNUC__) && !defined(PTO_NO_NATIVE_DOT)
@@ -52,59 +53,6 @@ constexpr int NR = NV * kW;  // columns per B panel
 
 typedef float vf __attribute__((vector_size(kW * 4)));
 typedef float vfu __attribute__((vector_size(kW * 4), aligned(4), may_alias));
-
-// Per-thread scratch (packed B, converted A rows), grown on demand. Exported for the same reason
-// as gemm::pack_buffers: one thread-local object per thread across all loaded kernels.
-inline namespace abi_v1 {
-struct Scratch {
-  void* p = nullptr;
-  int64_t cap = 0;
-  ~Scratch() {
-    if (p) ::operator delete(p, std::align_val_t(64));
-  }
-  template <class T>
-  T* get(int64_t n) {
-    const int64_t bytes = n * int64_t(sizeof(T));
-    if (bytes > cap) {
-      if (p) ::operator delete(p, std::align_val_t(64));
-      p = ::operator new(size_t(bytes), std::align_val_t(64));
-      cap = bytes;
-    }
-    return static_cast<T*>(p);
-  }
-};
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((visibility("default")))
-#endif
-inline Scratch& scratch(int which) {
-  static thread_local Scratch s[2];
-  return s[which];
-}
-}  // namespace abi_v1
-
-// Stores an MR' x NR register block into C (row stride ldc), only mr x nr of it, adding to C's
-// values when acc.
-template <int M_>
-PTO_INLINE void store_block(const vf (&r)[M_][NV], float* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
-  if (mr == M_ && nr == NR) {
-#pragma GCC unroll 16
-    for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        vfu* cp = reinterpret_cast<vfu*>(c + i * ldc + v * kW);
-        *cp = acc ? *cp + r[i][v] : r[i][v];
-      }
-    return;
-  }
-  alignas(64) float tmp[M_ * NR];
-#pragma GCC unroll 16
-  for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) __builtin_memcpy(tmp + i * NR + v * kW, &r[i][v], sizeof(vf));
-  for (int64_t i = 0; i < mr; ++i)
-    for (int64_t j = 0; j < nr; ++j)
-      c[i * ldc + j] = acc ? c[i * ldc + j] + tmp[i * NR + j] : tmp[i * NR + j];
-}
 
 #if PTO_NATIVE_BF16_DOT
 typedef int vi __attribute__((vector_size(64)));
@@ -181,7 +129,7 @@ PTO_INLINE void kernel_native_inplace(int64_t kp, bool odd, const bf16_t* PTO_RE
     __builtin_memcpy(&r0, b + (2 * (kp - 1)) * BS, sizeof(vh));
     step(kp - 1, r0, vh{}, true);  // B's row past k is never read: its NaN padding would leak in
   }
-  store_block<M_>(r, c, ldc, acc, mr, nr);
+  lowp::store_block<M_, NV, kW>(r, c, ldc, acc, mr, nr);
 }
 
 // Bp[panel][p][j] (32-bit lanes) = B(2p, j0+j) | B(2p+1, j0+j) << 16, zero past k and n.
@@ -244,8 +192,36 @@ PTO_INLINE void kernel_native(int64_t kp, bool odd, const bf16_t* PTO_RESTRICT a
       for (int v = 0; v < NV; ++v) r[i][v] = dot_pairs(r[i][v], av, bv[v]);
     }
   }
-  store_block<M_>(r, c, ldc, acc, mr, nr);
+  lowp::store_block<M_, NV, kW>(r, c, ldc, acc, mr, nr);
 }
+
+// The kernel family of the shared driver (pto/cpu/matmul_lowp.hpp). When B's rows hold whole
+// 32-column panels (read past n but within the row, results not stored) B is read in place,
+// unless A has more rows than PTO_BF16_INPLACE_MAX_M (then B is packed once per call).
+template <int C, int C2>
+struct Kernels : lowp::Family<bf16_t, float, MR, NR> {
+  int64_t kp;
+  bool odd, inplace;
+  const bf16_t* b;
+  uint32_t* bp = nullptr;
+  Kernels(const bf16_t*, const bf16_t* b_, int64_t m, int64_t n, int64_t k)
+      : kp((k + 1) / 2), odd((k & 1) != 0), inplace(C2 % NR == 0 && m <= PTO_BF16_INPLACE_MAX_M), b(b_) {
+    if (inplace) return;
+    bp = lowp::scratch(lowp::kPackedB).get<uint32_t>((n + NR - 1) / NR * kp * NR);
+    pack_b_pairs<C2>(b, k, n, bp);
+  }
+  template <int M_>
+  PTO_INLINE void block(const bf16_t* rows, int64_t, int64_t jp, float* c, int64_t ldc, bool acc, int64_t mr,
+                        int64_t nr) const {
+    if constexpr (C2 % NR == 0) {
+      if (inplace) {
+        kernel_native_inplace<M_, C, C2>(kp, odd, rows, b + jp * NR, c, ldc, acc, mr, nr);
+        return;
+      }
+    }
+    kernel_native<M_, C>(kp, odd, rows, bp + jp * kp * NR, c, ldc, acc, mr, nr);
+  }
+};
 #else
 // Bp[panel][p][h][j] = B(2p+h, j0+j) as f32, zero past k and n.
 template <int C2>
@@ -266,10 +242,11 @@ inline void pack_b_pairs_f32(const bf16_t* b, int64_t k, int64_t n, float* bp) {
   }
 }
 
-// The native kernel's order in f32 FMAs: per pair, the odd step, then the even one. A is f32
-// rows of stride AS with a zero past k (the odd tail).
-template <int M_>
-PTO_INLINE void kernel_portable(int64_t kp, const float* PTO_RESTRICT a, int64_t as,
+// The native kernel's order in f32 FMAs: per pair, the odd step, then the even one. A is read in
+// place (bf16 rows of stride AS); in an odd last pair its element past k is never read, a zero
+// stands for it (B's packed row there is zero too).
+template <int M_, int AS>
+PTO_INLINE void kernel_portable(int64_t kp, bool odd, const bf16_t* PTO_RESTRICT a,
                                 const float* PTO_RESTRICT bp, float* c, int64_t ldc, bool acc, int64_t mr,
                                 int64_t nr) {
   vf r[M_][NV];
@@ -277,7 +254,7 @@ PTO_INLINE void kernel_portable(int64_t kp, const float* PTO_RESTRICT a, int64_t
   for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) r[i][v] = vf{};
-  for (int64_t p = 0; p < kp; ++p) {
+  auto step = [&](int64_t p, bool tail) __attribute__((always_inline)) {
     vf b0[NV], b1[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) {
@@ -286,16 +263,37 @@ PTO_INLINE void kernel_portable(int64_t kp, const float* PTO_RESTRICT a, int64_t
     }
 #pragma GCC unroll 16
     for (int i = 0; i < M_; ++i) {
-      const float a0 = a[i * as + 2 * p], a1 = a[i * as + 2 * p + 1];
+      const float a0 = to_float(a[i * AS + 2 * p]), a1 = tail ? 0.0f : to_float(a[i * AS + 2 * p + 1]);
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         r[i][v] += b1[v] * a1;
         r[i][v] += b0[v] * a0;
       }
     }
-  }
-  store_block<M_>(r, c, ldc, acc, mr, nr);
+  };
+  const int64_t full = odd ? kp - 1 : kp;
+  for (int64_t p = 0; p < full; ++p) step(p, false);
+  if (odd) step(kp - 1, true);
+  lowp::store_block<M_, NV, kW>(r, c, ldc, acc, mr, nr);
 }
+
+// The kernel family of the shared driver (pto/cpu/matmul_lowp.hpp): B packed as f32 pairs.
+template <int C, int C2>
+struct Kernels : lowp::Family<bf16_t, float, MR, NR> {
+  int64_t kp;
+  bool odd;
+  float* bp;
+  Kernels(const bf16_t*, const bf16_t* b, int64_t, int64_t n, int64_t k)
+      : kp((k + 1) / 2), odd((k & 1) != 0) {
+    bp = lowp::scratch(lowp::kPackedB).get<float>((n + NR - 1) / NR * 2 * kp * NR);
+    pack_b_pairs_f32<C2>(b, k, n, bp);
+  }
+  template <int M_>
+  PTO_INLINE void block(const bf16_t* rows, int64_t, int64_t jp, float* c, int64_t ldc, bool acc, int64_t mr,
+                        int64_t nr) const {
+    kernel_portable<M_, C>(kp, odd, rows, bp + jp * 2 * kp * NR, c, ldc, acc, mr, nr);
+  }
+};
 #endif
 
 }  // namespace bf16mm
@@ -305,68 +303,7 @@ namespace detail {
 template <int CD, int C, int C2>
 inline void matmul_tiles_bf16(float* d, const bf16_t* a, const bf16_t* b, int64_t m, int64_t n, int64_t k,
                               bool acc) {
-  using namespace bf16mm;
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    if (!acc)
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) d[i * CD + j] = 0.0f;
-    return;
-  }
-  const int64_t kp = (k + 1) / 2;
-  const int64_t panels = (n + NR - 1) / NR;
-#if PTO_NATIVE_BF16_DOT
-  // Rows of a ragged last block are copied into a zeroed MR-row block (same row stride), so the
-  // kernel never reads past the tile.
-  const int64_t m_full = m / MR * MR;
-  bf16_t* tail = nullptr;
-  if (m_full < m) {
-    tail = scratch(1).get<bf16_t>(int64_t(MR) * C);
-    __builtin_memset(static_cast<void*>(tail), 0, sizeof(bf16_t) * size_t(MR) * C);
-    for (int64_t i = m_full; i < m; ++i)
-      __builtin_memcpy(tail + (i - m_full) * C, a + i * C, sizeof(bf16_t) * size_t(k));
-  }
-  const bool odd = (k & 1) != 0;
-  // B's rows hold whole 32-column panels (read past n but within the row, results not stored):
-  // B is read in place, unless A has enough row blocks to repay packing B once.
-  if constexpr (C2 % NR == 0) {
-    if (m <= PTO_BF16_INPLACE_MAX_M) {
-      for (int64_t jp = 0; jp < panels; ++jp) {
-        const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);
-        for (int64_t i0 = 0; i0 < m_full; i0 += MR)
-          kernel_native_inplace<MR, C, C2>(kp, odd, a + i0 * C, b + j0, d + i0 * CD + j0, CD, acc, MR, nr);
-        if (tail)
-          kernel_native_inplace<MR, C, C2>(kp, odd, tail, b + j0, d + m_full * CD + j0, CD, acc, m - m_full,
-                                           nr);
-      }
-      return;
-    }
-  }
-  uint32_t* bp = scratch(0).get<uint32_t>(panels * kp * NR);
-  pack_b_pairs<C2>(b, k, n, bp);
-  for (int64_t jp = 0; jp < panels; ++jp) {
-    const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);
-    const uint32_t* panel = bp + jp * kp * NR;
-    for (int64_t i0 = 0; i0 < m_full; i0 += MR)
-      kernel_native<MR, C>(kp, odd, a + i0 * C, panel, d + i0 * CD + j0, CD, acc, MR, nr);
-    if (tail) kernel_native<MR, C>(kp, odd, tail, panel, d + m_full * CD + j0, CD, acc, m - m_full, nr);
-  }
-#else
-  float* bp = scratch(0).get<float>(panels * 2 * kp * NR);
-  pack_b_pairs_f32<C2>(b, k, n, bp);
-  const int64_t as = 2 * kp;  // A as f32, a zero past k
-  const int64_t mpad = (m + MR - 1) / MR * MR;
-  float* af = scratch(1).get<float>(mpad * as);
-  for (int64_t i = 0; i < mpad; ++i)
-    for (int64_t p = 0; p < as; ++p) af[i * as + p] = i < m && p < k ? to_float(a[i * C + p]) : 0.0f;
-  for (int64_t jp = 0; jp < panels; ++jp) {
-    const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);
-    const float* panel = bp + jp * 2 * kp * NR;
-    for (int64_t i0 = 0; i0 < m; i0 += MR)
-      kernel_portable<MR>(kp, af + i0 * as, as, panel, d + i0 * CD + j0, CD, acc, detail::imin(MR, m - i0),
-                          nr);
-  }
-#endif
+  lowp::matmul_blocks<bf16mm::Kernels<C, C2>, CD, C>(d, a, b, m, n, k, acc);
 }
 }  // namespace detail
 

@@ -8,13 +8,16 @@
 // defined): vpdpbusd adds four products of an unsigned byte and a signed byte to each 32-bit lane.
 // Both operands here are signed, so B is packed with 128 added (b ^ 0x80 as an unsigned byte):
 //   sum_p a[p] * (b[p] + 128) = sum_p a[p] * b[p] + 128 * sum_p a[p],
-// and the row sums of A (computed once per call) correct the result. B is packed in quads along
-// K (one 32-bit lane holds B(4q..4q+3, j)), A is read in place: A(i, 4q..4q+3) are adjacent in a
-// row-major tile, so one 32-bit broadcast gives the quad. Quads past k pack B as 0 (unsigned),
-// so whatever A holds there adds nothing. 14 x 32 register blocks, as for bf16.
+// and the row sums of A (computed once per call, by vpdpbusd against bytes of 1) correct the
+// result. B is packed in quads along K (one 32-bit lane holds B(4q..4q+3, j)) by byte shuffles,
+// 32 columns at a time; A is read in place: A(i, 4q..4q+3) are adjacent in a row-major tile, so
+// one 32-bit broadcast gives the quad. Quads past k pack B as 0 (unsigned), so whatever A holds
+// there adds nothing. 14 x 32 register blocks, as for bf16; the blocking is the shared driver's
+// (pto/cpu/matmul_lowp.hpp).
 //
 // Portable path: B sign-extended to int32 panels, the same blocking in wrapping int32 vectors.
 #pragma once
+#include "pto/cpu/matmul_lowp.hpp"
 #include "pto/cpu/types.hpp"
 
 #if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__GNUC__) && !defined(PTO_NO_NATIVE_DOT)
@@ -40,65 +43,6 @@ constexpr int NV = 2;
 constexpr int NR = NV * kW;
 
 typedef unsigned vu __attribute__((vector_size(kW * 4)));  // unsigned: wrapping arithmetic
-typedef unsigned vuu __attribute__((vector_size(kW * 4), aligned(4), may_alias));
-
-inline namespace abi_v1 {
-struct Scratch {
-  void* p = nullptr;
-  int64_t cap = 0;
-  ~Scratch() {
-    if (p) ::operator delete(p, std::align_val_t(64));
-  }
-  template <class T>
-  T* get(int64_t n) {
-    const int64_t bytes = n * int64_t(sizeof(T));
-    if (bytes > cap) {
-      if (p) ::operator delete(p, std::align_val_t(64));
-      p = ::operator new(size_t(bytes), std::align_val_t(64));
-      cap = bytes;
-    }
-    return static_cast<T*>(p);
-  }
-};
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((visibility("default")))
-#endif
-inline Scratch& scratch(int which) {
-  static thread_local Scratch s[3];
-  return s[which];
-}
-}  // namespace abi_v1
-
-// Stores an M_ x NR block minus corr[i] per row into C (row stride ldc), only mr x nr of it,
-// adding to C's values when acc.
-template <int M_>
-PTO_INLINE void store_block(const vu (&r)[M_][NV], const unsigned* corr, int32_t* c, int64_t ldc, bool acc,
-                            int64_t mr, int64_t nr) {
-  if (mr == M_ && nr == NR) {
-#pragma GCC unroll 16
-    for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) {
-        vuu* cp = reinterpret_cast<vuu*>(c + i * ldc + v * kW);
-        const vu x = r[i][v] - corr[i];
-        *cp = acc ? *cp + x : x;
-      }
-    return;
-  }
-  alignas(64) unsigned tmp[M_ * NR];
-#pragma GCC unroll 16
-  for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      const vu x = r[i][v] - corr[i];
-      __builtin_memcpy(tmp + i * NR + v * kW, &x, sizeof(vu));
-    }
-  for (int64_t i = 0; i < mr; ++i)
-    for (int64_t j = 0; j < nr; ++j) {
-      const unsigned old = acc ? unsigned(c[i * ldc + j]) : 0u;
-      c[i * ldc + j] = int32_t(old + tmp[i * NR + j]);
-    }
-}
 
 #if PTO_NATIVE_INT8_DOT
 typedef int vi __attribute__((vector_size(64)));
@@ -110,9 +54,53 @@ PTO_INLINE vi dot_quads(vi acc, vi u8, vi s8) {
 #endif
 }
 
+typedef unsigned char v32b __attribute__((vector_size(32)));
+typedef unsigned short v16h __attribute__((vector_size(32)));
+
+// The quads of 32 columns from four B rows s0..s3: lanes j = 0..31 of d get bytes
+// (s0[j], s1[j], s2[j], s3[j]) ^ 0x80, by two rounds of interleaving.
+PTO_INLINE void pack_quad_row(const int8_t* s0, const int8_t* s1, const int8_t* s2, const int8_t* s3,
+                              uint32_t* d) {
+  v32b r0, r1, r2, r3;
+  __builtin_memcpy(&r0, s0, 32);
+  __builtin_memcpy(&r1, s1, 32);
+  __builtin_memcpy(&r2, s2, 32);
+  __builtin_memcpy(&r3, s3, 32);
+#if defined(__clang__)
+#define PTO_I8_ZIP_B(x, y, o)                                                                                \
+  __builtin_shufflevector(x, y, o + 0, o + 32, o + 1, o + 33, o + 2, o + 34, o + 3, o + 35, o + 4, o + 36,   \
+                          o + 5, o + 37, o + 6, o + 38, o + 7, o + 39, o + 8, o + 40, o + 9, o + 41, o + 10, \
+                          o + 42, o + 11, o + 43, o + 12, o + 44, o + 13, o + 45, o + 14, o + 46, o + 15,    \
+                          o + 47)
+#define PTO_I8_ZIP_H(x, y, o)                                                                              \
+  __builtin_shufflevector(x, y, o + 0, o + 16, o + 1, o + 17, o + 2, o + 18, o + 3, o + 19, o + 4, o + 20, \
+                          o + 5, o + 21, o + 6, o + 22, o + 7, o + 23)
+  const v32b lo01 = PTO_I8_ZIP_B(r0, r1, 0), hi01 = PTO_I8_ZIP_B(r0, r1, 16);
+  const v32b lo23 = PTO_I8_ZIP_B(r2, r3, 0), hi23 = PTO_I8_ZIP_B(r2, r3, 16);
+  const v16h q[4] = {PTO_I8_ZIP_H((v16h)lo01, (v16h)lo23, 0), PTO_I8_ZIP_H((v16h)lo01, (v16h)lo23, 8),
+                     PTO_I8_ZIP_H((v16h)hi01, (v16h)hi23, 0), PTO_I8_ZIP_H((v16h)hi01, (v16h)hi23, 8)};
+#undef PTO_I8_ZIP_B
+#undef PTO_I8_ZIP_H
+#else
+  const v32b zb = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,  37, 6,  38, 7,  39,
+                   8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  const v16h zh = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23};
+  const v32b lo01 = __builtin_shuffle(r0, r1, zb), hi01 = __builtin_shuffle(r0, r1, zb + 16);
+  const v32b lo23 = __builtin_shuffle(r2, r3, zb), hi23 = __builtin_shuffle(r2, r3, zb + 16);
+  const v16h q[4] = {
+      __builtin_shuffle((v16h)lo01, (v16h)lo23, zh), __builtin_shuffle((v16h)lo01, (v16h)lo23, zh + 8),
+      __builtin_shuffle((v16h)hi01, (v16h)hi23, zh), __builtin_shuffle((v16h)hi01, (v16h)hi23, zh + 8)};
+#endif
+  for (int t = 0; t < 4; ++t) {
+    const v32b x = (v32b)q[t] ^ 0x80;
+    __builtin_memcpy(d + 8 * t, &x, 32);
+  }
+}
+
 // Bp[panel][q][j] (32-bit lanes) = bytes B(4q+t, j0+j) + 128 for t = 0..3, 0 past k and n.
 template <int C2>
 inline void pack_b_quads(const int8_t* b, int64_t k, int64_t n, uint32_t* bp) {
+  static_assert(NR == 32, "pack_quad_row packs 32 columns");
   const int64_t kq = (k + 3) / 4;
   for (int64_t j0 = 0; j0 < n; j0 += NR) {
     const int64_t nn = detail::imin(NR, n - j0);
@@ -121,11 +109,7 @@ inline void pack_b_quads(const int8_t* b, int64_t k, int64_t n, uint32_t* bp) {
       uint32_t* d = dst + q * NR;
       const int8_t* s = b + (4 * q) * C2 + j0;
       if (nn == NR && 4 * q + 3 < k) {
-#pragma GCC unroll 32
-        for (int j = 0; j < NR; ++j)
-          d[j] = (uint32_t(uint8_t(s[j])) | uint32_t(uint8_t(s[C2 + j])) << 8 |
-                  uint32_t(uint8_t(s[2 * C2 + j])) << 16 | uint32_t(uint8_t(s[3 * C2 + j])) << 24) ^
-                 0x80808080u;
+        pack_quad_row(s, s + C2, s + 2 * C2, s + 3 * C2, d);
       } else {
         for (int j = 0; j < NR; ++j) {
           uint32_t w = 0;
@@ -138,8 +122,32 @@ inline void pack_b_quads(const int8_t* b, int64_t k, int64_t n, uint32_t* bp) {
   }
 }
 
+// corr[i] = 128 * sum_p A(i, p) for i < m (wrapping), 0 for m <= i < rows.
+template <int C>
+inline void row_corrections(const int8_t* a, int64_t m, int64_t k, int64_t rows, unsigned* corr) {
+  const vi ones = vi{} + 0x01010101;
+  for (int64_t i = 0; i < rows; ++i) {
+    if (i >= m) {
+      corr[i] = 0;
+      continue;
+    }
+    const int8_t* r = a + i * C;
+    vi s = vi{};
+    int64_t p = 0;
+    for (; p + 64 <= k; p += 64) {
+      vi x;
+      __builtin_memcpy(&x, r + p, 64);
+      s = dot_quads(s, ones, x);
+    }
+    int32_t t = 0;
+    for (int l = 0; l < 16; ++l) t += s[l];
+    for (; p < k; ++p) t += r[p];
+    corr[i] = unsigned(t) * 128u;
+  }
+}
+
 // C block (+)= A(M_ rows, row stride AS) * packed B panel over kq quads (the last one may be
-// partial: A's bytes there are read only up to k, the rest count as 0).
+// partial: A's bytes there are read only up to k, the rest count as 0), minus corr[i] per row.
 template <int M_, int AS>
 PTO_INLINE void kernel_native(int64_t k, const int8_t* PTO_RESTRICT a, const uint32_t* PTO_RESTRICT bp,
                               const unsigned* corr, int32_t* c, int64_t ldc, bool acc, int64_t mr,
@@ -181,9 +189,30 @@ PTO_INLINE void kernel_native(int64_t k, const int8_t* PTO_RESTRICT a, const uin
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) ru[i][v] = (vu)r[i][v];
-  store_block<M_>(ru, corr, c, ldc, acc, mr, nr);
+    for (int v = 0; v < NV; ++v) ru[i][v] = (vu)r[i][v] - corr[i];
+  lowp::store_block<M_, NV, kW>(ru, c, ldc, acc, mr, nr);
 }
+
+// The kernel family of the shared driver (pto/cpu/matmul_lowp.hpp): B packed in quads, A's row
+// corrections.
+template <int C, int C2>
+struct Kernels : lowp::Family<int8_t, int32_t, MR, NR> {
+  int64_t k, kq;
+  uint32_t* bp;
+  unsigned* corr;
+  Kernels(const int8_t* a, const int8_t* b, int64_t m, int64_t n, int64_t k_) : k(k_), kq((k_ + 3) / 4) {
+    const int64_t panels = (n + NR - 1) / NR, mpad = (m + MR - 1) / MR * MR;
+    bp = lowp::scratch(lowp::kPackedB).get<uint32_t>(panels * kq * NR);
+    pack_b_quads<C2>(b, k, n, bp);
+    corr = lowp::scratch(lowp::kRowCorr).get<unsigned>(mpad);
+    row_corrections<C>(a, m, k, mpad, corr);
+  }
+  template <int M_>
+  PTO_INLINE void block(const int8_t* rows, int64_t i0, int64_t jp, int32_t* c, int64_t ldc, bool acc,
+                        int64_t mr, int64_t nr) const {
+    kernel_native<M_, C>(k, rows, bp + jp * kq * NR, corr + i0, c, ldc, acc, mr, nr);
+  }
+};
 #else
 // Bp[panel][p][j] = B(p, j0+j) as int32, 0 past n.
 template <int C2>
@@ -198,8 +227,7 @@ inline void pack_b_i32(const int8_t* b, int64_t k, int64_t n, unsigned* bp) {
 
 template <int M_, int AS>
 PTO_INLINE void kernel_portable(int64_t k, const int8_t* PTO_RESTRICT a, const unsigned* PTO_RESTRICT bp,
-                                const unsigned* corr, int32_t* c, int64_t ldc, bool acc, int64_t mr,
-                                int64_t nr) {
+                                int32_t* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
   vu r[M_][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
@@ -216,8 +244,23 @@ PTO_INLINE void kernel_portable(int64_t k, const int8_t* PTO_RESTRICT a, const u
       for (int v = 0; v < NV; ++v) r[i][v] += bv[v] * ai;
     }
   }
-  store_block<M_>(r, corr, c, ldc, acc, mr, nr);
+  lowp::store_block<M_, NV, kW>(r, c, ldc, acc, mr, nr);
 }
+
+template <int C, int C2>
+struct Kernels : lowp::Family<int8_t, int32_t, MR, NR> {
+  int64_t k;
+  unsigned* bp;
+  Kernels(const int8_t*, const int8_t* b, int64_t, int64_t n, int64_t k_) : k(k_) {
+    bp = lowp::scratch(lowp::kPackedB).get<unsigned>((n + NR - 1) / NR * k * NR);
+    pack_b_i32<C2>(b, k, n, bp);
+  }
+  template <int M_>
+  PTO_INLINE void block(const int8_t* rows, int64_t, int64_t jp, int32_t* c, int64_t ldc, bool acc,
+                        int64_t mr, int64_t nr) const {
+    kernel_portable<M_, C>(k, rows, bp + jp * k * NR, c, ldc, acc, mr, nr);
+  }
+};
 #endif
 
 }  // namespace i8mm
@@ -228,56 +271,7 @@ namespace detail {
 template <int CD, int C, int C2>
 inline void matmul_tiles_i8(int32_t* d, const int8_t* a, const int8_t* b, int64_t m, int64_t n, int64_t k,
                             bool acc) {
-  using namespace i8mm;
-  if (m <= 0 || n <= 0) return;
-  if (k <= 0) {
-    if (!acc)
-      for (int64_t i = 0; i < m; ++i)
-        for (int64_t j = 0; j < n; ++j) d[i * CD + j] = 0;
-    return;
-  }
-  const int64_t panels = (n + NR - 1) / NR;
-  const int64_t m_full = m / MR * MR;
-  const int64_t mpad = (m + MR - 1) / MR * MR;
-  unsigned* corr = scratch(2).get<unsigned>(mpad);
-#if PTO_NATIVE_INT8_DOT
-  const int64_t kq = (k + 3) / 4;
-  uint32_t* bp = scratch(0).get<uint32_t>(panels * kq * NR);
-  pack_b_quads<C2>(b, k, n, bp);
-  for (int64_t i = 0; i < mpad; ++i) {  // 128 * the row sums of A (the +128 on B)
-    int32_t s = 0;
-    if (i < m)
-      for (int64_t p = 0; p < k; ++p) s += a[i * C + p];
-    corr[i] = unsigned(s) * 128u;
-  }
-#else
-  unsigned* bp = scratch(0).get<unsigned>(panels * k * NR);
-  pack_b_i32<C2>(b, k, n, bp);
-  for (int64_t i = 0; i < mpad; ++i) corr[i] = 0;
-#endif
-  // Rows of a ragged last block are copied into a zeroed MR-row block (same row stride), so the
-  // kernel never reads past the tile.
-  int8_t* tail = nullptr;
-  if (m_full < m) {
-    tail = scratch(1).get<int8_t>(int64_t(MR) * C);
-    __builtin_memset(tail, 0, size_t(MR) * C);
-    for (int64_t i = m_full; i < m; ++i) __builtin_memcpy(tail + (i - m_full) * C, a + i * C, size_t(k));
-  }
-  for (int64_t jp = 0; jp < panels; ++jp) {
-    const int64_t j0 = jp * NR, nr = detail::imin(NR, n - j0);
-#if PTO_NATIVE_INT8_DOT
-    const uint32_t* panel = bp + jp * kq * NR;
-#define PTO_I8_KERNEL kernel_native
-#else
-    const unsigned* panel = bp + jp * k * NR;
-#define PTO_I8_KERNEL kernel_portable
-#endif
-    for (int64_t i0 = 0; i0 < m_full; i0 += MR)
-      PTO_I8_KERNEL<MR, C>(k, a + i0 * C, panel, corr + i0, d + i0 * CD + j0, CD, acc, MR, nr);
-    if (tail)
-      PTO_I8_KERNEL<MR, C>(k, tail, panel, corr + m_full, d + m_full * CD + j0, CD, acc, m - m_full, nr);
-#undef PTO_I8_KERNEL
-  }
+  lowp::matmul_blocks<i8mm::Kernels<C, C2>, CD, C>(d, a, b, m, n, k, acc);
 }
 }  // namespace detail
 

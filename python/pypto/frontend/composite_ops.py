@@ -9,6 +9,15 @@ from .tensor_ops import cast, dims_arg, find_tracer, index, operand, static_floa
 from .values import Opcode, TensorValue
 
 
+def check_index_dtype(idx, what):
+    """Index tensors are int32 or int64 (as torch, which reads a uint8 index as a mask): an int8,
+    uint8 or int16 one is an error naming the op, not a failure deep in lowering."""
+    name = str(getattr(idx.dtype, "name", idx.dtype))
+    name = {"i8": "int8", "u8": "uint8", "i16": "int16"}.get(name, name)  # a View's short names
+    if name in ("int8", "uint8", "int16"):
+        raise PyptoError(f"{what}: index tensors must be int32 or int64, got {name}")
+
+
 def _flat(tr, v):
     return tr.b.reshape(v, [-1]) if len(v.shape) != 1 else v
 
@@ -118,8 +127,10 @@ def one_hot(x, num_classes=-1):
     if n < 0:
         raise PyptoError("one_hot: num_classes must be given inside a kernel (the output size cannot depend "
                          "on the data)")
+    v = tensor_of(tr, x)
+    check_index_dtype(v, "one_hot")
     tr.note_index_site()  # a class out of range is a run-time error naming this line
-    return wrap(tr, tr.b.one_hot(tensor_of(tr, x), n))
+    return wrap(tr, tr.b.one_hot(v, n))
 
 
 def pad(x, pad, mode="constant", value=None):

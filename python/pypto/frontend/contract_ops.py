@@ -167,18 +167,21 @@ def scaled_mm(a, b, scale_a=1.0, scale_b=1.0, bias=None, out_dtype=None):
                          "(int8, uint8, int16, int32, or a float type)")
     integer = not a.pdtype.is_floating_point and not b.pdtype.is_floating_point
     acc_t = _dt.int32 if integer else _dt.float32
+    m, n = a.shape[0], b.shape[1]
+    # The scales' views first, so that the product's epilogue (cast, scales, bias) is one chain of
+    # element-wise ops after the matmul, which fusion makes one pass (or part of the matmul's nest).
+    sa = _scale_operand(scale_a, m, 0, "scale_a")
+    sb = _scale_operand(scale_b, n, 1, "scale_b")
     if a.pdtype is _dt.int8 and b.pdtype is _dt.int8:
-        # int8 operands stay int8 into an int32 accumulator: the int8 dot product (VNNI where the
-        # CPU has it, pto/cpu/matmul_int8.hpp) instead of two int32 copies and an int32 matmul.
-        prod = T.full((a.shape[0], b.shape[1]), 0, acc_t)
-        T.matmul_acc(prod, a, b)
+        # int8 operands stay int8 into an int32 result: the int8 dot product (VNNI where the CPU
+        # has it, pto/cpu/matmul_int8.hpp) instead of two int32 copies and an int32 matmul.
+        prod = T.matmul_as(a, b, acc_t)
     else:
         prod = T.matmul(T.cast(a, acc_t) if a.pdtype is not acc_t else a,
                         T.cast(b, acc_t) if b.pdtype is not acc_t else b)
     out = T.cast(prod, _dt.float32) if integer else prod
-    m, n = a.shape[0], b.shape[1]
-    out = T.binary(Opcode.TMUL, out, _scale_operand(scale_a, m, 0, "scale_a"))
-    out = T.binary(Opcode.TMUL, out, _scale_operand(scale_b, n, 1, "scale_b"))
+    out = T.binary(Opcode.TMUL, out, sa)
+    out = T.binary(Opcode.TMUL, out, sb)
     if bias is not None:
         out = T.binary(Opcode.TADD, out, bias)
     want = _dt.to_dtype(out_dtype) if out_dtype is not None else _dt.float32

@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..errors import PyptoError
 from .. import dtypes as _dt
 from ..interop import is_array
-from .composite_ops import cumsum
+from .composite_ops import check_index_dtype, cumsum
 from .tensor_ops import (arange, assign, binary, broadcast_to, cast, copy, find_tracer, full, operand, reduce, reshape,
                          static_int, tensor_of, where, wrap)
 from .tensor_ops import index as view_index
@@ -40,6 +40,7 @@ def _split_key(tr, v, key):
                          "pypto.where(mask, x, fill); x[mask] = value is supported")
     if idx.dtype.startswith("f"):
         raise PyptoError(f"tensors used as indices must be integer tensors, got {idx.dtype}")
+    check_index_dtype(idx, "x[index]")
     rank = len(v.shape)
     dim = 0
     used = sum(1 for it in items if it is not None and it is not Ellipsis)
@@ -101,6 +102,7 @@ def setitem(x, key, value):
 def index_select(x, dim, index_):
     tr = find_tracer(x, index_)
     idx = tensor_of(tr, index_, "index")
+    check_index_dtype(idx, "index_select")
     if len(idx.shape) > 1:
         raise PyptoError(f"index_select: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
     tr.note_index_site()
@@ -118,6 +120,7 @@ def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, sca
     if len(w.shape) != 2:
         raise PyptoError(f"embedding: weight must be 2-d, got shape {tuple(w.shape)}")
     ids = tensor_of(tr, input, "embedding input")
+    check_index_dtype(ids, "embedding")
     tr.note_index_site()
     rows = wrap(tr, tr.b.take(w, 0, ids, False))
     if padding_idx is None:
@@ -172,6 +175,7 @@ def index_add(x, dim, index_, source, alpha=1):
 def index_add_(x, dim, index_, source, alpha=1):
     tr = find_tracer(x, index_, source)
     idx = tensor_of(tr, index_, "index")
+    check_index_dtype(idx, "index_add")
     if len(idx.shape) > 1:
         raise PyptoError(f"index_add: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
     s = operand(tr, source)

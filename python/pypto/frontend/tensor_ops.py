@@ -287,6 +287,13 @@ def matmul(a, b):
     return wrap(tr, tr.b.matmul(tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand")))
 
 
+def matmul_as(a, b, dtype):
+    """a @ b with a result of `dtype` (operands of one dtype, e.g. int8 into int32)."""
+    tr = find_tracer(a, b)
+    return wrap(tr, tr.b.matmul_as(tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand"),
+                                   _dt.to_dtype(dtype).c))
+
+
 def matmul_acc(dst, a, b):
     tr = find_tracer(dst, a, b)
     d = tensor_of(tr, dst)

@@ -197,3 +197,52 @@ def test_jit_kernels_start_warm_from_disk(cache):
     before = _snapshot(cache)
     _run(cache, JIT_CHILD)
     assert _snapshot(cache) == before
+
+
+# Two kernels with a large f32 matmul (one MMATMUL each): the packed GEMM they call is compiled
+# once, into a library of its own in the cache, which both load.
+GEMM_CHILD = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    import pypto
+
+    @pypto.jit
+    def plain(a, b):
+        return pypto.matmul(a, b)
+
+    @pypto.jit
+    def scaled(a, b):
+        return pypto.matmul(a, b) * 0.5
+
+    rng = np.random.default_rng(0)
+    a, b = rng.random((200, 300), np.float32) - 0.5, rng.random((300, 150), np.float32) - 0.5
+    ref = a.astype(np.float64) @ b
+    assert "pto::MMATMUL" in plain.lower(a, b).as_text("source")
+    err = max(float(np.linalg.norm(np.asarray(plain(a, b)) - ref) / np.linalg.norm(ref)),
+              float(np.linalg.norm(2 * np.asarray(scaled(a, b)) - ref) / np.linalg.norm(ref)))
+    print(json.dumps({"err": err, "from_cache": None, "seconds": 0}))
+    """
+)
+
+
+@requires_compiler
+@pytest.mark.parametrize("shared", ["1", "0"])
+def test_matmul_kernels_share_one_compiled_gemm(cache, shared, monkeypatch):
+    monkeypatch.setenv("PYPTO_SHARED_GEMM", shared)
+    script = cache.parent / "gemm_child.py"
+    script.write_text(GEMM_CHILD)
+
+    def run():
+        proc = subprocess.run([sys.executable, str(script)], env=_env(cache), capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout.strip().splitlines()[-1])["err"] < 1e-5
+
+    run()
+    objects = _check_entries(cache)
+    gemm = [so for so in objects if "PTO_SHARED_GEMM_DEFINE" in so.with_suffix(".cpp").read_text()]
+    assert len(gemm) == (1 if shared == "1" else 0) and len(objects) == 2 + len(gemm)
+    before = _snapshot(cache)
+    run()  # warm: the library and both kernels load from the cache
+    assert _snapshot(cache) == before

@@ -35,6 +35,18 @@ def call_library(path, symbol, arrays, iscalars, fscalars, threads=2):
     return rc, sig().decode()
 
 
+def run_lin_exe(lowered, tmp_path, xwb, repeat):
+    """Exports `lin` as an executable and runs it on x, w, b (s = 2.0); the result in out.npy."""
+    lowered.export(tmp_path / "lin_exe", emit="exe")
+    for name, a in zip("xwb", xwb):
+        np.save(tmp_path / f"{name}.npy", a)
+    run = subprocess.run([str(tmp_path / "lin_exe"), *(str(tmp_path / f"{n}.npy") for n in "xwb"),
+                          str(tmp_path / "out.npy"), "s=2.0", "--repeat", str(repeat)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run
+
+
 def test_export_so_exe_and_ir_agree_with_numpy(tmp_path):
     x, w, b = rand(70, 40), rand(40, 50), rand(1, 50)
     lowered = pypto.jit(lin).lower(x, w, b, 2.0)
@@ -48,13 +60,7 @@ def test_export_so_exe_and_ir_agree_with_numpy(tmp_path):
     assert rc == 0 and sig.splitlines()[0] == "x f32[70, 40] in" and "s f64 scalar" in sig
     assert rel_err(out, want) < 1e-5
 
-    lowered.export(tmp_path / "lin_exe", emit="exe")
-    for name, a in zip("xwb", (x, w, b)):
-        np.save(tmp_path / f"{name}.npy", a)
-    run = subprocess.run([str(tmp_path / "lin_exe"), *(str(tmp_path / f"{n}.npy") for n in "xwb"),
-                          str(tmp_path / "out.npy"), "s=2.0", "--repeat", "2"],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    run = run_lin_exe(lowered, tmp_path, (x, w, b), repeat=2)
     assert "ms (median of 2 runs" in run.stdout
     assert np.array_equal(np.load(tmp_path / "out.npy"), out)  # identical to the library's result
 
@@ -90,3 +96,30 @@ def test_export_rejects_an_unknown_kind(tmp_path):
     lowered = pypto.jit(lin).lower(rand(4, 4), rand(4, 4), rand(1, 4), 1.0)
     with pytest.raises(pypto.PyptoError, match="unknown export kind"):
         lowered.export(tmp_path / "k.bin", emit="dll")
+
+
+def test_export_of_a_dynamic_kernel_takes_the_size_at_run_time(tmp_path):
+    """A kernel compiled with dim 0 of x dynamic exports once: the library takes the extent as an
+    integer scalar after the caller's own, checks its range, and runs any length; the executable
+    binds it from x.npy's shape and writes an output of the matching length."""
+    kernel = pypto.jit(lin, dynamic={"x": [0]})
+    w, b = rand(40, 50), rand(1, 50)
+    lowered = kernel.lower(rand(70, 40), w, b, 2.0)
+    lowered.export(tmp_path / "lin.so")
+    header = (tmp_path / "lin.h").read_text()
+    assert "x f32[x_0, 40] in" in header and "x_0 i64 scalar: dim 0 of x (dynamic)" in header
+    for n in (1, 13, 257):
+        x = rand(n, 40)
+        out = np.full((n, 50), np.nan, np.float32)
+        rc, sig = call_library(tmp_path / "lin.so", "lin", [x, w, b, out], [2, n], [2.0, 0.0])
+        assert rc == 0 and sig.splitlines()[0] == "x f32[x_0, 40] in"
+        assert rel_err(out, np.maximum(x.astype(np.float64) @ w + b, 0) * 2.0) < 1e-5, n
+    lib = ctypes.CDLL(str(tmp_path / "lin.so"))
+    lib.pypto_lin_error.restype = ctypes.c_char_p
+    rc, _ = call_library(tmp_path / "lin.so", "lin", [x, w, b, out], [2, -3], [2.0, 0.0])
+    assert rc == 1 and b"x_0 = -3 is out of range" in lib.pypto_lin_error()
+
+    x = rand(29, 40)
+    run_lin_exe(lowered, tmp_path, (x, w, b), repeat=1)
+    got = np.load(tmp_path / "out.npy")
+    assert got.shape == (29, 50) and rel_err(got, np.maximum(x.astype(np.float64) @ w + b, 0) * 2.0) < 1e-5

@@ -450,6 +450,43 @@ constexpr int MR_NARROW = 8;
 constexpr int64_t padded_rows(int64_t m, int tm) { return (m + tm - 1) / tm * tm; }
 constexpr bool use_narrow_tile(int64_t M) { return padded_rows(M, MR_NARROW) * 32 < padded_rows(M, MR) * 31; }
 
+// One thread's share of a sum: gemm_sum_f32 with the register tile chosen for its rows and the
+// blocking from the cache sizes.
+inline void gemm_share_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, int64_t ldc, bool acc,
+                           bool narrow) {
+  if (narrow)
+    gemm_sum_f32<MR_NARROW, 1>(M, N, t, nt, C, ldc, acc, blocking());
+  else
+    gemm_sum_f32<MR, NV>(M, N, t, nt, C, ldc, acc, blocking());
+}
+}  // namespace gemm
+}  // namespace pto
+
+// The packed GEMM is most of a kernel's compile time (about 0.5 s of g++ per kernel with a
+// MMATMUL). The CPU backend compiles it once per machine and header version into a library of
+// its own (PTO_SHARED_GEMM_DEFINE), loaded before kernels built with PTO_SHARED_GEMM, which call
+// it instead of instantiating it. Exports and other builds keep it inline.
+#if defined(PTO_SHARED_GEMM) || defined(PTO_SHARED_GEMM_DEFINE)
+extern "C" __attribute__((visibility("default"))) void pto_shared_gemm_f32(int64_t M, int64_t N,
+                                                                           const pto::gemm::Term* t, int nt,
+                                                                           float* C, int64_t ldc, bool acc,
+                                                                           bool narrow);
+#endif
+#if defined(PTO_SHARED_GEMM_DEFINE)
+extern "C" void pto_shared_gemm_f32(int64_t M, int64_t N, const pto::gemm::Term* t, int nt, float* C,
+                                    int64_t ldc, bool acc, bool narrow) {
+  pto::gemm::gemm_share_f32(M, N, t, nt, C, ldc, acc, narrow);
+}
+#endif
+
+namespace pto {
+namespace gemm {
+#if defined(PTO_SHARED_GEMM)
+#define PTO_GEMM_SHARE_F32 ::pto_shared_gemm_f32
+#else
+#define PTO_GEMM_SHARE_F32 ::pto::gemm::gemm_share_f32
+#endif
+
 // Rows [r0, r1) (or columns, when split_n) of C = (or +=) sum_t A_t * B_t: one thread's share.
 struct Shared {
   int64_t M, N;
@@ -459,7 +496,6 @@ struct Shared {
   int64_t ldc;
   bool acc, split_n, narrow;
   int64_t grain;  // rows (or columns) per parallel item
-  Blocking bk;
 };
 inline void run_share(void* ctx, int64_t begin, int64_t end) {
   const Shared& s = *static_cast<const Shared*>(ctx);
@@ -475,10 +511,7 @@ inline void run_share(void* ctx, int64_t begin, int64_t end) {
   }
   const int64_t m = s.split_n ? s.M : r1 - r0, n = s.split_n ? r1 - r0 : s.N;
   float* c = s.split_n ? s.C + r0 : s.C + r0 * s.ldc;
-  if (s.narrow)
-    gemm_sum_f32<MR_NARROW, 1>(m, n, t, s.nt, c, s.ldc, s.acc, s.bk);
-  else
-    gemm_sum_f32<MR, NV>(m, n, t, s.nt, c, s.ldc, s.acc, s.bk);
+  PTO_GEMM_SHARE_F32(m, n, t, s.nt, c, s.ldc, s.acc, s.narrow);
 }
 
 // dst = (or +=) the sum of the nt products on global memory (M x N = dst's region), split across
@@ -503,7 +536,7 @@ inline void mmatmul_sum_f32(pto_parallel_for_fn pf, float* C, int64_t ldc, int64
       }
     return;
   }
-  Shared s{M, N, t, nt, C, ldc, acc, N > M, use_narrow_tile(M), 0, blocking()};
+  Shared s{M, N, t, nt, C, ldc, acc, N > M, use_narrow_tile(M), 0};
   // Split the longer side; items of one register tile so the per-thread shares stay even.
   s.grain = s.split_n ? (s.narrow ? kW : NR) : (s.narrow ? MR_NARROW : MR);
   const int64_t items = ((s.split_n ? N : M) + s.grain - 1) / s.grain;

@@ -26,6 +26,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -212,17 +213,24 @@ std::string checksum_line(const std::string& data) {
   return std::to_string(data.size()) + " " + sha256_hex(data) + "\n";
 }
 
-std::shared_ptr<CompiledKernel> load(const std::string& path, std::string* error) {
-  void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+// The shared GEMM library (pto/cpu/matmul.hpp, PTO_SHARED_GEMM) and the symbol it defines; it
+// is loaded into the global scope, where kernels built against it find the symbol.
+constexpr const char* kSharedGemmSymbol = "pto_shared_gemm_f32";
+
+std::shared_ptr<CompiledKernel> load(const std::string& path, std::string* error,
+                                     const char* symbol = "pypto_kernel") {
+  const bool gemm = std::string(symbol) == kSharedGemmSymbol;
+  void* h = dlopen(path.c_str(), RTLD_NOW | (gemm ? RTLD_GLOBAL : RTLD_LOCAL));
   if (!h) {
     if (error) *error = dlerror();
     return nullptr;
   }
-  void* sym = dlsym(h, "pypto_kernel");
+  void* sym = dlsym(h, symbol);
   if (!sym) {
-    if (error) *error = "no symbol 'pypto_kernel' in " + path;
+    if (error) *error = std::string("no symbol '") + symbol + "' in " + path;
     return nullptr;
   }
+  if (gemm) sym = nullptr;  // not a kernel entry
   auto k = std::make_shared<CompiledKernel>();
   k->handle = h;
   k->fn = reinterpret_cast<pto_kernel_fn>(sym);
@@ -231,13 +239,14 @@ std::shared_ptr<CompiledKernel> load(const std::string& path, std::string* error
 }
 
 // The cached object for `key`, if present, intact and ours (see kernel_cache.h).
-std::shared_ptr<CompiledKernel> load_from_disk(const std::string& dir, const std::string& key) {
+std::shared_ptr<CompiledKernel> load_from_disk(const std::string& dir, const std::string& key,
+                                               const char* symbol = "pypto_kernel") {
   const std::string so = dir + "/" + key + ".so", sum = dir + "/" + key + ".sum";
   if (!trusted_cache_file(so) || !trusted_cache_file(sum)) return nullptr;
   std::string expected, data;
   if (!read_file(sum, expected) || !read_file(so, data)) return nullptr;
   if (checksum_line(data) != expected) return nullptr;  // truncated or foreign: rebuild
-  return load(so, nullptr);
+  return load(so, nullptr, symbol);
 }
 
 std::string truncate_output(const std::string& s) {
@@ -260,14 +269,15 @@ std::string truncate_output(const std::string& s) {
 
 std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string& key,
                                       const std::string& source, const std::string& cxx,
-                                      const std::vector<std::string>& flags, bool& found_on_disk) {
+                                      const std::vector<std::string>& flags, bool& found_on_disk,
+                                      const char* symbol = "pypto_kernel") {
   const std::string src = dir + "/" + key + ".cpp", so = dir + "/" + key + ".so",
                     sum = dir + "/" + key + ".sum";
   const double timeout = runtime::compile_timeout_seconds();
   // One process at a time builds a key; whoever waited finds the finished entry on disk. The
   // wait is bounded by the compile timeout plus a margin.
   EntryLock lock(dir, key, timeout > 0 ? timeout + 60 : 0);
-  if (auto k = load_from_disk(dir, key)) {
+  if (auto k = load_from_disk(dir, key, symbol)) {
     found_on_disk = true;
     return k;
   }
@@ -312,7 +322,7 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
   }
   write_file_atomic(sum, checksum_line(data), 0600);  // best effort: without it the entry is rebuilt
   std::string why;
-  auto k = load(so, &why);
+  auto k = load(so, &why, symbol);
   if (!k) throw Error("cannot load the compiled kernel " + so + ": " + why);
   return k;
 }
@@ -531,6 +541,70 @@ void clear_memory_cache_for_testing() {
     it = it->second.building ? std::next(it) : g_memory->erase(it);
 }
 
+std::string cache_key(const std::string& source, const std::string& cxx,
+                      const std::vector<std::string>& flags, const std::string& inc) {
+  const std::string id = compiler_identity(cxx);
+  Sha256 h;
+  for (const std::string& part : {source, id, cxx, join(flags), host_cpu_identity(),
+                                  std::to_string(PTO_HEADERS_VERSION), header_tree_hash(inc)}) {
+    h.update(std::to_string(part.size()) + ":");
+    h.update(part);
+  }
+  return h.hex().substr(0, 32);
+}
+
+// The in-memory entry for `key` once no thread of this process is building it (polling the stop
+// flag while waiting); `l` holds g_mu.
+Entry& settled_entry(std::unique_lock<std::mutex>& l, const std::string& key) {
+  Entry* e = &(*g_memory)[key];
+  while (e->building) {
+    g_built.wait_for(l, std::chrono::milliseconds(50));
+    if (runtime::stop_requested()) throw runtime::Interrupted();
+    e = &(*g_memory)[key];
+  }
+  return *e;
+}
+
+// Builds (once per machine, compiler, flags and header version: a disk-cache entry like a
+// kernel's) or loads the shared GEMM library, kept loaded for the life of the process, under the
+// in-memory map's rules (one thread builds, the others wait; the lock is not held across the
+// compile). False when it cannot be had: kernels then keep the GEMM inline.
+bool shared_gemm_loaded(const std::string& cxx, const std::vector<std::string>& flags,
+                        const std::string& inc) {
+  static std::set<std::string>& failed = *new std::set<std::string>();  // keys that could not be built
+  const std::string source = "#define PTO_SHARED_GEMM_DEFINE\n#include <pto/pto.hpp>\n";
+  const std::string key = cache_key(source, cxx, flags, inc);
+  {
+    std::unique_lock<std::mutex> l(g_mu);
+    Entry* e = &settled_entry(l, key);
+    if (e->kernel) return true;
+    if (failed.count(key)) return false;
+    e->building = true;
+  }
+  std::shared_ptr<CompiledKernel> lib;
+  bool interrupted = false;
+  try {
+    const std::string dir = kernel_cache_dir();
+    lib = load_from_disk(dir, key, kSharedGemmSymbol);
+    bool found = false;
+    if (!lib) lib = build(dir, key, source, cxx, flags, found, kSharedGemmSymbol);
+  } catch (const runtime::Interrupted&) {
+    interrupted = true;
+  } catch (const std::exception& e) {
+    if (ir::debug_logging()) ir::debug_log(std::string("shared GEMM library unavailable: ") + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> l(g_mu);
+    Entry& e = (*g_memory)[key];
+    e.building = false;
+    e.kernel = lib;
+    if (!lib && !interrupted) failed.insert(key);
+    g_built.notify_all();
+  }
+  if (interrupted) throw runtime::Interrupted();
+  return lib != nullptr;
+}
+
 CompileResult compile_cpp(const std::string& source) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string cxx = compiler_command();
@@ -539,27 +613,20 @@ CompileResult compile_cpp(const std::string& source) {
     throw Error("the PTO headers are missing: no pto/abi.h " +
                 (inc.empty() ? std::string("beside the pypto library") : "under '" + inc + "'") +
                 " (set PYPTO_INCLUDE_DIR, or reinstall pypto)");
-  const std::vector<std::string> flags = all_flags(inc);
-  const std::string id = compiler_identity(cxx);
-  Sha256 h;
-  for (const std::string& part : {source, id, cxx, join(flags), host_cpu_identity(),
-                                  std::to_string(PTO_HEADERS_VERSION), header_tree_hash(inc)}) {
-    h.update(std::to_string(part.size()) + ":");
-    h.update(part);
-  }
-  const std::string key = h.hex().substr(0, 32);
+  std::vector<std::string> flags = all_flags(inc);
+  const char* shared = std::getenv("PYPTO_SHARED_GEMM");
+  const bool gemm = source.find("pto::MMATMUL") != std::string::npos ||
+                    source.find("pto::mmatmul_sum") != std::string::npos;
+  if (gemm && !(shared && std::string(shared) == "0") && shared_gemm_loaded(cxx, flags, inc))
+    flags.insert(flags.end() - 1, "-DPTO_SHARED_GEMM");
+  const std::string key = cache_key(source, cxx, flags, inc);
 
   CompileResult r;
   {
     // Another thread building this key: wait for it (polling the stop flag) instead of building
     // the same kernel twice.
     std::unique_lock<std::mutex> l(g_mu);
-    Entry* e = &(*g_memory)[key];
-    while (e->building) {
-      g_built.wait_for(l, std::chrono::milliseconds(50));
-      if (runtime::stop_requested()) throw runtime::Interrupted();
-      e = &(*g_memory)[key];
-    }
+    Entry* e = &settled_entry(l, key);
     if (e->kernel) {
       r.kernel = e->kernel;
       r.from_memory = true;

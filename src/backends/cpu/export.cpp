@@ -1,5 +1,6 @@
 #include "backends/cpu/export.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -38,16 +39,6 @@ std::string shape_text(const std::vector<int64_t>& s) {
   return r;
 }
 
-std::string signature_text(const ir::Program& p) {
-  std::string s;
-  for (const ir::BufferRef& b : p.params)
-    s += b->name + " " + std::string(ir::dtype_name(b->dtype)) + "[" + shape_text(b->shape) + "] " +
-         (b->kind == ir::BufferKind::Output ? "out" : "in") + "\n";
-  for (const ir::ScalarParam& sp : p.scalars)
-    s += sp.name + " " + std::string(ir::dtype_name(sp.dtype)) + " scalar\n";
-  return s;
-}
-
 // A C string literal of `s`.
 std::string c_string(const std::string& s) {
   std::string r = "\"";
@@ -60,6 +51,78 @@ std::string c_string(const std::string& s) {
       r += ch;
   }
   return r + "\"";
+}
+
+// A dynamic extent as C++ over the scalars array `iscal` (extents are integer expressions of
+// dimension symbols: +, -, *, floor division and modulo, min, max).
+std::string extent_cpp(const ir::Program& p, const ir::Expr& e) {
+  using ir::ExprOp;
+  auto a = [&](size_t i) { return extent_cpp(p, e->args.at(i)); };
+  auto infix = [&](const char* o) { return "(" + a(0) + o + a(1) + ")"; };
+  auto call = [&](const char* fn) {
+    return std::string("pto::elem::") + fn + "<int64_t>(" + a(0) + ", " + a(1) + ")";
+  };
+  switch (e->op) {
+    case ExprOp::Int:
+      return "int64_t(" + std::to_string(e->ival) + ")";
+    case ExprOp::Var:
+      for (size_t j = 0; j < p.scalars.size(); ++j)
+        if (p.scalars[j].name == e->name) return "iscal[" + std::to_string(j) + "]";
+      break;
+    case ExprOp::Add:
+      return infix(" + ");
+    case ExprOp::Sub:
+      return infix(" - ");
+    case ExprOp::Mul:
+      return infix(" * ");
+    case ExprOp::Div:
+      return call("floordiv");
+    case ExprOp::Mod:
+      return call("floormod");
+    case ExprOp::Min:
+      return call("min");
+    case ExprOp::Max:
+      return call("max");
+    default:
+      break;
+  }
+  throw Error("export: a dynamic extent the executable cannot evaluate: " + ir::to_string(e));
+}
+
+// A shape with its dynamic dims written as their extents over dimension symbols (`S`, `S - 1`).
+std::string shape_text(const ir::Buffer& b) {
+  std::string r;
+  for (int d = 0; d < b.rank(); ++d) {
+    std::string dim = b.is_dynamic(d) ? ir::to_string(b.dyn[size_t(d)]) : std::to_string(b.shape[size_t(d)]);
+    dim.erase(std::remove(dim.begin(), dim.end(), '%'), dim.end());
+    r += (d ? ", " : "") + dim;
+  }
+  return r;
+}
+
+std::string signature_text(const ir::Program& p) {
+  std::string s;
+  for (const ir::BufferRef& b : p.params)
+    s += b->name + " " + std::string(ir::dtype_name(b->dtype)) + "[" + shape_text(*b) + "] " +
+         (b->kind == ir::BufferKind::Output ? "out" : "in") + "\n";
+  for (const ir::ScalarParam& sp : p.scalars) {
+    s += sp.name + " " + std::string(ir::dtype_name(sp.dtype)) + " scalar";
+    if (sp.is_dim_symbol())
+      s += ": dim " + std::to_string(sp.dim) + " of " + p.params[size_t(sp.param)]->name + " (dynamic)";
+    s += "\n";
+  }
+  return s;
+}
+
+// The dimension symbols' table: the runner checks their values, the driver binds them from the
+// inputs' shapes.
+std::string dim_symbol_table(const ir::Program& p) {
+  std::string t = "const pto_dim_symbol pto_dim_symbols[] = {\n";
+  for (size_t j = 0; j < p.scalars.size(); ++j)
+    if (p.scalars[j].is_dim_symbol())
+      t += "  {" + std::to_string(j) + ", " + c_string(p.scalars[j].name) + ", " +
+           std::to_string(p.scalars[j].param) + ", " + std::to_string(p.scalars[j].dim) + "},\n";
+  return t + "  {-1, nullptr, -1, -1}};\n";
 }
 
 // The kernel's entry made private: the export's own C functions are its interface.
@@ -79,6 +142,12 @@ const char* kRunner = R"(
 #include <vector>
 
 namespace {
+struct pto_dim_symbol {
+  int scalar;  // its index in iscalars
+  const char* name;
+  int param, dim;  // the tensor param and dim whose extent it is
+};
+PTO_DIM_SYMBOLS
 thread_local int pto_export_threads = 1;
 // Parallel loops of an exported kernel: contiguous chunks on std::threads (the caller takes one).
 void pto_export_parallel_for(int64_t n, pto_loop_body body, void* ctx) {
@@ -118,6 +187,14 @@ PTO_EXPORT int PTO_RUN(void* const* data, const int64_t* const* strides, const i
   a.report_error = &pto_export_report;
   a.error_ctx = &errors;
   pto_export_threads = num_threads < 1 ? 1 : num_threads;
+  for (const pto_dim_symbol* d = pto_dim_symbols; d->name; ++d) {
+    const int64_t v = iscalars[d->scalar];
+    if (v < 0 || v > PTO_DYNAMIC_BOUND) {  // the kernel's index arithmetic assumes this range
+      pto_export_last_error = std::string("dynamic dimension ") + d->name + " = " + std::to_string(v) +
+                              " is out of range [0, " + std::to_string(PTO_DYNAMIC_BOUND) + "]";
+      return 1;
+    }
+  }
   pypto_kernel(&a);
   pto_export_last_error = errors.first;
   return errors.first.empty() ? 0 : 1;
@@ -144,9 +221,11 @@ struct pto_param_desc {
 struct pto_scalar_desc {
   const char* name;
   int is_float;
+  int is_dim;  // a dimension symbol: bound from an input's shape, not given on the command line
 };
 
-bool pto_read_npy(const char* path, const pto_param_desc& p, std::vector<unsigned char>& buf, std::string& err) {
+bool pto_read_npy(const char* path, const pto_param_desc& p, std::vector<unsigned char>& buf, std::string& err,
+                  std::vector<int64_t>* shape_only = nullptr) {
   FILE* f = std::fopen(path, "rb");
   if (!f) return err = std::string("cannot open ") + path, false;
   unsigned char head[10];
@@ -160,8 +239,8 @@ bool pto_read_npy(const char* path, const pto_param_desc& p, std::vector<unsigne
   std::string h(hlen, '\0');
   ok = ok && std::fread(&h[0], 1, hlen, f) == hlen;
   if (!ok) return std::fclose(f), err = std::string(path) + ": not a .npy file", false;
-  if (h.find(std::string("'descr': '") + p.descr + "'") == std::string::npos ||
-      h.find("'fortran_order': False") == std::string::npos) {
+  if (!shape_only && (h.find(std::string("'descr': '") + p.descr + "'") == std::string::npos ||
+                      h.find("'fortran_order': False") == std::string::npos)) {
     std::fclose(f);
     return err = std::string(path) + ": expected a C-ordered array of dtype " + p.descr + " for " + p.name, false;
   }
@@ -179,6 +258,11 @@ bool pto_read_npy(const char* path, const pto_param_desc& p, std::vector<unsigne
       }
     }
   }
+  if (shape_only) {
+    std::fclose(f);
+    *shape_only = shape;
+    return true;
+  }
   bool same = int(shape.size()) == p.rank;
   int64_t n = 1;
   for (int d = 0; d < p.rank; ++d) {
@@ -191,6 +275,15 @@ bool pto_read_npy(const char* path, const pto_param_desc& p, std::vector<unsigne
   std::fclose(f);
   if (!ok) err = std::string(path) + ": truncated";
   return ok;
+}
+
+bool pto_param_shape(int i, const int64_t* iscal, int64_t* shape);
+
+// The shape in a .npy file's header.
+bool pto_npy_shape(const char* path, std::vector<int64_t>& shape, std::string& err) {
+  const pto_param_desc any = {"", "", 1, 0, {}, 0};
+  std::vector<unsigned char> none;
+  return pto_read_npy(path, any, none, err, &shape);
 }
 
 bool pto_write_npy(const char* path, const pto_param_desc& p, const std::vector<unsigned char>& buf) {
@@ -221,7 +314,7 @@ int main(int argc, char** argv) {
     else
       files.push_back(a);
   }
-  if (int(files.size()) != PTO_NPARAMS || int(values.size()) != PTO_NSCALARS) {
+  if (int(files.size()) != PTO_NPARAMS || int(values.size()) != PTO_NCALLER_SCALARS) {
     std::fprintf(stderr, "usage: %s FILE.npy per tensor param (inputs are read, outputs written) "
                  "NAME=VALUE per scalar [--threads N] [--repeat N]\nparams:\n%s", argv[0], PTO_SIGNATURE_TEXT);
     return 2;
@@ -230,8 +323,25 @@ int main(int argc, char** argv) {
   std::vector<void*> data(PTO_NPARAMS + 1);
   std::vector<std::vector<int64_t>> strides(PTO_NPARAMS);
   std::vector<const int64_t*> stride_ptrs(PTO_NPARAMS + 1);
+  std::vector<int64_t> iscal(PTO_NSCALARS + 1);
+  std::vector<double> fscal(PTO_NSCALARS + 1);
+  // Dynamic dims: each symbol is bound from its input's .npy shape; every shape then follows.
+  for (const pto_dim_symbol* s = pto_dim_symbols; s->name; ++s) {
+    std::vector<int64_t> shape;
+    std::string err;
+    if (!pto_npy_shape(files[s->param].c_str(), shape, err)) {
+      std::fprintf(stderr, "error: %s\n", err.c_str());
+      return 1;
+    }
+    if (int(shape.size()) != pto_params[s->param].rank) {
+      std::fprintf(stderr, "error: %s: wrong rank for %s\n", files[s->param].c_str(), pto_params[s->param].name);
+      return 1;
+    }
+    iscal[s->scalar] = shape[s->dim];
+  }
   for (int i = 0; i < PTO_NPARAMS; ++i) {
-    const pto_param_desc& p = pto_params[i];
+    pto_param_desc& p = pto_params[i];
+    pto_param_shape(i, iscal.data(), p.shape);
     std::string err;
     if (p.output) {
       int64_t n = 1;
@@ -246,9 +356,8 @@ int main(int argc, char** argv) {
     data[i] = bufs[i].data();
     stride_ptrs[i] = strides[i].data();
   }
-  std::vector<int64_t> iscal(PTO_NSCALARS + 1);
-  std::vector<double> fscal(PTO_NSCALARS + 1);
   for (int j = 0; j < PTO_NSCALARS; ++j) {
+    if (pto_scalars[j].is_dim) continue;
     std::string want = std::string(pto_scalars[j].name) + "=";
     auto it = std::find_if(values.begin(), values.end(), [&](const std::string& v) { return v.rfind(want, 0) == 0; });
     if (it == values.end()) {
@@ -343,12 +452,19 @@ std::string export_source(const ir::Program& p, ExportKind kind) {
   s << private_kernel(p);
   s << "\n#define PTO_RUN pypto_" << n << "_run\n#define PTO_ERROR pypto_" << n
     << "_error\n#define PTO_SIGNATURE pypto_" << n << "_signature\n#define PTO_SIGNATURE_TEXT "
-    << c_string(signature_text(p)) << "\n";
-  s << kRunner;
+    << c_string(signature_text(p)) << "\n#define PTO_DYNAMIC_BOUND int64_t(" << ir::kDynamicBound << ")\n";
+  std::string runner = kRunner;
+  const std::string table_at = "PTO_DIM_SYMBOLS\n";
+  runner.replace(runner.find(table_at), table_at.size(), dim_symbol_table(p));
+  s << runner;
   if (kind == ExportKind::Executable || kind == ExportKind::ExecutableSource) {
     s << "\n#define PTO_NAME " << c_string(n) << "\n#define PTO_NPARAMS " << p.params.size()
       << "\n#define PTO_NSCALARS " << p.scalars.size() << "\n";
-    std::ostringstream params, scalars;
+    size_t caller_scalars = 0;
+    for (const ir::ScalarParam& sp : p.scalars) caller_scalars += sp.is_dim_symbol() ? 0 : 1;
+    s << "#define PTO_NCALLER_SCALARS " << caller_scalars << "\n";
+    std::ostringstream params, scalars, shapes;
+    shapes << "bool pto_param_shape(int i, const int64_t* iscal, int64_t* shape) {\n  switch (i) {\n";
     for (const ir::BufferRef& b : p.params) {
       std::string descr = npy_descr(b->dtype);
       if (descr.empty())
@@ -359,13 +475,21 @@ std::string export_source(const ir::Program& p, ExportKind kind) {
       params << "  {" << c_string(b->name) << ", " << c_string(descr) << ", " << ir::dtype_bytes(b->dtype)
              << ", " << b->shape.size() << ", {" << shape_text(b->shape) << "}, "
              << (b->kind == ir::BufferKind::Output ? 1 : 0) << "},\n";
+      shapes << "    case " << (&b - p.params.data()) << ":\n";
+      for (int d = 0; d < b->rank(); ++d)
+        if (b->is_dynamic(d))
+          shapes << "      shape[" << d << "] = " << extent_cpp(p, b->dyn[size_t(d)]) << ";\n";
+      shapes << "      return true;\n";
     }
+    shapes << "  }\n  return false;\n}\n";
     for (const ir::ScalarParam& sp : p.scalars)
-      scalars << "  {" << c_string(sp.name) << ", " << (ir::is_float(sp.dtype) ? 1 : 0) << "},\n";
+      scalars << "  {" << c_string(sp.name) << ", " << (ir::is_float(sp.dtype) ? 1 : 0) << ", "
+              << (sp.is_dim_symbol() ? 1 : 0) << "},\n";
     std::string driver = kDriver;
     // The tables go after the driver's type definitions, before main.
-    const std::string tables = "const pto_param_desc pto_params[] = {\n" + params.str() + "  {}};\n" +
-                               "const pto_scalar_desc pto_scalars[] = {\n" + scalars.str() + "  {}};\n";
+    const std::string tables = "pto_param_desc pto_params[] = {\n" + params.str() + "  {}};\n" +
+                               "const pto_scalar_desc pto_scalars[] = {\n" + scalars.str() + "  {}};\n" +
+                               shapes.str();
     const std::string marker = "}  // namespace\n\nint main(";
     size_t at = driver.find(marker);
     driver.insert(at, tables);

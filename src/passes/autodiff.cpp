@@ -720,7 +720,8 @@ std::vector<const Buffer*> Differentiator::products_to_save() const {
         it->second.writes.size() != 1)
       continue;
     const StmtNode* w = it->second.writes[0];
-    bool static_shape = std::all_of(b->shape.begin(), b->shape.end(), [](int64_t d) { return d > 0; });
+    bool static_shape =
+        std::all_of(b->shape.begin(), b->shape.end(), [](int64_t d) { return d > 0 && d != kDynamicBound; });
     if (static_shape && stmts_.at(w).loops.empty() &&
         opcode_info(w->op.code).category == OpCategory::Matrix && std::get<View>(w->op.args[0]).is_whole())
       out.push_back(b);

@@ -447,7 +447,18 @@ class Lowerer : public StmtMutator {
       body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
     else if (!local_dst)
       body.push_back(op_stmt(Op{Opcode::TLOAD, {acc, sub(d, dsel)}}));
-    auto k = matmul_k_loop(nb_, std::get<View>(op.args[1]), std::get<View>(op.args[2]), n, ds, acc, ts_.mm_k);
+    const View &a = std::get<View>(op.args[1]), &b = std::get<View>(op.args[2]);
+    auto k = matmul_k_loop(nb_, a, b, n, ds, acc, ts_.mm_k);
+    // One K step and loops over both row and column blocks: columns outer, so that the right
+    // operand's tile is loaded once per column block, not once per row block (a transposed
+    // operand, such as K in q @ k^T, costs a strided load each time).
+    int L = int(n.loops.size());
+    if (L >= 2 && r >= 2 && !as_int(n.off[r - 2]) && !as_int(n.off[r - 1]) && a.buf != b.buf &&
+        b.buf->space == Space::Global && k.size() == 3) {
+      std::swap(n.loops[L - 2], n.loops[L - 1]);
+      nb_.hoist(k[1], L - 1);
+      k.erase(k.begin() + 1);
+    }
     body.insert(body.end(), k.begin(), k.end());
     if (!local_dst) body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, dsel), acc}}));
     emit(n, std::move(body), out);

@@ -139,8 +139,32 @@ static void norm_checks(int vr, int vc, int kind, bool use_w, bool use_b) {
     for (int c = 0; c < vc; ++c) CHECK(same(out[r * C + c], z2.data[r * C + c]), "layer_norm global [%d,%d]", r, c);
 }
 
+// binary_rows against TLOAD, TLOAD, TSUB, TSTORE; an output overlapping a source one row down
+// (the call must read every source row before writing over it: it takes the three steps then).
+static void binary_checks() {
+  std::vector<float> buf(8 * C), ref;
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (auto& v : buf) v = u(rng);
+  ref = buf;
+  Full a, b, y;
+  auto gv = [](float* p, int rows, int cols) { return gview(p, int64_t(C), int64_t(1), int64_t(rows), int64_t(cols)); };
+  TLOAD(a, gv(ref.data(), R, C - 1));
+  TLOAD(b, gv(ref.data() + 4 * C, R, C - 1));
+  TSUB(y, a, b);
+  TSTORE(gv(ref.data() + C, R, C - 1), y);
+  Full a2, b2, y2;
+  fused::binary_rows<false>(gv(buf.data() + C, R, C - 1), gv(buf.data(), R, C - 1), gv(buf.data() + 4 * C, R, C - 1),
+                            a2, b2, y2, pto::detail::OpSub{});
+  for (size_t i = 0; i < buf.size(); ++i) CHECK(same(buf[i], ref[i]), "binary overlapping [%zu]: %a vs %a", i, buf[i], ref[i]);
+  std::vector<float> out(R * C, -7.0f);
+  fused::binary_rows<true>(gv(out.data(), R, C), gv(buf.data(), R, C), gv(buf.data() + 4 * C, R, C), a2, b2, y2,
+                           pto::detail::OpMax{});
+  for (int i = 0; i < R * C; ++i) CHECK(same(out[i], elem::max(buf[i], buf[4 * C + i])), "binary max [%d]", i);
+}
+
 int main() {
   exp_checks();
+  binary_checks();
   for (int kind = 0; kind < 4; ++kind) {
     softmax_checks(R, C, kind);
     softmax_checks(2, 37, kind);

@@ -92,6 +92,17 @@ def test_large_ragged_cpu(M, K, N):
     assert_close(jit(mm_bt, "cpu")(a, w), np.matmul(*f64(a, b)), 1e-5)
 
 
+def test_tiled_batched_right_operand_loaded_per_column_block(backend):
+    """A batched product stays a tiled nest; with one K step its column blocks run outside its
+    row blocks, the right operand's tile (here k transposed, as in attention scores) loaded once
+    per column block. Ragged row and column blocks on both sides."""
+    q, k = rand(2, 300, 64), rand(2, 600, 64)
+    assert_close(jit(lambda q, k: pypto.matmul(q, k.transpose(-2, -1)), backend)(q, k),
+                 f64(q)[0] @ np.swapaxes(f64(k)[0], -1, -2), 1e-5)
+    a, b = rand(3, 260, 40), rand(40, 530)
+    assert_close(jit(mm, backend)(a, b), np.matmul(*f64(a, b)), 1e-5)
+
+
 def test_simulator_keeps_tiles():
     """The NPU simulator multiplies tiles: its programs keep the tiled matmul."""
     a, b = rand(131, 173), rand(173, 97)

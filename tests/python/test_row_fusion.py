@@ -88,3 +88,54 @@ def test_fused_rows_from_a_transposed_input():
     y = poisoned(40, 64)
     pypto.jit(softmax_into, backend="cpu")(xt, y)
     assert_close_edges(y, torch.softmax(*t64(x), -1).numpy(), tol=1e-5)
+
+
+def add(x, y):
+    return pypto.add(x, y)
+
+
+def sub(x, y):
+    return x - y
+
+
+def mul(x, y):
+    return x * y
+
+
+def div(x, y):
+    return x / y
+
+
+def maximum(x, y):
+    return pypto.maximum(x, y)
+
+
+def minimum(x, y):
+    return pypto.minimum(x, y)
+
+
+BINARY = {sub: np.subtract, mul: np.multiply, div: np.divide, maximum: np.maximum, minimum: np.minimum}
+
+
+def test_binary_elementwise_fuses_loads_and_store():
+    a, b = rand(100003), rand(100003)
+    kernel = pypto.jit(add, backend="cpu")
+    assert "pto::fused::binary_rows<" in kernel.lower(a, b).as_text("source")
+    np.testing.assert_array_equal(kernel(a, b), a + b)
+    x, y = edge_rand(37, 27).reshape(-1), rand(999)  # with inf, -inf, NaN and denormals
+    for fn, ref in BINARY.items():
+        kernel = pypto.jit(fn, backend="cpu")
+        assert "pto::fused::binary_rows<" in kernel.lower(x, y).as_text("source"), fn.__name__
+        np.testing.assert_array_equal(kernel(x, y), ref(x, y), err_msg=fn.__name__)
+
+
+def shifted_add_into(x, y):
+    x[1:, :] = x[:-1, :] + y[1:, :]
+
+
+def test_binary_rows_into_an_overlapping_output():
+    x, y = rand(40, 300), rand(40, 300)
+    ref = x.copy()
+    ref[1:] = x[:-1] + y[1:]
+    pypto.jit(shifted_add_into, backend="cpu")(x, y)
+    np.testing.assert_array_equal(x, ref)

@@ -155,6 +155,22 @@ PTO_INLINE void tile_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Row 
   z.vc = int(vc);
 }
 
+// Whether writing row r of `out` before reading row r + 1 of `in` reads what the TLOAD would
+// have: the views are the same rows, or their spans of memory do not meet.
+PTO_INLINE bool rowwise_safe(GlobalView<float> out, GlobalView<float> in, int64_t R, int64_t C) {
+  if (out.ptr == in.ptr && out.rs == in.rs) return true;
+  auto span = [&](const GlobalView<float>& v, const float*& lo, const float*& hi) {
+    const int64_t rows = clamp0(v.vr, R), cols = clamp0(v.vc, C);
+    lo = v.ptr;
+    hi = v.ptr + (rows > 0 && cols > 0 ? (rows - 1) * v.rs + cols : 0);
+    if (v.rs < 0) lo = v.ptr + (rows - 1) * v.rs, hi = v.ptr + cols;
+  };
+  const float *olo, *ohi, *ilo, *ihi;
+  span(out, olo, ohi);
+  span(in, ilo, ihi);
+  return ohi <= ilo || ihi <= olo;
+}
+
 // TLOAD x, in; <the sequence: z from x>; TSTORE out, z — with the rows read from `in` and written
 // to `out` in place where both views have unit column stride: no copy of the whole tile in or
 // out, and each row's passes stay in L1 (the tiles are then per-row scratch; the matcher proved x
@@ -162,7 +178,7 @@ PTO_INLINE void tile_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Row 
 template <bool Stream, int R, int C, class Row, class... S>
 PTO_INLINE void global_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
                             Tile<float, R, C>& z, Row row, S&... per_row) {
-  if (in.cs != 1 || out.cs != 1) {
+  if (in.cs != 1 || out.cs != 1 || !rowwise_safe(out, in, R, C)) {
     TLOAD(x, in);
     tile_rows(z, x, row, per_row...);
     if constexpr (Stream)
@@ -261,6 +277,45 @@ inline void layer_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<fl
         detail::layer_norm_row(d, xr, n, cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
       },
       mu, r);
+}
+
+// TLOAD a, ga; TLOAD b, gb; <op> y, a, b; TSTORE out, y (R x C tiles, C > 1: no broadcast),
+// row by row from and to global memory where the views allow it (as global_rows).
+template <bool Stream, int R, int C, class Op>
+inline void binary_rows(GlobalView<float> out, GlobalView<float> ga, GlobalView<float> gb,
+                        Tile<float, R, C>& a, Tile<float, R, C>& b, Tile<float, R, C>& y, Op op) {
+  static_assert(C > 1, "binary_rows: a 1-column tile would broadcast");
+  if (ga.cs != 1 || gb.cs != 1 || out.cs != 1 || !detail::rowwise_safe(out, ga, R, C) ||
+      !detail::rowwise_safe(out, gb, R, C)) {
+    TLOAD(a, ga);
+    TLOAD(b, gb);
+    pto::detail::binary(y, a, b, op);
+    if constexpr (Stream)
+      TSTORE(out, y, kStream);
+    else
+      TSTORE(out, y);
+    return;
+  }
+  using pto::detail::clamp0;
+  const int64_t ar = clamp0(ga.vr, R), br = clamp0(gb.vr, R), ac = clamp0(ga.vc, C), bc = clamp0(gb.vc, C);
+  const int64_t vr = R == 1 ? (ar > 0 && br > 0 ? 1 : 0) : pto::detail::imin(ar, br);
+  const int64_t vc = pto::detail::imin(ac, bc);
+  const int64_t wr = pto::detail::imin(clamp0(out.vr, R), vr), wc = pto::detail::imin(clamp0(out.vc, C), vc);
+  for (int64_t r = 0; r < wr; ++r) {
+    const float* ap = ga.ptr + r * ga.rs;
+    const float* bp = gb.ptr + r * gb.rs;
+    float* yr = y.data + r * C;
+    for (int64_t i = 0; i < vc; ++i) yr[i] = op(ap[i], bp[i]);
+    if (wc == 0) continue;
+    if constexpr (Stream)
+      pto::detail::stream_bytes(reinterpret_cast<char*>(out.ptr + r * out.rs),
+                                reinterpret_cast<const char*>(yr), wc * int64_t(sizeof(float)));
+    else
+      __builtin_memcpy(out.ptr + r * out.rs, yr, size_t(wc) * sizeof(float));
+  }
+  if constexpr (Stream) pto::detail::stream_fence();
+  a.vr = int(ar), a.vc = int(ac), b.vr = int(br), b.vc = int(bc);  // as the TLOADs would say
+  y.vr = int(vr), y.vc = int(vc);  // rows past wr: not computed, as no one reads them (matcher)
 }
 
 }  // namespace fused

@@ -659,6 +659,7 @@ class Gen {
         if (a.kind == RowFusion::Kind::Tile) s = tile(op, a.arg);
         if (a.kind == RowFusion::Kind::RowData) s = tile(op, a.arg) + ".data";
         if (a.kind == RowFusion::Kind::Scalar) s = scalar(op, a.arg, DType::F32);
+        if (a.kind == RowFusion::Kind::Text) s = a.text;
       }
       call += (k ? ", " : "") + s;
     }

@@ -217,12 +217,50 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
   return f;
 }
 
+// TLOAD a, ga; TLOAD b, gb; <binary> y, a, b; TSTORE gy, y, with a, b and y dead afterwards.
+std::optional<RowFusion> match_binary(const std::vector<Stmt>& body, size_t i) {
+  static const std::map<Opcode, std::string> ops = {{Opcode::TADD, "OpAdd"}, {Opcode::TSUB, "OpSub"},
+                                                    {Opcode::TMUL, "OpMul"}, {Opcode::TDIV, "OpDiv"},
+                                                    {Opcode::TMAX, "OpMax"}, {Opcode::TMIN, "OpMin"}};
+  const Op *l0 = op_at(body, i), *l1 = op_at(body, i + 1), *op = op_at(body, i + 2), *st = op_at(body, i + 3);
+  if (!l0 || !l1 || !op || !st || l0->code != Opcode::TLOAD || l1->code != Opcode::TLOAD ||
+      st->code != Opcode::TSTORE || !ops.count(op->code) || op->args.size() != 3)
+    return std::nullopt;
+  if (!global_f32(*l0, 1) || !global_f32(*l1, 1) || !global_f32(*st, 0)) return std::nullopt;
+  const View *t0 = view_of(*l0, 0), *t1 = view_of(*l1, 0), *y = view_of(*op, 0), *p = view_of(*op, 1),
+             *q = view_of(*op, 2), *s = view_of(*st, 1);
+  for (const View* v : {t0, t1, y, p, q, s})
+    if (!v || !is_f32_tile(*v)) return std::nullopt;
+  const auto shape = y->buf->shape;
+  if (shape[1] < 2 || t0->buf->shape != shape || t1->buf->shape != shape) return std::nullopt;
+  const Buffer *a = t0->buf.get(), *b = t1->buf.get(), *d = y->buf.get();
+  if (a == b || a == d || b == d || s->buf.get() != d) return std::nullopt;
+  if (!((p->buf.get() == a && q->buf.get() == b) || (p->buf.get() == b && q->buf.get() == a)))
+    return std::nullopt;
+  for (const Buffer* t : {a, b, d})
+    if (!dead_from(body, i + 4, t)) return std::nullopt;
+  const size_t pl = p->buf.get() == a ? 0 : 1;  // the TLOAD of the first operand
+  RowFusion f;
+  f.fn = "binary_rows";
+  f.count = 4;
+  f.global = true;
+  using K = RowFusion::Kind;
+  f.args = {{K::Global, 3, 0},
+            {K::Global, pl, 1},
+            {K::Global, 1 - pl, 1},
+            {K::Tile, pl, 0},
+            {K::Tile, 1 - pl, 0},
+            {K::Tile, 2, 0},
+            {K::Text, 0, 0, "pto::detail::" + ops.at(op->code) + "{}"}};
+  return f;
+}
+
 }  // namespace
 
 std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t i) {
   for (const Pattern& p : patterns())
     if (auto f = match_at(p, body, i)) return f;
-  return std::nullopt;
+  return match_binary(body, i);
 }
 
 }  // namespace pypto::cpu

@@ -6,7 +6,8 @@
 // global memory in place (no tile-sized copies). Only runs whose every operand is a whole local
 // f32 tile of the expected shape match; anything else is emitted instruction by instruction.
 // TLOADs of other tiles between the steps (a weight loaded where it is first used) move before
-// the call.
+// the call. Likewise TLOAD a, TLOAD b, a binary f32 instruction, TSTORE of its result (vector
+// add and its kin): one call that reads both sources and writes the result row by row in place.
 #pragma once
 #include <cstddef>
 #include <optional>
@@ -20,10 +21,11 @@ namespace pypto::cpu {
 struct RowFusion {
   // One argument of the call: operand `arg` of the statement `stmt` (an offset from the match's
   // start) as a tile, a scalar, a 1 x C tile's data pointer or a global view; or nullptr.
-  enum class Kind { Tile, Scalar, RowData, Global, Null };
+  enum class Kind { Tile, Scalar, RowData, Global, Null, Text };
   struct Arg {
     Kind kind;
     size_t stmt = 0, arg = 0;
+    std::string text = {};  // Text: printed as is
   };
   std::string fn;       // the function of namespace pto::fused
   size_t count = 0;     // statements the call replaces

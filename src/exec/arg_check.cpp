@@ -2,10 +2,10 @@
 #include "exec/arg_check.h"
 
 #include "ir/number_text.h"
+#include "ir/visitor.h"
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <string>
 
@@ -104,22 +104,16 @@ bool may_overlap(const TensorArg& a, const TensorArg& b) {
 
 std::vector<bool> written_params(const ir::Program& p) {
   std::vector<bool> out(p.params.size(), false);
-  std::function<void(const std::vector<ir::Stmt>&)> walk = [&](const std::vector<ir::Stmt>& body) {
-    for (const ir::Stmt& s : body) {
-      if (!s) continue;
-      walk(s->body);
-      walk(s->orelse);
-      if (s->kind != ir::StmtKind::OpStmt || s->op.args.empty()) continue;
-      // Operand 0 is the destination, except for a prefetch (a hint) and sync instructions.
-      if (s->op.code == ir::Opcode::TPREFETCH || ir::opcode_info(s->op.code).category == ir::OpCategory::Sync)
-        continue;
-      const ir::View* dst = std::get_if<ir::View>(&s->op.args[0]);
-      if (!dst || !dst->buf) continue;
-      for (size_t i = 0; i < p.params.size(); ++i)
-        if (p.params[i] == dst->buf || p.params[i]->name == dst->buf->name) out[i] = true;
-    }
-  };
-  walk(p.body);
+  ir::for_each_stmt(p.body, [&](const ir::Stmt& s) {
+    if (s->kind != ir::StmtKind::OpStmt || s->op.args.empty()) return;
+    // Operand 0 is the destination, except for a prefetch (a hint) and sync instructions.
+    if (s->op.code == ir::Opcode::TPREFETCH || ir::opcode_info(s->op.code).category == ir::OpCategory::Sync)
+      return;
+    const ir::View* dst = std::get_if<ir::View>(&s->op.args[0]);
+    if (!dst || !dst->buf) return;
+    for (size_t i = 0; i < p.params.size(); ++i)
+      if (p.params[i] == dst->buf || p.params[i]->name == dst->buf->name) out[i] = true;
+  });
   return out;
 }
 

@@ -377,6 +377,32 @@ void Builder::end_if() {
     impl_->emit(if_then(f.cond, std::move(f.then_stmts), std::move(f.stmts)));
 }
 
+void Builder::begin_call(const std::string& name) {
+  if (impl_->call_depth++ == 0)
+    impl_->call = Impl::Call{name, impl_->frames.size(), impl_->frames.back().stmts.size()};
+}
+
+void Builder::end_call() {
+  if (impl_->call_depth == 0) throw Error("end_call without a matching begin_call");
+  if (--impl_->call_depth > 0) return;
+  const Impl::Call& c = impl_->call;
+  if (impl_->frames.size() != c.frames) return;  // (a call that failed halfway: the trace is abandoned)
+  std::vector<Stmt>& stmts = impl_->frames.back().stmts;
+  // Allocations and lets go in front of the group: a pass that gives a block's allocations a
+  // meaning (autodiff's adjoints) then sees them where it would without the label.
+  std::vector<Stmt> decls, group;
+  for (size_t i = c.start; i < stmts.size(); ++i) {
+    const bool decl = stmts[i]->kind == StmtKind::Alloc || stmts[i]->kind == StmtKind::Let;
+    (decl ? decls : group).push_back(stmts[i]);
+  }
+  if (group.size() < 2) return;
+  stmts.resize(c.start);
+  stmts.insert(stmts.end(), decls.begin(), decls.end());
+  Stmt s = seq(std::move(group));
+  s->var = c.name;
+  impl_->emit(std::move(s));
+}
+
 void Builder::begin_group(const std::string& label) {
   Impl::Frame f;
   f.kind = Impl::Frame::Group;

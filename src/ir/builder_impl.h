@@ -27,6 +27,14 @@ struct Builder::Impl {
   std::string where;     // source location of the statements being built
   std::map<const StmtNode*, std::string> locations;
   std::set<const Buffer*> detached;  // results of Builder::detach
+  // The outermost open public op call (begin_call): its name, the frame depth and the index in
+  // that frame's statements where it began.
+  struct Call {
+    std::string name;
+    size_t frames = 0, start = 0;
+  };
+  Call call;
+  int call_depth = 0;
   // Dynamic dimensions: the front end's symbol names -> their variables, the dimension symbols in
   // binding order (appended to the program's scalars by finish), and their range.
   std::map<std::string, Expr> symbol_vars;

@@ -442,17 +442,18 @@ class Parser {
   }
 
   // ---- statements -------------------------------------------------------------------------------
-  std::vector<Stmt> block(const std::string& loop_var = "") {
+  // scoped = false: a `seq` block, a group whose names stay visible after it.
+  std::vector<Stmt> block(const std::string& loop_var = "", bool scoped = true) {
     const Nest nest(*this);
     expect("{");
-    scopes_.emplace_back();
+    if (scoped) scopes_.emplace_back();
     if (!loop_var.empty()) declare_var(loop_var, DType::I64);
     std::vector<Stmt> body;
     while (!accept("}")) {
       if (peek().kind == Tok::End) fail("expected '}' before end of input");
       body.push_back(stmt());
     }
-    scopes_.pop_back();
+    if (scoped) scopes_.pop_back();
     return body;
   }
 
@@ -463,7 +464,7 @@ class Parser {
       next();
       std::string label;
       if (peek().kind == Tok::Ident) label = next().text;
-      Stmt s = seq(block());
+      Stmt s = seq(block("", false));
       s->var = label;
       return s;
     }

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "ir/expr_impl.h"
+#include "ir/visitor.h"
 
 namespace pypto::ir {
 
@@ -58,14 +59,6 @@ std::string operand_text(const Operand& o) {
   return expr_text(std::get<Expr>(o));
 }
 
-void print_stmt(const Stmt& st, int indent, std::string& out);
-
-// Statements append to one string: time stays linear in the text's length however deep the
-// nesting (returning a string per level copied every body once per enclosing level).
-void print_block(const std::vector<Stmt>& body, int indent, std::string& out) {
-  for (const auto& s : body) print_stmt(s, indent, out);
-}
-
 }  // namespace
 
 std::string print(const View& v) {
@@ -105,51 +98,65 @@ std::string print(const Op& op) {
 }
 
 namespace {
-void print_stmt(const Stmt& st, int indent, std::string& out) {
-  const std::string pad(size_t(indent) * 2, ' ');
-  if (!st) {
-    out += pad + "<null stmt>\n";
-    return;
+// Statements append to one string: time stays linear in the text's length however deep the
+// nesting (returning a string per level copied every body once per enclosing level).
+class StmtPrinter : public StmtVisitor {
+ public:
+  StmtPrinter(int indent, std::string& out) : indent_(indent), out_(out) {}
+  void visit(const Stmt& st) override {
+    if (!st) {
+      out_ += pad() + "<null stmt>\n";
+      return;
+    }
+    StmtVisitor::visit(st);
   }
-  switch (st->kind) {
-    case StmtKind::Seq:
-      out += pad + (st->var.empty() ? "seq {\n" : "seq " + st->var + " {\n");
-      print_block(st->body, indent + 1, out);
-      out += pad + "}\n";
-      break;
-    case StmtKind::For:
-      out += pad + (st->loop_kind == LoopKind::Parallel ? "parallel for " : "for ") +
-             name_token('%', st->var) + " = " + expr_text(st->lo) + " to " + expr_text(st->hi);
-      if (!is_int_value(st->step, 1)) out += " step " + expr_text(st->step);
-      out += " {\n";
-      print_block(st->body, indent + 1, out);
-      out += pad + "}\n";
-      break;
-    case StmtKind::If:
-      out += pad + "if " + expr_text(st->cond) + " {\n";
-      print_block(st->body, indent + 1, out);
-      if (!st->orelse.empty()) {
-        out += pad + "} else {\n";
-        print_block(st->orelse, indent + 1, out);
-      }
-      out += pad + "}\n";
-      break;
-    case StmtKind::Let:
-      out += pad + "let " + name_token('%', st->var) + " = " + expr_text(st->value) + "\n";
-      break;
-    case StmtKind::Alloc:
-      out += pad + "alloc " + (st->buffer ? buffer_decl(*st->buffer, false) : "<null buffer>") + "\n";
-      break;
-    case StmtKind::OpStmt:
-      out += pad + print(st->op) + "\n";
-      break;
+
+ private:
+  std::string pad() const { return std::string(size_t(indent_) * 2, ' '); }
+  // a body one level deeper
+  void nested(const std::vector<Stmt>& body) {
+    ++indent_;
+    visit_block(body);
+    --indent_;
   }
-}
+  void visit_seq(const StmtNode& st) override {
+    out_ += pad() + (st.var.empty() ? "seq {\n" : "seq " + st.var + " {\n");
+    nested(st.body);
+    out_ += pad() + "}\n";
+  }
+  void visit_for(const StmtNode& st) override {
+    out_ += pad() + (st.loop_kind == LoopKind::Parallel ? "parallel for " : "for ") +
+            name_token('%', st.var) + " = " + expr_text(st.lo) + " to " + expr_text(st.hi);
+    if (!is_int_value(st.step, 1)) out_ += " step " + expr_text(st.step);
+    out_ += " {\n";
+    nested(st.body);
+    out_ += pad() + "}\n";
+  }
+  void visit_if(const StmtNode& st) override {
+    out_ += pad() + "if " + expr_text(st.cond) + " {\n";
+    nested(st.body);
+    if (!st.orelse.empty()) {
+      out_ += pad() + "} else {\n";
+      nested(st.orelse);
+    }
+    out_ += pad() + "}\n";
+  }
+  void visit_let(const StmtNode& st) override {
+    out_ += pad() + "let " + name_token('%', st.var) + " = " + expr_text(st.value) + "\n";
+  }
+  void visit_alloc(const StmtNode& st) override {
+    out_ += pad() + "alloc " + (st.buffer ? buffer_decl(*st.buffer, false) : "<null buffer>") + "\n";
+  }
+  void visit_op(const StmtNode& st) override { out_ += pad() + print(st.op) + "\n"; }
+
+  int indent_;
+  std::string& out_;
+};
 }  // namespace
 
 std::string print(const Stmt& st, int indent) {
   std::string out;
-  print_stmt(st, indent, out);
+  StmtPrinter(indent, out).visit(st);
   return out;
 }
 
@@ -166,7 +173,7 @@ std::string print(const Program& p) {
     first = false;
   }
   out += ") {\n";
-  print_block(p.body, 1, out);
+  StmtPrinter(1, out).visit_block(p.body);
   out += "}\n";
   return out;
 }

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "ir/printer.h"
+#include "ir/visitor.h"
 
 namespace pypto::ir {
 
@@ -69,7 +70,7 @@ const char* operand_kinds(Opcode op) {
 
 bool is_local(const View& v) { return v.buf && v.buf->space != Space::Global; }
 
-class Verifier {
+class Verifier : public StmtVisitor {
  public:
   explicit Verifier(Level level) : level_(level) {}
 
@@ -449,61 +450,56 @@ class Verifier {
   void block(const std::vector<Stmt>& body, const std::string& loop_var = "") {
     scopes_.emplace_back();
     if (!loop_var.empty()) declare_var(loop_var, DType::I64);
-    for (const auto& s : body) stmt(s);
+    visit_block(body);
     scopes_.pop_back();
   }
 
-  void stmt(const Stmt& s) {
+  void visit(const Stmt& s) override {
     if (!s) fail("null statement");
     std::string saved = where_;
-    switch (s->kind) {
-      case StmtKind::Seq:
-        block(s->body);
-        break;
-      case StmtKind::For:
-        where_ = "for %" + s->var;
-        if (s->var.empty()) fail("loop without a variable");
-        index_expr(s->lo, "loop start");
-        index_expr(s->hi, "loop end");
-        index_expr(s->step, "loop step");
-        if (auto st = as_int(s->step); st && *st <= 0) fail("loop step must be positive");
-        {
-          // The loop variable's range, where its bounds are known: a view's valid extent that
-          // must exceed its size for some iteration is rejected (see view()).
-          const auto lo = bounds(s->lo, loop_bounds_), hi = bounds(s->hi, loop_bounds_);
-          const bool known = lo && hi && lo->lo < hi->hi;
-          if (known) loop_bounds_[s->var] = Interval{lo->lo, hi->hi - 1};
-          block(s->body, s->var);
-          if (known) loop_bounds_.erase(s->var);
-        }
-        break;
-      case StmtKind::If:
-        where_ = "if " + to_string(s->cond);
-        expr(s->cond, "condition");
-        block(s->body);
-        block(s->orelse);
-        break;
-      case StmtKind::Let:
-        where_ = "let %" + s->var;
-        expr(s->value, "let value");
-        declare_var(s->var, s->value->dtype);
-        break;
-      case StmtKind::Alloc:
-        if (!s->buffer) fail("alloc without a buffer");
-        where_ = "alloc %" + s->buffer->name;
-        if (s->buffer->kind != BufferKind::Temp)
-          fail("allocated buffer %" + s->buffer->name + " must have kind temp");
-        dynamic_dims(*s->buffer);
-        declare_buffer(s->buffer);
-        if (level_ == Level::Tile && s->buffer->space != Space::Global && !s->buffer->is_dynamic())
-          local_tile_size(*s->buffer);
-        break;
-      case StmtKind::OpStmt:
-        where_ = "`" + print(s->op) + "`";
-        op(s->op);
-        break;
-    }
+    StmtVisitor::visit(s);
     where_ = saved;
+  }
+  void visit_seq(const StmtNode& s) override { visit_block(s.body); }  // a group, not a scope (ir.h)
+  void visit_for(const StmtNode& s) override {
+    where_ = "for %" + s.var;
+    if (s.var.empty()) fail("loop without a variable");
+    index_expr(s.lo, "loop start");
+    index_expr(s.hi, "loop end");
+    index_expr(s.step, "loop step");
+    if (auto st = as_int(s.step); st && *st <= 0) fail("loop step must be positive");
+    // The loop variable's range, where its bounds are known: a view's valid extent that must
+    // exceed its size for some iteration is rejected (see view()).
+    const auto lo = bounds(s.lo, loop_bounds_), hi = bounds(s.hi, loop_bounds_);
+    const bool known = lo && hi && lo->lo < hi->hi;
+    if (known) loop_bounds_[s.var] = Interval{lo->lo, hi->hi - 1};
+    block(s.body, s.var);
+    if (known) loop_bounds_.erase(s.var);
+  }
+  void visit_if(const StmtNode& s) override {
+    where_ = "if " + to_string(s.cond);
+    expr(s.cond, "condition");
+    block(s.body);
+    block(s.orelse);
+  }
+  void visit_let(const StmtNode& s) override {
+    where_ = "let %" + s.var;
+    expr(s.value, "let value");
+    declare_var(s.var, s.value->dtype);
+  }
+  void visit_alloc(const StmtNode& s) override {
+    if (!s.buffer) fail("alloc without a buffer");
+    where_ = "alloc %" + s.buffer->name;
+    if (s.buffer->kind != BufferKind::Temp)
+      fail("allocated buffer %" + s.buffer->name + " must have kind temp");
+    dynamic_dims(*s.buffer);
+    declare_buffer(s.buffer);
+    if (level_ == Level::Tile && s.buffer->space != Space::Global && !s.buffer->is_dynamic())
+      local_tile_size(*s.buffer);
+  }
+  void visit_op(const StmtNode& s) override {
+    where_ = "`" + print(s.op) + "`";
+    op(s.op);
   }
 
   Level level_;

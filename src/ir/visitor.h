@@ -22,7 +22,8 @@ class ExprVisitor {
 class StmtVisitor {
  public:
   virtual ~StmtVisitor() = default;
-  void visit_block(const std::vector<Stmt>& body);
+  // Each statement of a block in order (a pass that handles runs of statements overrides it).
+  virtual void visit_block(const std::vector<Stmt>& body);
   // Dispatches on the statement's kind to the methods below.
   virtual void visit(const Stmt& s);
 
@@ -39,13 +40,14 @@ class StmtVisitor {
   virtual void visit_expr(const Expr&) {}
 };
 
-// Calls f on every statement (pre-order), descending into loops, ifs and sequences.
+// Calls f on every (non-null) statement, pre-order, descending into loops, ifs and sequences.
 template <class F>
 void for_each_stmt(const std::vector<Stmt>& body, F&& f) {
   struct Each : StmtVisitor {
     F& f;
     explicit Each(F& fn) : f(fn) {}
     void visit(const Stmt& s) override {
+      if (!s) return;
       f(s);
       StmtVisitor::visit(s);
     }

@@ -89,11 +89,13 @@ bool broadcasts_to(const std::vector<int64_t>& s, const std::vector<int64_t>& d)
   return true;
 }
 
-// Where a statement of a block came from: the expansion of a composite op (its instance and
-// name), or the program itself (instance -1).
+// Where a statement of a block came from: the expansion of a composite op or a public op call
+// (`call`: a label of Builder::begin_call), with its instance and name; or the program itself
+// (instance -1).
 struct Origin {
   int instance = -1;
   std::string name;
+  bool call = false;
 };
 
 class Fuser : public StmtMutator {
@@ -105,18 +107,8 @@ class Fuser : public StmtMutator {
   std::vector<Stmt> mutate_block(const std::vector<Stmt>& body) override {
     std::vector<Stmt> in;
     std::vector<Origin> origin;
-    for (const Stmt& s : body) {
-      if (s->kind == StmtKind::Seq && is_composite_label(s->var)) {
-        ++instances_;
-        for (const Stmt& t : s->body) {
-          in.push_back(t);
-          origin.push_back({instances_, s->var});
-        }
-      } else {
-        in.push_back(s);
-        origin.push_back({});
-      }
-    }
+    for (const Stmt& s : body) open(s, Origin{}, in, origin);
+    if (o_.mode == FusionOptions::Listed) list_calls(in, origin);
     std::vector<Stmt> out;
     std::set<const Buffer*> allocs;
     for (size_t i = 0; i < in.size(); ++i) {
@@ -144,13 +136,46 @@ class Fuser : public StmtMutator {
   TileSizes sizes_;
   int instances_ = 0;
 
+  std::set<int> listed_calls_;  // Listed: the calls every fusible instruction of which is listed
+
   Stmt mutate_op(const Stmt& s) override { return s; }
+
+  // Appends s to `in`, a labelled group (composite expansion or public op call) opened up, its
+  // statements taking the outermost group's origin. A matmul in a call keeps no origin: it fuses
+  // as it would outside (a call does not make a matmul take its neighbours as an epilogue).
+  void open(const Stmt& s, const Origin& outer, std::vector<Stmt>& in, std::vector<Origin>& origin) {
+    if (s->kind == StmtKind::Seq && !s->var.empty() && !is_group(s)) {
+      Origin o = outer;
+      if (o.instance < 0) o = Origin{++instances_, s->var, !is_composite_label(s->var)};
+      for (const Stmt& t : s->body) open(t, o, in, origin);
+      return;
+    }
+    const bool call_matmul = outer.call && s->kind == StmtKind::OpStmt && kind_of(s->op.code) == Kind::Matmul;
+    in.push_back(s);
+    origin.push_back(call_matmul ? Origin{} : outer);
+  }
+
+  // A public op call joins its neighbours under a fusion list when every instruction of it that
+  // can fuse at all is of a listed kind; otherwise it fuses only within itself, like a composite.
+  void list_calls(const std::vector<Stmt>& in, const std::vector<Origin>& origin) {
+    std::set<int> unlisted;
+    for (size_t j = 0; j < in.size(); ++j) {
+      if (!origin[j].call) continue;
+      listed_calls_.insert(origin[j].instance);
+      if (in[j]->kind == StmtKind::OpStmt && kind_of(in[j]->op.code) != Kind::Other &&
+          !o_.kinds.count(op_name(in[j]->op.code)))
+        unlisted.insert(origin[j].instance);
+    }
+    for (int i : unlisted) listed_calls_.erase(i);
+  }
 
   // Which instructions may share a group: those with equal keys.
   int64_t group_key(const std::vector<Stmt>& in, const std::vector<Origin>& origin, size_t j) const {
     const Origin& o = origin[j];
     if (o_.mode == FusionOptions::Off) return -1 - int64_t(j);
     if (o_.mode == FusionOptions::Full) return 0;
+    if (o.call)
+      return o_.mode == FusionOptions::Listed && listed_calls_.count(o.instance) ? 0 : 1 + o.instance;
     std::string name = o.instance >= 0 ? o.name : op_name(in[j]->op.code);
     if (o_.mode == FusionOptions::Listed && o_.kinds.count(name)) return 0;
     return o.instance >= 0 ? 1 + o.instance : -1 - int64_t(j);

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "ir/trip_count.h"
+#include "ir/visitor.h"
 
 namespace pypto::runtime {
 namespace {
@@ -11,7 +12,8 @@ namespace {
 // loop as trips x one iteration.
 constexpr int64_t kWalkBudget = int64_t(1) << 16;
 
-struct Counter {
+// Walks the program counting flops (and bytes), each statement times how often it runs.
+struct Counter : ir::StmtVisitor {
   KernelCost cost;
   bool memory_bytes = false;  // count the bytes loads and stores move (tile level)
   bool have_env = false;      // env holds the call's scalars: evaluate what is not constant
@@ -87,57 +89,52 @@ struct Counter {
     return bytes;
   }
 
+  // Counts body as run `times` times (times_ is restored on return).
   void walk(const std::vector<ir::Stmt>& body, double times) {
-    for (const ir::Stmt& s : body) {
-      switch (s->kind) {
-        case ir::StmtKind::Seq:
-          walk(s->body, times);
-          break;
-        case ir::StmtKind::For: {
-          std::optional<int64_t> lo = value(s->lo), hi = value(s->hi), step = value(s->step);
-          std::optional<int64_t> span = ir::as_int(s->hi - s->lo);  // constant even when lo and hi are not
-          if (have_env && lo && hi && step && *step > 0 && ir::trip_count(*lo, *hi, *step) <= walk_budget) {
-            int64_t n = int64_t(ir::trip_count(*lo, *hi, *step));
-            walk_budget -= n;
-            for (int64_t t = 0; t < n; ++t) {  // each iteration with its extents (an edge tile is smaller)
-              env[s->var] = ir::ScalarValue{false, *lo + t * *step, 0};
-              walk(s->body, times);
-            }
-            env.erase(s->var);
-            break;
-          }
-          double trips = 1;
-          if (lo && hi && step)
-            trips = double(ir::trip_count(*lo, *hi, *step));
-          else if (span && step)
-            trips = double(ir::trip_count(0, *span, *step));
-          else
-            cost.exact = false;
-          walk(s->body, times * trips);
-          break;
-        }
-        case ir::StmtKind::If: {  // the branch taken, when known; else the costlier one: an upper bound
-          if (auto c = value(s->cond)) {
-            walk(*c ? s->body : s->orelse, times);
-            break;
-          }
-          cost.exact = false;
-          double before = cost.flops;
-          walk(s->body, times);
-          double then_flops = cost.flops - before;
-          cost.flops = before;
-          walk(s->orelse, times);
-          cost.flops = before + std::max(then_flops, cost.flops - before);
-          break;
-        }
-        case ir::StmtKind::OpStmt:
-          cost.flops += times * op_flops(s->op);
-          if (memory_bytes) cost.bytes += times * op_bytes(s->op);
-          break;
-        default:
-          break;
+    const double saved = times_;
+    times_ = times;
+    visit_block(body);
+    times_ = saved;
+  }
+
+ private:
+  double times_ = 1;  // how often the statement being visited runs
+
+  void visit_for(const ir::StmtNode& s) override {
+    std::optional<int64_t> lo = value(s.lo), hi = value(s.hi), step = value(s.step);
+    std::optional<int64_t> span = ir::as_int(s.hi - s.lo);  // constant even when lo and hi are not
+    if (have_env && lo && hi && step && *step > 0 && ir::trip_count(*lo, *hi, *step) <= walk_budget) {
+      int64_t n = int64_t(ir::trip_count(*lo, *hi, *step));
+      walk_budget -= n;
+      for (int64_t t = 0; t < n; ++t) {  // each iteration with its extents (an edge tile is smaller)
+        env[s.var] = ir::ScalarValue{false, *lo + t * *step, 0};
+        visit_block(s.body);
       }
+      env.erase(s.var);
+      return;
     }
+    double trips = 1;
+    if (lo && hi && step)
+      trips = double(ir::trip_count(*lo, *hi, *step));
+    else if (span && step)
+      trips = double(ir::trip_count(0, *span, *step));
+    else
+      cost.exact = false;
+    walk(s.body, times_ * trips);
+  }
+  void visit_if(const ir::StmtNode& s) override {  // the branch taken, when known; else the costlier one
+    if (auto c = value(s.cond)) return visit_block(*c ? s.body : s.orelse);
+    cost.exact = false;  // an upper bound
+    double before = cost.flops;
+    visit_block(s.body);
+    double then_flops = cost.flops - before;
+    cost.flops = before;
+    visit_block(s.orelse);
+    cost.flops = before + std::max(then_flops, cost.flops - before);
+  }
+  void visit_op(const ir::StmtNode& s) override {
+    cost.flops += times_ * op_flops(s.op);
+    if (memory_bytes) cost.bytes += times_ * op_bytes(s.op);
   }
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backends/cpu/nests.h"
+#include "ir/visitor.h"
 #include "runtime/kernel_cost.h"
 
 namespace pypto::runtime {
@@ -11,21 +12,19 @@ namespace {
 // Distinct lines of a statement and of the statements inside it, in order.
 void lines_of(const ir::Stmt& s, const std::function<std::string(const ir::StmtNode*)>& locate,
               std::vector<std::string>& out) {
-  if (!s) return;
-  std::string where = locate(s.get());
-  if (!where.empty() && std::find(out.begin(), out.end(), where) == out.end()) out.push_back(where);
-  for (const ir::Stmt& c : s->body) lines_of(c, locate, out);
-  for (const ir::Stmt& c : s->orelse) lines_of(c, locate, out);
+  ir::for_each_stmt(std::vector<ir::Stmt>{s}, [&](const ir::Stmt& t) {
+    std::string where = locate(t.get());
+    if (!where.empty() && std::find(out.begin(), out.end(), where) == out.end()) out.push_back(where);
+  });
 }
 
 // Buffers a tensor-level statement writes, global or not (operand 0 of its instructions).
 void tensor_writes(const ir::Stmt& s, std::vector<std::string>& out) {
-  if (!s) return;
-  for (const ir::Stmt& c : s->body) tensor_writes(c, out);
-  for (const ir::Stmt& c : s->orelse) tensor_writes(c, out);
-  if (s->kind != ir::StmtKind::OpStmt || s->op.args.empty()) return;
-  if (const ir::View* dst = std::get_if<ir::View>(&s->op.args[0]); dst && dst->buf)
-    out.push_back(dst->buf->name);
+  ir::for_each_stmt(std::vector<ir::Stmt>{s}, [&](const ir::Stmt& t) {
+    if (t->kind != ir::StmtKind::OpStmt || t->op.args.empty()) return;
+    if (const ir::View* dst = std::get_if<ir::View>(&t->op.args[0]); dst && dst->buf)
+      out.push_back(dst->buf->name);
+  });
 }
 
 }  // namespace

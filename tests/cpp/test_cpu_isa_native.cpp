@@ -124,25 +124,6 @@ int main() {
 }
 )PTO";
 
-TEST(CpuIsaNative, HeadersPassUnderMarchNative) {
-  const char* env = std::getenv("PYPTO_CXX");
-  std::string cxx = env && *env ? env : "c++";
-  int st = 0;
-  run_capture("command -v " + cxx, &st);
-  if (st != 0) GTEST_SKIP() << "no C++ compiler (" << cxx << ")";
-  char dir[] = "/tmp/pto_native_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string src = std::string(dir) + "/check.cpp", exe = std::string(dir) + "/check";
-  std::ofstream(src) << kProgram;
-  std::string out = run_capture(
-      cxx + " -std=c++17 -O3 -march=native -I" + pypto::cpu::include_dir() + " " + src + " -o " + exe, &st);
-  ASSERT_EQ(st, 0) << "compile failed:\n" << out;
-  out = run_capture(exe, &st);
-  EXPECT_EQ(st, 0) << out;
-  EXPECT_NE(out.find("OK"), std::string::npos) << out;
-  std::remove(src.c_str());
-  std::remove(exe.c_str());
-  rmdir(dir);
-}
+TEST(CpuIsaNative, HeadersPassUnderMarchNative) { compile_and_run_check(kProgram, "-O3 -march=native"); }
 
 }  // namespace

@@ -1,8 +1,16 @@
 // Runs a shell command and captures its output: for the C++ tests that compile and run a
 // self-checking program (test_cpu_isa_native.cpp, test_cpu_isa_dot.cpp).
 #pragma once
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <string>
+
+#include "backends/cpu/compiler.h"
+#include "gtest/gtest.h"
 
 // stdout and stderr of `cmd`; *status is pclose's status (-1 when the command could not start).
 inline std::string run_capture(const std::string& cmd, int* status) {
@@ -17,4 +25,29 @@ inline std::string run_capture(const std::string& cmd, int* status) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   *status = pclose(p);
   return out;
+}
+
+// Compiles the self-checking C++ `program` against the PTO headers with `flags` (after -std=c++17
+// and -I), runs it, and expects exit status 0 and "OK" in its output; skips without a compiler.
+inline void compile_and_run_check(const char* program, const std::string& flags) {
+  const char* env = std::getenv("PYPTO_CXX");
+  std::string cxx = env && *env ? env : "c++";
+  int st = 0;
+  run_capture("command -v " + cxx, &st);
+  if (st != 0) GTEST_SKIP() << "no C++ compiler (" << cxx << ")";
+  char dir[] = "/tmp/pto_check_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string src = std::string(dir) + "/check.cpp", exe = std::string(dir) + "/check";
+  std::ofstream(src) << program;
+  std::string out = run_capture(
+      cxx + " -std=c++17 " + flags + " -I" + pypto::cpu::include_dir() + " " + src + " -o " + exe, &st);
+  EXPECT_EQ(st, 0) << "compile failed:\n" << out;
+  if (st == 0) {
+    out = run_capture(exe, &st);
+    EXPECT_EQ(st, 0) << out;
+    EXPECT_NE(out.find("OK"), std::string::npos) << out;
+  }
+  std::remove(src.c_str());
+  std::remove(exe.c_str());
+  rmdir(dir);
 }

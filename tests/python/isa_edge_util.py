@@ -2,8 +2,10 @@
 docs/isa.md §2, shared by the differential tests and the fuzz suite."""
 import numpy as np
 
-NP = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64, "bool": np.uint8}
-INTS = ("i32", "i64")
+NP = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64, "bool": np.uint8, "i8": np.int8,
+      "u8": np.uint8, "i16": np.int16}
+NARROW = ("i8", "u8", "i16")  # storage types: an instruction computes them in i32 and wraps the result
+INTS = ("i32", "i64") + NARROW
 FLOATS = ("f32", "f64")
 
 
@@ -29,15 +31,15 @@ def edge_array(rng, dt, shape, frac=0.5):
         a = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(NP[dt])
     sv = special_values(dt)
     pick = rng.random(n) < frac
-    a[pick] = np.array(sv, dtype=NP[dt])[rng.integers(0, len(sv), int(pick.sum()))]
+    a[pick] = np.array(sv).astype(NP[dt])[rng.integers(0, len(sv), int(pick.sum()))]
     return a.reshape(shape)
 
 
 # ---- integer references (Python ints: exact, then wrapped to the dtype) -----------------------
 def wrap(v, dt):
-    bits = 32 if dt == "i32" else 64
-    v &= (1 << bits) - 1
-    return v - (1 << bits) if v >= 1 << (bits - 1) else v
+    info = np.iinfo(NP[dt])
+    v &= (1 << info.bits) - 1
+    return v - (1 << info.bits) if info.min < 0 and v >= 1 << (info.bits - 1) else v
 
 
 def sat_int(x, dt):
@@ -45,9 +47,9 @@ def sat_int(x, dt):
     info = np.iinfo(NP[dt])
     if np.isnan(x):
         return 0
-    if x >= 2.0 ** (info.bits - 1):
+    if x >= int(info.max) + 1:  # (Python compares a float with an int exactly)
         return int(info.max)
-    if x <= -(2.0 ** (info.bits - 1)):
+    if x <= int(info.min) - 1:
         return int(info.min)
     return int(np.trunc(x))
 
@@ -89,7 +91,10 @@ INT_UNARY = {
 
 def int_ref(fn, arrays, dt):
     flat = [np.asarray(a).astype(np.int64).ravel().tolist() for a in arrays]
-    out = [fn(*vals, dt) for vals in zip(*flat)]
+    if dt in NARROW:  # computed in i32, then narrowed (wrapping)
+        out = [wrap(fn(*vals, "i32"), dt) for vals in zip(*flat)]
+    else:
+        out = [fn(*vals, dt) for vals in zip(*flat)]
     return np.array(out, dtype=NP[dt]).reshape(np.shape(arrays[0]))
 
 
@@ -174,7 +179,8 @@ def mismatch(got, want, dt, rtol):
 # ---- one program per dtype holding every elementwise, compare, convert and reduce instruction -----
 R, C = 3, 21  # C is no multiple of a SIMD width: vector bodies and scalar tails both run
 SCALARS = {"f32": ["2.5f", "-0.0f", "inff", "nanf"], "f64": ["2.5", "-inf", "nan", "1e300"],
-           "i32": ["2.5", "-7", "0", "nan", "3e10"], "i64": ["2.5", "-7", "0", "nan", "-1e30"]}
+           "i32": ["2.5", "-7", "0", "nan", "3e10"], "i64": ["2.5", "-7", "0", "nan", "-1e30"],
+           **{n: ["2.5", "-7", "0", "nan", "300", "-1e10"] for n in NARROW}}  # (narrow: the scalar is an i32)
 REDUCE = ("TROWSUM", "TROWMAX", "TROWMIN", "TCOLSUM", "TCOLMAX", "TCOLMIN")
 
 
@@ -206,7 +212,7 @@ def program_text(dt):
     for k, s in enumerate(SCALARS[dt]):  # scalars are converted to the tile's type first
         emit(f"s_add{k}", dt, (R, C), f"TADD DST, %ta, {s}", "scalar", "TADD", s)
         emit(f"s_div{k}", dt, (R, C), f"TDIV DST, {s}, %ta", "rscalar", "TDIV", s)
-    for odt in ("f32", "f64", "i32", "i64", "bool"):
+    for odt in ("f32", "f64", "i32", "i64", "bool") + NARROW:
         if odt != dt:
             emit(f"v_{odt}", odt, (R, C), "TCVT DST, %ta", "convert", None, odt)
     for op in REDUCE:

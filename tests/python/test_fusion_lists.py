@@ -21,6 +21,20 @@ def norm_chain(x, w):
     return pypto.rms_norm(pypto.relu(pypto.layer_norm(x, (x.shape[-1],))), (x.shape[-1],), w)
 
 
+# Public ops made of several instructions: each call is labelled (`seq hardswish { ... }` in the
+# tensor IR) and counts as one composite.
+def hardswish_relu(x):
+    return pypto.relu(pypto.hardswish(x))
+
+
+def logsumexp_chain(x):
+    return pypto.exp(x - pypto.logsumexp(x, -1, keepdim=True))
+
+
+def var_chain(x):
+    return pypto.sqrt(pypto.var(x, -1, keepdim=True) + 1.0)
+
+
 def nests(fn, fusion, *args):
     """Results and the number of nests (stores) of `fn` compiled with `fusion`."""
     k = pypto.jit(fn, fusion=fusion, backend="interp", promote=False)  # (promotion keeps small temps in tiles)
@@ -37,6 +51,12 @@ CASES = {
     # layer_norm, relu, rms_norm: each norm is one nest on its own even with fusion=False
     "norm": (norm_chain, [(True, 1), (["layer_norm", "relu", "rms_norm"], 1), (["layer_norm", "relu"], 2),
                           (["relu", "rms_norm"], 2), (["layer_norm", "rms_norm"], 3), (False, 3)]),
+    # one call of hardswish (add, clamp, mul, mul), then relu: the call joins relu only when all its
+    # kinds are listed, and stays one nest otherwise
+    "hardswish": (hardswish_relu, [(True, 1), (None, 1), (False, 2), ("off", 6), (["relu"], 2),
+                                   (["add", "mul", "maximum", "minimum", "relu"], 1)]),
+    "logsumexp": (logsumexp_chain, [(True, 1), (None, 1), (False, 3), (["sub", "exp"], 2)]),
+    "var": (var_chain, [(True, 1), (None, 1), (False, 3), (["add", "sqrt"], 2), ("off", 8)]),
 }
 
 
@@ -46,6 +66,13 @@ def reference(name, args):
         return np.maximum(a[0] @ a[1] + a[2], 0)
     if name == "tanh":
         return np.tanh(np.tanh(a[0]) * 2 + 1)
+    if name == "hardswish":
+        return np.maximum(a[0] * np.clip(a[0] + 3, 0, 6) / 6, 0)
+    if name == "logsumexp":
+        m = a[0].max(-1, keepdims=True)
+        return np.exp(a[0] - (m + np.log(np.exp(a[0] - m).sum(-1, keepdims=True))))
+    if name == "var":
+        return np.sqrt(a[0].var(-1, ddof=1, keepdims=True) + 1)
     x = a[0]
     ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
     r = np.maximum(ln, 0)
@@ -56,12 +83,26 @@ def reference(name, args):
 def test_fusion_lists_group_exactly_the_listed_kinds(name):
     fn, expectations = CASES[name]
     args = {"linear": (rand(40, 24), rand(24, 16), rand(16)), "tanh": (rand(33, 70),),
-            "norm": (rand(9, 48), rand(48))}[name]
+            "norm": (rand(9, 48), rand(48)), "hardswish": (rand(9, 48) * 4,), "logsumexp": (rand(9, 48),),
+            "var": (rand(9, 48),)}[name]
     ref = reference(name, args)
     for fusion, want in expectations:
         out, stores = nests(fn, fusion, *args)
         assert stores == want, f"fusion={fusion!r}: {stores} nests, expected {want}"
         assert_close(out, ref)
+
+
+def test_public_op_call_is_labelled_in_the_tensor_ir():
+    """What one call of a multi-instruction op emits is one labelled group; a single-instruction
+    op is not wrapped; its allocations stay in front of it. The text parses back."""
+    lowered = pypto.jit(hardswish_relu, backend="interp").lower(rand(9, 48))
+    text = lowered.as_text("tensor")
+    group = text.split("seq hardswish {")[1].split("}")[0]
+    assert "TADD" in group and "CLAMP" in group and group.count("TMUL") == 2, text
+    assert "TRELU" not in group and "alloc" not in group and text.count("seq ") == 1, text
+    parsed = pypto.isa.parse(text)
+    pypto.isa.verify(parsed, "tensor")
+    assert pypto.isa.to_text(parsed) == text
 
 
 def test_unknown_fusion_name_is_an_error():

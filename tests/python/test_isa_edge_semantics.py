@@ -1,7 +1,8 @@
 """Random differential tests of the element semantics (docs/isa.md §2): every elementwise,
 compare, convert, reduce and (integer) matmul instruction on inputs full of extremes — integer
 limits, +-inf, NaN, signed zeros, subnormals — through the interpreter and the CPU backend, each
-against NumPy (float64, or exact Python integers wrapped to the dtype). Integers and the special
+against NumPy (float64, or exact Python integers wrapped to the dtype; i8/u8/i16 computed as i32
+and narrowed, scalars converted to i32, docs/isa.md §2). Integers and the special
 values must agree exactly; finite float results within a few ulp (the CPU computes f32 in f32).
 
 One program per dtype holds all instructions (one compile each; the kernel cache keeps them),
@@ -10,7 +11,7 @@ import numpy as np
 import pytest
 
 import pypto
-from isa_edge_util import (COMPARE, FLOAT_BINARY, FLOAT_UNARY, FLOATS, INT_BINARY, INT_UNARY, INTS, NP, C,
+from isa_edge_util import (COMPARE, FLOAT_BINARY, FLOAT_UNARY, FLOATS, INT_BINARY, INT_UNARY, INTS, NARROW, NP, C,
                            R, edge_array, float_ref, int_ref, mismatch, program_text, sat_int, wrap)
 
 RTOL = {"f32": {"interp": 2e-6, "cpu": 1e-5}, "f64": {"interp": 1e-12, "cpu": 1e-12}}
@@ -20,7 +21,7 @@ def scalar_value(text, dt):
     """The scalar literal converted to the tile's dtype (docs/isa.md §2)."""
     v = float(text[:-1] if text.endswith("f") and text not in ("inf", "-inf") else text)
     if dt in INTS:
-        return sat_int(v, dt)
+        return sat_int(v, "i32" if dt in NARROW else dt)  # a narrow tile's scalar is converted to i32
     return NP[dt](v)
 
 
@@ -34,7 +35,7 @@ def reference(out, a, b, dt):
         return COMPARE[op](a, b).astype(np.uint8) if dt in INTS else \
             COMPARE[op](a.astype(np.float64), b.astype(np.float64)).astype(np.uint8)
     if kind in ("scalar", "rscalar"):
-        s = np.full_like(a, scalar_value(extra, dt))
+        s = np.full(a.shape, scalar_value(extra, dt), dtype=np.int64 if dt in INTS else NP[dt])
         x, y = (a, s) if kind == "scalar" else (s, a)
         fn = INT_BINARY[op] if dt in INTS else FLOAT_BINARY[op]
         return int_ref(fn, [x, y], dt) if dt in INTS else float_ref(fn, [x, y], dt)
@@ -68,7 +69,7 @@ def inputs(dt, seed):
     a, b = edge_array(rng, dt, (R, C)), edge_array(rng, dt, (R, C))
     if dt in INTS and seed % 2:
         b[rng.random((R, C)) < 0.4] = 0  # division by zero, often
-        b[0, :3] = -1
+        b[0, :3] = np.array(-1).astype(NP[dt])
         a[0, :3] = np.iinfo(NP[dt]).min  # INT_MIN / -1
     if dt in FLOATS:  # sums of huge values cancel in any order: keep the sum rows moderate
         a[1] = np.where(np.isfinite(a[1]) & (np.abs(a[1]) < 1e6), a[1], 1.5)
@@ -76,7 +77,7 @@ def inputs(dt, seed):
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize("dt", ["f32", "f64", "i32", "i64"])
+@pytest.mark.parametrize("dt", ["f32", "f64", "i32", "i64", "i8", "u8", "i16"])
 def test_edge_semantics_interp_cpu_numpy(dt, seed):
     text, outs = program_text(dt)
     prog = pypto.isa.parse(text)

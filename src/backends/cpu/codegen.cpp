@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "ir/printer.h"
+#include "ir/visitor.h"
 
 namespace pypto::cpu {
 namespace {
@@ -137,7 +138,8 @@ struct pto_heap_tile {
 // destructors; the runtime reports the run as interrupted.
 constexpr const char* kStopCheck = "if (pto::stop_requested(args)) return;\n";
 
-class Gen {
+// Emits each statement from its visit method: one C++ scope per loop and branch body.
+class Gen : private StmtVisitor {
  public:
   Gen(const Program& p, bool profile) : p_(p), profile_(profile) {}
 
@@ -154,7 +156,7 @@ class Gen {
     if (profile_)
       profiled_body();
     else
-      block(p_.body);
+      visit_block(p_.body);
     out_ << "}\n";
     return out_.str();
   }
@@ -617,7 +619,9 @@ class Gen {
     return tile_dtype(op, 0);
   }
 
-  void block(const std::vector<Stmt>& body) {
+  // A block's statements, a run that pto/cpu/rows.hpp computes in one call (row_fusion.h) as
+  // that call.
+  void visit_block(const std::vector<Stmt>& body) override {
     for (size_t i = 0; i < body.size(); ++i) {
       if (auto f = match_row_fusion(body, i)) {
         fused_rows(body, i, *f);
@@ -629,7 +633,7 @@ class Gen {
         i += n - 1;
         continue;
       }
-      stmt(body[i]);
+      visit(body[i]);
     }
   }
 
@@ -643,7 +647,7 @@ class Gen {
 
   // The call into pto/cpu/rows.hpp that replaces body[i .. i + f.count) (row_fusion.h).
   void fused_rows(const std::vector<Stmt>& body, size_t i, const RowFusion& f) {
-    for (size_t h : f.hoisted) stmt(body[i + h]);
+    for (size_t h : f.hoisted) visit(body[i + h]);
     std::string call = "pto::fused::" + f.fn;
     if (f.global) {
       const Op& store = body[i + f.args[0].stmt]->op;
@@ -677,80 +681,62 @@ class Gen {
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 0);\n";
       for (size_t i = std::max(nests[n].begin, done); i < nests[n].end; i = done) {
         const size_t run = memory_matmul_run(p_.body, i);
-        run > 1 ? matmul_sum(p_.body, i, run) : stmt(p_.body[i]);
+        run > 1 ? matmul_sum(p_.body, i, run) : visit(p_.body[i]);
         done = i + run;
       }
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 1);\n";
     }
   }
 
-  void stmt(const Stmt& s) {
+  void visit(const Stmt& s) override {
     if (!s) throw Error("cpu codegen: null statement");
-    switch (s->kind) {
-      case StmtKind::Seq:
-        block(s->body);  // no braces: a Seq groups statements, it does not scope them
-        break;
-      case StmtKind::For:
-        for_loop(*s);
-        break;
-      case StmtKind::If:
-        line() << "if (" << condition(s->cond) << ") {\n";
-        scoped(s->body);
-        if (!s->orelse.empty()) {
-          line() << "} else {\n";
-          scoped(s->orelse);
-        }
-        line() << "}\n";
-        break;
-      case StmtKind::Let: {
-        if (!s->value) throw Error("cpu codegen: let '" + s->var + "' without a value");
-        std::string rhs = expr(s->value);
-        DType t = is_float(s->value->dtype) ? DType::F64 : DType::I64;
-        vars_[s->var] = t;
-        line() << "const " << (t == DType::F64 ? "double " : "int64_t ") << var_name(s->var) << " = " << rhs
-               << ";\n";
-        break;
-      }
-      case StmtKind::Alloc:
-        alloc(s->buffer);
-        break;
-      case StmtKind::OpStmt:
-        op_stmt(s->op);
-        break;
-    }
+    StmtVisitor::visit(s);
   }
+  // (Seq: the base visits its body without braces: a Seq groups statements, it does not scope them)
+  void visit_if(const StmtNode& s) override {
+    line() << "if (" << condition(s.cond) << ") {\n";
+    scoped(s.body);
+    if (!s.orelse.empty()) {
+      line() << "} else {\n";
+      scoped(s.orelse);
+    }
+    line() << "}\n";
+  }
+  void visit_let(const StmtNode& s) override {
+    if (!s.value) throw Error("cpu codegen: let '" + s.var + "' without a value");
+    std::string rhs = expr(s.value);
+    DType t = is_float(s.value->dtype) ? DType::F64 : DType::I64;
+    vars_[s.var] = t;
+    line() << "const " << (t == DType::F64 ? "double " : "int64_t ") << var_name(s.var) << " = " << rhs
+           << ";\n";
+  }
+  void visit_alloc(const StmtNode& s) override { alloc(s.buffer); }
+  void visit_op(const StmtNode& s) override { op_stmt(s.op); }
 
   void scoped(const std::vector<Stmt>& body) {
     ++indent_;
     const int64_t saved = stack_bytes_;
-    block(body);
+    visit_block(body);
     stack_bytes_ = saved;
     --indent_;
   }
 
-  static void collect_tiles(const std::vector<Stmt>& body, std::set<std::string>& allocated,
-                            std::set<std::string>& used) {
-    for (const Stmt& st : body) {
-      if (!st) continue;
+  static bool uses_outer_tile(const std::vector<Stmt>& body) {
+    std::set<std::string> allocated, used;
+    for_each_stmt(body, [&](const Stmt& st) {
       if (st->kind == StmtKind::Alloc && st->buffer && st->buffer->space != Space::Global)
         allocated.insert(st->buffer->name);
       if (st->kind == StmtKind::OpStmt)
         for (const Operand& a : st->op.args)
           if (const View* v = std::get_if<View>(&a); v && v->buf && v->buf->space != Space::Global)
             used.insert(v->buf->name);
-      collect_tiles(st->body, allocated, used);
-      collect_tiles(st->orelse, allocated, used);
-    }
-  }
-  static bool uses_outer_tile(const std::vector<Stmt>& body) {
-    std::set<std::string> allocated, used;
-    collect_tiles(body, allocated, used);
+    });
     for (const auto& n : used)
       if (!allocated.count(n)) return true;
     return false;
   }
 
-  void for_loop(const StmtNode& s) {
+  void visit_for(const StmtNode& s) override {
     if (!s.lo || !s.hi) throw Error("cpu codegen: loop '" + s.var + "' without bounds");
     IExpr lo = iexpr(s.lo), hi = iexpr(s.hi), st = s.step ? iexpr(s.step) : ic(1);
     if (st.c && *st.c == 0) throw Error("cpu codegen: loop '" + s.var + "' has step 0");
@@ -772,7 +758,7 @@ class Gen {
       line() << "const int64_t " << v << " = lo_" << sfx << " + it_ * sp_" << sfx << ";\n";
       line() << kStopCheck;
       ++parallel_depth_;
-      block(s.body);
+      visit_block(s.body);
       --parallel_depth_;
       --indent_;
       line() << "});\n";
@@ -787,7 +773,7 @@ class Gen {
       ++indent_;
       line() << "const int64_t " << v << " = lo_" << sfx << " + it_" << sfx << " * sp_" << sfx << ";\n";
       line() << kStopCheck;
-      block(s.body);
+      visit_block(s.body);
       --indent_;
       line() << "}\n";
     }

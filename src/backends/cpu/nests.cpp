@@ -2,18 +2,19 @@
 
 #include <algorithm>
 
+#include "ir/visitor.h"
+
 namespace pypto::cpu {
 
 void global_writes(const ir::Stmt& s, std::vector<std::string>& out) {
-  if (!s) return;
-  for (const ir::Stmt& c : s->body) global_writes(c, out);
-  for (const ir::Stmt& c : s->orelse) global_writes(c, out);
-  if (s->kind != ir::StmtKind::OpStmt || s->op.args.empty()) return;
-  if (s->op.code == ir::Opcode::TPREFETCH || ir::opcode_info(s->op.code).category == ir::OpCategory::Sync)
-    return;
-  const ir::View* dst = std::get_if<ir::View>(&s->op.args[0]);
-  if (!dst || !dst->buf || dst->buf->space != ir::Space::Global) return;
-  if (std::find(out.begin(), out.end(), dst->buf->name) == out.end()) out.push_back(dst->buf->name);
+  ir::for_each_stmt(std::vector<ir::Stmt>{s}, [&](const ir::Stmt& t) {
+    if (t->kind != ir::StmtKind::OpStmt || t->op.args.empty()) return;
+    if (t->op.code == ir::Opcode::TPREFETCH || ir::opcode_info(t->op.code).category == ir::OpCategory::Sync)
+      return;
+    const ir::View* dst = std::get_if<ir::View>(&t->op.args[0]);
+    if (!dst || !dst->buf || dst->buf->space != ir::Space::Global) return;
+    if (std::find(out.begin(), out.end(), dst->buf->name) == out.end()) out.push_back(dst->buf->name);
+  });
 }
 
 std::vector<Nest> top_level_nests(const ir::Program& p) {

@@ -69,11 +69,7 @@ Machine::Machine(const Program& p, const runtime::RunArgs& args, ExecObserver* o
   }
 }
 
-void Machine::run() { exec_block(prog_.body); }
-
-void Machine::exec_block(const std::vector<Stmt>& body) {
-  for (const Stmt& s : body) exec(s);
-}
+void Machine::run() { visit_block(prog_.body); }
 
 int64_t Machine::eval_int(const Expr& e, const char* what) const {
   if (!e) throw Error(std::string("missing expression for ") + what);
@@ -86,36 +82,17 @@ int64_t Machine::eval_int(const Expr& e, const char* what) const {
   return v.i;
 }
 
-void Machine::exec(const Stmt& s) {
-  switch (s->kind) {
-    case StmtKind::Seq:
-      exec_block(s->body);
-      break;
-    case StmtKind::For:
-      exec_for(*s);
-      break;
-    case StmtKind::If: {
-      if (!s->cond) throw Error("if without a condition");
-      if (eval(s->cond, env_).as_double() != 0)
-        exec_block(s->body);
-      else
-        exec_block(s->orelse);
-      break;
-    }
-    case StmtKind::Let:
-      if (!s->value) throw Error("let '" + s->var + "' without a value");
-      env_[s->var] = eval(s->value, env_);
-      break;
-    case StmtKind::Alloc:
-      allocate(s->buffer);
-      break;
-    case StmtKind::OpStmt:
-      exec_op(s->op);
-      break;
-  }
+void Machine::visit_if(const StmtNode& s) {
+  if (!s.cond) throw Error("if without a condition");
+  visit_block(eval(s.cond, env_).as_double() != 0 ? s.body : s.orelse);
 }
 
-void Machine::exec_for(const StmtNode& s) {
+void Machine::visit_let(const StmtNode& s) {
+  if (!s.value) throw Error("let '" + s.var + "' without a value");
+  env_[s.var] = eval(s.value, env_);
+}
+
+void Machine::visit_for(const StmtNode& s) {
   const int64_t lo = eval_int(s.lo, "loop start"), hi = eval_int(s.hi, "loop end");
   const int64_t step = s.step ? eval_int(s.step, "loop step") : 1;
   if (step == 0) throw Error("loop '" + s.var + "' has step 0");
@@ -132,7 +109,7 @@ void Machine::exec_for(const StmtNode& s) {
       races_.iteration(k);
       if (observer_) observer_->on_parallel_iteration(depth, int64_t((values[k] - lo) / step));
       env_[s.var] = ScalarValue{false, values[k], 0};
-      exec_block(s.body);
+      visit_block(s.body);
     }
     races_.leave();
     if (observer_) observer_->on_parallel_leave(depth);
@@ -140,7 +117,7 @@ void Machine::exec_for(const StmtNode& s) {
     for (__int128 t = 0, trips = trip_count(lo, hi, step); t < trips; ++t) {
       if (runtime::stop_requested()) throw runtime::Interrupted();
       env_[s.var] = ScalarValue{false, int64_t(lo + t * step), 0};
-      exec_block(s.body);
+      visit_block(s.body);
     }
   }
   env_.erase(s.var);

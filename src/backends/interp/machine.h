@@ -15,6 +15,7 @@
 #include "backends/interp/parallel.h"
 #include "exec/tensor_arg.h"
 #include "ir/ir.h"
+#include "ir/visitor.h"
 
 namespace pypto::interp {
 
@@ -75,7 +76,8 @@ struct GView {
   int64_t rstep = 0, cstep = 0;
 };
 
-class Machine {
+// Runs the program by walking it: each statement kind's visit executes it.
+class Machine : private ir::StmtVisitor {
  public:
   Machine(const ir::Program& p, const runtime::RunArgs& args, ExecObserver* observer = nullptr);
   void run();
@@ -105,13 +107,15 @@ class Machine {
   std::map<std::tuple<int64_t, int64_t, int64_t>, int64_t> flags;
 
  private:
-  void exec(const ir::Stmt& s);
-  void exec_block(const std::vector<ir::Stmt>& body);
+  void visit_for(const ir::StmtNode& s) override;
+  void visit_if(const ir::StmtNode& s) override;
+  void visit_let(const ir::StmtNode& s) override;
+  void visit_alloc(const ir::StmtNode& s) override { allocate(s.buffer); }
+  void visit_op(const ir::StmtNode& s) override { exec_op(s.op); }
   void exec_op(const ir::Op& op);
   void allocate(const ir::BufferRef& b);
   const ir::View& view_operand(const ir::Op& op, size_t i) const;
   int64_t eval_int(const ir::Expr& e, const char* what) const;
-  void exec_for(const ir::StmtNode& s);
   std::vector<OperandUse> operand_uses(const ir::Op& op);
 
   const ir::Program& prog_;

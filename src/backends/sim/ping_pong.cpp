@@ -4,11 +4,11 @@
 // spread over the cores becomes one iteration per core running its share of the iterations as
 // a serial loop, which is double-buffered like any other.
 #include <algorithm>
-#include <functional>
 #include <set>
 
 #include "backends/sim/simulator.h"
 #include "ir/mutator.h"
+#include "ir/visitor.h"
 
 namespace pypto::sim {
 using namespace ir;
@@ -50,17 +50,14 @@ bool moves_own_tile(const std::vector<Stmt>& body) {
   for (const Stmt& s : body)
     if (s->kind == StmtKind::Alloc && s->buffer && s->buffer->space != Space::Global)
       own.insert(s->buffer.get());
-  std::function<bool(const std::vector<Stmt>&)> walk = [&](const std::vector<Stmt>& b) {
-    for (const Stmt& s : b) {
-      if (s->kind == StmtKind::OpStmt && (s->op.code == Opcode::TLOAD || s->op.code == Opcode::TSTORE)) {
-        const View* v = std::get_if<View>(&s->op.args[s->op.code == Opcode::TLOAD ? 0 : 1]);
-        if (v && own.count(v->buf.get())) return true;
-      }
-      if (walk(s->body) || walk(s->orelse)) return true;
+  bool moved = false;
+  for_each_stmt(body, [&](const Stmt& s) {
+    if (s->kind == StmtKind::OpStmt && (s->op.code == Opcode::TLOAD || s->op.code == Opcode::TSTORE)) {
+      const View* v = std::get_if<View>(&s->op.args[s->op.code == Opcode::TLOAD ? 0 : 1]);
+      if (v && own.count(v->buf.get())) moved = true;
     }
-    return false;
-  };
-  return walk(body);
+  });
+  return moved;
 }
 
 class PingPong : public StmtMutator {

@@ -1,7 +1,6 @@
 // Tile placement: every local tile gets room in the local memory its ISA space maps to.
-#include <functional>
-
 #include "backends/sim/simulator.h"
+#include "ir/visitor.h"
 
 namespace pypto::sim {
 using namespace ir;
@@ -28,15 +27,12 @@ std::map<std::string, std::pair<int64_t, int64_t>> place_tiles(const Program& pr
     use[m.name].first = std::max(use[m.name].first, used);
   };
   // A tile allocated in a loop body is one buffer reused by every iteration.
-  std::function<void(const std::vector<Stmt>&, std::map<std::string, int64_t>&)> walk =
-      [&](const std::vector<Stmt>& body, std::map<std::string, int64_t>& live) {
-        for (const Stmt& s : body) {
-          if (s->kind == StmtKind::Alloc && s->buffer && s->buffer->space != Space::Global)
-            place(*s->buffer, live);
-          walk(s->body, live);
-          walk(s->orelse, live);
-        }
-      };
+  auto walk = [&](const std::vector<Stmt>& body, std::map<std::string, int64_t>& live) {
+    for_each_stmt(body, [&](const Stmt& s) {
+      if (s->kind == StmtKind::Alloc && s->buffer && s->buffer->space != Space::Global)
+        place(*s->buffer, live);
+    });
+  };
   for (const Stmt& s : program.body) {
     if (s->kind == StmtKind::Alloc) {
       if (s->buffer && s->buffer->space != Space::Global) place(*s->buffer, resident);

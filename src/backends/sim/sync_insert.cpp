@@ -22,6 +22,8 @@
 #include <tuple>
 
 #include "backends/sim/simulator.h"
+#include "ir/mutator.h"
+#include "ir/visitor.h"
 
 namespace pypto::sim {
 using namespace ir;
@@ -142,24 +144,23 @@ class Inserter {
     block(body, state);
   }
 
-  // The body with the flags placed.
+  // The body with the flags placed: each block rebuilt with its anchors' flags around them.
   std::vector<Stmt> emit(const std::vector<Stmt>& body) const {
-    std::vector<Stmt> out;
-    for (size_t i = 0; i < body.size(); ++i) {
-      const Anchor a{&body, i};
-      append(before_, a, out);
-      const Stmt& s = body[i];
-      if (s->kind == StmtKind::For || s->kind == StmtKind::If || s->kind == StmtKind::Seq) {
-        auto n = std::make_shared<StmtNode>(*s);
-        n->body = emit(s->body);
-        n->orelse = emit(s->orelse);
-        out.push_back(n);
-      } else {
-        out.push_back(s);
+    struct Placer : StmtMutator {
+      const Inserter& ins;
+      explicit Placer(const Inserter& i) : ins(i) {}
+      std::vector<Stmt> mutate_block(const std::vector<Stmt>& b) override {
+        std::vector<Stmt> out;
+        for (size_t i = 0; i < b.size(); ++i) {
+          const Anchor a{&b, i};
+          append(ins.before_, a, out);
+          out.push_back(mutate(b[i]));
+          append(ins.after_, a, out);
+        }
+        return out;
       }
-      append(after_, a, out);
-    }
-    return out;
+    };
+    return Placer(*this).mutate_block(body);
   }
 
  private:
@@ -319,11 +320,11 @@ class Inserter {
 };
 
 bool has_sync(const std::vector<Stmt>& body) {
-  for (const Stmt& s : body)
-    if ((s->kind == StmtKind::OpStmt && opcode_info(s->op.code).category == OpCategory::Sync) ||
-        has_sync(s->body) || has_sync(s->orelse))
-      return true;
-  return false;
+  bool found = false;
+  for_each_stmt(body, [&](const Stmt& s) {
+    found |= s->kind == StmtKind::OpStmt && opcode_info(s->op.code).category == OpCategory::Sync;
+  });
+  return found;
 }
 
 }  // namespace

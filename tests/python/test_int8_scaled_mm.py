@@ -73,3 +73,21 @@ def test_scaled_mm_checks_torch_dtypes_too():
     a = torch.randint(-128, 128, (5, 12), dtype=torch.int8)
     b = torch.randint(-128, 128, (12, 3), dtype=torch.int8)
     assert torch.equal(k(a, b), (a.int() @ b.int()).float())
+
+
+@requires_compiler
+def test_int8_scaled_mm_epilogue_fuses_into_the_product():
+    """The int8 product is a TMATMUL into an int32 tile (no zero-filled buffer accumulated through
+    memory), and under fusion=True the cast and both scales run on each product tile before it is
+    stored: one nest writes the result."""
+    m, k, n = 70, 131, 45
+    a, b = i8(m, k), i8(k, n)
+    sa, sb = torch.rand(m) + 0.5, torch.rand(n) + 0.5
+    kern = pypto.jit(lambda a, b, sa, sb: pypto.scaled_mm(a, b, sa, sb), fusion=True)
+    text = kern.lower(a, b, sa, sb).as_text("tile")
+    at = text.index("TMATMUL ")
+    before_store = text[at:text.index("TSTORE", at)]  # from the product to its first store
+    assert "TCVT" in before_store and before_store.count(" TMUL %") == 2, text
+    out = kern(a, b, sa, sb)
+    ref = (a.double() @ b.double()) * sa.double()[:, None] * sb.double()[None, :]
+    assert float((out.double() - ref).norm() / ref.norm()) < 1e-6

@@ -145,8 +145,13 @@ inline void pack_b_pairs(const bf16_t* b, int64_t k, int64_t n, uint32_t* bp) {
       const uint16_t* r1 = has_odd ? r0 + C2 : r0;
       uint32_t* d = dst + p * NR;
       if (nn == NR && has_odd) {
-#pragma GCC unroll 32
-        for (int j = 0; j < NR; ++j) d[j] = uint32_t(r0[j]) | (uint32_t(r1[j]) << 16);
+        vh x0, x1;
+        vi lo, hi;
+        __builtin_memcpy(&x0, r0, sizeof(vh));
+        __builtin_memcpy(&x1, r1, sizeof(vh));
+        interleave_rows(x0, x1, lo, hi);
+        __builtin_memcpy(d, &lo, sizeof(vi));
+        __builtin_memcpy(d + kW, &hi, sizeof(vi));
       } else {
         for (int j = 0; j < NR; ++j)
           d[j] = j < nn ? uint32_t(r0[j]) | (has_odd ? uint32_t(r1[j]) << 16 : 0u) : 0u;

@@ -1,6 +1,7 @@
 // Composite lowering pass (see lower_composites.h): the default expansion of each composite op.
 #include "passes/lower_composites.h"
 
+#include <algorithm>
 #include <cctype>
 #include <numeric>
 
@@ -91,8 +92,93 @@ void concat(Builder& b, const Op& op) {
   }
 }
 
-// out[.., o, y, x] = sum_c,dy,dx w[o, c, dy, dx] * padded[.., c, y*s + dy*d, x*s + dx*d]: for each
-// tap, a matmul batched over the output rows: [.., Ho, O, C] @ [.., Ho, C, Wo] -> [.., Ho, O, Wo].
+void conv2d_taps(Builder& b, const View& out, const View& x, const View& w, int64_t sh, int64_t sw,
+                 int64_t pt, int64_t pb, int64_t pl, int64_t pr, int64_t dh, int64_t dw, int64_t C, int64_t H,
+                 int64_t W, int64_t kh, int64_t kw, int64_t Ho, int64_t Wo);
+
+// A slice of v's dimension d: [start, start + len).
+View window(Builder& b, const View& v, int d, Expr start, int64_t len) {
+  std::vector<Index> idx(size_t(v.rank()));
+  idx[size_t(d)].start = start;
+  idx[size_t(d)].stop = start + int_imm(len);
+  return b.slice(v, idx);
+}
+
+// Stride-1 f32 convolution as an implicit GEMM. The input is copied into one zero-padded row of
+// length L per channel, `flat`: image row y at g + (y + pt)*Wp, Wp = W + g, each row followed by g
+// zeros that serve as its right padding and the next row's left padding (g = max(pl, pr)). In that
+// layout the tap (dy, dx) of output pixel n = y*Wp + x reads flat[c, n + g + dy*dh*Wp + dx*dw - pl],
+// so each tap is a plain matrix product w[:, :, dy, dx] (O x C) @ flat[:, shifted window]
+// (C x Ho*Wp) into a "wide" output of Wp columns per row (the last Wp - Wo of each are discarded).
+// The kh*kw products into one destination are consecutive, so the CPU backend runs them as one GEMM
+// over K = C*kh*kw (a sum of MMATMULs, include/pto/cpu/matmul.hpp) reading B in place.
+void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View& w, int64_t pt, int64_t pb,
+                          int64_t pl, int64_t pr, int64_t dh, int64_t dw) {
+  const int r = x.rank();
+  auto xs = x.shape(), ws = w.shape(), os = out.shape();
+  const int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)], O = ws[0];
+  const int64_t kh = ws[2], kw = ws[3], Ho = os[size_t(r - 2)], Wo = os[size_t(r - 1)];
+  // The gap also keeps an output row (Wo) within a wide row (Wp): Wo = W + pl + pr - (kw-1)*dw.
+  const int64_t g = std::max({pl, pr, pl + pr - (kw - 1) * dw});
+  const int64_t Wp = W + g, L = g + (H + pt + pb) * Wp + (kw - 1) * dw - pl, N = Ho * Wp;
+  std::vector<int64_t> batch(xs.begin(), xs.end() - 3);
+  std::vector<int64_t> fs = batch, wides = batch;
+  fs.insert(fs.end(), {C, L});
+  wides.insert(wides.end(), {O, N});
+  View flat = b.full(fs, DType::F32, float_imm(0.0));
+  {
+    Expr y = b.begin_for("y", int_imm(0), int_imm(H), int_imm(1));
+    std::vector<Index> xi(static_cast<size_t>(r));
+    xi[size_t(r - 2)].kind = Index::Int;
+    xi[size_t(r - 2)].start = y;
+    b.assign(window(b, flat, r - 2, (y + int_imm(pt)) * int_imm(Wp) + int_imm(g), W), b.slice(x, xi));
+    b.end_for();
+  }
+  View wide = b.empty(wides, DType::F32);
+  auto products = [&](const View& dst, const View& src) {  // dst (O x N) = sum over taps, src: C x L
+    for (int64_t dy = 0; dy < kh; ++dy)
+      for (int64_t dx = 0; dx < kw; ++dx) {
+        std::vector<Index> wi(4);
+        wi[2].kind = wi[3].kind = Index::Int;
+        wi[2].start = int_imm(dy);
+        wi[3].start = int_imm(dx);
+        View shifted = window(b, src, 1, int_imm(g + dy * dh * Wp + dx * dw - pl), N);
+        emit(b, dy == 0 && dx == 0 ? Opcode::TMATMUL : Opcode::TMATMUL_ACC, {dst, b.slice(w, wi), shifted});
+      }
+  };
+  int64_t images = 1;
+  for (int64_t n : batch) images *= n;
+  if (images == 1) {  // no loop: the products then split themselves across the threads
+    std::vector<Index> first(batch.size() + 2);
+    for (size_t d = 0; d < batch.size(); ++d) {
+      first[d].kind = Index::Int;
+      first[d].start = int_imm(0);
+    }
+    products(b.slice(wide, first), b.slice(flat, first));
+  } else {
+    // One image per iteration (the batch dims flattened into one loop).
+    Expr i = b.begin_for("n", int_imm(0), int_imm(images), int_imm(1));
+    std::vector<Index> bi(batch.size() + 2);
+    Expr rest = i;
+    for (size_t d = batch.size(); d-- > 0;) {
+      bi[d].kind = Index::Int;
+      bi[d].start = d == 0 ? rest : mod(rest, int_imm(batch[d]));
+      rest = div(rest, int_imm(batch[d]));
+    }
+    products(b.slice(wide, bi), b.slice(flat, bi));
+    b.end_for();
+  }
+  Expr y = b.begin_for("y", int_imm(0), int_imm(Ho), int_imm(1));
+  std::vector<Index> oi(static_cast<size_t>(r));
+  oi[size_t(r - 2)].kind = Index::Int;
+  oi[size_t(r - 2)].start = y;
+  b.assign(b.slice(out, oi), window(b, wide, r - 2, y * int_imm(Wp), Wo));
+  b.end_for();
+}
+
+// out[.., o, y, x] = sum_c,dy,dx w[o, c, dy, dx] * padded[.., c, y*s + dy*d, x*s + dx*d]: stride-1
+// f32 convolutions are an implicit GEMM (above); the rest, for each tap, a matmul batched over the
+// output rows: [.., Ho, O, C] @ [.., Ho, C, Wo] -> [.., Ho, O, Wo].
 void conv2d(Builder& b, const Op& op) {
   const View &out = view_arg(op, 0), &x = view_arg(op, 1), &w = view_arg(op, 2);
   const View* bias = optional_view_arg(op, 3);
@@ -102,6 +188,23 @@ void conv2d(Builder& b, const Op& op) {
   auto xs = x.shape(), ws = w.shape(), os = out.shape();
   int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)];
   int64_t kh = ws[2], kw = ws[3], Ho = os[size_t(r - 2)], Wo = os[size_t(r - 1)];
+  if (sh == 1 && sw == 1 && x.buf->dtype == DType::F32 && w.buf->dtype == DType::F32 &&
+      out.buf->dtype == DType::F32) {
+    conv2d_implicit_gemm(b, out, x, w, pt, pb, pl, pr, dh, dw);
+  } else {
+    conv2d_taps(b, out, x, w, sh, sw, pt, pb, pl, pr, dh, dw, C, H, W, kh, kw, Ho, Wo);
+  }
+  if (bias) {
+    std::vector<Index> bi{Index{}, Index{Index::NewAxis}, Index{Index::NewAxis}};
+    b.update(Opcode::TADD, out, b.slice(*bias, bi));
+  }
+}
+
+void conv2d_taps(Builder& b, const View& out, const View& x, const View& w, int64_t sh, int64_t sw,
+                 int64_t pt, int64_t pb, int64_t pl, int64_t pr, int64_t dh, int64_t dw, int64_t C, int64_t H,
+                 int64_t W, int64_t kh, int64_t kw, int64_t Ho, int64_t Wo) {
+  const int r = x.rank();
+  auto xs = x.shape();
   View padded = x;
   if (pt || pb || pl || pr) {
     std::vector<int64_t> ps(xs.begin(), xs.end() - 3);
@@ -136,10 +239,6 @@ void conv2d(Builder& b, const Op& op) {
       View win = b.permute(b.slice(padded, xi), to_rows);  // (.., Ho, C, Wo)
       b.matmul_acc(out_rows, tap, win);
     }
-  }
-  if (bias) {
-    std::vector<Index> bi{Index{}, Index{Index::NewAxis}, Index{Index::NewAxis}};
-    b.update(Opcode::TADD, out, b.slice(*bias, bi));
   }
 }
 

@@ -108,3 +108,30 @@ def test_simulator_keeps_tiles():
     a, b = rand(131, 173), rand(173, 97)
     isa = isa_text(mm, "sim", a, b)
     assert "MMATMUL" not in isa and "TMATMUL" in isa
+
+
+def mm_sum(a0, b0, a1, bt1, a2, b2, c):
+    c += a0 @ b0
+    c += a1 @ bt1.T
+    c += a2 @ b2
+
+
+def sum_ref(a0, b0, a1, bt1, a2, b2):
+    a0, b0, a1, bt1, a2, b2 = f64(a0, b0, a1, bt1, a2, b2)
+    return a0 @ b0 + a1 @ bt1.T + a2 @ b2
+
+
+@pytest.mark.parametrize("M,N", [(64, 300), (200, 150)])
+def test_sum_of_products_is_one_gemm(backend, M, N):
+    """MMATMUL_ACCs into one window run as one GEMM over the concatenated K on the CPU
+    (pto::mmatmul_sum): K blocks straddle the terms (K = 300 + 250 + 130), a transposed B takes the
+    packed path; ragged columns."""
+    args = [rand(M, 300), rand(300, N), rand(M, 250), rand(N, 250), rand(M, 130), rand(130, N)]
+    c0 = rand(M, N)
+    c = c0.copy()
+    k = jit(mm_sum, backend)
+    k(*args, c)
+    assert_close(c, f64(c0)[0] + sum_ref(*args), 1e-5)
+    if backend == "cpu":
+        src = k.lower(*args, c).as_text("source")
+        assert src.count("pto::mmatmul_sum(") == 1 and "pto::MMATMUL" not in src

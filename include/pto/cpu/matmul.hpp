@@ -1,20 +1,39 @@
-// Matrix multiply: gemm_f32 on strided memory and the tile instructions TMATMUL / _ACC / _BIAS.
+// Matrix multiply: gemm_f32 / gemm_sum_f32 on strided memory, MMATMUL / mmatmul_sum on global
+// views, and the tile instructions TMATMUL / _ACC / _BIAS.
 //
-// gemm_f32 uses Goto-style blocking: B is packed into KC x NR column panels (an L2-resident block
-// of NC columns) and A into MR x KC row panels (zero-padded, so edges need no special loop); an
-// MR x NR register-blocked micro-kernel written with GCC vector extensions accumulates with FMAs,
-// one A panel (in L1) against every B panel of the block. Tile matmuls run the same micro-kernel
-// on the tiles in place (no packing), with compile-time strides. The vector width and the
-// MR x NR shape follow the SIMD level the kernel is compiled for (-march=native):
+// gemm_sum_f32 (a sum of products, one GEMM over the concatenated K) uses Goto-style blocking: B
+// is packed into kc x NR column panels (an L2-resident block of nc columns) and A into MR x kc row
+// panels (zero-padded, so edges need no special loop); an MR x NR register-blocked micro-kernel
+// written with GCC vector extensions accumulates with FMAs, one A panel (in L1) against every B
+// panel of the block. kc, mc and nc follow the L1d and L2 sizes the CPU reports (blocking()).
+// Products of few rows read B in place instead of packing it. Tile matmuls run the same
+// micro-kernel on the tiles in place (no packing), with compile-time strides. The vector width
+// and the MR x NR shape follow the SIMD level the kernel is compiled for (-march=native):
 //   AVX-512 (32 registers): 14 x 32    AVX/AVX2 (16): 6 x 16    SSE/NEON/other: 6 x 8
-// The PTO_GEMM_* macros override the blocking (for tuning experiments).
+// and a narrow MR_NARROW x kW tile serves products whose rows MR-row panels would pad (64 rows).
+// The PTO_GEMM_* macros override the register tile and the blocking (for tuning experiments).
 #pragma once
 #include "pto/abi.h"
 #include "pto/cpu/matmul_bf16.hpp"
 #include "pto/cpu/matmul_int8.hpp"
 #include "pto/cpu/types.hpp"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>  // a compiler header: CPUID for the cache sizes
+#endif
+
 namespace pto {
+namespace detail {
+// f(args[0], args[1]), f(args[2], args[3]), ...
+template <class F>
+PTO_INLINE void for_pairs(F&) {}
+template <class F, class A, class B, class... R>
+PTO_INLINE void for_pairs(F& f, A a, B b, R... rest) {
+  f(a, b);
+  for_pairs(f, rest...);
+}
+}  // namespace detail
+
 namespace gemm {
 
 #if defined(__AVX512F__)
@@ -42,6 +61,9 @@ constexpr int kW = 4;
 #define PTO_GEMM_NV 2
 #endif
 #endif
+#if defined(PTO_GEMM_KC) || defined(PTO_GEMM_MC) || defined(PTO_GEMM_NC)
+#define PTO_GEMM_FIXED_BLOCKING 1  // an override: no blocking from the cache sizes
+#endif
 #ifndef PTO_GEMM_KC
 #define PTO_GEMM_KC 256
 #endif
@@ -55,6 +77,7 @@ constexpr int kW = 4;
 constexpr int MR = PTO_GEMM_MR;
 constexpr int NV = PTO_GEMM_NV;
 constexpr int NR = NV * kW;
+// Fallback blocking, where the CPU reports no cache sizes (blocking() below).
 constexpr int64_t KC = PTO_GEMM_KC;
 constexpr int64_t MC = (PTO_GEMM_MC / MR) * MR;
 constexpr int64_t NC = (PTO_GEMM_NC / NR) * NR;
@@ -93,13 +116,15 @@ inline PackBuffers& pack_buffers() {
 }
 }  // namespace abi_v1
 
-// Ap[panel][p][i] = A(i0+panel*MR+i, p0+p), rows past mc zero. Writes run contiguously (the
+// Ap[panel][p][i] = A(i0+panel*MR+i, p0+p), rows past mc zero; panels are ldp deep (>= kc: a piece
+// of a deeper panel is packed at Ap + offset * MR). Writes run contiguously (the
 // MR row reads of each p hit MR streams, which the prefetchers follow): 3x faster than reading
 // rows contiguously and scattering the writes.
-inline void pack_a(int64_t mc, int64_t kc, const float* A, int64_t rs, int64_t cs, float* Ap) {
+template <int MR>
+inline void pack_a(int64_t mc, int64_t kc, const float* A, int64_t rs, int64_t cs, float* Ap, int64_t ldp) {
   for (int64_t i0 = 0; i0 < mc; i0 += MR) {
     const int64_t m = detail::imin(MR, mc - i0);
-    float* dst = Ap + i0 * kc;
+    float* dst = Ap + i0 * ldp;
     const float* src = A + i0 * rs;
     if (m == MR) {
       for (int64_t p = 0; p < kc; ++p)
@@ -113,24 +138,29 @@ inline void pack_a(int64_t mc, int64_t kc, const float* A, int64_t rs, int64_t c
   }
 }
 
-// Bp[panel][p][j] = B(p0+p, j0+panel*NR+j), columns past nc zero.
-inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t cs, float* Bp) {
+// Bp[panel][p][j] = B(p0+p, j0+panel*NR+j), columns past nc zero; panels are ldp deep.
+template <int NR>
+inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t cs, float* Bp, int64_t ldp) {
   for (int64_t j0 = 0; j0 < nc; j0 += NR) {
     const int64_t n = detail::imin(NR, nc - j0);
-    float* dst = Bp + j0 * kc;
+    float* dst = Bp + j0 * ldp;
     const float* src = B + j0 * cs;
     if (cs == 1 && n == NR) {
       for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * NR, src + p * rs, NR * sizeof(float));
     } else if (rs == 1) {
       // A transposed B (x @ W.T): each column of the panel is a contiguous row of W; read it in
-      // order (one stream per column) rather than gathering NR rows for every p.
-      for (int64_t j = 0; j < NR; ++j) {
-        float* d = dst + j;
-        if (j < n) {
-          const float* s = src + j * cs;
-          for (int64_t p = 0; p < kc; ++p) d[p * NR] = s[p];
-        } else {
-          for (int64_t p = 0; p < kc; ++p) d[p * NR] = 0.0f;
+      // order (one stream per column) rather than gathering NR rows for every p, 16 rows of the
+      // panel at a time (their 16 x NR floats stay in L1 while every column writes into them).
+      for (int64_t p0 = 0; p0 < kc; p0 += 16) {
+        const int64_t p1 = detail::imin(kc, p0 + 16);
+        for (int64_t j = 0; j < NR; ++j) {
+          float* d = dst + j;
+          if (j < n) {
+            const float* s = src + j * cs;
+            for (int64_t p = p0; p < p1; ++p) d[p * NR] = s[p];
+          } else {
+            for (int64_t p = p0; p < p1; ++p) d[p * NR] = 0.0f;
+          }
         }
       }
     } else {
@@ -147,9 +177,11 @@ inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t c
 // B(p,j) = b[p*BP + j]: strides are template constants, so the same kernel reads packed panels
 // (AI=1, AP=M_, BP=NR) or tiles in place (AI = the tile's row stride, AP=1, BP = B's row stride)
 // with immediate address offsets.
-template <int M_, int NV_, int64_t AI, int64_t AP, int64_t BP>
+// With ROWS, B is read in place through a table of row addresses: B(p,j) = brow[p][j] (b unused).
+template <int M_, int NV_, int64_t AI, int64_t AP, int64_t BP, bool ROWS = false>
 PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const float* PTO_RESTRICT b,
-                             float* PTO_RESTRICT c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+                             float* PTO_RESTRICT c, int64_t ldc, bool acc, int64_t mr, int64_t nr,
+                             const float* const* brow = nullptr, int64_t bcol = 0) {
   constexpr int N_ = NV_ * kW;
   vf r[M_][NV_];
 #pragma GCC unroll 32
@@ -159,7 +191,12 @@ PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const floa
   auto step = [&](int64_t p) __attribute__((always_inline)) {
     vf bv[NV_];
 #pragma GCC unroll 8
-    for (int v = 0; v < NV_; ++v) __builtin_memcpy(&bv[v], b + p * BP + v * kW, sizeof(vf));
+    for (int v = 0; v < NV_; ++v) {
+      if constexpr (ROWS)
+        __builtin_memcpy(&bv[v], brow[p] + bcol + v * kW, sizeof(vf));
+      else
+        __builtin_memcpy(&bv[v], b + p * BP + v * kW, sizeof(vf));
+    }
 #pragma GCC unroll 32
     for (int i = 0; i < M_; ++i) {
       const float ai = a[i * AI + p * AP];
@@ -175,13 +212,23 @@ PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const floa
   }
   for (int64_t p = 0; p < kc; ++p) step(p);
   if (mr == M_ && nr == N_) {
+    // Two loops, not `acc ? *cp + r : r`: the select may be compiled to an add of the old C and a
+    // blend, and a destination not yet written (uninitialised memory) holds denormals often
+    // enough (pointer bits) that the assists cost more than the whole product.
+    if (acc) {
 #pragma GCC unroll 32
-    for (int i = 0; i < M_; ++i)
+      for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 8
-      for (int v = 0; v < NV_; ++v) {
-        vfu* cp = reinterpret_cast<vfu*>(c + i * ldc + v * kW);
-        *cp = acc ? *cp + r[i][v] : r[i][v];
-      }
+        for (int v = 0; v < NV_; ++v) {
+          vfu* cp = reinterpret_cast<vfu*>(c + i * ldc + v * kW);
+          *cp = *cp + r[i][v];
+        }
+    } else {
+#pragma GCC unroll 32
+      for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 8
+        for (int v = 0; v < NV_; ++v) *reinterpret_cast<vfu*>(c + i * ldc + v * kW) = r[i][v];
+    }
   } else {
     alignas(64) float tmp[M_ * N_];
 #pragma GCC unroll 32
@@ -205,48 +252,214 @@ constexpr int tile_mr(int R) {
 
 }  // namespace gemm
 
-// C(M x N, row stride ldc) = (or +=) A(M x K) * B(K x N); element (i,p) of A is
-// A[i*lda_r + p*lda_c], (p,j) of B is B[p*ldb_r + j*ldb_c]: any strides, transposed included.
-// Single-threaded; callers parallelise over blocks of C.
-inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda_r, int64_t lda_c,
-                     const float* B, int64_t ldb_r, int64_t ldb_c, float* C, int64_t ldc, bool accumulate) {
-  using namespace gemm;
+namespace gemm {
+// One product of a sum C = sum_t A_t * B_t: A_t is M x k with element (i,p) at a[i*a_rs + p*a_cs],
+// B_t is k x N with (p,j) at b[p*b_rs + j*b_cs]. The sum is one GEMM over the concatenated K
+// (A = [A_0 A_1 ..], B = [B_0; B_1; ..]), so each C tile stays in registers across all the terms
+// instead of being read and written once per product (a convolution is one term per filter tap).
+struct Term {
+  const float* a;
+  int64_t a_rs, a_cs;
+  const float* b;
+  int64_t b_rs, b_cs;
+  int64_t k;
+};
+
+// fn(term, first row of the term, offset in [pc, pc + kc), rows) for each piece of the
+// concatenated K range [pc, pc + kc).
+template <class F>
+inline void for_each_k_piece(const Term* t, int nt, int64_t pc, int64_t kc, F&& fn) {
+  int64_t base = 0, off = 0;
+  for (int i = 0; i < nt && off < kc; base += t[i].k, ++i) {
+    const int64_t p0 = pc + off - base;
+    if (p0 >= t[i].k) continue;
+    const int64_t len = detail::imin(t[i].k - p0, kc - off);
+    fn(t[i], p0, off, len);
+    off += len;
+  }
+}
+
+// Cache blocking: kc rows of K per packed panel, mc rows of A and nc columns of B per block.
+struct Blocking {
+  int64_t kc = KC, mc = MC, nc = NC;
+};
+
+// The per-core L1 data and L2 cache sizes the CPU reports (CPUID leaf 4 on Intel, 0x8000001D on
+// AMD: ways x partitions x line x sets); 0 where it reports none (or off x86).
+struct CacheSizes {
+  int64_t l1d = 0, l2 = 0;
+};
+inline CacheSizes query_cache_sizes() {
+  CacheSizes cs;
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return cs;
+  const bool amd = b == 0x68747541;  // "Auth"enticAMD
+  unsigned leaf = 4;
+  if (amd) {
+    if (!__get_cpuid(0x80000000, &a, &b, &c, &d) || a < 0x8000001D) return cs;
+    leaf = 0x8000001D;
+  } else if (a < 4) {
+    return cs;
+  }
+  for (unsigned i = 0; i < 16; ++i) {
+    __cpuid_count(leaf, i, a, b, c, d);
+    const unsigned type = a & 0x1F, level = (a >> 5) & 7;
+    if (type == 0) break;
+    if (type != 1 && type != 3) continue;  // data or unified
+    const int64_t bytes =
+        int64_t((b >> 22) + 1) * (((b >> 12) & 0x3FF) + 1) * ((b & 0xFFF) + 1) * (int64_t(c) + 1);
+    if (level == 1) cs.l1d = bytes;
+    if (level == 2) cs.l2 = bytes;
+  }
+#endif
+  return cs;
+}
+
+// Blocking from the cache sizes, in the proportions tuned on a Zen 4 core (32 KiB L1d, 1 MiB L2:
+// kc 256, nc 1024, mc 168): a kc-deep B micro-panel (kc x 32 floats) fills L1, the packed B block
+// (kc x nc) fills L2 (it is read back from L2 once per A micro-panel), the packed A block (mc x kc)
+// a sixth of it. Without a reported size, or with PTO_GEMM_* overrides, the constants above.
+inline Blocking blocking() {
+  static const Blocking bk = [] {
+    Blocking r;
+#ifndef PTO_GEMM_FIXED_BLOCKING
+    const CacheSizes cs = query_cache_sizes();
+    if (cs.l1d >= 8192 && cs.l2 >= 131072) {
+      r.kc = detail::imin(512, detail::imax(128, cs.l1d / 128 / 16 * 16));
+      r.nc = detail::imin(4096, detail::imax(256, cs.l2 / (r.kc * 4) / NR * NR));
+      r.mc = detail::imin(512, detail::imax(2 * MR, cs.l2 / (r.kc * 4 * 6) / MR * MR));
+    }
+#endif
+    return r;
+  }();
+  return bk;
+}
+
+// gemm_sum_f32 for M <= one A block with B read in place (every term's b_cs == 1): A is packed
+// once per kc block, B micro-panels come straight from B's rows (no copy) and stay in L1 across
+// the A micro-panels; only a ragged last panel, which would read past B's columns, is packed.
+template <int TM, int TNV>
+inline void gemm_sum_rows_f32(int64_t M, int64_t N, const Term* t, int nt, int64_t K, float* C, int64_t ldc,
+                              bool accumulate, float* Ap, float* Bp, int64_t KB, int64_t NB) {
+  constexpr int TNR = TNV * kW;
+  const float* rows[512];
+  for (int64_t pc = 0; pc < K; pc += KB) {
+    const int64_t kc = K - pc < KB ? K - pc : KB;
+    const bool acc = accumulate || pc > 0;
+    for_each_k_piece(t, nt, pc, kc, [&](const Term& s, int64_t p0, int64_t off, int64_t len) {
+      pack_a<TM>(M, len, s.a + p0 * s.a_cs, s.a_rs, s.a_cs, Ap + off * TM, kc);
+      for (int64_t p = 0; p < len; ++p) rows[off + p] = s.b + (p0 + p) * s.b_rs;
+    });
+    const int64_t n_full = N / TNR * TNR;
+    for (int64_t jc = 0; jc < n_full; jc += NB) {
+      const int64_t nc = detail::imin(NB, n_full - jc);
+      for (int64_t jr = jc; jr < jc + nc; jr += TNR)
+        for (int64_t ir = 0; ir < M; ir += TM)
+          micro_kernel<TM, TNV, 1, TM, TNR, true>(kc, Ap + ir * kc, nullptr, C + ir * ldc + jr, ldc, acc,
+                                                  detail::imin(TM, M - ir), TNR, rows, jr);
+    }
+    if (n_full < N) {
+      for_each_k_piece(t, nt, pc, kc, [&](const Term& s, int64_t p0, int64_t off, int64_t len) {
+        pack_b<TNR>(len, N - n_full, s.b + p0 * s.b_rs + n_full, s.b_rs, 1, Bp + off * TNR, kc);
+      });
+      for (int64_t ir = 0; ir < M; ir += TM)
+        micro_kernel<TM, TNV, 1, TM, TNR>(kc, Ap + ir * kc, Bp, C + ir * ldc + n_full, ldc, acc,
+                                          detail::imin(TM, M - ir), N - n_full);
+    }
+  }
+}
+
+// C(M x N, row stride ldc, unit column stride) = (or +=) sum of the nt terms' products, with a
+// TM x TNV*kW register tile. Single-threaded; callers parallelise over blocks of C.
+template <int TM = MR, int TNV = NV>
+inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, int64_t ldc, bool accumulate,
+                         const Blocking& bk = Blocking{}) {
+  constexpr int TNR = TNV * kW;
   if (M <= 0 || N <= 0) return;
+  int64_t K = 0;
+  for (int i = 0; i < nt; ++i) K += detail::imax(0, t[i].k);
   if (K <= 0) {
     if (!accumulate)
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 0.0f;
     return;
   }
+  const int64_t KB = bk.kc, MB = detail::imax(TM, bk.mc / TM * TM), NB = detail::imax(TNR, bk.nc / TNR * TNR);
   PackBuffers& buf = pack_buffers();
-  const int64_t kc_max = K < KC ? K : KC;
-  const int64_t nc_max = ((N < NC ? N : NC) + NR - 1) / NR * NR;
-  const int64_t mc_max = ((M < MC ? M : MC) + MR - 1) / MR * MR;
+  const int64_t kc_max = K < KB ? K : KB;
+  const int64_t nc_max = ((N < NB ? N : NB) + TNR - 1) / TNR * TNR;
+  const int64_t mc_max = ((M < MB ? M : MB) + TM - 1) / TM * TM;
   float* Bp = PackBuffers::grow(buf.b, buf.b_cap, kc_max * nc_max);
   float* Ap = PackBuffers::grow(buf.a, buf.a_cap, kc_max * mc_max);
-  for (int64_t jc = 0; jc < N; jc += NC) {
-    const int64_t nc = N - jc < NC ? N - jc : NC;
-    for (int64_t pc = 0; pc < K; pc += KC) {
-      const int64_t kc = K - pc < KC ? K - pc : KC;
+  // Few rows (at most 4 register tiles) and B rows contiguous: B is read in place through a table
+  // of row addresses instead of packed, since each packed element would be used only M times (a
+  // convolution's taps: 64 output channels, 3136 pixels; 11% faster). Not where the row stride is
+  // a multiple of 1 KiB: the rows of a micro-panel would then share a few L1 sets (measured 1.6x
+  // slower at a 16 KiB stride).
+  bool in_place = M <= 4 * TM && kc_max <= 512;
+  for (int i = 0; i < nt; ++i) in_place = in_place && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
+  if (in_place) return gemm_sum_rows_f32<TM, TNV>(M, N, t, nt, K, C, ldc, accumulate, Ap, Bp, KB, NB);
+  for (int64_t jc = 0; jc < N; jc += NB) {
+    const int64_t nc = N - jc < NB ? N - jc : NB;
+    for (int64_t pc = 0; pc < K; pc += KB) {
+      const int64_t kc = K - pc < KB ? K - pc : KB;
       const bool acc = accumulate || pc > 0;
-      pack_b(kc, nc, B + pc * ldb_r + jc * ldb_c, ldb_r, ldb_c, Bp);
-      for (int64_t ic = 0; ic < M; ic += MC) {
-        const int64_t mc = M - ic < MC ? M - ic : MC;
-        pack_a(mc, kc, A + ic * lda_r + pc * lda_c, lda_r, lda_c, Ap);
-        // A panel (L1) outer, B panels (L2) inner.
-        for (int64_t ir = 0; ir < mc; ir += MR) {
-          const int64_t mr = mc - ir < MR ? mc - ir : MR;
-          for (int64_t jr = 0; jr < nc; jr += NR) {
-            const int64_t nr = nc - jr < NR ? nc - jr : NR;
-            micro_kernel<MR, NV, 1, MR, NR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
-                                            ldc, acc, mr, nr);
+      for_each_k_piece(t, nt, pc, kc, [&](const Term& s, int64_t p0, int64_t off, int64_t len) {
+        pack_b<TNR>(len, nc, s.b + p0 * s.b_rs + jc * s.b_cs, s.b_rs, s.b_cs, Bp + off * TNR, kc);
+      });
+      for (int64_t ic = 0; ic < M; ic += MB) {
+        const int64_t mc = M - ic < MB ? M - ic : MB;
+        for_each_k_piece(t, nt, pc, kc, [&](const Term& s, int64_t p0, int64_t off, int64_t len) {
+          pack_a<TM>(mc, len, s.a + ic * s.a_rs + p0 * s.a_cs, s.a_rs, s.a_cs, Ap + off * TM, kc);
+        });
+        // A micro-panel (L1) outer, B panels (L2) inner.
+        for (int64_t ir = 0; ir < mc; ir += TM) {
+          const int64_t mr = mc - ir < TM ? mc - ir : TM;
+          for (int64_t jr = 0; jr < nc; jr += TNR) {
+            const int64_t nr = nc - jr < TNR ? nc - jr : TNR;
+            micro_kernel<TM, TNV, 1, TM, TNR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
+                                              ldc, acc, mr, nr);
           }
         }
       }
     }
   }
 }
+}  // namespace gemm
 
+// C(M x N, row stride ldc) = (or +=) A(M x K) * B(K x N); element (i,p) of A is
+// A[i*lda_r + p*lda_c], (p,j) of B is B[p*ldb_r + j*ldb_c]: any strides, transposed included.
+// Single-threaded; callers parallelise over blocks of C.
+inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda_r, int64_t lda_c,
+                     const float* B, int64_t ldb_r, int64_t ldb_c, float* C, int64_t ldc, bool accumulate) {
+  const gemm::Term t{A, lda_r, lda_c, B, ldb_r, ldb_c, K};
+  gemm::gemm_sum_f32(M, N, &t, 1, C, ldc, accumulate);
+}
+
+namespace gemm {
+constexpr int kMaxTerms = 64;  // products per MMATMUL_SUM (code generation splits longer sums)
+
+// The narrow register tile (MR_NARROW x kW) for products with few rows, where MR-row panels would
+// compute many padding rows (64 rows: 70 with MR = 14, 64 with 16).
+#if defined(__AVX512F__)
+constexpr int MR_NARROW = 16;
+#else
+constexpr int MR_NARROW = 8;
+#endif
+constexpr int64_t padded_rows(int64_t m, int tm) { return (m + tm - 1) / tm * tm; }
+constexpr bool use_narrow_tile(int64_t M) { return padded_rows(M, MR_NARROW) * 32 < padded_rows(M, MR) * 31; }
+
+// One thread's share of a sum: gemm_sum_f32 with the register tile chosen for its rows and the
+// blocking from the cache sizes.
+inline void gemm_share_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, int64_t ldc, bool acc,
+                           bool narrow) {
+  if (narrow)
+    gemm_sum_f32<MR_NARROW, 1>(M, N, t, nt, C, ldc, acc, blocking());
+  else
+    gemm_sum_f32<MR, NV>(M, N, t, nt, C, ldc, acc, blocking());
+}
+}  // namespace gemm
 }  // namespace pto
 
 // The packed GEMM is most of a kernel's compile time (about 0.5 s of g++ per kernel with a
@@ -254,84 +467,104 @@ inline void gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t ld
 // its own (PTO_SHARED_GEMM_DEFINE), loaded before kernels built with PTO_SHARED_GEMM, which call
 // it instead of instantiating it. Exports and other builds keep it inline.
 #if defined(PTO_SHARED_GEMM) || defined(PTO_SHARED_GEMM_DEFINE)
-extern "C" __attribute__((visibility("default"))) void pto_shared_gemm_f32(
-    int64_t M, int64_t N, int64_t K, const float* A, int64_t lda_r, int64_t lda_c, const float* B,
-    int64_t ldb_r, int64_t ldb_c, float* C, int64_t ldc, bool accumulate);
+extern "C" __attribute__((visibility("default"))) void pto_shared_gemm_f32(int64_t M, int64_t N,
+                                                                           const pto::gemm::Term* t, int nt,
+                                                                           float* C, int64_t ldc, bool acc,
+                                                                           bool narrow);
 #endif
 #if defined(PTO_SHARED_GEMM_DEFINE)
-extern "C" void pto_shared_gemm_f32(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda_r,
-                                    int64_t lda_c, const float* B, int64_t ldb_r, int64_t ldb_c, float* C,
-                                    int64_t ldc, bool accumulate) {
-  pto::gemm_f32(M, N, K, A, lda_r, lda_c, B, ldb_r, ldb_c, C, ldc, accumulate);
+extern "C" void pto_shared_gemm_f32(int64_t M, int64_t N, const pto::gemm::Term* t, int nt, float* C,
+                                    int64_t ldc, bool acc, bool narrow) {
+  pto::gemm::gemm_share_f32(M, N, t, nt, C, ldc, acc, narrow);
 }
 #endif
 
 namespace pto {
 namespace gemm {
 #if defined(PTO_SHARED_GEMM)
-#define PTO_GEMM_F32 ::pto_shared_gemm_f32
+#define PTO_GEMM_SHARE_F32 ::pto_shared_gemm_f32
 #else
-#define PTO_GEMM_F32 ::pto::gemm_f32
+#define PTO_GEMM_SHARE_F32 ::pto::gemm::gemm_share_f32
 #endif
-// Rows [r0, r1) (or columns, when split_n) of C = (or +=) A * B: one thread's share.
+
+// Rows [r0, r1) (or columns, when split_n) of C = (or +=) sum_t A_t * B_t: one thread's share.
 struct Shared {
-  int64_t M, N, K;
-  const float *A, *B;
-  int64_t lda_r, lda_c, ldb_r, ldb_c;
+  int64_t M, N;
+  const Term* t;
+  int nt;
   float* C;
   int64_t ldc;
-  bool acc, split_n;
+  bool acc, split_n, narrow;
   int64_t grain;  // rows (or columns) per parallel item
 };
 inline void run_share(void* ctx, int64_t begin, int64_t end) {
   const Shared& s = *static_cast<const Shared*>(ctx);
-  const int64_t lim = s.split_n ? s.N : s.M;
-  const int64_t r0 = begin * s.grain, r1 = detail::imin(end * s.grain, lim);
+  const int64_t r0 = begin * s.grain, r1 = detail::imin(end * s.grain, s.split_n ? s.N : s.M);
   if (r0 >= r1) return;
-  if (s.split_n)
-    PTO_GEMM_F32(s.M, r1 - r0, s.K, s.A, s.lda_r, s.lda_c, s.B + r0 * s.ldb_c, s.ldb_r, s.ldb_c, s.C + r0,
-                 s.ldc, s.acc);
-  else
-    PTO_GEMM_F32(r1 - r0, s.N, s.K, s.A + r0 * s.lda_r, s.lda_r, s.lda_c, s.B, s.ldb_r, s.ldb_c,
-                 s.C + r0 * s.ldc, s.ldc, s.acc);
+  Term t[kMaxTerms];
+  for (int i = 0; i < s.nt; ++i) {
+    t[i] = s.t[i];
+    if (s.split_n)
+      t[i].b += r0 * t[i].b_cs;
+    else
+      t[i].a += r0 * t[i].a_rs;
+  }
+  const int64_t m = s.split_n ? s.M : r1 - r0, n = s.split_n ? r1 - r0 : s.N;
+  float* c = s.split_n ? s.C + r0 : s.C + r0 * s.ldc;
+  PTO_GEMM_SHARE_F32(m, n, t, s.nt, c, s.ldc, s.acc, s.narrow);
+}
+
+// dst = (or +=) the sum of the nt products on global memory (M x N = dst's region), split across
+// the pool `pf` (nullptr: one thread) into one contiguous share of rows (or, for a wide and short
+// product, columns) per thread; each thread packs each B (or A) block once and reuses it across
+// its whole share. A strided destination (rare: a transposed output view) takes plain loops.
+inline void mmatmul_sum_f32(pto_parallel_for_fn pf, float* C, int64_t ldc, int64_t ldc_c, int64_t M,
+                            int64_t N, const Term* t, int nt, bool acc) {
+  if (M <= 0 || N <= 0) return;
+  if (ldc_c != 1) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float& c = C[i * ldc + j * ldc_c];
+        float s = acc ? c : 0.0f;
+        for (int u = 0; u < nt; ++u) {
+          float d = 0.0f;
+          for (int64_t p = 0; p < t[u].k; ++p)
+            d += t[u].a[i * t[u].a_rs + p * t[u].a_cs] * t[u].b[p * t[u].b_rs + j * t[u].b_cs];
+          s = u == 0 && !acc ? d : s + d;
+        }
+        c = s;
+      }
+    return;
+  }
+  Shared s{M, N, t, nt, C, ldc, acc, N > M, use_narrow_tile(M), 0};
+  // Split the longer side; items of one register tile so the per-thread shares stay even.
+  s.grain = s.split_n ? (s.narrow ? kW : NR) : (s.narrow ? MR_NARROW : MR);
+  const int64_t items = ((s.split_n ? N : M) + s.grain - 1) / s.grain;
+  double flops = 0;
+  for (int i = 0; i < nt; ++i) flops += 2.0 * double(M) * double(N) * double(t[i].k);
+  // Small products: one thread (waking the pool costs more than it saves).
+  if (pf == nullptr || items < 2 || flops < 4e6) return run_share(&s, 0, items);
+  pf(items, &run_share, &s);
+}
+
+template <class T, class U>
+PTO_INLINE Term term(GlobalView<T> a, GlobalView<U> b) {
+  static_assert(
+      std::is_same_v<std::remove_const_t<T>, float> && std::is_same_v<std::remove_const_t<U>, float>,
+      "MMATMUL takes f32 views");
+  return Term{a.ptr, a.rs, a.cs, b.ptr, b.rs, b.cs, detail::imax(0, detail::imin(a.vc, b.vr))};
 }
 }  // namespace gemm
 
 // MMATMUL / MMATMUL_ACC: dst = (or +=) a * b on global memory, the whole product in one
 // instruction: rows i < min(dst.vr, a.vr), columns j < min(dst.vc, b.vc), k < min(a.vc, b.vr).
-// The rows (or, for a wide and short product, the columns) are split into one contiguous share
-// per thread of `pf`; each thread runs the packed gemm_f32 on its share, so every thread packs
-// each B (or A) block once and reuses it across its whole share. pf == nullptr: one thread.
 template <class D, class T, class U>
 inline void mmatmul_f32(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<U> b,
                         bool acc) {
-  static_assert(std::is_same_v<std::remove_const_t<D>, float> &&
-                    std::is_same_v<std::remove_const_t<T>, float> &&
-                    std::is_same_v<std::remove_const_t<U>, float>,
-                "MMATMUL takes f32 views");
-  using namespace gemm;
-  const int64_t M = detail::imin(dst.vr, a.vr), N = detail::imin(dst.vc, b.vc);
-  const int64_t K = detail::imax(0, detail::imin(a.vc, b.vr));
-  if (M <= 0 || N <= 0) return;
-  if (dst.cs != 1) {  // a strided destination: no C tile stores; rare (a transposed output view)
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        float s = 0.0f;
-        for (int64_t p = 0; p < K; ++p) s += a.ptr[i * a.rs + p * a.cs] * b.ptr[p * b.rs + j * b.cs];
-        float& c = dst.ptr[i * dst.rs + j * dst.cs];
-        c = acc ? c + s : s;
-      }
-    return;
-  }
-  Shared s{M, N, K, a.ptr, b.ptr, a.rs, a.cs, b.rs, b.cs, dst.ptr, dst.rs, acc, false, MR};
-  // Split the longer side; items of one register tile so the per-thread shares stay even.
-  s.split_n = N > M;
-  s.grain = s.split_n ? NR : MR;
-  const int64_t items = ((s.split_n ? N : M) + s.grain - 1) / s.grain;
-  // Small products: one thread (waking the pool costs more than it saves).
-  if (pf == nullptr || items < 2 || 2.0 * double(M) * double(N) * double(K) < 4e6)
-    return run_share(&s, 0, items);
-  pf(items, &run_share, &s);
+  static_assert(std::is_same_v<std::remove_const_t<D>, float>, "MMATMUL takes f32 views");
+  const gemm::Term t = gemm::term(a, b);
+  gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, dst.cs, detail::imin(dst.vr, a.vr), detail::imin(dst.vc, b.vc),
+                        &t, 1, acc);
 }
 
 template <class D, class T, class U>
@@ -341,6 +574,31 @@ inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, 
 template <class D, class T, class U>
 inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<U> b) {
   mmatmul_f32(pf, dst, a, b, true);
+}
+
+// A run of MMATMUL / MMATMUL_ACC instructions into one destination (the first one's `acc`, the
+// rest accumulating), fused by code generation into one sum of products: views come in (a, b)
+// pairs. Products whose row or column counts differ run one by one, as the instructions would.
+template <class D, class... V>
+inline void mmatmul_sum(pto_parallel_for_fn pf, bool acc, GlobalView<D> dst, V... views) {
+  static_assert(sizeof...(V) % 2 == 0 && sizeof...(V) / 2 <= gemm::kMaxTerms, "(a, b) pairs");
+  constexpr int nt = int(sizeof...(V) / 2);
+  gemm::Term t[nt];
+  int64_t M[nt], N[nt];
+  bool same = true;
+  int i = 0;
+  // (a, b) pairs: views[2i] is the A operand, views[2i+1] the B operand.
+  auto take = [&](auto&& a, auto&& b) {
+    t[i] = gemm::term(a, b);
+    M[i] = detail::imin(dst.vr, a.vr);
+    N[i] = detail::imin(dst.vc, b.vc);
+    same = same && M[i] == M[0] && N[i] == N[0];
+    ++i;
+  };
+  detail::for_pairs(take, views...);
+  if (same) return gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, dst.cs, M[0], N[0], t, nt, acc);
+  for (int u = 0; u < nt; ++u)
+    gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, dst.cs, M[u], N[u], &t[u], 1, acc || u > 0);
 }
 
 namespace detail {

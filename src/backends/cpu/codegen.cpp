@@ -4,6 +4,7 @@
 // (heap for big ones); global scratch is a pto::ScratchBuffer. All IR names are renamed into a
 // prefixed C++ namespace (v_ variables, t_ buffers) so they cannot hit keywords or our own names.
 #include "backends/cpu/codegen.h"
+#include "backends/cpu/matmul_runs.h"
 #include "backends/cpu/nests.h"
 #include "backends/cpu/row_fusion.h"
 #include "ir/number_text.h"
@@ -631,8 +632,21 @@ class Gen : private StmtVisitor {
         i += f->count - 1;
         continue;
       }
+      if (const size_t n = memory_matmul_run(body, i); n > 1) {
+        matmul_sum(body, i, n);
+        i += n - 1;
+        continue;
+      }
       visit(body[i]);
     }
+  }
+
+  // A run of whole-matrix products into one window (matmul_runs.h): calls of the sum GEMM.
+  void matmul_sum(const std::vector<Stmt>& body, size_t i, size_t n) {
+    const char* pool = parallel_depth_ == 0 ? "args->parallel_for" : "nullptr";
+    for (const auto& call :
+         memory_matmul_sum_calls(body, i, n, pool, [&](const Op& op, size_t k) { return gview(op, k); }))
+      line() << call << ";\n";
   }
 
   // The call into pto/cpu/rows.hpp that replaces body[i .. i + f.count) (row_fusion.h).
@@ -663,10 +677,17 @@ class Gen : private StmtVisitor {
   // The top-level statements with a hook call before and after each nest; the hooks are plain
   // statements (no new scope), so the tiles a nest declares stay visible to the next.
   void profiled_body() {
+    // A sum of whole-matrix products (one nest per product) runs fused, as unprofiled: its time
+    // goes to the first product's nest, the others report none.
     std::vector<Nest> nests = top_level_nests(p_);
+    size_t done = 0;  // statements before this index already ran (in a fused sum)
     for (size_t n = 0; n < nests.size(); ++n) {
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 0);\n";
-      for (size_t i = nests[n].begin; i < nests[n].end; ++i) visit(p_.body[i]);
+      for (size_t i = std::max(nests[n].begin, done); i < nests[n].end; i = done) {
+        const size_t run = memory_matmul_run(p_.body, i);
+        run > 1 ? matmul_sum(p_.body, i, run) : visit(p_.body[i]);
+        done = i + run;
+      }
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 1);\n";
     }
   }

@@ -615,8 +615,9 @@ CompileResult compile_cpp(const std::string& source) {
                 " (set PYPTO_INCLUDE_DIR, or reinstall pypto)");
   std::vector<std::string> flags = all_flags(inc);
   const char* shared = std::getenv("PYPTO_SHARED_GEMM");
-  if (source.find("pto::MMATMUL") != std::string::npos && !(shared && std::string(shared) == "0") &&
-      shared_gemm_loaded(cxx, flags, inc))
+  const bool gemm = source.find("pto::MMATMUL") != std::string::npos ||
+                    source.find("pto::mmatmul_sum") != std::string::npos;
+  if (gemm && !(shared && std::string(shared) == "0") && shared_gemm_loaded(cxx, flags, inc))
     flags.insert(flags.end() - 1, "-DPTO_SHARED_GEMM");
   const std::string key = cache_key(source, cxx, flags, inc);
 

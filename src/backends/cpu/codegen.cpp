@@ -34,7 +34,6 @@ using namespace ir;
 constexpr int64_t kMaxStackTileBytes = 64 << 10;
 constexpr int64_t kStackBudgetBytes = 1 << 20;
 
-
 const char* kPrelude = R"(#include <pto/pto.hpp>
 
 #include <cstdint>

@@ -179,7 +179,7 @@ void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View
 // out[.., o, y, x] = sum_c,dy,dx w[o, c, dy, dx] * padded[.., c, y*s + dy*d, x*s + dx*d]: stride-1
 // f32 convolutions are an implicit GEMM (above); the rest, for each tap, a matmul batched over the
 // output rows: [.., Ho, O, C] @ [.., Ho, C, Wo] -> [.., Ho, O, Wo].
-void conv2d(Builder& b, const Op& op) {
+void conv2d(Builder& b, const Op& op, bool implicit_gemm) {
   const View &out = view_arg(op, 0), &x = view_arg(op, 1), &w = view_arg(op, 2);
   const View* bias = optional_view_arg(op, 3);
   int64_t sh = int_arg(op, 4), sw = int_arg(op, 5), pt = int_arg(op, 6), pb = int_arg(op, 7),
@@ -188,7 +188,7 @@ void conv2d(Builder& b, const Op& op) {
   auto xs = x.shape(), ws = w.shape(), os = out.shape();
   int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)];
   int64_t kh = ws[2], kw = ws[3], Ho = os[size_t(r - 2)], Wo = os[size_t(r - 1)];
-  if (sh == 1 && sw == 1 && x.buf->dtype == DType::F32 && w.buf->dtype == DType::F32 &&
+  if (implicit_gemm && sh == 1 && sw == 1 && x.buf->dtype == DType::F32 && w.buf->dtype == DType::F32 &&
       out.buf->dtype == DType::F32) {
     conv2d_implicit_gemm(b, out, x, w, pt, pb, pl, pr, dh, dw);
   } else {
@@ -262,8 +262,12 @@ bool power(Builder& b, const Op& op) {
 
 const std::map<Opcode, CompositeLowering>& default_lowerings() {
   static const std::map<Opcode, CompositeLowering> table{
-      {Opcode::SOFTMAX, softmax},   {Opcode::LOG_SOFTMAX, log_softmax}, {Opcode::LAYER_NORM, layer_norm},
-      {Opcode::RMS_NORM, rms_norm}, {Opcode::CONV2D, conv2d},           {Opcode::CONCAT, concat},
+      {Opcode::SOFTMAX, softmax},
+      {Opcode::LOG_SOFTMAX, log_softmax},
+      {Opcode::LAYER_NORM, layer_norm},
+      {Opcode::RMS_NORM, rms_norm},
+      {Opcode::CONV2D, [](Builder& b, const Op& op) { conv2d(b, op, true); }},
+      {Opcode::CONCAT, concat},
       {Opcode::CLAMP, clamp}};
   return table;
 }
@@ -302,6 +306,8 @@ class Expander : public StmtMutator {
 };
 
 }  // namespace
+
+void lower_conv2d_per_tap(Builder& b, const Op& op) { conv2d(b, op, false); }
 
 Program lower_composites(const Program& p, const std::map<Opcode, CompositeLowering>& target_lowerings) {
   return Expander(p, target_lowerings).mutate_program(p);

@@ -16,6 +16,12 @@ namespace pypto::passes {
 // Emits into `b` the statements that compute `op`, ending with a write of its destination (operand 0).
 using CompositeLowering = std::function<void(ir::Builder& b, const ir::Op& op)>;
 
+// CONV2D as one matmul per filter tap, batched over the output rows, for every stride and dtype.
+// The default lowers stride-1 f32 convolutions as an implicit GEMM over a zero-padded copy of the
+// input instead, which pays off with the CPU's packed GEMM; a target whose products are tile
+// products (the simulated NPU) passes this one.
+void lower_conv2d_per_tap(ir::Builder& b, const ir::Op& op);
+
 ir::Program lower_composites(const ir::Program& tensor_level,
                              const std::map<ir::Opcode, CompositeLowering>& target_lowerings = {});
 

@@ -32,9 +32,13 @@ const RunArgs& normalised(const ir::Program& p, const RunArgs& args, RunArgs& st
   return storage;
 }
 
-// The simulated NPU multiplies tiles only: no whole-matrix MMATMUL in its programs.
+// The simulated NPU multiplies tiles only: no whole-matrix MMATMUL in its programs, and a
+// convolution is its taps' tile products (no padded copy for an implicit GEMM).
 passes::PipelineOptions backend_options(passes::PipelineOptions o, Backend backend) {
-  if (backend == Backend::Sim) o.memory_matmul = false;
+  if (backend == Backend::Sim) {
+    o.memory_matmul = false;
+    o.composite_lowerings[ir::Opcode::CONV2D] = passes::lower_conv2d_per_tap;
+  }
   return o;
 }
 
@@ -46,7 +50,7 @@ Kernel::Kernel(const ir::Program& tensor_program, Backend backend, const passes:
       written_(written_params(lowered_.isa)) {
   if (backend_ == Backend::Sim) {
     sim_source_ = tensor_program;
-    sim_options_ = options;
+    sim_options_ = backend_options(options, backend);
     set_sim_target("");
   }
 }

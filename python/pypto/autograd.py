@@ -45,9 +45,7 @@ class Derived:
         self.n_inputs = len(entry.plan)
         self.written = [r for r in results if r < self.n_inputs]
         self.name = entry.name  # (no reference to the entry: it holds this object)
-        self.kernel = _C.Kernel(prog, entry.backend, **entry.options)
-        if entry.backend == "cpu":
-            self.kernel.compile()
+        self.kernel = _compiled(prog, entry)
         params = self.kernel.params()
         self.in_params = [p for p in params if p[3] != "output"]
         self.out_params = [p for p in params if p[3] == "output"]
@@ -57,9 +55,7 @@ class Derived:
         # n_params.. of the backward's "saved" args), so that they are not recomputed.
         self.forward = None
         if with_saves is not None:
-            self.forward = _C.Kernel(with_saves, entry.backend, **entry.options)
-            if entry.backend == "cpu":
-                self.forward.compile()
+            self.forward = _compiled(with_saves, entry)
             fparams = self.forward.params()
         self.param_dtypes = [_dt.to_dtype(p[1]) for p in fparams]
         self.param_shapes = [tuple(p[2]) for p in fparams]
@@ -67,41 +63,50 @@ class Derived:
     def run_forward(self, inputs, scalars, kind):
         """Runs the forward with saves on its inputs (in param order): (its outputs, {param index:
         saved product})."""
-        run, keep, outs = [], [], []
-        for i, a in enumerate(inputs):
-            arg, held = _prepared(a, self.param_dtypes[i], self.param_shapes[i])
-            run.append(arg)
-            keep.append(held)
-        for shape, dtype in zip(self.param_shapes[len(inputs):], self.param_dtypes[len(inputs):]):
-            obj, arg = interop.make_allocator(kind, shape, dtype)()
-            outs.append(obj)
-            run.append(arg)
-        try:
-            self.forward.run(run, list(scalars))
-        except PyptoError as e:
-            raise PyptoError(f"kernel '{self.name}' failed at run time: {e}") from None
-        n_out = self.n_params - len(inputs)
+        n = len(inputs)
+        outs = _launch(self.forward, zip(inputs, self.param_dtypes, self.param_shapes),
+                       zip(self.param_shapes[n:], self.param_dtypes[n:]), kind, scalars,
+                       f"kernel '{self.name}'")
+        n_out = self.n_params - n
         return outs[:n_out], dict(enumerate(outs[n_out:], self.n_params))
 
     def __call__(self, values, cotangents, scalars, kind):
         """values: forward param index -> array (inputs; results as after the call); cotangents:
         forward param index -> array or None (zeros). Returns {forward input param: gradient}."""
-        run, keep = [], []
-        for role, idx in self.args:
-            a = cotangents.get(idx) if role == "cotangent" else values[idx]
-            arg, held = _prepared(a, self.param_dtypes[idx], self.param_shapes[idx])
-            run.append(arg)
-            keep.append(held)
-        grads = []
-        for p in self.out_params:
-            obj, arg = interop.make_allocator(kind, p[2], _dt.to_dtype(p[1]))()
-            grads.append(obj)
-            run.append(arg)
-        try:
-            self.kernel.run(run, list(scalars))
-        except PyptoError as e:
-            raise PyptoError(f"backward of kernel '{self.name}' failed at run time: {e}") from None
+        ins = ((cotangents.get(idx) if role == "cotangent" else values[idx], self.param_dtypes[idx],
+                self.param_shapes[idx]) for role, idx in self.args)
+        grads = _launch(self.kernel, ins, ((p[2], _dt.to_dtype(p[1])) for p in self.out_params), kind,
+                        scalars, f"backward of kernel '{self.name}'")
         return dict(zip(self.grads, grads))
+
+
+def _compiled(program, entry):
+    """The kernel of `program` with the entry's backend and options, compiled when it is native."""
+    kernel = _C.Kernel(program, entry.backend, **entry.options)
+    if entry.backend == "cpu":
+        kernel.compile()
+    return kernel
+
+
+def _launch(kernel, inputs, outputs, kind, scalars, what):
+    """Runs `kernel` on `inputs` ((array, dtype, shape) each, in param order) and new `outputs`
+    ((shape, dtype) each, allocated as `kind`); returns the outputs. The prepared inputs are held
+    until the run ends."""
+    run, held = [], []
+    for a, dtype, shape in inputs:
+        arg, keep = _prepared(a, dtype, shape)
+        run.append(arg)
+        held.append(keep)
+    outs = []
+    for shape, dtype in outputs:
+        obj, arg = interop.make_allocator(kind, shape, dtype)()
+        outs.append(obj)
+        run.append(arg)
+    try:
+        kernel.run(run, list(scalars))
+    except PyptoError as e:
+        raise PyptoError(f"{what} failed at run time: {e}") from None
+    return outs
 
 
 def _prepared(a, dtype, shape):

@@ -244,8 +244,8 @@ class Fuser : public StmtMutator {
   // pass over memory. Its source is a row-space value of the group (a whole temporary the group
   // makes, or a whole external tensor); nothing but other column sums may follow it.
   static bool column_sum_fits(const Group& g, const Op& op, const ColumnReduction& cr) {
-    if (op.code != Opcode::TROWSUM || !is_float(dst(op).buf->dtype) || !is_float(cr.src.buf->dtype) || g.epilogue || g.width || g.rs.rank != 2 || cr.axis != 0 ||
-        cr.src.rank() != 2)
+    if (op.code != Opcode::TROWSUM || !is_float(dst(op).buf->dtype) || !is_float(cr.src.buf->dtype) ||
+        g.epilogue || g.width || g.rs.rank != 2 || cr.axis != 0 || cr.src.rank() != 2)
       return false;
     if (cr.src.shape()[0] != g.rs.rows || !expr_equal(cr.src.valid_shape()[0], g.rs.rows_valid)) return false;
     const Buffer* b = cr.src.buf.get();

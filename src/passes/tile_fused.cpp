@@ -151,7 +151,8 @@ class FusedEmitter {
     if (!g.column_sums) return nb_.emit(n, std::move(e.body), out);
     // The chunk loop (parallel): zero the sums, walk the chunk's row blocks, store the sums.
     std::vector<Stmt> body = std::move(cs.init);
-    body.push_back(for_loop(cs.row, int_imm(0), min(int_imm(cs.block), cs.rows_valid - var(cs.chunk) * int_imm(cs.block)),
+    body.push_back(for_loop(cs.row, int_imm(0),
+                            min(int_imm(cs.block), cs.rows_valid - var(cs.chunk) * int_imm(cs.block)),
                             int_imm(cs.step), std::move(e.body)));
     body.insert(body.end(), cs.stores.begin(), cs.stores.end());
     Nest chunks;
@@ -180,7 +181,8 @@ class FusedEmitter {
   ColumnSums chunk_rows(Nest& n, int64_t rows, const Expr& rows_valid) {
     // (fuse admits column sums only into rank-2 groups as wide as their rows: the one loop, if
     // any, walks the rows)
-    if (n.loops.size() > 1 || n.off.size() != 2) throw Error("internal: column sums in a nest that is not of rows");
+    if (n.loops.size() > 1 || n.off.size() != 2)
+      throw Error("internal: column sums in a nest that is not of rows");
     ColumnSums cs;
     cs.chunk = nb_.fresh("fc");
     cs.row = nb_.fresh("fr");
@@ -220,7 +222,8 @@ class FusedEmitter {
     parts->dtype = dt;
     parts->shape = {cs.chunks, cols};
     cs.allocs.push_back(alloc(parts));
-    View row = sub(View::whole(parts), {Sel{var(cs.chunk), 1, false, false}, Sel{int_imm(0), cols, true, false}});
+    View row =
+        sub(View::whole(parts), {Sel{var(cs.chunk), 1, false, false}, Sel{int_imm(0), cols, true, false}});
     cs.stores.push_back(op_stmt(Op{Opcode::TSTORE, {row, acc}}));
     cs.parts.push_back({&op, parts});
   }

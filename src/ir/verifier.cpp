@@ -127,13 +127,14 @@ class Verifier : public StmtVisitor {
       // (unchecked, it once let the CPU backend read past the caller's array).
       std::vector<std::string> vars;
       collect_vars(b.dyn[size_t(d)], vars);
-      const std::string dim_text = "dynamic dim " + std::to_string(d) + " of %" + b.name + " (`" +
-                                   to_string(b.dyn[size_t(d)]) + "`)";
+      const std::string dim_text =
+          "dynamic dim " + std::to_string(d) + " of %" + b.name + " (`" + to_string(b.dyn[size_t(d)]) + "`)";
       if (vars.empty()) fail(dim_text + " names no dimension symbol; write a constant extent as an integer");
       for (const auto& v : vars)
         if (!dim_symbols_.count(v))
-          fail(dim_text + " names %" + v + ", which is not a dimension symbol (the extent of a dim of a "
-                          "parameter, bound from the argument's shape)");
+          fail(dim_text + " names %" + v +
+               ", which is not a dimension symbol (the extent of a dim of a "
+               "parameter, bound from the argument's shape)");
       if (b.shape[size_t(d)] != kDynamicBound)
         fail("dynamic dim " + std::to_string(d) + " of %" + b.name + " must have the static bound " +
              std::to_string(kDynamicBound));

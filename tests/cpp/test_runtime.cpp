@@ -304,11 +304,13 @@ TEST(KernelCache, EntryOthersCouldWriteIsRebuiltNotLoaded) {
   ASSERT_FALSE(so.empty());
   fs::path sum = so;
   sum.replace_extension(".sum");
-  const std::string foreign_so = pypto::cpu::kernel_path(*pypto::cpu::compile_cpp(tiny_kernel(planted)).kernel);
+  const std::string foreign_so =
+      pypto::cpu::kernel_path(*pypto::cpu::compile_cpp(tiny_kernel(planted)).kernel);
   const std::string foreign_sum = fs::path(foreign_so).replace_extension(".sum").string();
-  for (auto [so_mode, sum_mode] : {std::pair<fs::perms, fs::perms>{fs::perms::owner_all | fs::perms::group_all,
-                                                                   fs::perms::owner_read | fs::perms::owner_write},
-                                   {fs::perms::owner_all, fs::perms::all}}) {
+  for (auto [so_mode, sum_mode] :
+       {std::pair<fs::perms, fs::perms>{fs::perms::owner_all | fs::perms::group_all,
+                                        fs::perms::owner_read | fs::perms::owner_write},
+        {fs::perms::owner_all, fs::perms::all}}) {
     // Plant the other kernel under this one's key, checksum included.
     fs::copy_file(foreign_so, so.string() + ".x");
     fs::copy_file(foreign_sum, sum.string() + ".x");
@@ -433,7 +435,8 @@ TEST(KernelCache, KilledCompileLeavesNoTemporary) {
   std::ifstream(pid_file) >> compiler_pid;
   ASSERT_GT(compiler_pid, 0);
   kill(compiler_pid, SIGKILL);  // the compiler runs in its own process group: it outlives its parent
-  // (Planted now: the killed process swept the directory when it began.) Another entry's temporaries: one two days old (garbage), one fresh (a writer may be alive).
+  // (Planted now: the killed process swept the directory when it began.) Another entry's temporaries: one two
+  // days old (garbage), one fresh (a writer may be alive).
   const fs::path old_tmp = dir / "0123abcd.tmp.1.0.1.so", fresh_tmp = dir / "4567abcd.cpp.tmp.1.0.1";
   std::ofstream(old_tmp).put('x');
   std::ofstream(fresh_tmp).put('x');

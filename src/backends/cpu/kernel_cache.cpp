@@ -200,7 +200,10 @@ void remove_leftovers(const std::string& dir, const std::string& key, double sta
   std::error_code ec;
   for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    if (name.find(".tmp.") == std::string::npos || !trusted_cache_file(it->path().string())) continue;
+    struct stat st;  // ours (whatever its mode: the compiler's object takes the umask)
+    if (name.find(".tmp.") == std::string::npos || lstat(it->path().c_str(), &st) != 0 ||
+        st.st_uid != geteuid())
+      continue;
     bool remove = name.compare(0, own.size(), own) == 0;
     if (!remove && sweep) {
       std::error_code tec;

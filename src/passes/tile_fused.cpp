@@ -146,14 +146,16 @@ class FusedEmitter {
     auto ds = d.shape();
     int r = int(ds.size());
     e.ft = r - 2;
+    const View &a = std::get<View>(mm.args[1]), &b = std::get<View>(mm.args[2]);
+    const MatmulTile mt = matmul_tile(ts_, a.buf->dtype, b.buf->dtype, ds[r - 2]);
     std::vector<int64_t> ext(r, 1);
-    ext[r - 2] = ts_.mm_m;
-    ext[r - 1] = ts_.mm_n;
+    ext[r - 2] = mt.m;
+    ext[r - 1] = mt.n;
     Nest n = nb_.nest(d, ext, "m");
     for (auto& l : n.loops) e.loop_vars.push_back(l.var);
     View acc = nb_.tile("acc", d.buf->dtype, n.ext[r - 2], n.ext[r - 1], Space::Acc);
     e.body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
-    auto k = matmul_k_loop(nb_, std::get<View>(mm.args[1]), std::get<View>(mm.args[2]), n, ds, acc, ts_.mm_k);
+    auto k = matmul_k_loop(nb_, a, b, n, ds, acc, mt.k);
     e.body.insert(e.body.end(), k.begin(), k.end());
     finish_op(e, mm, acc, n);
     for (size_t j = 1; j < g.ops.size(); ++j)

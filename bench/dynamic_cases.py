@@ -155,7 +155,7 @@ def serving_case(ctx):
     hi = ctx.pick(96, 1024, 2048)
     lengths = [r.randrange(1, hi) for _ in range(n_calls)]
     d, n_out = ctx.pick((64, 64), (768, 768), (768, 3072))
-    impls = ["pypto", "pypto.dynamic"] + ([] if ctx.no_compile else ["torch.compile"])
+    impls = ["pypto"] + ctx.pick([], ["pypto.dynamic"], ["pypto.dynamic"]) + ([] if ctx.no_compile else ["torch.compile"])
     shape = f"{n_calls} calls, S in 1..{hi}, d{d}"
     bar = "serving {}: total time incl. compiles >= 1.0x torch.compile(dynamic=True)"
     warm_ = Case("serving", shape + ", caches warm", [],

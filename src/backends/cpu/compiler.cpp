@@ -278,7 +278,8 @@ std::string truncate_output(const std::string& s) {
 std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string& key,
                                       const std::string& source, const std::string& cxx,
                                       const std::vector<std::string>& flags, bool& found_on_disk,
-                                      const char* symbol = "pypto_kernel", const BeforeLoad& before_load = {}) {
+                                      const char* symbol = "pypto_kernel",
+                                      const BeforeLoad& before_load = {}) {
   const std::string src = dir + "/" + key + ".cpp", so = dir + "/" + key + ".so",
                     sum = dir + "/" + key + ".sum";
   const double timeout = runtime::compile_timeout_seconds();
@@ -640,7 +641,8 @@ CompileResult compile_cpp(const std::string& source, bool inline_gemm) {
   const bool gemm = !inline_gemm &&
                     (source.find("pto::MMATMUL") != std::string::npos ||
                      source.find("pto::mmatmul_sum") != std::string::npos) &&
-                    !(shared && std::string(shared) == "0") && !shared_gemm_known_unavailable(cxx, flags, inc);
+                    !(shared && std::string(shared) == "0") &&
+                    !shared_gemm_known_unavailable(cxx, flags, inc);
   // A kernel calling the shared GEMM library is compiled while the library is loaded or built
   // (on a cold cache the two compiles run side by side) and loaded once the library is in.
   // Should the library be unavailable, the kernel is compiled again with the GEMM inline.

@@ -110,3 +110,19 @@ def test_narrow_operands_take_taller_tiles():
     assert "i8[128, 512] mat" in mm.lower(i8(rows + 8, 600), b).as_text("tile")
     x, w = torch.zeros(rows, 64, dtype=torch.bfloat16), torch.zeros(64, 48, dtype=torch.bfloat16)
     assert "bf16[256, 64] mat" in pypto.jit(lambda x, w: x @ w).lower(x, w).as_text("tile")
+
+
+@requires_compiler
+def test_taller_tiles_give_exact_products():
+    """Run through the taller tiles (ragged in every dimension, K over two 512-deep tiles): the
+    int8 product stays exact, the bf16 one matches float64 as a once-rounded bf16 result."""
+    rows = 512 * 2 * pypto.target()["cores"] + 13
+    a, b = i8(rows, 601), i8(601, 37)
+    out = torch.full((rows, 37), float("nan"))
+    pypto.jit(smm_into)(a, b, torch.ones(rows), torch.ones(37), out)
+    assert torch.equal(out.double(), (a.long() @ b.long()).double())
+    x = torch.randn(rows // 2, 70, dtype=torch.float64).to(torch.bfloat16)
+    w = torch.randn(70, 37, dtype=torch.float64).to(torch.bfloat16)
+    y = pypto.jit(lambda x, w: x @ w)(x, w)
+    ref = x.double() @ w.double()
+    assert float((y.double() - ref).norm() / ref.norm()) < 8e-3

@@ -114,7 +114,12 @@ class Lowerer : public StmtMutator {
     auto shape = d.shape();
     int r = int(shape.size());
     int ft = std::max(r - 2, 0);
-    Nest n = nest(d, elem_ext(shape), "e");
+    std::vector<int64_t> ext = elem_ext(shape);
+    // A global vector: a tile of as many elements as a 2-D one (elem_rows x elem_cols), not one
+    // row of elem_cols: a long vector's loop then takes elem_rows times fewer iterations, each of
+    // which pays the call, the prefetch and (streaming) a store fence.
+    if (r == 1 && !is_local(d)) ext[0] = std::min(shape[0], ts_.elem_rows * ts_.elem_cols);
+    Nest n = nest(d, ext, "e");
     auto dsel = n.dst_sel(ft);
     auto [dr, dc] = tile_shape(dsel, r - ft);
     std::vector<Stmt> body;

@@ -277,56 +277,6 @@ TEST(KernelCache, TruncatedObjectIsDetectedAndRebuilt) {
   EXPECT_TRUE(pypto::cpu::compile_cpp(src).from_disk);
 }
 
-// A cache entry that someone else could have written is never loaded, however well its checksum
-// matches (the checksum proves the file whole, not whose it is): an entry holding another
-// kernel's object and checksum, writable by the group or by anyone, is rebuilt.
-TEST(KernelCache, EntryOthersCouldWriteIsRebuiltNotLoaded) {
-  const fs::path dir = fs::temp_directory_path() / ("pypto-cache-foreign-" + fresh_tag());
-  cpu_test::ScopedEnv cache("PYPTO_CACHE_DIR", dir.string());
-  const std::string mine = fresh_tag(), planted = fresh_tag(), src = tiny_kernel(mine);
-  // The genuine entry, built by another process (so this one never mapped it).
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    int rc = 1;
-    try {
-      rc = pypto::cpu::compile_cpp(src).from_disk ? 2 : 0;
-    } catch (...) {
-    }
-    _exit(rc);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  fs::path so;
-  for (const auto& e : fs::directory_iterator(dir))
-    if (e.path().extension() == ".so") so = e.path();
-  ASSERT_FALSE(so.empty());
-  fs::path sum = so;
-  sum.replace_extension(".sum");
-  const std::string foreign_so =
-      pypto::cpu::kernel_path(*pypto::cpu::compile_cpp(tiny_kernel(planted)).kernel);
-  const std::string foreign_sum = fs::path(foreign_so).replace_extension(".sum").string();
-  for (auto [so_mode, sum_mode] :
-       {std::pair<fs::perms, fs::perms>{fs::perms::owner_all | fs::perms::group_all,
-                                        fs::perms::owner_read | fs::perms::owner_write},
-        {fs::perms::owner_all, fs::perms::all}}) {
-    // Plant the other kernel under this one's key, checksum included.
-    fs::copy_file(foreign_so, so.string() + ".x");
-    fs::copy_file(foreign_sum, sum.string() + ".x");
-    fs::rename(so.string() + ".x", so);
-    fs::rename(sum.string() + ".x", sum);
-    fs::permissions(so, so_mode, fs::perm_options::replace);
-    fs::permissions(sum, sum_mode, fs::perm_options::replace);
-    pypto::cpu::clear_memory_cache_for_testing();
-    auto r = pypto::cpu::compile_cpp(src);
-    EXPECT_FALSE(r.from_disk) << "loaded an entry others could write";
-    EXPECT_FLOAT_EQ(call(*r.kernel, 1.0), float(1.0 + std::stod(mine)));
-    EXPECT_EQ(fs::status(so).permissions(), fs::perms::owner_all);  // rebuilt, private again
-  }
-  fs::remove_all(dir);
-}
-
 TEST(KernelCache, MissingChecksumIsRebuilt) {
   const std::string src = tiny_kernel(fresh_tag());
   auto r1 = pypto::cpu::compile_cpp(src);

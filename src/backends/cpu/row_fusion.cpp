@@ -214,6 +214,13 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
   }
   f.count = n;
   f.hoisted = m.hoisted;
+  for (size_t h : m.hoisted) {
+    const Buffer* t = view_of(*op_at(body, i + h), 0)->buf.get();
+    bool row_only = false;  // the tile is %w or %b, and no other step of the run names it
+    for (const char* v : {"%w", "%b"}) row_only |= m.tiles.count(v) && m.tiles.at(v) == t;
+    for (const auto& [var, b] : m.tiles) row_only &= b != t || var[0] == '%';
+    if (row_only && dead_from(body, i + n, t)) f.in_place.push_back(h);
+  }
   return f;
 }
 
@@ -255,18 +262,19 @@ std::optional<RowFusion> match_binary(const std::vector<Stmt>& body, size_t i) {
   return f;
 }
 
-
 // MGATHER rows, table, idx; TSTORE out, rows, with a rank-2 table and rows dead afterwards: each
 // indexed row is copied from the table straight into the output (gather.hpp, fused::gather_rows).
 std::optional<RowFusion> match_gather(const std::vector<Stmt>& body, size_t i) {
   const Op *g = op_at(body, i), *st = op_at(body, i + 1);
-  if (!g || !st || g->code != Opcode::MGATHER || st->code != Opcode::TSTORE || g->args.size() != 3) return std::nullopt;
+  if (!g || !st || g->code != Opcode::MGATHER || st->code != Opcode::TSTORE || g->args.size() != 3)
+    return std::nullopt;
   const View *rows = view_of(*g, 0), *table = view_of(*g, 1), *idx = view_of(*g, 2), *out = view_of(*st, 0),
              *src = view_of(*st, 1);
-  if (!rows || !table || !idx || !out || !src || !rows->buf || !table->buf || !out->buf || !src->buf) return std::nullopt;
-  if (rows->buf->space == Space::Global || table->buf->space != Space::Global || out->buf->space != Space::Global ||
-      table->rank() != 2 || !rows->is_whole() || !src->is_whole() || src->buf != rows->buf ||
-      !dead_from(body, i + 2, rows->buf.get()))
+  if (!rows || !table || !idx || !out || !src || !rows->buf || !table->buf || !out->buf || !src->buf)
+    return std::nullopt;
+  if (rows->buf->space == Space::Global || table->buf->space != Space::Global ||
+      out->buf->space != Space::Global || table->rank() != 2 || !rows->is_whole() || !src->is_whole() ||
+      src->buf != rows->buf || !dead_from(body, i + 2, rows->buf.get()))
     return std::nullopt;
   RowFusion f;
   f.fn = "gather_rows";
@@ -283,6 +291,28 @@ std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t 
     if (auto f = match_at(p, body, i)) return f;
   if (auto f = match_binary(body, i)) return f;
   return match_gather(body, i);
+}
+
+bool row_operand_in_place(const std::vector<Stmt>& body, size_t i) {
+  const Op* load = op_at(body, i);
+  if (!load || load->code != Opcode::TLOAD || !global_f32(*load, 1)) return false;
+  const View* t = view_of(*load, 0);
+  if (!t || !is_f32_tile(*t) || t->buf->shape[0] != 1) return false;
+  const Buffer* b = t->buf.get();
+  for (size_t j = i + 1; j < body.size() && j <= i + 8; ++j) {
+    if (auto f = match_row_fusion(body, j)) {
+      bool row = false, other = false;
+      for (const RowFusion::Arg& a : f->args) {
+        if (a.kind != RowFusion::Kind::Tile && a.kind != RowFusion::Kind::RowData) continue;
+        const View* v = view_of(*op_at(body, j + a.stmt), a.arg);
+        if (v && v->buf.get() == b) (a.kind == RowFusion::Kind::RowData ? row : other) = true;
+      }
+      for (size_t h : f->hoisted) other |= view_of(*op_at(body, j + h), 0)->buf.get() == b;
+      return row && !other && dead_from(body, j + f->count, b);
+    }
+    if (mentions(body[j], b)) return false;
+  }
+  return false;
 }
 
 }  // namespace pypto::cpu

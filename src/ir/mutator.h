@@ -51,4 +51,20 @@ class StmtMutator {
 // Whether two statement lists hold the same statements (by identity).
 bool same_stmts(const std::vector<Stmt>& a, const std::vector<Stmt>& b);
 
+// The body with f(block) applied to every block in it, each after the blocks nested in it (f
+// edits a block in place: erases, inserts or replaces its statements).
+template <class F>
+std::vector<Stmt> rewrite_blocks(const std::vector<Stmt>& body, F&& f) {
+  struct Each : StmtMutator {
+    F& f;
+    explicit Each(F& fn) : f(fn) {}
+    std::vector<Stmt> mutate_block(const std::vector<Stmt>& b) override {
+      std::vector<Stmt> out = StmtMutator::mutate_block(b);
+      f(out);
+      return out;
+    }
+  } each(f);
+  return each.mutate_block(body);
+}
+
 }  // namespace pypto::ir

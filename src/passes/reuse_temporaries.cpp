@@ -87,12 +87,17 @@ struct Life {
   const Buffer* tenant = nullptr;  // as a home: the temporary it holds now (its name in the input)
 };
 
+// Each temporary moved into its home: its allocation goes, its views name the home.
 class Rename : public StmtMutator {
  public:
   explicit Rename(const std::map<const Buffer*, BufferRef>& to) : to_(to) {}
 
  private:
   const std::map<const Buffer*, BufferRef>& to_;
+  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
+    if (s->kind == StmtKind::Alloc && to_.count(s->buffer.get())) return;
+    StmtMutator::mutate_into(s, out);
+  }
   View mutate_view(const View& v) override {
     auto it = to_.find(v.buf.get());
     if (it == to_.end()) return v;
@@ -102,13 +107,30 @@ class Rename : public StmtMutator {
   }
 };
 
+// The program's statements with labelled groups (public op calls, passes/fuse.cpp) opened: a
+// label is for the reader, so lifetimes count statements as if it were not there.
+std::vector<Stmt> top_level(const std::vector<Stmt>& body) {
+  struct Open : StmtVisitor {
+    std::vector<Stmt> stmts;
+    void visit(const Stmt& s) override {
+      if (s->kind == StmtKind::Seq)
+        StmtVisitor::visit(s);
+      else
+        stmts.push_back(s);
+    }
+  } open;
+  open.visit_block(body);
+  return std::move(open.stmts);
+}
+
 }  // namespace
 
 Program reuse_temporaries(const Program& p) {
   std::map<const Buffer*, Life> lives;
   std::vector<const Buffer*> order;
-  for (size_t i = 0; i < p.body.size(); ++i) {
-    const Stmt& s = p.body[i];
+  const std::vector<Stmt> top = top_level(p.body);
+  for (size_t i = 0; i < top.size(); ++i) {
+    const Stmt& s = top[i];
     if (s->kind == StmtKind::Alloc && s->buffer->space == Space::Global &&
         s->buffer->kind == BufferKind::Temp) {
       lives[s->buffer.get()] = Life{s->buffer, i};
@@ -134,7 +156,7 @@ Program reuse_temporaries(const Program& p) {
       if (h->buf->dtype != b->dtype || h->buf->shape != b->shape) continue;
       // In place: the statement must read the home's current tenant, which the input program still
       // names by its own buffer (the home's first one only until another moved in).
-      if (h->last < l.first || (h->last == l.first && InPlace(h->tenant, b).ok(p.body[l.first]))) {
+      if (h->last < l.first || (h->last == l.first && InPlace(h->tenant, b).ok(top[l.first]))) {
         home = h;
         break;
       }
@@ -149,12 +171,7 @@ Program reuse_temporaries(const Program& p) {
     home->tenant = b;
   }
   if (to.empty()) return p;
-  Program out = Rename(to).mutate_program(p);
-  std::vector<Stmt> body;
-  for (const Stmt& s : out.body)
-    if (!(s->kind == StmtKind::Alloc && to.count(s->buffer.get()))) body.push_back(s);
-  out.body = std::move(body);
-  return out;
+  return Rename(to).mutate_program(p);
 }
 
 }  // namespace pypto::passes

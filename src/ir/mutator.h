@@ -3,6 +3,7 @@
 // only: a statement (or expression) whose parts all come back identical is returned as is, so
 // untouched subtrees stay shared with the input program.
 #pragma once
+#include <map>
 #include <vector>
 
 #include "ir/ir.h"
@@ -47,6 +48,10 @@ class StmtMutator {
   // s with new bodies (a copy only when one differs from s's own).
   static Stmt with_bodies(const Stmt& s, std::vector<Stmt> body, std::vector<Stmt> orelse);
 };
+
+// The program with each buffer of `to` replaced by its image in every view and its allocation
+// dropped (the image is allocated elsewhere, or is a parameter).
+Program replace_buffers(const Program& p, const std::map<const Buffer*, BufferRef>& to);
 
 // Whether two statement lists hold the same statements (by identity).
 bool same_stmts(const std::vector<Stmt>& a, const std::vector<Stmt>& b);

@@ -725,27 +725,7 @@ std::vector<const Buffer*> Differentiator::products_to_save() const {
   return out;
 }
 
-namespace {
 // The forward with some temps made outputs (appended to its params, in order).
-class SaveTemps : public StmtMutator {
- public:
-  explicit SaveTemps(const std::map<const Buffer*, BufferRef>& to) : to_(to) {}
-
- private:
-  const std::map<const Buffer*, BufferRef>& to_;
-  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
-    if (s->kind == StmtKind::Alloc && to_.count(s->buffer.get())) return;
-    StmtMutator::mutate_into(s, out);
-  }
-  View mutate_view(const View& v) override {
-    View out = StmtMutator::mutate_view(v);
-    auto it = to_.find(v.buf.get());
-    if (it != to_.end()) out.buf = it->second;
-    return out;
-  }
-};
-}  // namespace
-
 Program Differentiator::forward_with_saves(const std::vector<const Buffer*>& saves) const {
   std::map<const Buffer*, BufferRef> to;
   for (const Buffer* b : saves) {
@@ -753,7 +733,7 @@ Program Differentiator::forward_with_saves(const std::vector<const Buffer*>& sav
     nb->kind = BufferKind::Output;
     to[b] = nb;
   }
-  Program p = SaveTemps(to).mutate_program(fwd_);
+  Program p = replace_buffers(fwd_, to);
   for (const Buffer* b : saves) p.params.push_back(to.at(b));
   return p;
 }

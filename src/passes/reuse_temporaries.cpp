@@ -87,26 +87,6 @@ struct Life {
   const Buffer* tenant = nullptr;  // as a home: the temporary it holds now (its name in the input)
 };
 
-// Each temporary moved into its home: its allocation goes, its views name the home.
-class Rename : public StmtMutator {
- public:
-  explicit Rename(const std::map<const Buffer*, BufferRef>& to) : to_(to) {}
-
- private:
-  const std::map<const Buffer*, BufferRef>& to_;
-  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
-    if (s->kind == StmtKind::Alloc && to_.count(s->buffer.get())) return;
-    StmtMutator::mutate_into(s, out);
-  }
-  View mutate_view(const View& v) override {
-    auto it = to_.find(v.buf.get());
-    if (it == to_.end()) return v;
-    View out = v;
-    out.buf = it->second;
-    return out;
-  }
-};
-
 // The program's statements with labelled groups (public op calls, passes/fuse.cpp) opened: a
 // label is for the reader, so lifetimes count statements as if it were not there.
 std::vector<Stmt> top_level(const std::vector<Stmt>& body) {
@@ -171,7 +151,7 @@ Program reuse_temporaries(const Program& p) {
     home->tenant = b;
   }
   if (to.empty()) return p;
-  return Rename(to).mutate_program(p);
+  return replace_buffers(p, to);  // each temporary moved into its home
 }
 
 }  // namespace pypto::passes

@@ -484,6 +484,15 @@ class Lowerer : public StmtMutator {
     else if (!local_dst)
       body.push_back(op_stmt(Op{Opcode::TLOAD, {acc, sub(d, dsel)}}));
     auto k = matmul_k_loop(nb_, a, b, n, ds, acc, mt.k);
+    // A product in one K step writes its tile: no zero fill, and no read of the accumulator
+    // (K = 64 in q @ k^T: the fill and the read cost as much as the multiply-adds).
+    if (op.code == Opcode::TMATMUL && !k.empty() && k.back()->kind == StmtKind::OpStmt &&
+        k.back()->op.code == Opcode::TMATMUL_ACC) {
+      body.clear();
+      Op single = k.back()->op;
+      single.code = Opcode::TMATMUL;
+      k.back() = op_stmt(single);
+    }
     // One K step and loops over both row and column blocks: columns outer, so that the right
     // operand's tile is loaded once per column block, not once per row block (a transposed
     // operand, such as K in q @ k^T, costs a strided load each time).

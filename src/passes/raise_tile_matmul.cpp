@@ -32,24 +32,14 @@ struct Walk {
   int64_t extent, step;
 };
 
-// Window dimension d of v is [w.var, w.var + w.step) of a dimension of extent w.extent, valid
-// part clipped to the extent.
-bool walks(const View& v, int d, const Walk& w) {
-  if (!expr_equal(v.offset[size_t(d)], var(w.var)) || v.size[size_t(d)] != w.step || v.step[size_t(d)] != 1)
-    return false;
-  const Expr& valid = v.valid[size_t(d)];
-  if (expr_equal(valid, min(int_imm(w.step), int_imm(w.extent) - var(w.var)))) return true;
-  auto c = as_int(valid);
-  return c && *c == w.step && w.extent % w.step == 0;
-}
-
 // A rank-2 f32 window of a static global buffer of shape rows x cols, in its own dimension order,
 // walked by the loops r (rows) and c (columns).
 bool tiled_window(const View& v, const Walk& r, const Walk& c) {
   const Buffer& b = *v.buf;
   if (b.space != Space::Global || b.dtype != DType::F32 || b.rank() != 2 || b.is_dynamic()) return false;
   if (v.dims != std::vector<int>{0, 1} || b.shape[0] != r.extent || b.shape[1] != c.extent) return false;
-  return walks(v, 0, r) && walks(v, 1, c);
+  return v.size[0] == r.step && v.size[1] == c.step && v.tiles_dim(0, r.var, r.extent) &&
+         v.tiles_dim(1, c.var, c.extent);
 }
 
 class Raise : public StmtMutator {

@@ -1,15 +1,22 @@
 """Dynamic shapes (issue 13): each kernel compiled with its sequence dim dynamic against the same
-kernel compiled static for the shape (DESIGN.md §5: within 10%), and a "serving" case: 50 calls
-at random sequence lengths, total time including compiles, PyPTO (automatic dynamic: at most two
-compiles) against torch.compile(dynamic=True)."""
+kernel compiled static for the shape (DESIGN.md §5: within 10%), and the "serving" cases: 50 calls
+at random sequence lengths in a fresh process, total time including compiles, PyPTO (automatic
+dynamic: at most two compiles) against torch.compile(dynamic=True), with both frameworks' on-disk
+caches warm ("serving") and fresh ("serving_cold")."""
+import json
+import os
 import random
-import time
+import subprocess
+import sys
+import tempfile
 
 import numpy as np
 
 from bench.cases import Bar, Case, Impl, block_params, kernel, rand, torch64, torch_block, torch_impl
 from bench.engine import add_ratios, new_record
-from bench.common import short_error
+from bench.common import median, short_error
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _dynamic_impl(kname, dynamic, args, warm_shapes):
@@ -95,55 +102,51 @@ def dynamic_cases(ctx):
 
 # ---- serving: 50 calls at random lengths, compiles included ------------------------------------
 
-def _serving_fn(x, w, b):
-    import pypto
-    h = pypto.layer_norm(x, x.shape[-1], None, None, 1e-5)
-    return pypto.relu(pypto.matmul(h, w) + b)
-
-
-def _serving_torch(x, w, b):
-    import torch
-    h = torch.nn.functional.layer_norm(x, (x.shape[-1],), None, None, 1e-5)
-    return torch.relu(h @ w + b)
+def _serving_probe(impl, params, env_extra, timeout=1200):
+    env = dict(os.environ)
+    env.update(env_extra)
+    res = subprocess.run([sys.executable, os.path.join(HERE, "serving_probe.py"), impl, json.dumps(params)],
+                         capture_output=True, text=True, env=env, timeout=timeout)
+    if res.returncode != 0:
+        tail = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"probe exited {res.returncode}: {tail}")
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    if not out["rel_err"] <= 1e-4:
+        raise RuntimeError(f"wrong result: rel err {out['rel_err']:.2e}")
+    return out
 
 
 def serving_runner(case, env):
-    import torch
-
-    import pypto
-    lengths, d, n_out = case.params["lengths"], case.params["d"], case.params["n_out"]
-    rng = np.random.default_rng(7)
-    w, b = rand(rng, d, n_out, scale=0.05), rand(rng, n_out)
-    xs = [rand(rng, n, d) for n in lengths]
-    recs = []
-    impls = [("pypto", lambda: pypto.jit(_serving_fn), lambda f, x: f(x, w, b))]
-    if not case.params["no_compile"]:
-        tw, tb = torch.from_numpy(w), torch.from_numpy(b)
-        impls.append(("torch.compile", lambda: torch.compile(_serving_torch, dynamic=True),
-                      lambda f, x: f(torch.from_numpy(x), tw, tb).numpy()))
-    for name, make, call in impls:
-        rec = new_record(case, name, None)
-        recs.append(rec)
-        env.step(f"serving: {name}", case.name, name)
+    """Each impl in fresh processes: cold, on fresh cache directories (PyPTO's kernel cache,
+    torch inductor's); warm, a second process on the same directories. Medians over `reps`
+    directory pairs. Both frameworks get the same cache state in each row."""
+    params, reps = case.params["serving"], case.params["reps"]
+    warm_case, cold_case = case.sub_cases
+    warm_recs, cold_recs = [], []
+    for impl in case.params["impls"]:
+        rw, rc = new_record(warm_case, impl, None), new_record(cold_case, impl, None)
+        warm_recs.append(rw)
+        cold_recs.append(rc)
+        env.step(f"serving: {impl} x{reps}", case.name, impl)
+        colds, warms = [], []
         try:
-            fn = make()
-            t0 = time.perf_counter()
-            worst = 0.0
-            outs = [call(fn, x) for x in xs]
-            total = time.perf_counter() - t0
-            for x, o in zip(xs, outs):
-                ref = _serving_torch(torch.from_numpy(x.astype(np.float64)), torch.from_numpy(w.astype(np.float64)),
-                                     torch.from_numpy(b.astype(np.float64))).numpy()
-                worst = max(worst, float(np.linalg.norm(o - ref) / np.linalg.norm(ref)))
-            if worst > 1e-4:
-                raise RuntimeError(f"wrong result: rel err {worst:.2e}")
-            rec.update(status="ok", samples=1, median_ms=total * 1e3, rel_err=worst)
-            if name == "pypto":
-                rec["compiles"] = fn.cache_size
+            for _ in range(reps):
+                with tempfile.TemporaryDirectory(prefix="pypto-bench-serving-") as d:
+                    extra = {"PYPTO_CACHE_DIR": d + "/pypto", "TORCHINDUCTOR_CACHE_DIR": d + "/inductor"}
+                    for times, rec in ((colds, rc), (warms, rw)):
+                        out = _serving_probe(impl, params, extra)
+                        times.append(out["total_s"])
+                        rec["rel_err"] = max(rec["rel_err"] or 0.0, out["rel_err"])
+                        if out["compiles"] is not None:
+                            rec["compiles"] = out["compiles"]
+            for rec, xs in ((rc, colds), (rw, warms)):
+                rec.update(status="ok", samples=len(xs), median_ms=median(xs) * 1e3)
         except Exception as e:  # noqa: BLE001 - recorded in the table
-            rec["status"], rec["error"] = "error", short_error(e)
-    add_ratios(recs)
-    return recs
+            for rec in (rc, rw):
+                rec["status"], rec["error"] = "error", short_error(e)
+    add_ratios(warm_recs)
+    add_ratios(cold_recs)
+    return warm_recs + cold_recs
 
 
 def serving_case(ctx):
@@ -152,8 +155,18 @@ def serving_case(ctx):
     hi = ctx.pick(96, 1024, 2048)
     lengths = [r.randrange(1, hi) for _ in range(n_calls)]
     d, n_out = ctx.pick((64, 64), (768, 768), (768, 3072))
-    return Case("serving", f"{n_calls} calls, S in 1..{hi}, d{d}", [], runner=serving_runner, steps=2,
-                params={"lengths": lengths, "d": d, "n_out": n_out, "no_compile": bool(ctx.no_compile)},
-                bars=[Bar("vs", 1.0, other="torch.compile",
-                          label="serving: total time incl. compiles >= 1.0x torch.compile(dynamic=True)")],
-                note="one fresh kernel object each; the on-disk caches are as the run finds them")
+    impls = ["pypto"] + ctx.pick([], ["pypto.dynamic"], ["pypto.dynamic"]) + ([] if ctx.no_compile else ["torch.compile"])
+    shape = f"{n_calls} calls, S in 1..{hi}, d{d}"
+    bar = "serving {}: total time incl. compiles >= 1.0x torch.compile(dynamic=True)"
+    warm_ = Case("serving", shape + ", caches warm", [],
+                 bars=[Bar("vs", 1.0, other="torch.compile", label=bar.format("(caches warm)"))])
+    cold = Case("serving_cold", shape + ", fresh caches", [],
+                bars=[Bar("vs", 1.0, other="torch.compile", label=bar.format("(fresh caches)"))])
+    return Case("serving_runs", shape, [], runner=serving_runner, steps=len(impls),
+                params={"serving": {"lengths": lengths, "d": d, "n_out": n_out}, "impls": impls,
+                        "reps": ctx.pick(1, 1, 3)},
+                sub_cases=[warm_, cold],
+                note="each impl in fresh processes (imports excluded): fresh cache directories "
+                     "(PyPTO's kernel cache, torch inductor's), then a second process on the same "
+                     "ones; pypto: automatic dynamic, pypto.dynamic: the sequence dim declared "
+                     "dynamic as torch.compile(dynamic=True) is told")

@@ -231,18 +231,22 @@ Expr Differentiator::constant(double v, const View& like) const {
   return float_imm(v, like.buf->dtype == DType::F64 ? DType::F64 : DType::F32);
 }
 
+View Differentiator::summed_to(const Operand& src, View c) {
+  auto as = std::get<View>(src).shape(), cs = c.shape();
+  if (as == cs) return c;
+  int R = int(cs.size()), r = int(as.size()), lead = R - r;
+  std::vector<int> dims;
+  for (int j = 0; j < R; ++j)
+    if (j < lead || (as[j - lead] == 1 && cs[j] != 1)) dims.push_back(j);
+  if (!dims.empty()) c = b_.reduce(Opcode::TROWSUM, c, dims, true);
+  for (int j = 0; j < lead; ++j) c = b_.squeeze(c, 0);
+  return c;
+}
+
 void Differentiator::accumulate(const Operand& src, View c, const Env& env, bool subtract) {
   if (!has_adjoint(src)) return;
   View a = adjoint(std::get<View>(src), env);
-  auto as = a.shape(), cs = c.shape();
-  if (as != cs) {
-    int R = int(cs.size()), r = int(as.size()), lead = R - r;
-    std::vector<int> dims;
-    for (int j = 0; j < R; ++j)
-      if (j < lead || (as[j - lead] == 1 && cs[j] != 1)) dims.push_back(j);
-    if (!dims.empty()) c = b_.reduce(Opcode::TROWSUM, c, dims, true);
-    for (int j = 0; j < lead; ++j) c = b_.squeeze(c, 0);
-  }
+  c = summed_to(src, c);
   // Only the region the contribution covers changes (the forward computed no more than that).
   auto cv = c.valid_shape();
   auto ashape = a.shape();

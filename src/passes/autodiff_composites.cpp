@@ -2,7 +2,8 @@
 // log_softmax). Differentiating their expansion instruction by instruction gives a dozen
 // row passes, each over a zero-filled adjoint; these formulas are one group each, which fusion
 // turns into one row nest: it reads x (or the saved y) and the cotangent once per row and writes
-// dx once; the column sums of the weight and bias gradients end the group, in their own nests.
+// dx once; the column sums of the weight and bias gradients end the group, accumulated in the
+// same nest from the rows it holds (tile_fused.cpp).
 #include <cctype>
 
 #include "ir/builder_impl.h"
@@ -93,9 +94,11 @@ void Differentiator::composite_rule(const StmtNode* s, const Env& env, const Vie
         View centred = ln ? bin(Opcode::TSUB, gw, b_.mean(gw, dims, true)) : gw;
         accumulate(x, bin(Opcode::TMUL, bin(Opcode::TSUB, centred, proj), rstd), env);
       }
-      // (the column sums end the row nest; fusion flattens the group, so gx stays in scope)
-      if (dw) accumulate(w, gx, env);
-      if (db) accumulate(*bias, g, env);
+      // The column sums end the row nest (fusion folds them into it when they come before the
+      // copies into the adjoints; the group is flattened, so gx stays in scope).
+      View sw = dw ? summed_to(w, gx) : View{}, sb = db ? summed_to(*bias, g) : View{};
+      if (dw) accumulate(w, sw, env);
+      if (db) accumulate(*bias, sb, env);
       b_.end_group();
       return;
     }

@@ -69,6 +69,8 @@ class Differentiator {
                     bool is_result = false) const;
   // adjoint(src) += contribution (or -=), summing over the dims `src` was broadcast along.
   void accumulate(const ir::Operand& src, ir::View contribution, const Env& env, bool subtract = false);
+  // A contribution summed over the dims it broadcasts src along (src's shape).
+  ir::View summed_to(const ir::Operand& src, ir::View contribution);
   ir::Expr constant(double v, const ir::View& like) const;
 
   const ir::Program& fwd_;

@@ -239,10 +239,30 @@ class Fuser : public StmtMutator {
     return true;
   }
 
+  // A column sum of the group's rows (the weight gradients of a norm's backward) joins the group
+  // at its end: the nest accumulates it from the row tiles it has in hand instead of a second
+  // pass over memory. Its source is a row-space value of the group (a whole temporary the group
+  // makes, or a whole external tensor); nothing but other column sums may follow it.
+  static bool column_sum_fits(const Group& g, const Op& op, const ColumnReduction& cr) {
+    if (op.code != Opcode::TROWSUM || !is_float(dst(op).buf->dtype) || !is_float(cr.src.buf->dtype) ||
+        g.epilogue || g.width || g.rs.rank != 2 || cr.axis != 0 || cr.src.rank() != 2)
+      return false;
+    if (cr.src.shape()[0] != g.rs.rows || !expr_equal(cr.src.valid_shape()[0], g.rs.rows_valid)) return false;
+    const Buffer* b = cr.src.buf.get();
+    for (int d = 0; d < b->rank(); ++d) {
+      auto o = as_int(cr.src.offset[size_t(d)]);
+      if (!o || *o != 0 || cr.src.size[size_t(d)] != b->shape[size_t(d)] || cr.src.step[size_t(d)] != 1)
+        return false;
+    }
+    if (!g.produced.count(b) && g.written.count(b)) return false;
+    const Buffer* out = dst(op).buf.get();
+    return !g.produced.count(out) && !g.read.count(out) && !g.written.count(out);
+  }
+
   bool fits(const Group& g, const Op& op) const {
     Kind k = kind_of(op.code);
-    // (a column reduction's rows are the source's columns: it is tiled on its own)
-    if (k == Kind::Other || narrowing(op) || column_reduction(op)) return false;
+    if (auto cr = column_reduction(op)) return column_sum_fits(g, op, *cr);
+    if (k == Kind::Other || narrowing(op) || g.column_sums) return false;
     if (g.epilogue && (dynamic_row(op) || dynamic_row(*g.ops[0])) &&
         (k != Kind::Elementwise || dst(op).shape() != dst(*g.ops[0]).shape()))
       return false;  // an epilogue over a dynamic width: only while every instruction covers the same shape

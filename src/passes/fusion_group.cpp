@@ -3,6 +3,7 @@
 
 #include "ir/printer.h"
 #include "ir/visitor.h"
+#include "passes/nest.h"
 #include "passes/pass_util.h"
 
 namespace pypto::passes::fusion {
@@ -76,6 +77,7 @@ bool row_widths(const Op& op, Expr& w, bool& static_wide) {
 
 void add(Group& g, const Op& op, const std::set<const Buffer*>& allocs) {
   g.ops.push_back(&op);
+  if (column_reduction(op)) g.column_sums = true;
   bool static_wide = false;
   if (!g.epilogue) row_widths(op, g.width, static_wide);
   const View& d = dst(op);

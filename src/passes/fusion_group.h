@@ -39,6 +39,9 @@ struct Group {
   bool epilogue = false;
   ir::Expr width;  // a row group over a dynamic row width: that width's valid extent; else null
   std::vector<const ir::Op*> ops;
+  // A row group may end with column sums (x.sum(0)) of its rows: tile_fused.cpp accumulates them
+  // in the row nest, which then walks row blocks serially within parallel chunks of rows.
+  bool column_sums = false;
   RowSpace rs;
   std::set<const ir::Buffer*> produced;                     // temps written by the group
   std::map<const ir::Buffer*, std::string> written;         // external buffer -> the view written

@@ -71,6 +71,7 @@ TileSizes target_tile_sizes(const runtime::Target& t) {
   int64_t m = (budget - s.mm_k * s.mm_n) / (s.mm_k + s.mm_n);
   s.mm_m = 64;
   while (s.mm_m * 2 <= m && s.mm_m < 256) s.mm_m *= 2;
+  s.cores = t.cores;
   return s;
 }
 
@@ -83,6 +84,7 @@ TileSizes tile_sizes(const PipelineOptions& o) {
   if (o.mm_tile_k > 0) t.mm_k = o.mm_tile_k;
   // Matmul tile sizes asked for (tuning experiments) keep matmuls tiled, so that they apply.
   t.memory_matmul = o.memory_matmul && o.mm_tile_m <= 0 && o.mm_tile_n <= 0 && o.mm_tile_k <= 0;
+  t.narrow_operand_tiles = o.mm_tile_m <= 0 && o.mm_tile_n <= 0 && o.mm_tile_k <= 0;
   return t;
 }
 

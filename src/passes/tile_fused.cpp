@@ -59,12 +59,15 @@ class FusedEmitter {
     auto internal_alloc = [&](const Stmt& s) {
       return s->kind == StmtKind::Alloc && e.internal.count(s->buffer.get());
     };
+    for (const Op* op : g.ops)  // (a column sum's destination is written after the nest)
+      if (column_reduction(*op)) e.internal.erase(dst(*op).buf.get());
     for (const Stmt& s : out)
       if (internal_alloc(s)) fallback.push_back(s);
     out.erase(std::remove_if(out.begin(), out.end(), internal_alloc), out.end());
     for (const Stmt& s : in)
       if (s->kind == StmtKind::Alloc && !e.internal.count(s->buffer.get())) out.push_back(s);
     if (g.epilogue) return emit_epilogue(e, out);
+    unfused_ = &unfused;
     if (!guarded) return emit_rows(e, out);
     for (const Stmt& s : in)
       if (s->kind != StmtKind::Alloc || e.internal.count(s->buffer.get())) unfused(s, fallback);
@@ -82,6 +85,8 @@ class FusedEmitter {
     tier_ = 0;
     out.insert(out.end(), chain.begin(), chain.end());
   }
+
+  static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
   static int64_t floor_pow2(int64_t x) {
     int64_t p = 1;
@@ -112,13 +117,20 @@ class FusedEmitter {
     }
     Nest n = nb_.nest(d0, ext, "f");
     n.ext[r - 1] = cap(n.ext[r - 1]);  // a guarded group's rows: one tile, valid to the width
+    ColumnSums cs;
+    if (g.column_sums) cs = chunk_rows(n, s0[0], d0.valid_shape()[0]);
     for (auto& l : n.loops) e.loop_vars.push_back(l.var);
+    if (g.column_sums) e.loop_vars = {cs.chunk, cs.row};
     for (size_t j = 0; j < g.ops.size(); ++j) {
       const Op& op = *g.ops[j];
       Nest m = n;
       if (!col_tiled) {
         m.off[r - 1] = int_imm(0);
         m.ext[r - 1] = cap(dst(op).shape()[r - 1]);
+      }
+      if (auto cr = column_reduction(op)) {
+        column_sum(e, cs, op, *cr, m);
+        continue;
       }
       View y;
       switch (kind_of(op.code)) {
@@ -136,7 +148,84 @@ class FusedEmitter {
       }
       finish_op(e, op, y, m);
     }
-    nb_.emit(n, std::move(e.body), out);
+    if (!g.column_sums) return nb_.emit(n, std::move(e.body), out);
+    // The chunk loop (parallel): zero the sums, walk the chunk's row blocks, store the sums.
+    std::vector<Stmt> body = std::move(cs.init);
+    body.push_back(for_loop(cs.row, int_imm(0),
+                            min(int_imm(cs.block), cs.rows_valid - var(cs.chunk) * int_imm(cs.block)),
+                            int_imm(cs.step), std::move(e.body)));
+    body.insert(body.end(), cs.stores.begin(), cs.stores.end());
+    Nest chunks;
+    chunks.loops = {Loop{cs.chunk, int_imm(cs.chunks), 1}};
+    out.insert(out.end(), cs.allocs.begin(), cs.allocs.end());
+    nb_.emit(chunks, std::move(body), out);
+    for (auto& [op, parts] : cs.parts) {  // each chunk's sums, summed down: a small column sum
+      View src = View::whole(parts);
+      src.dims = {1, 0};
+      (*unfused_)(op_stmt(Op{Opcode::TROWSUM, {dst(*op), src}}), out);
+    }
+  }
+
+  // The row loop of a group with column sums, cut into chunks: `chunks` parallel iterations of
+  // `block` rows each, walked serially `step` rows at a time, each chunk summing its rows into
+  // its row of a partial-sums buffer per column sum (a second, small column sum combines them).
+  static constexpr int64_t kColumnChunks = 16;
+  struct ColumnSums {
+    std::string chunk, row;
+    int64_t block = 1, step = 1, chunks = 1;
+    Expr rows_valid;
+    std::vector<Stmt> allocs, init, stores;
+    std::vector<std::pair<const Op*, BufferRef>> parts;
+  };
+
+  ColumnSums chunk_rows(Nest& n, int64_t rows, const Expr& rows_valid) {
+    // (fuse admits column sums only into rank-2 groups as wide as their rows: the one loop, if
+    // any, walks the rows)
+    if (n.loops.size() > 1 || n.off.size() != 2)
+      throw Error("internal: column sums in a nest that is not of rows");
+    ColumnSums cs;
+    cs.chunk = nb_.fresh("fc");
+    cs.row = nb_.fresh("fr");
+    cs.step = n.ext[0];
+    cs.rows_valid = rows_valid;
+    const int64_t blocks = ceil_div(rows, cs.step);
+    cs.block = ceil_div(blocks, std::min(kColumnChunks, blocks)) * cs.step;
+    cs.chunks = ceil_div(rows, cs.block);
+    n.loops.clear();
+    n.off[0] = var(cs.chunk) * int_imm(cs.block) + var(cs.row);
+    return cs;
+  }
+
+  void column_sum(Emission& e, ColumnSums& cs, const Op& op, const ColumnReduction& cr, const Nest& m) {
+    DType dt = compute_dtype(dst(op).buf->dtype);
+    const int64_t cols = cr.src.shape()[1];
+    Nest mc = m;
+    mc.off[1] = int_imm(0);
+    mc.ext[1] = cols;
+    View x;
+    auto it = e.tile_of.find(cr.src.buf.get());
+    if (e.g->produced.count(cr.src.buf.get()) && it != e.tile_of.end())
+      x = it->second;
+    else
+      x = load(e, sub(cr.src, mc.dst_sel(0)), dt);
+    if (x.buf->dtype != dt) {
+      View c = nb_.tile("c", dt, x.buf->shape[0], x.buf->shape[1]);
+      e.body.push_back(op_stmt(Op{Opcode::TCVT, {c, x}}));
+      x = c;
+    }
+    View acc = nb_.tile("acc", dt, 1, cols), part = nb_.tile("part", dt, 1, cols);
+    cs.init.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
+    e.body.push_back(op_stmt(Op{Opcode::TCOLSUM, {part, x}}));
+    e.body.push_back(op_stmt(Op{Opcode::TADD, {acc, acc, part}}));
+    auto parts = std::make_shared<Buffer>();
+    parts->name = nb_.fresh("parts");
+    parts->dtype = dt;
+    parts->shape = {cs.chunks, cols};
+    cs.allocs.push_back(alloc(parts));
+    View row =
+        sub(View::whole(parts), {Sel{var(cs.chunk), 1, false, false}, Sel{int_imm(0), cols, true, false}});
+    cs.stores.push_back(op_stmt(Op{Opcode::TSTORE, {row, acc}}));
+    cs.parts.push_back({&op, parts});
   }
 
   void emit_epilogue(Emission& e, std::vector<Stmt>& out) {
@@ -146,14 +235,16 @@ class FusedEmitter {
     auto ds = d.shape();
     int r = int(ds.size());
     e.ft = r - 2;
+    const View &a = std::get<View>(mm.args[1]), &b = std::get<View>(mm.args[2]);
+    const MatmulTile mt = matmul_tile(ts_, a.buf->dtype, b.buf->dtype, ds[r - 2]);
     std::vector<int64_t> ext(r, 1);
-    ext[r - 2] = ts_.mm_m;
-    ext[r - 1] = ts_.mm_n;
+    ext[r - 2] = mt.m;
+    ext[r - 1] = mt.n;
     Nest n = nb_.nest(d, ext, "m");
     for (auto& l : n.loops) e.loop_vars.push_back(l.var);
     View acc = nb_.tile("acc", d.buf->dtype, n.ext[r - 2], n.ext[r - 1], Space::Acc);
     e.body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
-    auto k = matmul_k_loop(nb_, std::get<View>(mm.args[1]), std::get<View>(mm.args[2]), n, ds, acc, ts_.mm_k);
+    auto k = matmul_k_loop(nb_, a, b, n, ds, acc, mt.k);
     e.body.insert(e.body.end(), k.begin(), k.end());
     finish_op(e, mm, acc, n);
     for (size_t j = 1; j < g.ops.size(); ++j)
@@ -299,6 +390,7 @@ class FusedEmitter {
   const TileSizes& ts_;
   const std::map<const Buffer*, int>& refs_;
   int64_t tier_ = 0;  // the tile width of the guarded row group being emitted (0: not guarded)
+  const LowerUnfused* unfused_ = nullptr;
 };
 
 }  // namespace

@@ -114,7 +114,12 @@ class Lowerer : public StmtMutator {
     auto shape = d.shape();
     int r = int(shape.size());
     int ft = std::max(r - 2, 0);
-    Nest n = nest(d, elem_ext(shape), "e");
+    std::vector<int64_t> ext = elem_ext(shape);
+    // A global vector: a tile of as many elements as a 2-D one (elem_rows x elem_cols), not one
+    // row of elem_cols: a long vector's loop then takes elem_rows times fewer iterations, each of
+    // which pays the call, the prefetch and (streaming) a store fence.
+    if (r == 1 && !is_local(d)) ext[0] = std::min(shape[0], ts_.elem_rows * ts_.elem_cols);
+    Nest n = nest(d, ext, "e");
     auto dsel = n.dst_sel(ft);
     auto [dr, dc] = tile_shape(dsel, r - ft);
     std::vector<Stmt> body;
@@ -433,9 +438,11 @@ class Lowerer : public StmtMutator {
     const View& d = std::get<View>(op.args[0]);
     auto ds = d.shape();
     int r = int(ds.size());
+    const View &a = std::get<View>(op.args[1]), &b = std::get<View>(op.args[2]);
+    const MatmulTile mt = matmul_tile(ts_, a.buf->dtype, b.buf->dtype, ds[r - 2]);
     std::vector<int64_t> ext(r, 1);
-    ext[r - 2] = ts_.mm_m;
-    ext[r - 1] = ts_.mm_n;
+    ext[r - 2] = mt.m;
+    ext[r - 1] = mt.n;
     Nest n = nest(d, ext, "m");
     bool local_dst = is_local(d);
     if (local_dst) require_one_tile(n, d, n.ext[r - 2], n.ext[r - 1]);
@@ -447,8 +454,7 @@ class Lowerer : public StmtMutator {
       body.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
     else if (!local_dst)
       body.push_back(op_stmt(Op{Opcode::TLOAD, {acc, sub(d, dsel)}}));
-    const View &a = std::get<View>(op.args[1]), &b = std::get<View>(op.args[2]);
-    auto k = matmul_k_loop(nb_, a, b, n, ds, acc, ts_.mm_k);
+    auto k = matmul_k_loop(nb_, a, b, n, ds, acc, mt.k);
     // One K step and loops over both row and column blocks: columns outer, so that the right
     // operand's tile is loaded once per column block, not once per row block (a transposed
     // operand, such as K in q @ k^T, costs a strided load each time).
@@ -480,6 +486,18 @@ bool memory_matmul(const Op& op, const TileSizes& sizes) {
   // In double: a dynamic dimension's static bound is 2^31 - 1, whose cube overflows int64.
   return ds[0] >= 32 && ds[1] >= 32 && K >= 32 &&
          double(ds[0]) * double(ds[1]) * double(K) >= double(1 << 21);
+}
+
+MatmulTile matmul_tile(const TileSizes& sizes, DType a, DType b, int64_t rows) {
+  MatmulTile t{sizes.mm_m, sizes.mm_n, sizes.mm_k};
+  const int bytes = std::max(dtype_bytes(a), dtype_bytes(b));
+  if (!sizes.narrow_operand_tiles || bytes > 2) return t;
+  // A dynamic row count (bounded by 2^31 - 1 only) may be small at run time: its tiles keep mm_m
+  // rows, so that they still split between the threads.
+  const int64_t most = rows >= (int64_t(1) << 31) - 1 ? t.m : (bytes == 1 ? 4 : 2) * sizes.mm_m;
+  while (t.m * 2 <= most && double(rows) >= double(t.m * 2) * 2.0 * std::max(sizes.cores, 1)) t.m *= 2;
+  if (bytes == 1) t.k *= 2;
+  return t;
 }
 
 Program tile_ops(const Program& p, const TileSizes& sizes) { return Lowerer(p, sizes).mutate_program(p); }

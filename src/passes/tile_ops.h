@@ -22,6 +22,11 @@ struct TileSizes {
   // A plain f32 matrix product between global matrices becomes one MMATMUL (the CPU's packed
   // GEMM) instead of a tiled nest; off for targets that multiply tiles only (the NPU simulator).
   bool memory_matmul = true;
+  // Matmuls of 1- and 2-byte operands (int8, bf16) take taller tiles (and int8 deeper ones): their
+  // packed B tile is a quarter / half the bytes, and repacking it for each row block, not the dot
+  // products, is what a 128-row tile pays for (matmul_tile below). Off when tile sizes are given.
+  bool narrow_operand_tiles = true;
+  int cores = 1;  // the host's, so that the taller tiles still leave rows for every thread
   // A fused row over a dynamic width is one tile of a fixed width, chosen at run time among
   // these (tile_fused.h): narrow rows get many rows per tile, wide ones one row; rows wider than
   // the widest run unfused. A group with a matmul stops at dyn_row_cols() (its operand tiles are
@@ -33,6 +38,14 @@ struct TileSizes {
     return {narrow, dyn_row_cols(), 2048 * elem_cols};
   }
 };
+
+// The m x n x k tiles of a matmul of a x b elements, over a result of `rows` rows (its static
+// bound): mm_m x mm_n x mm_k, or for 1-byte operands up to 4 mm_m rows and
+// 2 mm_k deep, for 2-byte ones up to 2 mm_m rows, while the rows still split into 2 tiles a core.
+struct MatmulTile {
+  int64_t m, n, k;
+};
+MatmulTile matmul_tile(const TileSizes& sizes, ir::DType a, ir::DType b, int64_t rows);
 
 ir::Program tile_ops(const ir::Program& tensor_level, const TileSizes& sizes);
 

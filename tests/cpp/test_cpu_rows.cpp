@@ -137,6 +137,21 @@ static void norm_checks(int vr, int vc, int kind, bool use_w, bool use_b) {
                                eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
   for (int r = 0; r < vr; ++r)
     for (int c = 0; c < vc; ++c) CHECK(same(out[r * C + c], z2.data[r * C + c]), "layer_norm global [%d,%d]", r, c);
+  // RMS norm in place, streaming, at an address one float past a 64-byte boundary (the streaming
+  // stores start after a head of single floats).
+  alignas(64) static float io[R * C + 16];
+  float* p = io + 1;
+  for (int i = 0; i < R * C; ++i) p[i] = x.data[i];
+  fused::rms_norm_rows(z2, x, r2, n, eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
+  fused::rms_norm_rows<true>(gview(p, int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)),
+                             gview(p, int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)), xg, zg, rg, n, eps,
+                             use_w ? w.data : nullptr, use_b ? b.data : nullptr);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      const float want = r < vr && c < vc ? z2.data[r * C + c] : x.data[r * C + c];
+      CHECK(same(p[r * C + c], want), "rms_norm in place [%d,%d]: %a vs %a", r, c, p[r * C + c], want);
+    }
+  expect_same_col(rg, r2, 0.0f, "rms_norm global rsqrt");
 }
 
 // binary_rows against TLOAD, TLOAD, TSUB, TSTORE; an output overlapping a source one row down

@@ -246,3 +246,26 @@ def test_matmul_kernels_share_one_compiled_gemm(cache, shared, monkeypatch):
     before = _snapshot(cache)
     run()  # warm: the library and both kernels load from the cache
     assert _snapshot(cache) == before
+
+
+@requires_compiler
+def test_gemm_library_that_cannot_be_built_leaves_the_gemm_inline(cache, tmp_path):
+    """The kernels compile while the library builds; when the library's compile fails, each
+    kernel is compiled again with the GEMM inline, and the results stay right."""
+    script = cache.parent / "gemm_child.py"
+    script.write_text(GEMM_CHILD)
+    cxx = tmp_path / "cxx_without_gemm_library.sh"
+    cxx.write_text('#!/bin/sh\nfor a; do src="$a"; done\n'
+                   'if grep -q -e PTO_SHARED_GEMM_DEFINE -- "$src" 2>/dev/null; then echo refused >&2; exit 1; fi\n'
+                   'exec c++ "$@"\n')
+    cxx.chmod(0o755)
+    env = _env(cache)
+    env.update(PYPTO_CXX=str(cxx), PYPTO_SHARED_GEMM="1")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["err"] < 1e-5
+    # no library; the first kernel was compiled against it (side by side with its build), then
+    # inline; the second inline only, the library being known to be unavailable by then
+    sources = [so.with_suffix(".cpp").read_text() for so in _check_entries(cache)]
+    assert not any("PTO_SHARED_GEMM_DEFINE" in s for s in sources)
+    assert len(sources) == 3 and all("pto::MMATMUL" in s for s in sources)

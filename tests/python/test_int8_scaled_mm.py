@@ -91,3 +91,38 @@ def test_int8_scaled_mm_epilogue_fuses_into_the_product():
     out = kern(a, b, sa, sb)
     ref = (a.double() @ b.double()) * sa.double()[:, None] * sb.double()[None, :]
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-6
+
+
+def test_narrow_operands_take_taller_tiles():
+    """int8 products tile 4x taller and 2x deeper than f32 ones, bf16 ones 2x taller (B's tile is
+    repacked per row tile; narrow elements make tall tiles cheap to hold), while the rows still
+    give every core two tiles; explicit tile sizes are kept as given."""
+    cores = pypto.target()["cores"]
+    rows = 512 * 2 * cores
+    a, b = i8(rows, 600), i8(600, 40)
+    mm = pypto.jit(lambda a, b: pypto.scaled_mm(a, b))
+    assert "i8[512, 512] mat" in mm.lower(a, b).as_text("tile")
+    small = pypto.jit(lambda a, b: pypto.scaled_mm(a, b), tiles={"m": 64, "k": 128})
+    assert "i8[64, 128] mat" in small.lower(a, b).as_text("tile")
+    few = i8(rows // 4, 600)  # 128 * 2 * cores rows: 128-row tiles, two a core
+    assert "i8[128, 512] mat" in pypto.jit(lambda a, b: pypto.scaled_mm(a, b)).lower(few, b).as_text("tile")
+    # A second row count makes the rows dynamic: they may be few at run time, so 128-row tiles.
+    assert "i8[128, 512] mat" in mm.lower(i8(rows + 8, 600), b).as_text("tile")
+    x, w = torch.zeros(rows, 64, dtype=torch.bfloat16), torch.zeros(64, 48, dtype=torch.bfloat16)
+    assert "bf16[256, 64] mat" in pypto.jit(lambda x, w: x @ w).lower(x, w).as_text("tile")
+
+
+@requires_compiler
+def test_taller_tiles_give_exact_products():
+    """Run through the taller tiles (ragged in every dimension, K over two 512-deep tiles): the
+    int8 product stays exact, the bf16 one matches float64 as a once-rounded bf16 result."""
+    rows = 512 * 2 * pypto.target()["cores"] + 13
+    a, b = i8(rows, 601), i8(601, 37)
+    out = torch.full((rows, 37), float("nan"))
+    pypto.jit(smm_into)(a, b, torch.ones(rows), torch.ones(37), out)
+    assert torch.equal(out.double(), (a.long() @ b.long()).double())
+    x = torch.randn(rows // 2, 70, dtype=torch.float64).to(torch.bfloat16)
+    w = torch.randn(70, 37, dtype=torch.float64).to(torch.bfloat16)
+    y = pypto.jit(lambda x, w: x @ w)(x, w)
+    ref = x.double() @ w.double()
+    assert float((y.double() - ref).norm() / ref.norm()) < 8e-3

@@ -88,68 +88,113 @@ PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c) {
   return combine32(acc, tail);
 }
 
-// d[i] = ((s[i] - c) * r) [* w[i]] [+ b[i]].
-template <bool W, bool B>
+// Stores 16 lanes at d; NT: a streaming store (d 64-byte aligned), for an output much bigger than
+// the last-level cache (the caller fences once after its rows).
+#ifdef PTO_VEXP_AVX512
+template <bool NT>
+PTO_INLINE void store16(float* d, vf16 v) {
+  if constexpr (NT)
+    __builtin_ia32_movntps512(d, v);
+  else
+    vf16_store(d, v);
+}
+#endif
+
+// d[i] = ((s[i] - c) * r) [* w[i]] [+ b[i]]; NT: by streaming stores (d may be s).
+template <bool W, bool B, bool NT>
 PTO_INLINE void normalize_span_wb(float* d, const float* s, int64_t n, float c, float r, const float* w,
                                   const float* b) {
+  auto one = [&](int64_t i) {
+    float v = elem::mul(elem::sub(s[i], c), r);
+    if (W) v = elem::mul(v, w[i]);
+    if (B) v = elem::add(rounded(v), b[i]);
+    d[i] = v;
+  };
   int64_t i = 0;
 #ifdef PTO_VEXP_AVX512
+  if constexpr (NT)  // up to d's first 64-byte boundary one by one: same values as the lanes
+    for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) one(i);
   const vf16 cv = vf16_splat(c), rv = vf16_splat(r);
   for (; i + 16 <= n; i += 16) {
     vf16 v = (vf16_load(s + i) - cv) * rv;
     if (W) v = v * vf16_load(w + i);
     if (B) v = vf16_rounded(v) + vf16_load(b + i);
-    vf16_store(d + i, v);
+    store16<NT>(d + i, v);
   }
 #endif
-  for (; i < n; ++i) {
-    float v = elem::mul(elem::sub(s[i], c), r);
-    if (W) v = elem::mul(v, w[i]);
-    if (B) v = elem::add(rounded(v), b[i]);
-    d[i] = v;
-  }
+  for (; i < n; ++i) one(i);
 }
+template <bool NT>
 PTO_INLINE void normalize_span(float* d, const float* s, int64_t n, float c, float r, const float* w,
                                const float* b) {
   if (w && b)
-    normalize_span_wb<true, true>(d, s, n, c, r, w, b);
+    normalize_span_wb<true, true, NT>(d, s, n, c, r, w, b);
   else if (w)
-    normalize_span_wb<true, false>(d, s, n, c, r, w, b);
+    normalize_span_wb<true, false, NT>(d, s, n, c, r, w, b);
   else if (b)
-    normalize_span_wb<false, true>(d, s, n, c, r, w, b);
+    normalize_span_wb<false, true, NT>(d, s, n, c, r, w, b);
   else
-    normalize_span_wb<false, false>(d, s, n, c, r, w, b);
+    normalize_span_wb<false, false, NT>(d, s, n, c, r, w, b);
 }
 
-// One row of each sequence: d (the result row) from x; per-row scalars through the pointers.
-PTO_INLINE void softmax_row(float* e, const float* x, int64_t n, float* m, float* s) {
+// One row of each sequence: d (the result row) from x, through tmp (a scratch row, or d itself)
+// where the sequence needs its intermediate; NT: d is written by streaming stores only (its
+// final values, once). Per-row scalars through the pointers.
+template <bool NT>
+PTO_INLINE void softmax_row(float* d, float* tmp, const float* x, int64_t n, float* m, float* s) {
   const float mr = reduce_span<float>(x, n, MaxR<float>{});
-  const float inv = elem::recip(exp_sub_sum(e, x, n, mr));
-  normalize_span_wb<false, false>(e, e, n, 0.0f, inv, nullptr, nullptr);  // e * inv (e - 0 == e)
+  const float inv = elem::recip(exp_sub_sum(tmp, x, n, mr));
+  normalize_span_wb<false, false, NT>(d, tmp, n, 0.0f, inv, nullptr, nullptr);  // e * inv (e - 0 == e)
   *m = mr;
   *s = inv;
 }
-PTO_INLINE void rms_norm_row(float* z, const float* x, int64_t n, float cnt, float eps, const float* w,
+template <bool NT>
+PTO_INLINE void rms_norm_row(float* z, float*, const float* x, int64_t n, float cnt, float eps, const float* w,
                              const float* b, float* r) {
   const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff(x, n, 0.0f), cnt), eps));
-  normalize_span(z, x, n, 0.0f, inv, w, b);
+  normalize_span<NT>(z, x, n, 0.0f, inv, w, b);
   *r = inv;
 }
-PTO_INLINE void layer_norm_row(float* z, const float* x, int64_t n, float cnt, float cnt2, float eps,
+template <bool NT>
+PTO_INLINE void layer_norm_row(float* z, float*, const float* x, int64_t n, float cnt, float cnt2, float eps,
                                const float* w, const float* b, float* mu, float* r) {
   const float mean = elem::div(reduce_span<float>(x, n, SumR<float>{}), cnt);
   const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff(x, n, mean), cnt2), eps));
-  normalize_span(z, x, n, mean, inv, w, b);
+  normalize_span<NT>(z, x, n, mean, inv, w, b);
   *mu = mean;
   *r = inv;
 }
 
-// Runs row(src_row, dst_row, n, r) over x's valid rows; sets the valid regions the sequence gives
-// its result z and its per-row scalars.
+// d[i] = op(a[i], b[i]); NT: by streaming stores (d may be a or b).
+template <bool NT, class Op>
+PTO_INLINE void binary_span(float* d, const float* a, const float* b, int64_t n, Op op) {
+  int64_t i = 0;
+#ifdef PTO_VEXP_AVX512
+  if constexpr (NT) {
+    for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) d[i] = op(a[i], b[i]);
+    // Through a chunk in L1 (the element loop vectorises as it is; the stores then stream).
+    constexpr int64_t kChunk = 2048;
+    alignas(64) float v[kChunk];
+    for (; i + kChunk <= n; i += kChunk) {
+      for (int64_t j = 0; j < kChunk; ++j) v[j] = op(a[i + j], b[i + j]);
+      for (int64_t j = 0; j < kChunk; j += 16) store16<true>(d + i + j, vf16_load(v + j));
+    }
+  }
+#endif
+  for (; i < n; ++i) d[i] = op(a[i], b[i]);
+}
+
+template <bool NT>
+struct Streaming {
+  static constexpr bool value = NT;
+};
+
+// Runs row(Streaming<false>{}, dst_row, dst_row, src_row, n, r) over x's valid rows; sets the
+// valid regions the sequence gives its result z and its per-row scalars.
 template <int R, int C, class Row, class... S>
 PTO_INLINE void tile_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Row row, S&... per_row) {
   const int64_t vr = clamp0(x.vr, R), vc = clamp0(x.vc, C);
-  for (int64_t r = 0; r < vr; ++r) row(z.data + r * C, x.data + r * C, vc, r);
+  for (int64_t r = 0; r < vr; ++r) row(Streaming<false>{}, z.data + r * C, z.data + r * C, x.data + r * C, vc, r);
   ((per_row.vr = int(vr), per_row.vc = 1), ...);
   z.vr = int(vr);
   z.vc = int(vc);
@@ -172,9 +217,10 @@ PTO_INLINE bool rowwise_safe(GlobalView<float> out, GlobalView<float> in, int64_
 }
 
 // TLOAD x, in; <the sequence: z from x>; TSTORE out, z — with the rows read from `in` and written
-// to `out` in place where both views have unit column stride: no copy of the whole tile in or
-// out, and each row's passes stay in L1 (the tiles are then per-row scratch; the matcher proved x
-// and z dead after the store). Otherwise the three steps as written.
+// straight to `out` where both views have unit column stride: no copy of the whole tile in or
+// out, each row's passes stay in L1, and the result is written once (Stream: by streaming
+// stores). The tiles are then one row of scratch (the matcher proved x and z dead after the
+// store). Otherwise the three steps as written.
 template <bool Stream, int R, int C, class Row, class... S>
 PTO_INLINE void global_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
                             Tile<float, R, C>& z, Row row, S&... per_row) {
@@ -189,15 +235,15 @@ PTO_INLINE void global_rows(GlobalView<float> out, GlobalView<float> in, Tile<fl
   }
   const int64_t vr = clamp0(in.vr, R), vc = clamp0(in.vc, C);
   const int64_t wr = imin(clamp0(out.vr, R), vr), wc = imin(clamp0(out.vc, C), vc);
+  float* const tmp = z.data;  // one row, reused: stays in L1
   for (int64_t r = 0; r < vr; ++r) {
-    float* zr = z.data + r * C;
-    row(zr, in.ptr + r * in.rs, vc, r);
-    if (r >= wr || wc == 0) continue;
-    if constexpr (Stream)
-      stream_bytes(reinterpret_cast<char*>(out.ptr + r * out.rs), reinterpret_cast<const char*>(zr),
-                   wc * int64_t(sizeof(float)));
-    else
-      __builtin_memcpy(out.ptr + r * out.rs, zr, size_t(wc) * sizeof(float));
+    const float* xr = in.ptr + r * in.rs;
+    if (r < wr && wc == vc) {
+      row(Streaming<Stream>{}, out.ptr + r * out.rs, tmp, xr, vc, r);
+      continue;
+    }
+    row(Streaming<false>{}, tmp, tmp, xr, vc, r);  // a row (or the part of it) the store leaves out
+    if (r < wr && wc > 0) __builtin_memcpy(out.ptr + r * out.rs, tmp, size_t(wc) * sizeof(float));
   }
   if constexpr (Stream) stream_fence();
   ((per_row.vr = int(vr), per_row.vc = 1), ...);
@@ -213,8 +259,8 @@ inline void softmax_rows(Tile<float, R, C>& e, const Tile<float, R, C>& x, Tile<
                          Tile<float, R, 1>& s) {
   detail::tile_rows(
       e, x,
-      [&](float* d, const float* xr, int64_t n, int64_t r) {
-        detail::softmax_row(d, xr, n, &m.data[r], &s.data[r]);
+      [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
+        detail::softmax_row<decltype(nt)::value>(d, tmp, xr, n, &m.data[r], &s.data[r]);
       },
       m, s);
 }
@@ -224,8 +270,8 @@ inline void softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float
                          Tile<float, R, C>& e, Tile<float, R, 1>& m, Tile<float, R, 1>& s) {
   detail::global_rows<Stream>(
       out, in, x, e,
-      [&](float* d, const float* xr, int64_t n, int64_t r) {
-        detail::softmax_row(d, xr, n, &m.data[r], &s.data[r]);
+      [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
+        detail::softmax_row<decltype(nt)::value>(d, tmp, xr, n, &m.data[r], &s.data[r]);
       },
       m, s);
 }
@@ -237,8 +283,8 @@ inline void rms_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Tile
                           float eps, const float* w, const float* b) {
   detail::tile_rows(
       z, x,
-      [&](float* d, const float* xr, int64_t n, int64_t i) {
-        detail::rms_norm_row(d, xr, n, cnt, eps, w, b, &r.data[i]);
+      [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
+        detail::rms_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
       },
       r);
 }
@@ -248,8 +294,8 @@ inline void rms_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<floa
                           const float* b) {
   detail::global_rows<Stream>(
       out, in, x, z,
-      [&](float* d, const float* xr, int64_t n, int64_t i) {
-        detail::rms_norm_row(d, xr, n, cnt, eps, w, b, &r.data[i]);
+      [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
+        detail::rms_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
       },
       r);
 }
@@ -262,8 +308,8 @@ inline void layer_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Ti
                             const float* b) {
   detail::tile_rows(
       z, x,
-      [&](float* d, const float* xr, int64_t n, int64_t i) {
-        detail::layer_norm_row(d, xr, n, cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
+      [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
+        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
       },
       mu, r);
 }
@@ -273,8 +319,8 @@ inline void layer_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<fl
                             float cnt2, float eps, const float* w, const float* b) {
   detail::global_rows<Stream>(
       out, in, x, z,
-      [&](float* d, const float* xr, int64_t n, int64_t i) {
-        detail::layer_norm_row(d, xr, n, cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
+      [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
+        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
       },
       mu, r);
 }
@@ -301,21 +347,11 @@ inline void binary_rows(GlobalView<float> out, GlobalView<float> ga, GlobalView<
   const int64_t vr = R == 1 ? (ar > 0 && br > 0 ? 1 : 0) : pto::detail::imin(ar, br);
   const int64_t vc = pto::detail::imin(ac, bc);
   const int64_t wr = pto::detail::imin(clamp0(out.vr, R), vr), wc = pto::detail::imin(clamp0(out.vc, C), vc);
-  for (int64_t r = 0; r < wr; ++r) {
-    const float* ap = ga.ptr + r * ga.rs;
-    const float* bp = gb.ptr + r * gb.rs;
-    float* yr = y.data + r * C;
-    for (int64_t i = 0; i < vc; ++i) yr[i] = op(ap[i], bp[i]);
-    if (wc == 0) continue;
-    if constexpr (Stream)
-      pto::detail::stream_bytes(reinterpret_cast<char*>(out.ptr + r * out.rs),
-                                reinterpret_cast<const char*>(yr), wc * int64_t(sizeof(float)));
-    else
-      __builtin_memcpy(out.ptr + r * out.rs, yr, size_t(wc) * sizeof(float));
-  }
+  for (int64_t r = 0; r < wr; ++r)
+    detail::binary_span<Stream>(out.ptr + r * out.rs, ga.ptr + r * ga.rs, gb.ptr + r * gb.rs, wc, op);
   if constexpr (Stream) pto::detail::stream_fence();
   a.vr = int(ar), a.vc = int(ac), b.vr = int(br), b.vc = int(bc);  // as the TLOADs would say
-  y.vr = int(vr), y.vc = int(vc);  // rows past wr: not computed, as no one reads them (matcher)
+  y.vr = int(vr), y.vc = int(vc);  // y is not written: dead after the store (matcher)
 }
 
 }  // namespace fused

@@ -24,6 +24,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <set>
@@ -238,14 +240,20 @@ std::shared_ptr<CompiledKernel> load(const std::string& path, std::string* error
   return k;
 }
 
+// Runs before a kernel is loaded: a kernel compiled against the shared GEMM library needs the
+// library in the process first (see compile_cpp). Empty: nothing to wait for.
+using BeforeLoad = std::function<void()>;
+
 // The cached object for `key`, if present, intact and ours (see kernel_cache.h).
 std::shared_ptr<CompiledKernel> load_from_disk(const std::string& dir, const std::string& key,
-                                               const char* symbol = "pypto_kernel") {
+                                               const char* symbol = "pypto_kernel",
+                                               const BeforeLoad& before_load = {}) {
   const std::string so = dir + "/" + key + ".so", sum = dir + "/" + key + ".sum";
   if (!trusted_cache_file(so) || !trusted_cache_file(sum)) return nullptr;
   std::string expected, data;
   if (!read_file(sum, expected) || !read_file(so, data)) return nullptr;
   if (checksum_line(data) != expected) return nullptr;  // truncated or foreign: rebuild
+  if (before_load) before_load();
   return load(so, nullptr, symbol);
 }
 
@@ -270,14 +278,15 @@ std::string truncate_output(const std::string& s) {
 std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string& key,
                                       const std::string& source, const std::string& cxx,
                                       const std::vector<std::string>& flags, bool& found_on_disk,
-                                      const char* symbol = "pypto_kernel") {
+                                      const char* symbol = "pypto_kernel",
+                                      const BeforeLoad& before_load = {}) {
   const std::string src = dir + "/" + key + ".cpp", so = dir + "/" + key + ".so",
                     sum = dir + "/" + key + ".sum";
   const double timeout = runtime::compile_timeout_seconds();
   // One process at a time builds a key; whoever waited finds the finished entry on disk. The
   // wait is bounded by the compile timeout plus a margin.
   EntryLock lock(dir, key, timeout > 0 ? timeout + 60 : 0);
-  if (auto k = load_from_disk(dir, key, symbol)) {
+  if (auto k = load_from_disk(dir, key, symbol, before_load)) {
     found_on_disk = true;
     return k;
   }
@@ -321,6 +330,7 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
     throw Error("cannot move the compiled kernel into the cache at " + so + ": " + why);
   }
   write_file_atomic(sum, checksum_line(data), 0600);  // best effort: without it the entry is rebuilt
+  if (before_load) before_load();
   std::string why;
   auto k = load(so, &why, symbol);
   if (!k) throw Error("cannot load the compiled kernel " + so + ": " + why);
@@ -565,20 +575,33 @@ Entry& settled_entry(std::unique_lock<std::mutex>& l, const std::string& key) {
   return *e;
 }
 
+// Thrown (and caught in compile_cpp) when a kernel compiled against the shared GEMM library
+// cannot be loaded because the library could not be had.
+struct SharedGemmUnavailable {};
+
+std::set<std::string>& g_gemm_failed = *new std::set<std::string>();  // library keys that could not be built
+const char* const kSharedGemmSource = "#define PTO_SHARED_GEMM_DEFINE\n#include <pto/pto.hpp>\n";
+
+bool shared_gemm_known_unavailable(const std::string& cxx, const std::vector<std::string>& flags,
+                                   const std::string& inc) {
+  const std::string key = cache_key(kSharedGemmSource, cxx, flags, inc);
+  std::lock_guard<std::mutex> l(g_mu);
+  return g_gemm_failed.count(key) > 0;
+}
+
 // Builds (once per machine, compiler, flags and header version: a disk-cache entry like a
 // kernel's) or loads the shared GEMM library, kept loaded for the life of the process, under the
 // in-memory map's rules (one thread builds, the others wait; the lock is not held across the
 // compile). False when it cannot be had: kernels then keep the GEMM inline.
 bool shared_gemm_loaded(const std::string& cxx, const std::vector<std::string>& flags,
                         const std::string& inc) {
-  static std::set<std::string>& failed = *new std::set<std::string>();  // keys that could not be built
-  const std::string source = "#define PTO_SHARED_GEMM_DEFINE\n#include <pto/pto.hpp>\n";
+  const std::string source = kSharedGemmSource;
   const std::string key = cache_key(source, cxx, flags, inc);
   {
     std::unique_lock<std::mutex> l(g_mu);
     Entry* e = &settled_entry(l, key);
     if (e->kernel) return true;
-    if (failed.count(key)) return false;
+    if (g_gemm_failed.count(key)) return false;
     e->building = true;
   }
   std::shared_ptr<CompiledKernel> lib;
@@ -598,14 +621,14 @@ bool shared_gemm_loaded(const std::string& cxx, const std::vector<std::string>& 
     Entry& e = (*g_memory)[key];
     e.building = false;
     e.kernel = lib;
-    if (!lib && !interrupted) failed.insert(key);
+    if (!lib && !interrupted) g_gemm_failed.insert(key);
     g_built.notify_all();
   }
   if (interrupted) throw runtime::Interrupted();
   return lib != nullptr;
 }
 
-CompileResult compile_cpp(const std::string& source) {
+CompileResult compile_cpp(const std::string& source, bool inline_gemm) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string cxx = compiler_command();
   const std::string inc = include_dir();
@@ -615,10 +638,26 @@ CompileResult compile_cpp(const std::string& source) {
                 " (set PYPTO_INCLUDE_DIR, or reinstall pypto)");
   std::vector<std::string> flags = all_flags(inc);
   const char* shared = std::getenv("PYPTO_SHARED_GEMM");
-  const bool gemm = source.find("pto::MMATMUL") != std::string::npos ||
-                    source.find("pto::mmatmul_sum") != std::string::npos;
-  if (gemm && !(shared && std::string(shared) == "0") && shared_gemm_loaded(cxx, flags, inc))
+  const bool gemm = !inline_gemm &&
+                    (source.find("pto::MMATMUL") != std::string::npos ||
+                     source.find("pto::mmatmul_sum") != std::string::npos) &&
+                    !(shared && std::string(shared) == "0") &&
+                    !shared_gemm_known_unavailable(cxx, flags, inc);
+  // A kernel calling the shared GEMM library is compiled while the library is loaded or built
+  // (on a cold cache the two compiles run side by side) and loaded once the library is in.
+  // Should the library be unavailable, the kernel is compiled again with the GEMM inline.
+  std::future<bool> gemm_library;
+  int gemm_loaded = -1;  // the library's outcome once waited for (the hook may run twice)
+  BeforeLoad wait_for_gemm;
+  if (gemm) {
+    const std::vector<std::string> lib_flags = flags;
+    gemm_library = std::async(std::launch::async, [=] { return shared_gemm_loaded(cxx, lib_flags, inc); });
+    wait_for_gemm = [&gemm_library, &gemm_loaded] {
+      if (gemm_loaded < 0) gemm_loaded = gemm_library.get() ? 1 : 0;
+      if (!gemm_loaded) throw SharedGemmUnavailable();
+    };
     flags.insert(flags.end() - 1, "-DPTO_SHARED_GEMM");
+  }
   const std::string key = cache_key(source, cxx, flags, inc);
 
   CompileResult r;
@@ -631,7 +670,7 @@ CompileResult compile_cpp(const std::string& source) {
       r.kernel = e->kernel;
       r.from_memory = true;
       if (ir::debug_logging()) ir::debug_log("kernel " + key + ": in-memory cache hit");
-      return r;
+      return r;  // in memory: the library it calls is loaded (or the future's wait loads it)
     }
     e->building = true;
   }
@@ -644,17 +683,20 @@ CompileResult compile_cpp(const std::string& source) {
   };
   try {
     const std::string dir = kernel_cache_dir();
-    if (auto k = load_from_disk(dir, key)) {
+    if (auto k = load_from_disk(dir, key, "pypto_kernel", wait_for_gemm)) {
       r.from_disk = true;
       r.kernel = k;
       if (ir::debug_logging())
         ir::debug_log("kernel " + key + ": disk cache hit (" + dir + "/" + key + ".so)");
     } else {
       if (ir::debug_logging()) ir::debug_log("kernel " + key + ": cache miss in " + dir);
-      r.kernel = build(dir, key, source, cxx, flags, r.from_disk);
+      r.kernel = build(dir, key, source, cxx, flags, r.from_disk, "pypto_kernel", wait_for_gemm);
       if (ir::debug_logging() && !r.from_disk)
         ir::debug_log("kernel " + key + ": built " + dir + "/" + key + ".so");
     }
+  } catch (const SharedGemmUnavailable&) {
+    finish(nullptr);
+    return compile_cpp(source, /*inline_gemm=*/true);
   } catch (...) {
     finish(nullptr);
     throw;

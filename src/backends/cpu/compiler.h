@@ -25,7 +25,9 @@ struct CompileResult {
 
 // Throws ir::Error if no compiler is found ("no C++ compiler ... set PYPTO_CXX or use
 // backend='interp'") or if compilation fails (message includes the compiler's output).
-CompileResult compile_cpp(const std::string& source);
+// A kernel with a large f32 matmul calls the shared GEMM library (PYPTO_SHARED_GEMM) unless
+// `inline_gemm`, which compiles the GEMM into the kernel.
+CompileResult compile_cpp(const std::string& source, bool inline_gemm = false);
 
 // What a profiled run records (steady_clock nanoseconds, the clock of Python's perf_counter_ns
 // on Linux): each nest's span on the calling thread, and each chunk of a parallel loop on the

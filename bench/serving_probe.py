@@ -1,0 +1,93 @@
+"""One fresh process serving 50 calls at random sequence lengths, for the serving cases of
+bench/dynamic_cases.py: the total time from making the compiled function to the last output,
+compiles (or disk-cache loads) included, imports excluded.
+
+    python bench/serving_probe.py IMPL PARAMS_JSON
+
+IMPL: `pypto` (automatic dynamic: the first length static, then one dynamic variant),
+`pypto.dynamic` (the sequence dim declared dynamic, `dynamic={"x": [0]}`: the hint
+torch.compile(dynamic=True) gets) or `torch.compile` (dynamic=True). The caller sets
+PYPTO_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR: a fresh directory for a cold run, the same one again
+for a warm run. torch's dynamo and inductor modules are imported before the clock starts (their
+import is not compile time). Prints one JSON line: total_s, compiles (pypto), rel_err (the worst
+over the calls, against float64 NumPy).
+"""
+import json
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+if sys.path and os.path.abspath(sys.path[0] or os.curdir) == HERE:
+    sys.path.pop(0)  # import bench modules as bench.*, never by their bare names
+for p in (ROOT, os.path.join(ROOT, "python")):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+
+def serving_fn(x, w, b):
+    import pypto
+    h = pypto.layer_norm(x, x.shape[-1], None, None, 1e-5)
+    return pypto.relu(pypto.matmul(h, w) + b)
+
+
+def serving_torch(x, w, b):
+    import torch
+    h = torch.nn.functional.layer_norm(x, (x.shape[-1],), None, None, 1e-5)
+    return torch.relu(h @ w + b)
+
+
+def reference(x, w, b):
+    import numpy as np
+    x = x.astype(np.float64)
+    h = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
+    return np.maximum(h @ w.astype(np.float64) + b, 0)
+
+
+def inputs(params):
+    import numpy as np
+    rng = np.random.default_rng(7)
+    d, n_out = params["d"], params["n_out"]
+    w = (rng.standard_normal((d, n_out)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(n_out).astype(np.float32)
+    return [rng.standard_normal((n, d)).astype(np.float32) for n in params["lengths"]], w, b
+
+
+def main():
+    impl, params = sys.argv[1], json.loads(sys.argv[2])
+    import numpy as np
+    xs, w, b = inputs(params)
+    if impl in ("pypto", "pypto.dynamic"):
+        import pypto
+        dynamic = {"x": [0]} if impl == "pypto.dynamic" else None
+        t0 = time.perf_counter()
+        fn = pypto.jit(serving_fn, dynamic=dynamic)
+        outs = [fn(x, w, b) for x in xs]
+        total = time.perf_counter() - t0
+        compiles = fn.cache_size
+    elif impl == "torch.compile":
+        import torch
+        import torch._dynamo  # noqa: F401 - imported before the clock starts
+        import torch._inductor.compile_fx  # noqa: F401
+        tw, tb = torch.from_numpy(w), torch.from_numpy(b)
+        t0 = time.perf_counter()
+        fn = torch.compile(serving_torch, dynamic=True)
+        outs = [fn(torch.from_numpy(x), tw, tb).numpy() for x in xs]
+        total = time.perf_counter() - t0
+        compiles = None
+    else:
+        raise SystemExit(f"unknown impl {impl}")
+    worst = 0.0
+    for x, o in zip(xs, outs):
+        ref = reference(x, w, b)
+        o = np.asarray(o, dtype=np.float64)
+        if not np.isfinite(o).all():
+            worst = float("inf")
+            break
+        worst = max(worst, float(np.linalg.norm(o - ref) / max(np.linalg.norm(ref), 1e-30)))
+    print(json.dumps({"total_s": total, "compiles": compiles, "rel_err": worst}))
+
+
+if __name__ == "__main__":
+    main()

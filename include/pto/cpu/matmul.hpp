@@ -216,18 +216,11 @@ PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const floa
   }
   for (int64_t p = 0; p < kc; ++p) step(p);
   if (mr == M_ && nr == N_) {
-    if (bias || relu) {
-      vf bv[NV_];
-#pragma GCC unroll 8
-      for (int v = 0; v < NV_; ++v) {
-        bv[v] = vf{};
-        if (bias) __builtin_memcpy(&bv[v], bias + v * kW, sizeof(vf));
-      }
-      auto finish = [&](vf x, int v) __attribute__((always_inline)) {
-        if (bias) x = x + bv[v];
-        return relu ? (x < vf{} ? vf{} : x) : x;  // elem::relu
-      };
-      if (acc) {  // two loops, as below
+    // Two loops, not `acc ? *cp + r : r`: the select may be compiled to an add of the old C and a
+    // blend, and a destination not yet written (uninitialised memory) holds denormals often
+    // enough (pointer bits) that the assists cost more than the whole product.
+    auto store = [&](auto finish) __attribute__((always_inline)) {
+      if (acc) {
 #pragma GCC unroll 32
         for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 8
@@ -241,24 +234,20 @@ PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const floa
 #pragma GCC unroll 8
           for (int v = 0; v < NV_; ++v) *reinterpret_cast<vfu*>(c + i * ldc + v * kW) = finish(r[i][v], v);
       }
-      return;
-    }
-    // Two loops, not `acc ? *cp + r : r`: the select may be compiled to an add of the old C and a
-    // blend, and a destination not yet written (uninitialised memory) holds denormals often
-    // enough (pointer bits) that the assists cost more than the whole product.
-    if (acc) {
-#pragma GCC unroll 32
-      for (int i = 0; i < M_; ++i)
+    };
+    if (bias || relu) {
+      vf bv[NV_];
 #pragma GCC unroll 8
-        for (int v = 0; v < NV_; ++v) {
-          vfu* cp = reinterpret_cast<vfu*>(c + i * ldc + v * kW);
-          *cp = *cp + r[i][v];
-        }
+      for (int v = 0; v < NV_; ++v) {
+        bv[v] = vf{};
+        if (bias) __builtin_memcpy(&bv[v], bias + v * kW, sizeof(vf));
+      }
+      store([&](vf x, int v) __attribute__((always_inline)) {
+        if (bias) x = x + bv[v];
+        return relu ? (x < vf{} ? vf{} : x) : x;  // elem::relu
+      });
     } else {
-#pragma GCC unroll 32
-      for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 8
-        for (int v = 0; v < NV_; ++v) *reinterpret_cast<vfu*>(c + i * ldc + v * kW) = r[i][v];
+      store([](vf x, int) __attribute__((always_inline)) { return x; });
     }
   } else {
     alignas(64) float tmp[M_ * N_];

@@ -85,6 +85,13 @@ View NestBuilder::tile(const std::string& hint, DType t, int64_t r, int64_t c, S
   return View::whole(b);
 }
 
+std::vector<Stmt> NestBuilder::take_allocs(const std::function<bool(const Buffer&)>& pick) {
+  std::vector<Stmt> taken, kept;
+  for (Stmt& s : allocs_) (pick(*s->buffer) ? taken : kept).push_back(std::move(s));
+  allocs_ = std::move(kept);
+  return taken;
+}
+
 void NestBuilder::emit(const Nest& n, std::vector<Stmt> body, std::vector<Stmt>& out) {
   std::vector<Stmt> allocs = std::move(allocs_);
   auto hoisted = std::move(hoisted_);

@@ -1,6 +1,7 @@
 // Building blocks for passes that turn tensor-level instructions into loop nests of tiles:
 // selecting a tile-sized window of a view, and a nest of loops over a destination's dimensions.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -58,6 +59,9 @@ class NestBuilder {
   // A statement hoisted out of the innermost body: it runs at the top of the body of the nest's
   // loop number depth-1 (depth >= 1; 1 = the outermost loop, right after the tile allocations).
   void hoist(ir::Stmt s, int depth) { hoisted_.push_back({depth, std::move(s)}); }
+  // Removes the allocations of the tiles made so far that `pick` selects, and returns them (for a
+  // loop inside the nest: tiles that hold no value from one of its iterations to the next).
+  std::vector<ir::Stmt> take_allocs(const std::function<bool(const ir::Buffer&)>& pick);
   // Wraps body in the nest's loops. The tiles are allocated (and hoisted statements run) at the
   // top of the outermost loop body, so each parallel iteration owns its tiles.
   void emit(const Nest& n, std::vector<ir::Stmt> body, std::vector<ir::Stmt>& out);

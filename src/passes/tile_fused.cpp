@@ -27,7 +27,8 @@ class FusedEmitter {
     std::map<std::string, View> cache;
     std::vector<Stmt> body;
     std::vector<std::string> loop_vars;
-    int ft = 0;  // first tile dim
+    std::set<const Buffer*> hoisted;  // tiles that hoisted loads write
+    int ft = 0;                       // first tile dim
   };
 
   // Whether a row group's instructions all have the first one's shape (tiled along the row).
@@ -149,11 +150,15 @@ class FusedEmitter {
       finish_op(e, op, y, m);
     }
     if (!g.column_sums) return nb_.emit(n, std::move(e.body), out);
-    // The chunk loop (parallel): zero the sums, walk the chunk's row blocks, store the sums.
+    // The chunk loop (parallel): zero the sums, walk the chunk's row blocks, store the sums. The
+    // row blocks' tiles are the block loop's own (row_fusion matches only tiles of its body).
+    std::vector<Stmt> rows =
+        nb_.take_allocs([&](const Buffer& b) { return !cs.sums.count(&b) && !e.hoisted.count(&b); });
+    rows.insert(rows.end(), e.body.begin(), e.body.end());
     std::vector<Stmt> body = std::move(cs.init);
     body.push_back(for_loop(cs.row, int_imm(0),
                             min(int_imm(cs.block), cs.rows_valid - var(cs.chunk) * int_imm(cs.block)),
-                            int_imm(cs.step), std::move(e.body)));
+                            int_imm(cs.step), std::move(rows)));
     body.insert(body.end(), cs.stores.begin(), cs.stores.end());
     Nest chunks;
     chunks.loops = {Loop{cs.chunk, int_imm(cs.chunks), 1}};
@@ -175,6 +180,7 @@ class FusedEmitter {
     int64_t block = 1, step = 1, chunks = 1;
     Expr rows_valid;
     std::vector<Stmt> allocs, init, stores;
+    std::set<const Buffer*> sums;  // the accumulators and their per-block parts
     std::vector<std::pair<const Op*, BufferRef>> parts;
   };
 
@@ -214,6 +220,7 @@ class FusedEmitter {
       x = c;
     }
     View acc = nb_.tile("acc", dt, 1, cols), part = nb_.tile("part", dt, 1, cols);
+    cs.sums.insert({acc.buf.get(), part.buf.get()});
     cs.init.push_back(op_stmt(Op{Opcode::TEXPANDS, {acc, float_imm(0.0)}}));
     e.body.push_back(op_stmt(Op{Opcode::TCOLSUM, {part, x}}));
     e.body.push_back(op_stmt(Op{Opcode::TADD, {acc, acc, part}}));
@@ -299,10 +306,12 @@ class FusedEmitter {
     int depth = 0;
     for (size_t l = 0; l < e.loop_vars.size(); ++l)
       if (mentions(v, e.loop_vars[l], /*valid=*/true)) depth = int(l) + 1;
-    if (!e.g->written.count(v.buf.get()) && depth < int(e.loop_vars.size()))
+    if (!e.g->written.count(v.buf.get()) && depth < int(e.loop_vars.size())) {
       nb_.hoist(ld, depth);
-    else
+      e.hoisted.insert(tl.buf.get());
+    } else {
       e.body.push_back(ld);
+    }
     e.cache[k] = tl;
     return tl;
   }

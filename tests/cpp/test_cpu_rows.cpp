@@ -3,7 +3,8 @@
 // - exp_span equals math::exp (the element semantics) bit for bit, on a sweep of the float range
 //   with the special values, and is within 2 ulp of double-precision exp on the normal range;
 // - each fused row function computes what its instruction sequence computes (tile form and
-//   global form, partial valid regions, odd widths, a strided view, inf / NaN rows).
+//   global form, partial valid regions, odd widths, a strided view, inf / NaN rows);
+// - binary_rows and gather_rows (gather.hpp) equal the instructions they stand for.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -177,9 +178,56 @@ static void binary_checks() {
   for (int i = 0; i < R * C; ++i) CHECK(same(out[i], elem::max(buf[i], buf[4 * C + i])), "binary max [%d]", i);
 }
 
+
+// gather_rows against MGATHER, TSTORE: in range and out of range indices (reported, zero rows),
+// an output view with fewer rows and columns, streaming to an unaligned row stride, and an output
+// inside the table (the two instructions as written).
+static void gather_checks() {
+  constexpr int V = 9, W = 37;
+  std::vector<float> table(V * W);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (auto& v : table) v = u(rng);
+  Tile<int64_t, 1, 6> idx;
+  const int64_t ids[6] = {3, 0, 8, 11, 3, -1};
+  for (int k = 0; k < 6; ++k) idx.data[k] = ids[k];
+  idx.vr = 1;
+  idx.vc = 6;
+  static int reports = 0;
+  pto_kernel_args args{};
+  args.report_error = [](void*, const char*) { ++reports; };
+  auto tv = gview(table.data(), int64_t(W), int64_t(1), int64_t(V), int64_t(W));
+  for (int stream = 0; stream < 2; ++stream) {
+    Tile<float, 6, W> rows, rows2;
+    std::vector<float> want(6 * (W + 3), -7.0f), got(6 * (W + 3), -7.0f);
+    auto ov = [&](std::vector<float>& o) { return gview(o.data() + 1, int64_t(W + 3), int64_t(1), int64_t(5), int64_t(W - 2)); };
+    reports = 0;
+    MGATHER(rows, tv, idx, &args);
+    TSTORE(ov(want), rows);
+    CHECK(reports == 2, "MGATHER reports %d", reports);
+    reports = 0;
+    if (stream)
+      fused::gather_rows<true>(ov(got), tv, idx, rows2, &args);
+    else
+      fused::gather_rows<false>(ov(got), tv, idx, rows2, &args);
+    CHECK(reports == 2, "gather_rows reports %d", reports);
+    CHECK(rows2.vr == rows.vr && rows2.vc == rows.vc, "gather_rows valid %dx%d", rows2.vr, rows2.vc);
+    for (size_t k = 0; k < got.size(); ++k) CHECK(same(got[k], want[k]), "gather_rows [%zu]: %a vs %a", k, got[k], want[k]);
+  }
+  // Output rows 4.. of the table itself: MGATHER reads every row before TSTORE writes.
+  std::vector<float> t2 = table, t3 = table;
+  Tile<float, 6, W> rows, rows2;
+  auto in2 = gview(t2.data(), int64_t(W), int64_t(1), int64_t(V), int64_t(W));
+  MGATHER(rows, in2, idx, &args);
+  TSTORE(gview(t2.data() + 4 * W, int64_t(W), int64_t(1), int64_t(5), int64_t(W)), rows);
+  fused::gather_rows<false>(gview(t3.data() + 4 * W, int64_t(W), int64_t(1), int64_t(5), int64_t(W)),
+                            gview(t3.data(), int64_t(W), int64_t(1), int64_t(V), int64_t(W)), idx, rows2, &args);
+  for (size_t k = 0; k < t2.size(); ++k) CHECK(same(t3[k], t2[k]), "gather_rows into its table [%zu]", k);
+}
+
 int main() {
   exp_checks();
   binary_checks();
+  gather_checks();
   for (int kind = 0; kind < 4; ++kind) {
     softmax_checks(R, C, kind);
     softmax_checks(2, 37, kind);

@@ -145,6 +145,27 @@ def test_norm_backward_is_one_group_without_zero_fill():
     assert text.count("seq layer_norm") == 1 and "TEXPANDS" not in text, text
 
 
+def test_norm_backward_one_pass_over_rows():
+    """The column sums of dw and db are accumulated in dx's row nest, in chunks of row blocks
+    (ragged here), which keeps the fused layer-norm statistics: the cotangent is read once."""
+    from pypto import autograd
+
+    rng = np.random.default_rng(5)
+    x, w, b, cot = (rng.standard_normal(s).astype(np.float32) for s in ((301, 40), (40,), (40,), (301, 40)))
+    fn = pypto.jit(lambda x, w, b: pypto.layer_norm(x, x.shape[-1], w, b, 1e-5))
+    _, pullback = pypto.vjp(fn, x, w, b)
+    got = pullback(cot)
+    tx, tw, tb = (torch.from_numpy(a).double().requires_grad_() for a in (x, w, b))
+    torch.nn.functional.layer_norm(tx, (40,), tw, tb, 1e-5).backward(torch.from_numpy(cot).double())
+    for g, want in zip(got, (tx.grad, tw.grad, tb.grad)):
+        assert rel(g, want) < 1e-5
+    _, entry, _, _ = autograd._kernel_entry(fn, (x, w, b))
+    kernel = autograd.derived(entry).kernel
+    tile = kernel.as_text("tile")
+    assert tile.count("%d_t[") == 1 and tile.count("TCOLSUM") == 4, tile
+    assert "layer_norm_rows" in kernel.as_text("source")
+
+
 def test_torch_backward_reads_saved_matmul_products():
     """Through torch autograd the forward runs a variant that also returns its matmul products,
     and the backward reads them instead of recomputing: 4 matmuls (the gradients), not 5."""

@@ -255,12 +255,34 @@ std::optional<RowFusion> match_binary(const std::vector<Stmt>& body, size_t i) {
   return f;
 }
 
+
+// MGATHER rows, table, idx; TSTORE out, rows, with a rank-2 table and rows dead afterwards: each
+// indexed row is copied from the table straight into the output (gather.hpp, fused::gather_rows).
+std::optional<RowFusion> match_gather(const std::vector<Stmt>& body, size_t i) {
+  const Op *g = op_at(body, i), *st = op_at(body, i + 1);
+  if (!g || !st || g->code != Opcode::MGATHER || st->code != Opcode::TSTORE || g->args.size() != 3) return std::nullopt;
+  const View *rows = view_of(*g, 0), *table = view_of(*g, 1), *idx = view_of(*g, 2), *out = view_of(*st, 0),
+             *src = view_of(*st, 1);
+  if (!rows || !table || !idx || !out || !src || !rows->buf || !table->buf || !out->buf || !src->buf) return std::nullopt;
+  if (rows->buf->space == Space::Global || table->buf->space != Space::Global || out->buf->space != Space::Global ||
+      table->rank() != 2 || !rows->is_whole() || !src->is_whole() || src->buf != rows->buf ||
+      !dead_from(body, i + 2, rows->buf.get()))
+    return std::nullopt;
+  RowFusion f;
+  f.fn = "gather_rows";
+  f.count = 2;
+  f.global = true;
+  using K = RowFusion::Kind;
+  f.args = {{K::Global, 1, 0}, {K::Global, 0, 1}, {K::Tile, 0, 2}, {K::Tile, 0, 0}, {K::Text, 0, 0, "args"}};
+  return f;
+}
 }  // namespace
 
 std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t i) {
   for (const Pattern& p : patterns())
     if (auto f = match_at(p, body, i)) return f;
-  return match_binary(body, i);
+  if (auto f = match_binary(body, i)) return f;
+  return match_gather(body, i);
 }
 
 }  // namespace pypto::cpu

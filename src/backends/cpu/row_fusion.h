@@ -8,6 +8,8 @@
 // TLOADs of other tiles between the steps (a weight loaded where it is first used) move before
 // the call. Likewise TLOAD a, TLOAD b, a binary f32 instruction, TSTORE of its result (vector
 // add and its kin): one call that reads both sources and writes the result row by row in place.
+// And MGATHER of a rank-2 table into a tile, then its TSTORE (an embedding lookup): each indexed
+// row copied from the table straight into the output (gather.hpp).
 #pragma once
 #include <cstddef>
 #include <optional>

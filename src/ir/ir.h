@@ -131,13 +131,17 @@ enum class StmtKind : uint8_t { Seq, For, If, Let, Alloc, OpStmt };
 // (set by passes/parallelize or by pypto.prange). Unroll is a hint to backends.
 enum class LoopKind : uint8_t { Serial, Parallel };
 
+constexpr const char* kWideRowsElse = "wide_rows_else";
+
 struct StmtNode {
   StmtKind kind;
   // Seq: body, run in order (a group, not a scope); var = an optional label saying what made the
   // group: a composite op's expansion ("softmax", passes/lower_composites) or a fusion group
   // ("fused_rows", "fused_epilogue", passes/fusion_group.h) that tile_ops emits as one nest.
   std::vector<Stmt> body;
-  // For: `for var = lo to hi step step` (hi exclusive); If: cond, body = then, orelse = else
+  // For: `for var = lo to hi step step` (hi exclusive); If: cond, body = then, orelse = else,
+  // var = an optional label: kWideRowsElse marks the test of a dynamic row width against its
+  // widest fused tile, whose else branch (the unfused rows) the CPU backend compiles lazily.
   std::string var;
   Expr lo, hi, step, cond;
   LoopKind loop_kind = LoopKind::Serial;

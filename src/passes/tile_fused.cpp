@@ -81,7 +81,9 @@ class FusedEmitter {
       tier_ = *t;
       std::vector<Stmt> fused;
       emit_rows(et, fused);
+      const bool widest = t == tiers.rbegin();
       chain = {if_then(cmp(ExprOp::Le, g.width, int_imm(*t)), std::move(fused), std::move(chain))};
+      if (widest) chain[0]->var = kWideRowsElse;  // its else: rows wider than every tile
     }
     tier_ = 0;
     out.insert(out.end(), chain.begin(), chain.end());

@@ -145,7 +145,7 @@ double Kernel::compile() {
     source = source_;
   }
   if (source.empty()) source = cpu::generate_cpp(lowered_.isa);
-  cpu::CompileResult r = cpu::compile_cpp(source);
+  cpu::CompileResult r = cpu::compile_cpp(source, /*inline_gemm=*/false, /*lazy_wide_rows=*/true);
   std::lock_guard<std::mutex> l(mu_);
   source_ = std::move(source);
   if (native_) return 0;
@@ -210,7 +210,23 @@ void Kernel::run_checked(const RunArgs& a, cpu::RunProfile* profile) {
     std::lock_guard<std::mutex> l(mu_);
     k = profile ? profiling_ : native_;
   }
-  cpu::run(*k, a, profile);
+  try {
+    cpu::run(*k, a, profile);
+  } catch (const cpu::WideRowsMissing&) {
+    // Rows wider than every fused tile: the kernel was compiled without their unfused code and
+    // returned before touching any data. Compile it in full (once) and run that.
+    std::string source;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      source = source_;
+    }
+    std::shared_ptr<cpu::CompiledKernel> full = cpu::compile_cpp(source).kernel;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      native_ = full;
+    }
+    cpu::run(*full, a, profile);
+  }
 }
 
 }  // namespace pypto::runtime

@@ -256,4 +256,36 @@ TEST(CpuIsaMatmul, DoubleAndIntegerTiles) {
       0);
 }
 
+// scaled_mm's epilogue as one call (row_fusion.h) gives what TCVT, TMUL by a column and TMUL by a
+// row give, bit for bit, valid regions included: ragged scales leave rows and columns at the
+// earlier instruction's value, and nothing outside the int32 tile's valid region is written.
+TEST(CpuIsaMatmul, FusedScaleEpilogueMatchesTheInstructions) {
+  struct Valid {
+    int ar, ac, cr, cc, rr, rc;
+  };
+  for (Valid v : {Valid{9, 13, 9, 1, 1, 13}, Valid{7, 11, 5, 1, 1, 9}, Valid{9, 13, 9, 0, 1, 13},
+                  Valid{9, 13, 9, 1, 0, 13}, Valid{0, 13, 9, 1, 1, 13}}) {
+    SCOPED_TRACE(std::to_string(v.ar) + "x" + std::to_string(v.ac) + " c " + std::to_string(v.cr) + "x" +
+                 std::to_string(v.cc) + " r " + std::to_string(v.rr) + "x" + std::to_string(v.rc));
+    Tile<int32_t, 9, 13> a;
+    Tile<float, 9, 1> c;
+    Tile<float, 1, 13> r;
+    fill_random(a, 9, 13, 16000000, 2000000000);  // past 2^24: the conversion rounds
+    fill_random(c, 9, 1);
+    fill_random(r, 1, 13);
+    a.vr = v.ar, a.vc = v.ac, c.vr = v.cr, c.vc = v.cc, r.vr = v.rr, r.vc = v.rc;
+    Tile<float, 9, 13> want, got;
+    poison(want);
+    poison(got);
+    TCVT(want, a);
+    TMUL(want, want, c);
+    TMUL(want, want, r);
+    pto::fused::cvt_scale_rows_cols(got, a, c, r);
+    EXPECT_EQ(got.vr, want.vr);
+    EXPECT_EQ(got.vc, want.vc);
+    for (int i = 0; i < 9 * 13; ++i)
+      EXPECT_TRUE(std::memcmp(&got.data[i], &want.data[i], sizeof(float)) == 0) << "element " << i;
+  }
+}
+
 }  // namespace

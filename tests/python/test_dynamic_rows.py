@@ -12,7 +12,7 @@ import pytest
 
 import pypto
 from pypto import seed_kernels
-from pypto_testutil import backend_params, jit, poisoned, rand, rel_err
+from pypto_testutil import SMALL_TILES, backend_params, jit, poisoned, rand, rel_err, requires_compiler
 
 
 @pytest.fixture(params=backend_params(tiled=True))
@@ -63,6 +63,22 @@ def test_rows_wider_than_the_widest_tile_run_unfused(backend):
         y = poisoned(3, w)
         kernel(x, y)
         assert rel_err(y, softmax_ref(0.5 * x.astype(np.float64))) < 1e-6, w
+    assert kernel.cache_size == 1
+
+
+@requires_compiler
+def test_rows_wider_than_every_tile_are_compiled_when_first_needed(tmp_path, monkeypatch):
+    """The unfused code for rows wider than the widest tile is much of a dynamic kernel's C++: the
+    first compile leaves it out, and the first call with such rows compiles the kernel in full
+    (before the kernel touched any data), which then runs every width."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PYPTO_CACHE_DIR", str(cache))
+    kernel = pypto.jit(scaled_softmax_into, tiles=SMALL_TILES, dynamic={"x": [1], "y": [1]})
+    for w, objects in ((40, 1), (300, 1), (32769, 2), (40, 2)):
+        x, y = rand(3, w), poisoned(3, w)
+        kernel(x, y)
+        assert rel_err(y, softmax_ref(0.5 * x.astype(np.float64))) < 1e-6, w
+        assert len(list(cache.glob("*.so"))) == objects, w
     assert kernel.cache_size == 1
 
 

@@ -91,6 +91,10 @@ def test_int8_scaled_mm_epilogue_fuses_into_the_product():
     out = kern(a, b, sa, sb)
     ref = (a.double() @ b.double()) * sa.double()[:, None] * sb.double()[None, :]
     assert float((out.double() - ref).norm() / ref.norm()) < 1e-6
+    # The CPU runs the cast and both scales as one call (pto::fused::cvt_scale_rows_cols): the same
+    # bits as the three instructions the interpreter runs.
+    interp = pypto.jit(lambda a, b, sa, sb: pypto.scaled_mm(a, b, sa, sb), fusion=True, backend="interp")
+    assert torch.equal(out, interp(a, b, sa, sb))
 
 
 def test_narrow_operands_take_taller_tiles():

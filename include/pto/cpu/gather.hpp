@@ -345,7 +345,6 @@ inline void MSCATTER_ADD(GlobalView<U> dst, const Tile<T, R, C>& src, const Tile
   MSCATTER<true>(dst, src, idx, args);
 }
 
-
 namespace fused {
 
 // MGATHER rows, table, idx; TSTORE out, rows — with each indexed row copied from the table
@@ -353,11 +352,12 @@ namespace fused {
 // of each row instead of two. Where the types differ (the tile converts), a view has a column
 // stride or the output meets the table, the two instructions as written.
 template <bool Stream, class V, class D, int RD, int CD, class U, class I, int RI, int CI>
-inline void gather_rows(GlobalView<V> out, GlobalView<U> table, const Tile<I, RI, CI>& idx, Tile<D, RD, CD>& rows,
-                        const pto_kernel_args* args) {
+inline void gather_rows(GlobalView<V> out, GlobalView<U> table, const Tile<I, RI, CI>& idx,
+                        Tile<D, RD, CD>& rows, const pto_kernel_args* args) {
   if constexpr (std::is_same_v<V, D> && std::is_same_v<U, D>) {
     const int64_t n = detail::imin(detail::index_count(idx), RD), vc = detail::clamp0(table.vc, CD);
-    const int64_t wr = detail::imin(detail::clamp0(out.vr, n), n), wc = detail::imin(detail::clamp0(out.vc, vc), vc);
+    const int64_t wr = detail::imin(detail::clamp0(out.vr, n), n),
+                  wc = detail::imin(detail::clamp0(out.vc, vc), vc);
     auto span = [](const D* p, int64_t rs, int64_t r, int64_t c, const D*& lo, const D*& hi) {
       lo = rs < 0 && r > 0 ? p + (r - 1) * rs : p;
       hi = r > 0 && c > 0 ? (rs < 0 ? p + c : p + (r - 1) * rs + c) : lo;
@@ -375,7 +375,8 @@ inline void gather_rows(GlobalView<V> out, GlobalView<U> table, const Tile<I, RI
         if (!ok) {
           for (int64_t c = 0; c < wc; ++c) d[c] = D{};
         } else if constexpr (Stream) {
-          detail::stream_bytes(reinterpret_cast<char*>(d), reinterpret_cast<const char*>(table.ptr + i * table.rs),
+          detail::stream_bytes(reinterpret_cast<char*>(d),
+                               reinterpret_cast<const char*>(table.ptr + i * table.rs),
                                wc * int64_t(sizeof(D)));
         } else {
           __builtin_memcpy(d, table.ptr + i * table.rs, size_t(wc) * sizeof(D));

@@ -17,6 +17,7 @@
 //
 // Portable path: B sign-extended to int32 panels, the same blocking in wrapping int32 vectors.
 #pragma once
+#include "pto/cpu/elementwise.hpp"
 #include "pto/cpu/matmul_lowp.hpp"
 #include "pto/cpu/types.hpp"
 
@@ -264,6 +265,35 @@ struct Kernels : lowp::Family<int8_t, int32_t, MR, NR> {
 #endif
 
 }  // namespace i8mm
+
+namespace fused {
+// TCVT y, a; TMUL y, y, c; TMUL y, y, r in one pass over the tile (src/backends/cpu/row_fusion.h):
+// an int32 product's row and column scales (scaled_mm's epilogue), which as three instructions
+// cost three passes over a tile that has left L1. Each element and each valid region as the three
+// instructions give them (elementwise.hpp's drivers; the rows and columns outside a later
+// instruction's region keep the earlier value). R, C > 1: c broadcasts along rows, r along columns.
+template <int R, int C>
+inline void cvt_scale_rows_cols(Tile<float, R, C>& y, const Tile<int32_t, R, C>& a,
+                                const Tile<float, R, 1>& c, const Tile<float, 1, C>& r) {
+  static_assert(R > 1 && C > 1, "one-row or one-column tiles broadcast differently");
+  using CT = detail::arith_ct<float, Tile<int32_t, R, C>>;
+  const int64_t vr1 = detail::clamp0(a.vr, R), vc1 = detail::clamp0(a.vc, C);
+  const int64_t vr2 = detail::imax(0, detail::imin(vr1, c.vr)), vc2 = c.vc > 0 ? vc1 : 0;
+  const int64_t vr3 = r.vr > 0 ? vr2 : 0, vc3 = detail::imax(0, detail::imin(vc2, r.vc));
+  for (int64_t i = 0; i < vr1; ++i) {
+    float* PTO_RESTRICT d = y.data + i * C;
+    const int32_t* PTO_RESTRICT s = a.data + i * C;
+    const int64_t n3 = i < vr3 ? vc3 : 0, n2 = i < vr2 ? vc2 : 0;
+    const float ci = c.data[i];
+    for (int64_t j = 0; j < n3; ++j)
+      d[j] = elem::mul(elem::mul(convert<float>(convert<CT>(s[j])), ci), r.data[j]);
+    for (int64_t j = n3; j < n2; ++j) d[j] = elem::mul(convert<float>(convert<CT>(s[j])), ci);
+    for (int64_t j = n2; j < vc1; ++j) d[j] = convert<float>(convert<CT>(s[j]));
+  }
+  y.vr = int(vr3);
+  y.vc = int(vc3);
+}
+}  // namespace fused
 
 namespace detail {
 // d (row stride CD) (+)= a (m x k, row stride C) * b (k x n, row stride C2), int8 operands,

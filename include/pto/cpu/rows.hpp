@@ -149,8 +149,8 @@ PTO_INLINE void softmax_row(float* d, float* tmp, const float* x, int64_t n, flo
   *s = inv;
 }
 template <bool NT>
-PTO_INLINE void rms_norm_row(float* z, float*, const float* x, int64_t n, float cnt, float eps, const float* w,
-                             const float* b, float* r) {
+PTO_INLINE void rms_norm_row(float* z, float*, const float* x, int64_t n, float cnt, float eps,
+                             const float* w, const float* b, float* r) {
   const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff(x, n, 0.0f), cnt), eps));
   normalize_span<NT>(z, x, n, 0.0f, inv, w, b);
   *r = inv;
@@ -194,7 +194,8 @@ struct Streaming {
 template <int R, int C, class Row, class... S>
 PTO_INLINE void tile_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Row row, S&... per_row) {
   const int64_t vr = clamp0(x.vr, R), vc = clamp0(x.vc, C);
-  for (int64_t r = 0; r < vr; ++r) row(Streaming<false>{}, z.data + r * C, z.data + r * C, x.data + r * C, vc, r);
+  for (int64_t r = 0; r < vr; ++r)
+    row(Streaming<false>{}, z.data + r * C, z.data + r * C, x.data + r * C, vc, r);
   ((per_row.vr = int(vr), per_row.vc = 1), ...);
   z.vr = int(vr);
   z.vc = int(vc);
@@ -309,7 +310,8 @@ inline void layer_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Ti
   detail::tile_rows(
       z, x,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
+        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, cnt2, eps, w, b, &mu.data[i],
+                                                    &r.data[i]);
       },
       mu, r);
 }
@@ -320,7 +322,8 @@ inline void layer_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<fl
   detail::global_rows<Stream>(
       out, in, x, z,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
+        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, cnt2, eps, w, b, &mu.data[i],
+                                                    &r.data[i]);
       },
       mu, r);
 }

@@ -12,6 +12,7 @@
 #include "pto/elem.hpp"
 #include "target/target.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -88,12 +89,37 @@ class Gen : private StmtVisitor {
     out_ << "  (void)args;\n";
     for (size_t i = 0; i < p_.params.size(); ++i) declare_param(i);
     for (size_t j = 0; j < p_.scalars.size(); ++j) declare_scalar(j);
+    const size_t prologue_at = size_t(out_.tellp());
     if (profile_)
       profiled_body();
     else
       visit_block(p_.body);
     out_ << "}\n";
-    return out_.str();
+    std::string text = out_.str();
+    if (!wide_rows_.empty()) text.insert(prologue_at, wide_rows_prologue());
+    return text;
+  }
+
+  // Rows wider than a dynamic row group's widest tile run unfused code that most calls never
+  // reach and that takes much of the compile: compiled with PTO_LAZY_WIDE_ROWS, the kernel leaves
+  // it out and, before touching any data, reports a call that would need it (see
+  // cpu::kWideRowsMissing); the runtime then compiles the kernel in full and runs that.
+  std::string wide_rows_prologue() const {
+    std::string s = "#ifdef PTO_LAZY_WIDE_ROWS\n  if (";
+    for (size_t i = 0; i < wide_rows_.size(); ++i) s += (i ? " || !(" : "!(") + wide_rows_[i] + ")";
+    return s + ") {\n    args->report_error(args->error_ctx, \"" + kWideRowsMissing +
+           "\");\n    return;\n  }\n#endif\n";
+  }
+  // A width test can move to the kernel's start when it reads dimension symbols only.
+  bool on_symbols_only(const Expr& e) const {
+    std::vector<std::string> vars;
+    ir::collect_vars(e, vars);
+    for (const auto& v : vars) {
+      auto it = std::find_if(p_.scalars.begin(), p_.scalars.end(),
+                             [&](const ScalarParam& s) { return s.name == v; });
+      if (it == p_.scalars.end() || !it->is_dim_symbol()) return false;
+    }
+    return true;
   }
 
  private:
@@ -640,11 +666,17 @@ class Gen : private StmtVisitor {
   }
   // (Seq: the base visits its body without braces: a Seq groups statements, it does not scope them)
   void visit_if(const StmtNode& s) override {
-    line() << "if (" << condition(s.cond) << ") {\n";
+    const std::string cond = condition(s.cond);
+    line() << "if (" << cond << ") {\n";
     scoped(s.body);
+    const bool lazy = s.var == kWideRowsElse && on_symbols_only(s.cond);
+    if (lazy && std::find(wide_rows_.begin(), wide_rows_.end(), cond) == wide_rows_.end())
+      wide_rows_.push_back(cond);
     if (!s.orelse.empty()) {
       line() << "} else {\n";
+      if (lazy) out_ << "#ifndef PTO_LAZY_WIDE_ROWS\n";
       scoped(s.orelse);
+      if (lazy) out_ << "#endif\n";
     }
     line() << "}\n";
   }
@@ -729,6 +761,7 @@ class Gen : private StmtVisitor {
   const Program& p_;
   bool profile_ = false;
   std::ostringstream out_ = classic_stream();
+  std::vector<std::string> wide_rows_;  // conditions of the width tests whose else is left out lazily
   int indent_ = 1;
   int parallel_depth_ = 0;
   int64_t stack_bytes_ = 0;  // bytes of stack tiles in scope at the current point

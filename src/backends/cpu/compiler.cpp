@@ -32,6 +32,7 @@
 #include <sstream>
 #include <vector>
 
+#include "backends/cpu/codegen.h"
 #include "backends/cpu/compiler_internal.h"
 #include "backends/cpu/kernel_cache.h"
 #include "exec/interrupt.h"
@@ -628,7 +629,7 @@ bool shared_gemm_loaded(const std::string& cxx, const std::vector<std::string>& 
   return lib != nullptr;
 }
 
-CompileResult compile_cpp(const std::string& source, bool inline_gemm) {
+CompileResult compile_cpp(const std::string& source, bool inline_gemm, bool lazy_wide_rows) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string cxx = compiler_command();
   const std::string inc = include_dir();
@@ -658,6 +659,7 @@ CompileResult compile_cpp(const std::string& source, bool inline_gemm) {
     };
     flags.insert(flags.end() - 1, "-DPTO_SHARED_GEMM");
   }
+  if (lazy_wide_rows && has_lazy_wide_rows(source)) flags.insert(flags.end() - 1, "-DPTO_LAZY_WIDE_ROWS");
   const std::string key = cache_key(source, cxx, flags, inc);
 
   CompileResult r;
@@ -696,7 +698,7 @@ CompileResult compile_cpp(const std::string& source, bool inline_gemm) {
     }
   } catch (const SharedGemmUnavailable&) {
     finish(nullptr);
-    return compile_cpp(source, /*inline_gemm=*/true);
+    return compile_cpp(source, /*inline_gemm=*/true, lazy_wide_rows);
   } catch (...) {
     finish(nullptr);
     throw;
@@ -778,6 +780,7 @@ void run(const CompiledKernel& k, const runtime::RunArgs& args, RunProfile* prof
     k.fn(&a);
   }
   if (runtime::stop_requested()) throw runtime::Interrupted();
+  if (errors.first == kWideRowsMissing) throw WideRowsMissing();
   if (!errors.first.empty()) throw ir::Error(errors.first);
 }
 

@@ -26,8 +26,14 @@ struct CompileResult {
 // Throws ir::Error if no compiler is found ("no C++ compiler ... set PYPTO_CXX or use
 // backend='interp'") or if compilation fails (message includes the compiler's output).
 // A kernel with a large f32 matmul calls the shared GEMM library (PYPTO_SHARED_GEMM) unless
-// `inline_gemm`, which compiles the GEMM into the kernel.
-CompileResult compile_cpp(const std::string& source, bool inline_gemm = false);
+// `inline_gemm`, which compiles the GEMM into the kernel. `lazy_wide_rows`: a kernel with rows
+// wider than its dynamic row groups' tiles is compiled without them (codegen.h); run() then
+// throws WideRowsMissing for a call that needs them.
+CompileResult compile_cpp(const std::string& source, bool inline_gemm = false, bool lazy_wide_rows = false);
+
+// Thrown by run() for a kernel compiled with lazy wide rows when the call needs those rows; the
+// kernel touched no data. The caller compiles the source without lazy_wide_rows and runs that.
+struct WideRowsMissing {};
 
 // What a profiled run records (steady_clock nanoseconds, the clock of Python's perf_counter_ns
 // on Linux): each nest's span on the calling thread, and each chunk of a parallel loop on the

@@ -255,18 +255,60 @@ std::optional<RowFusion> match_binary(const std::vector<Stmt>& body, size_t i) {
   return f;
 }
 
+// TCVT y, a (a whole int32 tile); TMUL y, y, c (R x 1); TLOADs of other tiles; TMUL y, y, r (1 x C):
+// an integer product's row and column scales (scaled_mm), one pass (pto/cpu/matmul_int8.hpp).
+std::optional<RowFusion> match_scaled_cvt(const std::vector<Stmt>& body, size_t i) {
+  const Op *cvt = op_at(body, i), *m1 = op_at(body, i + 1);
+  if (!cvt || !m1 || cvt->code != Opcode::TCVT || m1->code != Opcode::TMUL || cvt->args.size() != 2 ||
+      m1->args.size() != 3)
+    return std::nullopt;
+  const View *y = view_of(*cvt, 0), *a = view_of(*cvt, 1);
+  if (!y || !a || !is_f32_tile(*y) || !a->buf || a->buf->space == Space::Global ||
+      a->buf->dtype != DType::I32 || !a->is_whole() || a->buf->shape != y->buf->shape)
+    return std::nullopt;
+  const std::vector<int64_t>& shape = y->buf->shape;
+  if (shape[0] < 2 || shape[1] < 2) return std::nullopt;
+  // TMUL y, y, s with s a whole f32 tile of the given shape, not y or a.
+  auto scales = [&](const Op* op, const std::vector<int64_t>& want) -> const Buffer* {
+    if (!op || op->code != Opcode::TMUL || op->args.size() != 3) return nullptr;
+    const View *d = view_of(*op, 0), *x = view_of(*op, 1), *s = view_of(*op, 2);
+    if (!d || !x || !s || d->buf != y->buf || x->buf != y->buf || !is_f32_tile(*s) || s->buf->shape != want ||
+        s->buf == y->buf)
+      return nullptr;
+    return s->buf.get();
+  };
+  const Buffer* c = scales(m1, {shape[0], 1});
+  if (!c) return std::nullopt;
+  RowFusion f;
+  size_t k = 2;
+  for (const Op* op = op_at(body, i + k); op && op->code == Opcode::TLOAD; op = op_at(body, i + ++k)) {
+    const View* d = view_of(*op, 0);
+    if (!d || !d->buf || d->buf->space == Space::Global || d->buf == y->buf || d->buf == a->buf ||
+        d->buf.get() == c)
+      return std::nullopt;
+    f.hoisted.push_back(k);
+  }
+  if (!scales(op_at(body, i + k), {1, shape[1]})) return std::nullopt;
+  using K = RowFusion::Kind;
+  f.fn = "cvt_scale_rows_cols";
+  f.count = k + 1;
+  f.args = {{K::Tile, 0, 0}, {K::Tile, 0, 1}, {K::Tile, 1, 2}, {K::Tile, k, 2}};
+  return f;
+}
 
 // MGATHER rows, table, idx; TSTORE out, rows, with a rank-2 table and rows dead afterwards: each
 // indexed row is copied from the table straight into the output (gather.hpp, fused::gather_rows).
 std::optional<RowFusion> match_gather(const std::vector<Stmt>& body, size_t i) {
   const Op *g = op_at(body, i), *st = op_at(body, i + 1);
-  if (!g || !st || g->code != Opcode::MGATHER || st->code != Opcode::TSTORE || g->args.size() != 3) return std::nullopt;
+  if (!g || !st || g->code != Opcode::MGATHER || st->code != Opcode::TSTORE || g->args.size() != 3)
+    return std::nullopt;
   const View *rows = view_of(*g, 0), *table = view_of(*g, 1), *idx = view_of(*g, 2), *out = view_of(*st, 0),
              *src = view_of(*st, 1);
-  if (!rows || !table || !idx || !out || !src || !rows->buf || !table->buf || !out->buf || !src->buf) return std::nullopt;
-  if (rows->buf->space == Space::Global || table->buf->space != Space::Global || out->buf->space != Space::Global ||
-      table->rank() != 2 || !rows->is_whole() || !src->is_whole() || src->buf != rows->buf ||
-      !dead_from(body, i + 2, rows->buf.get()))
+  if (!rows || !table || !idx || !out || !src || !rows->buf || !table->buf || !out->buf || !src->buf)
+    return std::nullopt;
+  if (rows->buf->space == Space::Global || table->buf->space != Space::Global ||
+      out->buf->space != Space::Global || table->rank() != 2 || !rows->is_whole() || !src->is_whole() ||
+      src->buf != rows->buf || !dead_from(body, i + 2, rows->buf.get()))
     return std::nullopt;
   RowFusion f;
   f.fn = "gather_rows";
@@ -281,6 +323,7 @@ std::optional<RowFusion> match_gather(const std::vector<Stmt>& body, size_t i) {
 std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t i) {
   for (const Pattern& p : patterns())
     if (auto f = match_at(p, body, i)) return f;
+  if (auto f = match_scaled_cvt(body, i)) return f;
   if (auto f = match_binary(body, i)) return f;
   return match_gather(body, i);
 }

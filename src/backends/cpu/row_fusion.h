@@ -10,6 +10,8 @@
 // add and its kin): one call that reads both sources and writes the result row by row in place.
 // And MGATHER of a rank-2 table into a tile, then its TSTORE (an embedding lookup): each indexed
 // row copied from the table straight into the output (gather.hpp).
+// And scaled_mm's epilogue, TCVT of an int32 product tile then TMUL by its row and its column
+// scales: one pass (pto::fused::cvt_scale_rows_cols, include/pto/cpu/matmul_int8.hpp).
 #pragma once
 #include <cstddef>
 #include <optional>

@@ -54,13 +54,13 @@ def make_op(trace_impl, const_impl=None, name=None):
         def op(*args, **kwargs):
             m = _mode(args, kwargs)
             if m == _TRACE:
-                # The builder labels what this call emits with the op's name (Builder::begin_call).
+                # The builder labels what this call emits with the op's name (Builder::begin_group).
                 b = T.find_tracer(*args, *kwargs.values()).b
-                b.begin_call(opname)
+                b.begin_group(opname)
                 try:
                     return trace_impl(*args, **kwargs)
                 finally:
-                    b.end_call()
+                    b.end_group()
             if m == _EAGER:
                 return _eager(op, args, kwargs)
             if const_impl is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import math
 
+from . import _C
 from . import ops as _ops
 from .frontend import math_ops as M
 from .frontend import tensor_ops as T
@@ -16,17 +17,22 @@ def _named(f, name):
     return f
 
 
-sin = _named(make_unary(Op.TSIN, math.sin, None, "Elementwise sine."), "sin")
-cos = _named(make_unary(Op.TCOS, math.cos, None, "Elementwise cosine."), "cos")
-tan = _named(make_unary(Op.TTAN, math.tan, None, "Elementwise tangent."), "tan")
-exp2 = _named(make_unary(Op.TEXP2, lambda x: 2.0 ** x, None, "Elementwise 2**x."), "exp2")
-expm1 = _named(make_unary(Op.TEXPM1, math.expm1, None, "exp(x) - 1, accurate near 0."), "expm1")
-log2 = _named(make_unary(Op.TLOG2, math.log2, None, "Base-2 logarithm."), "log2")
-log10 = _named(make_unary(Op.TLOG10, math.log10, None, "Base-10 logarithm."), "log10")
-log1p = _named(make_unary(Op.TLOG1P, math.log1p, None, "log(1 + x), accurate near 0."), "log1p")
-cbrt = _named(make_unary(Op.TCBRT, lambda x: math.copysign(abs(x) ** (1 / 3), x), None, "Real cube root."), "cbrt")
-ceil = _named(make_unary(Op.TCEIL, math.ceil, None, "Elementwise ceiling (integers unchanged)."), "ceil")
-trunc = _named(make_unary(Op.TTRUNC, math.trunc, None, "Round toward zero (integers unchanged)."), "trunc")
+def _elem2(name):
+    """Constant folding by the binary element function `name` of include/pto/elem.hpp."""
+    return lambda a, b: _C.elem_binary(name, float(a), float(b))
+
+
+sin = _named(make_unary(Op.TSIN, _ops._elem("sin"), None, "Elementwise sine."), "sin")
+cos = _named(make_unary(Op.TCOS, _ops._elem("cos"), None, "Elementwise cosine."), "cos")
+tan = _named(make_unary(Op.TTAN, _ops._elem("tan"), None, "Elementwise tangent."), "tan")
+exp2 = _named(make_unary(Op.TEXP2, _ops._elem("exp2"), None, "Elementwise 2**x."), "exp2")
+expm1 = _named(make_unary(Op.TEXPM1, _ops._elem("expm1"), None, "exp(x) - 1, accurate near 0."), "expm1")
+log2 = _named(make_unary(Op.TLOG2, _ops._elem("log2"), None, "Base-2 logarithm."), "log2")
+log10 = _named(make_unary(Op.TLOG10, _ops._elem("log10"), None, "Base-10 logarithm."), "log10")
+log1p = _named(make_unary(Op.TLOG1P, _ops._elem("log1p"), None, "log(1 + x), accurate near 0."), "log1p")
+cbrt = _named(make_unary(Op.TCBRT, _ops._elem("cbrt"), None, "Real cube root."), "cbrt")
+ceil = _named(make_unary(Op.TCEIL, _ops._keep_int("ceil", lambda x: x), None, "Elementwise ceiling (integers unchanged)."), "ceil")
+trunc = _named(make_unary(Op.TTRUNC, _ops._keep_int("trunc", lambda x: x), None, "Round toward zero (integers unchanged)."), "trunc")
 sign = _named(make_unary(Op.TSIGN, _ops._keep_int("sign", lambda x: (x > 0) - (x < 0)), None,
                          "-1, 0 or 1; sign(NaN) == 0, as torch.sign (NumPy gives NaN)."), "sign")
 
@@ -36,22 +42,22 @@ def round(x, decimals=0):  # noqa: A001
     """Round to `decimals` places, halves to even (as torch.round): round(2.5) == 2."""
 
 
-@make_binary(Op.TATAN2, math.atan2)
+@make_binary(Op.TATAN2, _elem2("atan2"))
 def atan2(a, b):
     """The angle of (b, a): atan(a / b) in the right quadrant, in [-pi, pi]."""
 
 
-@make_binary(Op.THYPOT, math.hypot)
+@make_binary(Op.THYPOT, _elem2("hypot"))
 def hypot(a, b):
     """sqrt(a**2 + b**2) without overflow."""
 
 
-@make_binary(Op.TCOPYSIGN, math.copysign)
+@make_binary(Op.TCOPYSIGN, _elem2("copysign"))
 def copysign(a, b):
     """|a| with the sign of b."""
 
 
-@make_binary(Op.TFMOD, math.fmod)
+@make_binary(Op.TFMOD, _elem2("fmod"))
 def fmod(a, b):
     """Remainder of truncating division (the sign of a), as C fmod and torch.fmod."""
 

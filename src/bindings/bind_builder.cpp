@@ -433,8 +433,8 @@ void bind_builder(nb::module_& m) {
           },
           "hint"_a, "lo"_a, "hi"_a, "step"_a = 1, "parallel"_a = false)
       .def("end_for", &B::end_for)
-      .def("begin_call", &B::begin_call, "name"_a)
-      .def("end_call", &B::end_call)
+      .def("begin_group", &B::begin_group, "label"_a)
+      .def("end_group", &B::end_group)
       .def(
           "begin_if", [](B& b, nb::handle c) { b.begin_if(to_expr(c)); }, "cond"_a)
       .def("begin_else", &B::begin_else)

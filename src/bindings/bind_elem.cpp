@@ -26,10 +26,17 @@ void bind_elem(nb::module_& m) {
       {"silu", &e::silu<double>},       {"floor", &e::floor<double>},
       {"relu", &e::relu<double>},       {"abs", &e::abs<double>},
       {"neg", &e::neg<double>},         {"sign", &e::sign<double>},
+      {"sin", &e::sin<double>},         {"cos", &e::cos<double>},
+      {"tan", &e::tan<double>},         {"exp2", &e::exp2<double>},
+      {"expm1", &e::expm1<double>},     {"log2", &e::log2<double>},
+      {"log10", &e::log10<double>},     {"log1p", &e::log1p<double>},
+      {"cbrt", &e::cbrt<double>},       {"ceil", &e::ceil<double>},
+      {"trunc", &e::trunc<double>},
   };
   static const std::map<std::string, B> binary = {
-      {"max", &e::max<double>}, {"min", &e::min<double>},           {"pow", &e::pow<double>},
-      {"div", &e::div<double>}, {"floormod", &e::floormod<double>},
+      {"max", &e::max<double>},     {"min", &e::min<double>},           {"pow", &e::pow<double>},
+      {"div", &e::div<double>},     {"floormod", &e::floormod<double>}, {"atan2", &e::atan2<double>},
+      {"hypot", &e::hypot<double>}, {"copysign", &e::copysign<double>}, {"fmod", &e::fmod<double>},
   };
   m.def(
       "elem_unary",

@@ -377,47 +377,30 @@ void Builder::end_if() {
     impl_->emit(if_then(f.cond, std::move(f.then_stmts), std::move(f.stmts)));
 }
 
-void Builder::begin_call(const std::string& name) {
-  if (impl_->call_depth++ == 0)
-    impl_->call = Impl::Call{name, impl_->frames.size(), impl_->frames.back().stmts.size()};
+void Builder::begin_group(const std::string& label) {
+  if (impl_->group_depth++ == 0)
+    impl_->group = Impl::Group{label, impl_->frames.size(), impl_->frames.back().stmts.size()};
 }
 
-void Builder::end_call() {
-  if (impl_->call_depth == 0) throw Error("end_call without a matching begin_call");
-  if (--impl_->call_depth > 0) return;
-  const Impl::Call& c = impl_->call;
-  if (impl_->frames.size() != c.frames) return;  // (a call that failed halfway: the trace is abandoned)
+void Builder::end_group() {
+  if (impl_->group_depth == 0) throw Error("end_group without a matching begin_group");
+  if (--impl_->group_depth > 0) return;
+  const Impl::Group& g = impl_->group;
+  if (impl_->frames.size() != g.frames) return;  // (a call that failed halfway: the trace is abandoned)
   std::vector<Stmt>& stmts = impl_->frames.back().stmts;
   // Allocations and lets go in front of the group: a pass that gives a block's allocations a
   // meaning (autodiff's adjoints) then sees them where it would without the label.
   std::vector<Stmt> decls, group;
-  for (size_t i = c.start; i < stmts.size(); ++i) {
+  for (size_t i = g.start; i < stmts.size(); ++i) {
     const bool decl = stmts[i]->kind == StmtKind::Alloc || stmts[i]->kind == StmtKind::Let;
     (decl ? decls : group).push_back(stmts[i]);
   }
   if (group.size() < 2) return;
-  stmts.resize(c.start);
+  stmts.resize(g.start);
   stmts.insert(stmts.end(), decls.begin(), decls.end());
   Stmt s = seq(std::move(group));
-  s->var = c.name;
+  s->var = g.name;
   impl_->emit(std::move(s));
-}
-
-void Builder::begin_group(const std::string& label) {
-  Impl::Frame f;
-  f.kind = Impl::Frame::Group;
-  f.var = label;
-  impl_->frames.push_back(std::move(f));
-}
-
-void Builder::end_group() {
-  if (impl_->frames.back().kind != Impl::Frame::Group)
-    throw Error("end_group without a matching begin_group");
-  Impl::Frame f = std::move(impl_->frames.back());
-  impl_->frames.pop_back();
-  Stmt group = seq(std::move(f.stmts));
-  group->var = std::move(f.var);
-  impl_->emit(group);
 }
 
 // Index arithmetic stays inline (no Let) so bounds analysis sees through names like `end_i`.

@@ -41,18 +41,15 @@ class Builder {
   void begin_if(Expr cond);
   void begin_else();
   void end_if();
-  // Statements built until end_group() form one Seq labelled `label` (a composite op's name makes
-  // fusion treat the group as that op's expansion; passes/autodiff emits its backward this way).
+  // A labelled group: a public op call (pypto.hardswish, pypto.var, ...: the front end brackets
+  // each) or a composite's derivative (passes/autodiff). When the statements built until the
+  // matching end_group() hold two or more instructions, they become a `seq LABEL { ... }` (the
+  // group's allocations and lets stay in front of it), so the IR says which op each instruction
+  // came from, and fusion treats the group as one composite (passes/fuse.h; a composite op's name
+  // as the label makes it that op's expansion). Groups nest; only the outermost is labelled.
   void begin_group(const std::string& label);
   void end_group();
   Expr let(const std::string& hint, Expr value);  // bind a scalar under a fresh name
-  // One public op call (pypto.hardswish, pypto.var, ...): when the statements built until the
-  // matching end_call() hold two or more instructions, they become a `seq NAME { ... }` (the
-  // call's allocations and lets stay in front of it), so the IR says which op each instruction
-  // came from and fusion treats the call as one composite (passes/fuse.h). Calls nest; only the
-  // outermost is labelled.
-  void begin_call(const std::string& name);
-  void end_call();
 
   // --- creation (new Temp buffers in global scratch) ------------------------------------------
   // extents: per dim, null for a static dim or the extent of a dynamic one (an expression of

@@ -11,10 +11,10 @@ namespace pypto::ir {
 
 struct Builder::Impl {
   struct Frame {
-    enum Kind { Root, For, Then, Else, Group } kind = Root;
+    enum Kind { Root, For, Then, Else } kind = Root;
     std::vector<Stmt> stmts;
     std::vector<Stmt> then_stmts;  // Else frames keep the finished then-branch here
-    std::string var;               // For: the induction variable; Group: the label
+    std::string var;               // For: the induction variable
     Expr lo, hi, step, cond;
     bool parallel = false;
     std::string where;  // source location of the loop or if header
@@ -27,14 +27,14 @@ struct Builder::Impl {
   std::string where;     // source location of the statements being built
   std::map<const StmtNode*, std::string> locations;
   std::set<const Buffer*> detached;  // results of Builder::detach
-  // The outermost open public op call (begin_call): its name, the frame depth and the index in
-  // that frame's statements where it began.
-  struct Call {
+  // The outermost open group (begin_group): its label, the frame depth and the index in that
+  // frame's statements where it began.
+  struct Group {
     std::string name;
     size_t frames = 0, start = 0;
   };
-  Call call;
-  int call_depth = 0;
+  Group group;
+  int group_depth = 0;
   // Dynamic dimensions: the front end's symbol names -> their variables, the dimension symbols in
   // binding order (appended to the program's scalars by finish), and their range.
   std::map<std::string, Expr> symbol_vars;

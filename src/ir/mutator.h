@@ -3,6 +3,7 @@
 // only: a statement (or expression) whose parts all come back identical is returned as is, so
 // untouched subtrees stay shared with the input program.
 #pragma once
+#include <map>
 #include <vector>
 
 #include "ir/ir.h"
@@ -48,7 +49,27 @@ class StmtMutator {
   static Stmt with_bodies(const Stmt& s, std::vector<Stmt> body, std::vector<Stmt> orelse);
 };
 
+// The program with each buffer of `to` replaced by its image in every view and its allocation
+// dropped (the image is allocated elsewhere, or is a parameter).
+Program replace_buffers(const Program& p, const std::map<const Buffer*, BufferRef>& to);
+
 // Whether two statement lists hold the same statements (by identity).
 bool same_stmts(const std::vector<Stmt>& a, const std::vector<Stmt>& b);
+
+// The body with f(block) applied to every block in it, each after the blocks nested in it (f
+// edits a block in place: erases, inserts or replaces its statements).
+template <class F>
+std::vector<Stmt> rewrite_blocks(const std::vector<Stmt>& body, F&& f) {
+  struct Each : StmtMutator {
+    F& f;
+    explicit Each(F& fn) : f(fn) {}
+    std::vector<Stmt> mutate_block(const std::vector<Stmt>& b) override {
+      std::vector<Stmt> out = StmtMutator::mutate_block(b);
+      f(out);
+      return out;
+    }
+  } each(f);
+  return each.mutate_block(body);
+}
 
 }  // namespace pypto::ir

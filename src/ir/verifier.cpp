@@ -113,6 +113,7 @@ class Verifier : public StmtVisitor {
         fail("dimension symbol %" + s.name + " is not the extent of dim " + std::to_string(s.dim) + " of %" +
              b.name);
       loop_bounds_[s.name] = Interval{0, kDynamicBound};
+      dim_symbols_.insert(s.name);
     }
   }
   void dynamic_dims(const Buffer& b) {
@@ -121,6 +122,19 @@ class Verifier : public StmtVisitor {
     for (int d = 0; d < b.rank(); ++d) {
       if (!b.is_dynamic(d)) continue;
       index_expr(b.dyn[size_t(d)], "dynamic extent");
+      // An extent is a function of the dimension symbols alone: the runtime binds nothing else
+      // before it sizes the buffers, and one of constants only is a static dim written oddly
+      // (unchecked, it once let the CPU backend read past the caller's array).
+      std::vector<std::string> vars;
+      collect_vars(b.dyn[size_t(d)], vars);
+      const std::string dim_text =
+          "dynamic dim " + std::to_string(d) + " of %" + b.name + " (`" + to_string(b.dyn[size_t(d)]) + "`)";
+      if (vars.empty()) fail(dim_text + " names no dimension symbol; write a constant extent as an integer");
+      for (const auto& v : vars)
+        if (!dim_symbols_.count(v))
+          fail(dim_text + " names %" + v +
+               ", which is not a dimension symbol (the extent of a dim of a "
+               "parameter, bound from the argument's shape)");
       if (b.shape[size_t(d)] != kDynamicBound)
         fail("dynamic dim " + std::to_string(d) + " of %" + b.name + " must have the static bound " +
              std::to_string(kDynamicBound));
@@ -505,6 +519,7 @@ class Verifier : public StmtVisitor {
   Level level_;
   std::vector<Scope> scopes_;
   VarBounds loop_bounds_;  // loop variables with known ranges
+  std::set<std::string> dim_symbols_;
   std::set<std::string> names_;
   std::string where_;
 };

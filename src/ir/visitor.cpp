@@ -199,4 +199,22 @@ View StmtMutator::mutate_view(const View& v) {
   return out;
 }
 
+Program replace_buffers(const Program& p, const std::map<const Buffer*, BufferRef>& to) {
+  struct Replace : StmtMutator {
+    const std::map<const Buffer*, BufferRef>& to;
+    explicit Replace(const std::map<const Buffer*, BufferRef>& m) : to(m) {}
+    void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
+      if (s->kind == StmtKind::Alloc && to.count(s->buffer.get())) return;
+      StmtMutator::mutate_into(s, out);
+    }
+    View mutate_view(const View& v) override {
+      View out = StmtMutator::mutate_view(v);
+      auto it = to.find(v.buf.get());
+      if (it != to.end()) out.buf = it->second;
+      return out;
+    }
+  };
+  return Replace(to).mutate_program(p);
+}
+
 }  // namespace pypto::ir

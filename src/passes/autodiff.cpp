@@ -4,7 +4,6 @@
 #include "passes/autodiff.h"
 
 #include <algorithm>
-#include <functional>
 
 #include "ir/builder_impl.h"
 #include "ir/mutator.h"
@@ -261,69 +260,69 @@ void Differentiator::accumulate(const Operand& src, View c, const Env& env, bool
 // A copy of the forward statements for the current scope: buffers allocated here get fresh
 // names; writes into buffers not allocated in this replay (results, or values of an enclosing
 // scope) are dropped, since the backward holds their values already.
-void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<const Buffer*>& local) {
-  for (const Stmt& s : body) {
-    switch (s->kind) {
-      case StmtKind::Alloc: {
-        if (saved_products_.count(s->buffer.get())) break;  // its value comes from the forward
-        auto nb = std::make_shared<Buffer>(*s->buffer);
-        nb->name = b_.fresh_name(s->buffer->name);
-        env.bufs[s->buffer.get()] = nb;
-        local.insert(s->buffer.get());
-        b_.emit(alloc(nb));
-        break;
-      }
-      case StmtKind::Let: {
-        Expr v = substitute(s->value, env.vars);
-        std::string n = b_.fresh_name(s->var);
-        b_.emit(let(n, v));
-        env.vars[s->var] = var(n, v->dtype);
-        break;
-      }
-      case StmtKind::OpStmt: {
-        auto d = s->op.args.empty() ? nullptr : view_of(s->op.args[0]);
-        if (!d || !local.count(d->buf.get())) break;
-        Op op{s->op.code, {}};
-        for (const Operand& a : s->op.args) op.args.push_back(mapped(a, env));
-        Stmt ns = op_stmt(std::move(op));
-        replayed_[ns.get()] = s.get();
-        b_.emit(ns);
-        break;
-      }
-      case StmtKind::For: {
-        Env inner = env;
-        std::vector<std::pair<const Buffer*, BufferRef>> tapes;
-        for (const Buffer* c : carried(s.get()))
-          tapes.push_back({c, tapes_[s.get()][c] = new_tape(s.get(), *c, env)});
-        Expr lo = substitute(s->lo, env.vars), step = substitute(s->step, env.vars);
-        Expr v =
-            b_.begin_for(s->var, lo, substitute(s->hi, env.vars), step, s->loop_kind == LoopKind::Parallel);
-        inner.vars[s->var] = v;
-        for (auto& [c, tape] : tapes) {
-          b_.assign(tape_slot(tape, iteration(v, lo, step)), View::whole(env.bufs.at(c)));
-        }
-        replay(s->body, inner, local);
-        b_.end_for();
-        break;
-      }
-      case StmtKind::If: {
-        b_.begin_if(substitute(s->cond, env.vars));
-        Env then_env = env;
-        replay(s->body, then_env, local);
-        if (!s->orelse.empty()) {
-          b_.begin_else();
-          Env else_env = env;
-          replay(s->orelse, else_env, local);
-        }
-        b_.end_if();
-        break;
-      }
-      case StmtKind::Seq: {
-        replay(s->body, env, local);
-        break;
-      }
-    }
+class Differentiator::Replay : public StmtVisitor {
+ public:
+  Replay(Differentiator& d, Env& env, std::set<const Buffer*>& local) : d_(d), env_(env), local_(local) {}
+
+ private:
+  Differentiator& d_;
+  Env& env_;
+  std::set<const Buffer*>& local_;
+
+  void visit_alloc(const StmtNode& s) override {
+    if (d_.saved_products_.count(s.buffer.get())) return;  // its value comes from the forward
+    auto nb = std::make_shared<Buffer>(*s.buffer);
+    nb->name = d_.b_.fresh_name(s.buffer->name);
+    env_.bufs[s.buffer.get()] = nb;
+    local_.insert(s.buffer.get());
+    d_.b_.emit(alloc(nb));
   }
+  void visit_let(const StmtNode& s) override {
+    Expr v = substitute(s.value, env_.vars);
+    std::string n = d_.b_.fresh_name(s.var);
+    d_.b_.emit(let(n, v));
+    env_.vars[s.var] = var(n, v->dtype);
+  }
+  void visit_op(const StmtNode& s) override {
+    auto d = s.op.args.empty() ? nullptr : view_of(s.op.args[0]);
+    if (!d || !local_.count(d->buf.get())) return;
+    Op op{s.op.code, {}};
+    for (const Operand& a : s.op.args) op.args.push_back(d_.mapped(a, env_));
+    Stmt ns = op_stmt(std::move(op));
+    d_.replayed_[ns.get()] = &s;
+    d_.b_.emit(ns);
+  }
+  void visit_for(const StmtNode& s) override {
+    Builder& b = d_.b_;
+    Env inner = env_;
+    std::vector<std::pair<const Buffer*, BufferRef>> tapes;
+    for (const Buffer* c : d_.carried(&s)) tapes.push_back({c, d_.tapes_[&s][c] = d_.new_tape(&s, *c, env_)});
+    Expr lo = substitute(s.lo, env_.vars), step = substitute(s.step, env_.vars);
+    Expr v = b.begin_for(s.var, lo, substitute(s.hi, env_.vars), step, s.loop_kind == LoopKind::Parallel);
+    inner.vars[s.var] = v;
+    for (auto& [c, tape] : tapes)
+      b.assign(d_.tape_slot(tape, iteration(v, lo, step)), View::whole(env_.bufs.at(c)));
+    Replay(d_, inner, local_).visit_block(s.body);
+    b.end_for();
+  }
+  void visit_if(const StmtNode& s) override {
+    d_.b_.begin_if(substitute(s.cond, env_.vars));
+    Env then_env = env_;
+    Replay(d_, then_env, local_).visit_block(s.body);
+    if (!s.orelse.empty()) {
+      d_.b_.begin_else();
+      Env else_env = env_;
+      Replay(d_, else_env, local_).visit_block(s.orelse);
+    }
+    d_.b_.end_if();
+  }
+};
+
+// A copy of the forward statements for the current scope: buffers allocated here get fresh
+// names; writes into buffers not allocated in this replay (results, or values of an enclosing
+// scope) are dropped, since the backward holds their values already.
+void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<const Buffer*>& local) {
+  Replay(*this, env, local).visit_block(body);
 }
 
 BufferRef Differentiator::new_adjoint(const Buffer& like) {
@@ -340,72 +339,97 @@ BufferRef Differentiator::new_adjoint(const Buffer& like) {
   return nb;
 }
 
-void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) {
-  for (const Stmt& s : body)
-    if (s->kind == StmtKind::Alloc && is_float(s->buffer->dtype) &&
-        !(detached_ && detached_(s->buffer.get())))
-      adj_[s->buffer.get()] = new_adjoint(*s->buffer);
-  for (auto it = body.rbegin(); it != body.rend(); ++it) {
-    const Stmt& s = *it;
-    switch (s->kind) {
-      case StmtKind::OpStmt:
-        rule(s.get(), env);
-        break;
-      case StmtKind::For: {
-        Env inner = env;
-        Expr lo = substitute(s->lo, env.vars), hi = substitute(s->hi, env.vars),
-             step = substitute(s->step, env.vars);
-        if (needs_reversal(s.get())) {
-          Expr trips = div(hi - lo + step - int_imm(1), step);
-          Expr u = b_.begin_for(s->var + "_rev", int_imm(0), trips, int_imm(1));
-          inner.vars[s->var] = lo + (trips - int_imm(1) - u) * step;
-        } else {
-          inner.vars[s->var] = b_.begin_for(s->var, lo, hi, step);
-        }
-        // The loop-carried values as this iteration began, from their tapes.
-        for (const Buffer* c : carried(s.get())) {
-          auto nb = std::make_shared<Buffer>(*c);
-          nb->name = b_.fresh_name(c->name);
-          nb->kind = BufferKind::Temp;
-          b_.emit(alloc(nb));
-          b_.assign(View::whole(nb),
-                    tape_slot(tapes_.at(s.get()).at(c), iteration(inner.vars[s->var], lo, step)));
-          inner.bufs[c] = nb;
-        }
-        std::set<const Buffer*> local;
-        replay(s->body, inner, local);
-        sweep(s->body, inner);
-        b_.end_for();
-        break;
-      }
-      case StmtKind::If: {
-        b_.begin_if(substitute(s->cond, env.vars));
-        {
-          Env e = env;
-          std::set<const Buffer*> local;
-          replay(s->body, e, local);
-          sweep(s->body, e);
-        }
-        if (!s->orelse.empty()) {
-          b_.begin_else();
-          Env e = env;
-          std::set<const Buffer*> local;
-          replay(s->orelse, e, local);
-          sweep(s->orelse, e);
-        }
-        b_.end_if();
-        break;
-      }
-      case StmtKind::Seq:
-        sweep(s->body, env);
-        break;
-      default:
-        break;
-    }
+// The statements of a block in reverse, each through its derivative rule; the adjoints of the
+// block's own allocations start at zero.
+class Differentiator::Sweep : public StmtVisitor {
+ public:
+  Sweep(Differentiator& d, Env& env) : d_(d), env_(env) {}
+
+  void visit_block(const std::vector<Stmt>& body) override {
+    for (const Stmt& s : body)
+      if (s->kind == StmtKind::Alloc && is_float(s->buffer->dtype) &&
+          !(d_.detached_ && d_.detached_(s->buffer.get())))
+        d_.adj_[s->buffer.get()] = d_.new_adjoint(*s->buffer);
+    for (auto it = body.rbegin(); it != body.rend(); ++it) visit(*it);
   }
-}
+
+ private:
+  Differentiator& d_;
+  Env& env_;
+
+  void visit_op(const StmtNode& s) override { d_.rule(&s, env_); }
+  void visit_let(const StmtNode&) override {}  // replayed with its scope
+  void visit_for(const StmtNode& s) override {
+    Builder& b = d_.b_;
+    Env inner = env_;
+    Expr lo = substitute(s.lo, env_.vars), hi = substitute(s.hi, env_.vars),
+         step = substitute(s.step, env_.vars);
+    if (d_.needs_reversal(&s)) {
+      Expr trips = div(hi - lo + step - int_imm(1), step);
+      Expr u = b.begin_for(s.var + "_rev", int_imm(0), trips, int_imm(1));
+      inner.vars[s.var] = lo + (trips - int_imm(1) - u) * step;
+    } else {
+      inner.vars[s.var] = b.begin_for(s.var, lo, hi, step);
+    }
+    // The loop-carried values as this iteration began, from their tapes.
+    for (const Buffer* c : d_.carried(&s)) {
+      auto nb = std::make_shared<Buffer>(*c);
+      nb->name = b.fresh_name(c->name);
+      nb->kind = BufferKind::Temp;
+      b.emit(alloc(nb));
+      b.assign(View::whole(nb), d_.tape_slot(d_.tapes_.at(&s).at(c), iteration(inner.vars[s.var], lo, step)));
+      inner.bufs[c] = nb;
+    }
+    scope(s.body, inner);
+    b.end_for();
+  }
+  void visit_if(const StmtNode& s) override {
+    d_.b_.begin_if(substitute(s.cond, env_.vars));
+    Env then_env = env_;
+    scope(s.body, then_env);
+    if (!s.orelse.empty()) {
+      d_.b_.begin_else();
+      Env else_env = env_;
+      scope(s.orelse, else_env);
+    }
+    d_.b_.end_if();
+  }
+  // A loop body or branch: its forward values replayed, then swept.
+  void scope(const std::vector<Stmt>& body, Env& env) {
+    std::set<const Buffer*> local;
+    d_.replay(body, env, local);
+    Sweep(d_, env).visit_block(body);
+  }
+};
+
+void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) { Sweep(*this, env).visit_block(body); }
 
 namespace {
+
+// Drops instructions writing dead buffers, allocations of dead buffers, and control flow left
+// without instructions.
+class DropDead : public StmtMutator {
+ public:
+  explicit DropDead(const std::set<const Buffer*>& live) : live_(live) {}
+
+ private:
+  const std::set<const Buffer*>& live_;
+  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
+    if (s->kind == StmtKind::OpStmt) {
+      auto d = s->op.args.empty() ? nullptr : view_of(s->op.args[0]);
+      if (d && !live_.count(d->buf.get())) return;
+    }
+    if (s->kind == StmtKind::Alloc && !live_.count(s->buffer.get())) return;
+    Stmt n = mutate(s);
+    if (n->kind == StmtKind::For || n->kind == StmtKind::If || n->kind == StmtKind::Seq) {
+      bool has_op = false;
+      for (const auto* block : {&n->body, &n->orelse})
+        for_each_stmt(*block, [&](const Stmt& t) { has_op |= t->kind == StmtKind::OpStmt; });
+      if (!has_op) return;
+    }
+    out.push_back(n);
+  }
+};
 
 // Removes instructions whose results nothing live reads (the outputs are live), then allocations
 // of dead buffers and control flow left without instructions.
@@ -423,38 +447,7 @@ void eliminate_dead_code(Program& p) {
         if (auto v = view_of(s->op.args[i])) changed |= live.insert(v->buf.get()).second;
     });
   }
-  std::function<bool(std::vector<Stmt>&)> prune = [&](std::vector<Stmt>& body) {
-    std::vector<Stmt> kept;
-    bool has_op = false;
-    for (Stmt& s : body) {
-      switch (s->kind) {
-        case StmtKind::OpStmt: {
-          auto d = s->op.args.empty() ? nullptr : view_of(s->op.args[0]);
-          if (d && !live.count(d->buf.get())) continue;
-          has_op = true;
-          break;
-        }
-        case StmtKind::Alloc:
-          if (!live.count(s->buffer.get())) continue;
-          break;
-        case StmtKind::For:
-        case StmtKind::If:
-        case StmtKind::Seq: {
-          bool a = prune(s->body), b = prune(s->orelse);
-          if (!a && !b) continue;
-          has_op = true;
-          break;
-        }
-        default:
-          break;
-      }
-      kept.push_back(s);
-    }
-    body = std::move(kept);
-    return has_op;
-  };
-  // Statements are shared with nothing else (the builder made them), so pruning in place is safe.
-  prune(p.body);
+  p.body = DropDead(live).mutate_block(p.body);
 }
 
 bool mentions_buffer(const Stmt& s, const Buffer* b) {
@@ -500,13 +493,9 @@ bool into_group(std::vector<Stmt>& group, const Stmt& fill, const std::set<const
 
 // An adjoint is zero-filled and then accumulated into. When its first contribution covers all of
 // it, `fill 0; a += c` becomes `a = c`, and when c is a temporary computed just for this, its
-// instruction writes into a directly. Applied per block, in place.
-void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
-                               std::map<const Buffer*, int>& reads) {
-  for (auto& s : body) {
-    write_first_contributions(s->body, adjoints, reads);
-    write_first_contributions(s->orelse, adjoints, reads);
-  }
+// instruction writes into a directly. Applied to every block, inner blocks first.
+void write_first_contributions_here(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                                    std::map<const Buffer*, int>& reads) {
   for (size_t i = 0; i < body.size(); ++i) {
     const Stmt& fill = body[i];
     if (fill->kind != StmtKind::OpStmt || fill->op.code != Opcode::TEXPANDS) continue;
@@ -553,6 +542,12 @@ void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buf
   }
 }
 
+void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                               std::map<const Buffer*, int>& reads) {
+  body =
+      rewrite_blocks(body, [&](std::vector<Stmt>& b) { write_first_contributions_here(b, adjoints, reads); });
+}
+
 // `a = c` of two whole temporaries, each written once, c earlier in the same block: every use of
 // a reads c instead (the sweep passes an adjoint through additions this way).
 void forward_copies(Program& p) {
@@ -562,12 +557,10 @@ void forward_copies(Program& p) {
       if (auto d = view_of(s->op.args[0])) ++writes[d->buf.get()];
   });
   std::map<const Buffer*, BufferRef> repl;
-  std::function<void(std::vector<Stmt>&)> scan = [&](std::vector<Stmt>& body) {
+  p.body = rewrite_blocks(p.body, [&](std::vector<Stmt>& body) {
     std::set<const Buffer*> written_here;
     for (size_t j = 0; j < body.size(); ++j) {
-      Stmt& s = body[j];
-      scan(s->body);
-      scan(s->orelse);
+      const Stmt& s = body[j];
       if (s->kind != StmtKind::OpStmt || s->op.args.empty()) continue;
       const View* d = view_of(s->op.args[0]);
       const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
@@ -581,8 +574,7 @@ void forward_copies(Program& p) {
       }
       if (d) written_here.insert(d->buf.get());
     }
-  };
-  scan(p.body);
+  });
   if (repl.empty()) return;
   walk(p.body, [&](const Stmt& s) {
     if (s->kind != StmtKind::OpStmt) return;
@@ -733,27 +725,7 @@ std::vector<const Buffer*> Differentiator::products_to_save() const {
   return out;
 }
 
-namespace {
 // The forward with some temps made outputs (appended to its params, in order).
-class SaveTemps : public StmtMutator {
- public:
-  explicit SaveTemps(const std::map<const Buffer*, BufferRef>& to) : to_(to) {}
-
- private:
-  const std::map<const Buffer*, BufferRef>& to_;
-  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
-    if (s->kind == StmtKind::Alloc && to_.count(s->buffer.get())) return;
-    StmtMutator::mutate_into(s, out);
-  }
-  View mutate_view(const View& v) override {
-    View out = StmtMutator::mutate_view(v);
-    auto it = to_.find(v.buf.get());
-    if (it != to_.end()) out.buf = it->second;
-    return out;
-  }
-};
-}  // namespace
-
 Program Differentiator::forward_with_saves(const std::vector<const Buffer*>& saves) const {
   std::map<const Buffer*, BufferRef> to;
   for (const Buffer* b : saves) {
@@ -761,7 +733,7 @@ Program Differentiator::forward_with_saves(const std::vector<const Buffer*>& sav
     nb->kind = BufferKind::Output;
     to[b] = nb;
   }
-  Program p = SaveTemps(to).mutate_program(fwd_);
+  Program p = replace_buffers(fwd_, to);
   for (const Buffer* b : saves) p.params.push_back(to.at(b));
   return p;
 }

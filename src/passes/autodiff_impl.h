@@ -52,6 +52,8 @@ class Differentiator {
   [[noreturn]] void refuse(const ir::StmtNode* s, const std::string& why) const;
 
   // Building the backward.
+  class Replay;  // visitors over the forward program: replay() and sweep()
+  class Sweep;
   void replay(const std::vector<ir::Stmt>& body, Env& env, std::set<const ir::Buffer*>& local);
   void sweep(const std::vector<ir::Stmt>& body, Env& env);
   void rule(const ir::StmtNode* s, const Env& env);  // autodiff_rules.cpp

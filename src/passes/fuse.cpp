@@ -90,8 +90,8 @@ bool broadcasts_to(const std::vector<int64_t>& s, const std::vector<int64_t>& d)
 }
 
 // Where a statement of a block came from: the expansion of a composite op or a public op call
-// (`call`: a label of Builder::begin_call), with its instance and name; or the program itself
-// (instance -1).
+// (`call`: a label of Builder::begin_group that is no composite op's name), with its instance and name; or
+// the program itself (instance -1).
 struct Origin {
   int instance = -1;
   std::string name;
@@ -107,12 +107,16 @@ class Fuser : public StmtMutator {
   std::vector<Stmt> mutate_block(const std::vector<Stmt>& body) override {
     std::vector<Stmt> in;
     std::vector<Origin> origin;
+    calls_.clear();
     for (const Stmt& s : body) open(s, Origin{}, in, origin);
+    const std::vector<Call> calls = std::move(calls_);
     if (o_.mode == FusionOptions::Listed) list_calls(in, origin);
     std::vector<Stmt> out;
+    std::vector<size_t> from;  // out[k] holds in[from[k] .. from[k + 1])
     std::set<const Buffer*> allocs;
     for (size_t i = 0; i < in.size(); ++i) {
       const Stmt& s = in[i];
+      from.push_back(i);
       if (s->kind == StmtKind::Alloc) {
         allocs.insert(s->buffer.get());
       } else if (s->kind == StmtKind::OpStmt && is_tensor_level(s->op)) {
@@ -128,7 +132,8 @@ class Fuser : public StmtMutator {
       }
       out.push_back(mutate(s));
     }
-    return out;
+    from.push_back(in.size());
+    return label_calls(std::move(out), from, calls);
   }
 
  private:
@@ -137,6 +142,39 @@ class Fuser : public StmtMutator {
   int instances_ = 0;
 
   std::set<int> listed_calls_;  // Listed: the calls every fusible instruction of which is listed
+
+  // An outermost public op call opened into a block: its label and its statements in[first, end).
+  struct Call {
+    std::string name;
+    size_t first, end;
+  };
+  std::vector<Call> calls_;  // those of the block being opened
+
+  // The call labels put back: the statements of `out` that hold exactly one call's statements
+  // (fused among themselves, or not at all) become `seq NAME { ... }` again, so the tile-level
+  // text says which op each nest came from. A call whose statements fused with others' stays open.
+  static std::vector<Stmt> label_calls(std::vector<Stmt> out, const std::vector<size_t>& from,
+                                       const std::vector<Call>& calls) {
+    if (calls.empty()) return out;
+    std::vector<Stmt> labelled;
+    size_t next = 0;  // the first call that may start at or after out[k]
+    for (size_t k = 0; k < out.size();) {
+      while (next < calls.size() && calls[next].first < from[k]) ++next;
+      if (next < calls.size() && calls[next].first == from[k]) {
+        size_t j = k;
+        while (j < out.size() && from[j + 1] <= calls[next].end) ++j;
+        if (j > k && from[j] == calls[next].end) {
+          Stmt s = seq(std::vector<Stmt>(out.begin() + long(k), out.begin() + long(j)));
+          s->var = calls[next].name;
+          labelled.push_back(std::move(s));
+          k = j;
+          continue;
+        }
+      }
+      labelled.push_back(std::move(out[k++]));
+    }
+    return labelled;
+  }
 
   Stmt mutate_op(const Stmt& s) override { return s; }
 
@@ -147,7 +185,9 @@ class Fuser : public StmtMutator {
     if (s->kind == StmtKind::Seq && !s->var.empty() && !is_group(s)) {
       Origin o = outer;
       if (o.instance < 0) o = Origin{++instances_, s->var, !is_composite_label(s->var)};
+      const size_t first = in.size();
       for (const Stmt& t : s->body) open(t, o, in, origin);
+      if (outer.instance < 0 && o.call) calls_.push_back(Call{s->var, first, in.size()});
       return;
     }
     const bool call_matmul = outer.call && s->kind == StmtKind::OpStmt && kind_of(s->op.code) == Kind::Matmul;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ir/debug_log.h"
+#include "ir/mutator.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/double_buffer.h"
@@ -24,6 +25,17 @@ namespace pypto::passes {
 using namespace ir;
 
 namespace {
+
+// The program with every labelled Seq (a public op call, passes/fuse.cpp) replaced by its body.
+Program open_labels(const Program& p) {
+  struct Open : StmtMutator {
+    void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
+      if (s->kind != StmtKind::Seq || s->var.empty()) return StmtMutator::mutate_into(s, out);
+      for (Stmt& t : mutate_block(s->body)) out.push_back(std::move(t));
+    }
+  };
+  return Open().mutate_program(p);
+}
 
 bool verify_each_pass() {
 #ifdef PYPTO_DEBUG_VERIFY
@@ -120,8 +132,11 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
                             [&] { return options.promote ? promote_small_temps(fused, sizes) : fused; });
   Program tiled = run.run("tile_ops", Level::Tile, [&] { return tile_ops(planned, sizes); });
   l.tile = run.run("reuse_temporaries", Level::Tile, [&] { return reuse_temporaries(tiled); });
+  // The call labels of the tile-level text are for its reader: the ISA program opens them, so
+  // what runs (double buffering, parallel loops, codegen's runs of instructions) never sees them.
+  Program opened = run.run("open_labels", Level::Tile, [&] { return open_labels(l.tile); });
   Program buffered = run.run("double_buffer", Level::Tile,
-                             [&] { return options.double_buffer ? double_buffer(l.tile) : l.tile; });
+                             [&] { return options.double_buffer ? double_buffer(opened) : opened; });
   l.isa = run.run("parallelize", Level::Tile,
                   [&] { return options.parallel ? parallelize(buffered) : buffered; });
   return l;

@@ -87,28 +87,30 @@ struct Life {
   const Buffer* tenant = nullptr;  // as a home: the temporary it holds now (its name in the input)
 };
 
-class Rename : public StmtMutator {
- public:
-  explicit Rename(const std::map<const Buffer*, BufferRef>& to) : to_(to) {}
-
- private:
-  const std::map<const Buffer*, BufferRef>& to_;
-  View mutate_view(const View& v) override {
-    auto it = to_.find(v.buf.get());
-    if (it == to_.end()) return v;
-    View out = v;
-    out.buf = it->second;
-    return out;
-  }
-};
+// The program's statements with labelled groups (public op calls, passes/fuse.cpp) opened: a
+// label is for the reader, so lifetimes count statements as if it were not there.
+std::vector<Stmt> top_level(const std::vector<Stmt>& body) {
+  struct Open : StmtVisitor {
+    std::vector<Stmt> stmts;
+    void visit(const Stmt& s) override {
+      if (s->kind == StmtKind::Seq)
+        StmtVisitor::visit(s);
+      else
+        stmts.push_back(s);
+    }
+  } open;
+  open.visit_block(body);
+  return std::move(open.stmts);
+}
 
 }  // namespace
 
 Program reuse_temporaries(const Program& p) {
   std::map<const Buffer*, Life> lives;
   std::vector<const Buffer*> order;
-  for (size_t i = 0; i < p.body.size(); ++i) {
-    const Stmt& s = p.body[i];
+  const std::vector<Stmt> top = top_level(p.body);
+  for (size_t i = 0; i < top.size(); ++i) {
+    const Stmt& s = top[i];
     if (s->kind == StmtKind::Alloc && s->buffer->space == Space::Global &&
         s->buffer->kind == BufferKind::Temp) {
       lives[s->buffer.get()] = Life{s->buffer, i};
@@ -134,7 +136,7 @@ Program reuse_temporaries(const Program& p) {
       if (h->buf->dtype != b->dtype || h->buf->shape != b->shape) continue;
       // In place: the statement must read the home's current tenant, which the input program still
       // names by its own buffer (the home's first one only until another moved in).
-      if (h->last < l.first || (h->last == l.first && InPlace(h->tenant, b).ok(p.body[l.first]))) {
+      if (h->last < l.first || (h->last == l.first && InPlace(h->tenant, b).ok(top[l.first]))) {
         home = h;
         break;
       }
@@ -149,12 +151,7 @@ Program reuse_temporaries(const Program& p) {
     home->tenant = b;
   }
   if (to.empty()) return p;
-  Program out = Rename(to).mutate_program(p);
-  std::vector<Stmt> body;
-  for (const Stmt& s : out.body)
-    if (!(s->kind == StmtKind::Alloc && to.count(s->buffer.get()))) body.push_back(s);
-  out.body = std::move(body);
-  return out;
+  return replace_buffers(p, to);  // each temporary moved into its home
 }
 
 }  // namespace pypto::passes

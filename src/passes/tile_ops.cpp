@@ -2,6 +2,7 @@
 #include "passes/tile_ops.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "ir/mutator.h"
 #include "passes/nest.h"
@@ -17,19 +18,47 @@ class Lowerer : public StmtMutator {
   Lowerer(const Program& p, const TileSizes& ts) : nb_(p), ts_(ts), refs_(fusion::count_refs(p.body)) {}
 
   // Fusion groups become one nest each (tile_fused.cpp); they need the temporaries declared in
-  // their block before them.
+  // their block before them, and drop the allocations of those they keep in registers. A call
+  // label (passes/fuse.cpp) is lowered as part of its block, then put back around what it became.
   std::vector<Stmt> mutate_block(const std::vector<Stmt>& in) override {
     std::vector<Stmt> out;
     std::set<const Buffer*> allocs;
-    for (const Stmt& s : in) {
+    std::map<const StmtNode*, Stmt> opens;  // a label's opening marker in out -> the label
+    const Stmt close = seq({});             // the closing marker
+    std::function<void(const Stmt&)> lower_stmt = [&](const Stmt& s) {
       if (s->kind == StmtKind::Alloc) allocs.insert(s->buffer.get());
-      if (fusion::is_group(s))
+      if (fusion::is_group(s)) {
         emit_fused_group(nb_, ts_, refs_, fusion::group_of(*s, allocs), s->body, out,
                          [this](const Stmt& t, std::vector<Stmt>& o) { mutate_into(t, o); });
-      else
+      } else if (s->kind == StmtKind::Seq && !s->var.empty()) {
+        out.push_back(seq({}));
+        opens[out.back().get()] = s;
+        for (const Stmt& t : s->body) lower_stmt(t);
+        out.push_back(close);
+      } else {
         mutate_into(s, out);
+      }
+    };
+    for (const Stmt& s : in) lower_stmt(s);
+    if (opens.empty()) return out;
+    std::vector<Stmt> labelled;
+    std::vector<std::pair<Stmt, size_t>> open;  // the labels open at this point, where they began
+    for (Stmt& s : out) {
+      auto it = opens.find(s.get());
+      if (it != opens.end()) {
+        open.push_back({it->second, labelled.size()});
+      } else if (s == close) {
+        auto [label, from] = open.back();
+        open.pop_back();
+        Stmt group = seq(std::vector<Stmt>(labelled.begin() + long(from), labelled.end()));
+        group->var = label->var;
+        labelled.resize(from);
+        labelled.push_back(std::move(group));
+      } else {
+        labelled.push_back(std::move(s));
+      }
     }
-    return out;
+    return labelled;
   }
 
  protected:
@@ -455,6 +484,15 @@ class Lowerer : public StmtMutator {
     else if (!local_dst)
       body.push_back(op_stmt(Op{Opcode::TLOAD, {acc, sub(d, dsel)}}));
     auto k = matmul_k_loop(nb_, a, b, n, ds, acc, mt.k);
+    // A product in one K step writes its tile: no zero fill, and no read of the accumulator
+    // (K = 64 in q @ k^T: the fill and the read cost as much as the multiply-adds).
+    if (op.code == Opcode::TMATMUL && !k.empty() && k.back()->kind == StmtKind::OpStmt &&
+        k.back()->op.code == Opcode::TMATMUL_ACC) {
+      body.clear();
+      Op single = k.back()->op;
+      single.code = Opcode::TMATMUL;
+      k.back() = op_stmt(single);
+    }
     // One K step and loops over both row and column blocks: columns outer, so that the right
     // operand's tile is loaded once per column block, not once per row block (a transposed
     // operand, such as K in q @ k^T, costs a strided load each time).

@@ -45,6 +45,34 @@ TEST(DynamicDims, VerifierRejectsAMisdeclaredSymbol) {
   EXPECT_THROW(verify(q, Level::Tensor), Error);
 }
 
+// A dynamic extent is a function of dimension symbols: one of constants only, or naming a
+// caller's scalar, binds nothing the runtime can size a buffer from (the interpreter and the CPU
+// backend refused it only when run, the second once only after reading past the array).
+TEST(DynamicDims, VerifierRejectsAnExtentThatNamesNoDimensionSymbol) {
+  auto message = [](const char* text) -> std::string {
+    try {
+      verify(parse_program(text), Level::Tile);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  std::string m = message("func @k(%x: f32[(2 + 3), 8], %y: f32[5, 8] out) { }");
+  EXPECT_NE(m.find("dynamic dim 0 of %x (`(2 + 3)`) names no dimension symbol"), std::string::npos) << m;
+  m = message("func @k(%x: f32[%S, 8], %y: f32[(3 - 1), 8] out) { }");
+  EXPECT_NE(m.find("dynamic dim 0 of %y (`(3 - 1)`) names no dimension symbol"), std::string::npos) << m;
+  m = message("func @k(%x: f32[%S, 8]) { alloc %t: f32[(1 + 1), 8] gm }");
+  EXPECT_NE(m.find("dynamic dim 0 of %t (`(1 + 1)`) names no dimension symbol"), std::string::npos) << m;
+  m = message("func @k(%n: i64, %x: f32[%n, 8], %y: f32[%n, 8] out) { }");
+  EXPECT_NE(m.find("dynamic dim 0 of %x (`%n`) names %n, which is not a dimension symbol"), std::string::npos)
+      << m;
+  m = message("func @k(%x: f32[%S, 8]) { for %i = 0 to 4 { alloc %t: f32[(%S + %i), 8] gm } }");
+  EXPECT_NE(m.find("names %i, which is not a dimension symbol"), std::string::npos) << m;
+  // Expressions of symbols stay valid, in params and global temporaries alike.
+  EXPECT_EQ(message("func @k(%x: f32[%S, 8], %y: f32[(%S + 1), 8] out) { alloc %t: f32[(%S * 2), 8] gm }"),
+            "accepted");
+}
+
 TEST(DynamicDims, TilingLoopsOverTheSymbolAndTheInterpreterRunsAnyExtent) {
   passes::Lowered l = passes::lower(parse_program(kScaleAdd), passes::PipelineOptions{});
   std::string tile = print(l.tile);

@@ -4,8 +4,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -327,8 +329,77 @@ TEST(KernelCache, TwoProcessesCompileOneKernelAtOnce) {
   }
   auto r = pypto::cpu::compile_cpp(src);
   EXPECT_TRUE(r.from_disk);
+  // The children's own temporaries (named by their pid): other processes share this directory,
+  // and their compiles in flight have temporaries of their own.
   for (const auto& e : fs::directory_iterator(pypto::cpu::kernel_cache_dir()))
-    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+    for (pid_t pid : kids)
+      EXPECT_EQ(e.path().filename().string().find(".tmp." + std::to_string(pid) + "."), std::string::npos)
+          << e.path();
+}
+
+// A compile killed with its process leaves the compiler's temporary object in the cache; the next
+// build of that entry removes it (it holds the entry's lock, so no live writer owns the file), and
+// the first build in a directory removes other entries' temporaries older than any compile lasts.
+TEST(KernelCache, KilledCompileLeavesNoTemporary) {
+  const fs::path dir = fs::temp_directory_path() / ("pypto-cache-killed-" + fresh_tag());
+  fs::create_directories(dir);
+  fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace);
+  const std::string hang = (dir / "hang").string(), pid_file = (dir / "compiler.pid").string();
+  const std::string cxx = (dir / "cxx.sh").string();
+  {
+    // The real compiler, except that with `hang` present it writes part of its output and waits.
+    std::ofstream f(cxx);
+    f << "#!/bin/sh\nout=\nprev=\nfor a in \"$@\"; do [ \"$prev\" = -o ] && out=$a; prev=$a; done\n"
+      << "if [ -e " << hang << " ] && [ -n \"$out\" ]; then echo partial > \"$out\"; echo $$ > " << pid_file
+      << ".tmp; mv " << pid_file << ".tmp " << pid_file << "; exec sleep 600; fi\nexec c++ \"$@\"\n";
+  }
+  fs::permissions(cxx, fs::perms::owner_all, fs::perm_options::replace);
+  std::ofstream(hang).put('1');
+  auto temporaries = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.path().filename().string().find(".tmp.") != std::string::npos)
+        names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  cpu_test::ScopedEnv cache("PYPTO_CACHE_DIR", dir.string()), compiler("PYPTO_CXX", cxx);
+  const std::string tag = fresh_tag(), src = tiny_kernel(tag);
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    try {
+      pypto::cpu::compile_cpp(src);
+    } catch (...) {
+    }
+    _exit(0);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (!fs::exists(pid_file) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_TRUE(fs::exists(pid_file)) << "the compiler never started";
+  kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  pid_t compiler_pid = 0;
+  std::ifstream(pid_file) >> compiler_pid;
+  ASSERT_GT(compiler_pid, 0);
+  kill(compiler_pid, SIGKILL);  // the compiler runs in its own process group: it outlives its parent
+  // (Planted now: the killed process swept the directory when it began.) Another entry's temporaries: one two
+  // days old (garbage), one fresh (a writer may be alive).
+  const fs::path old_tmp = dir / "0123abcd.tmp.1.0.1.so", fresh_tmp = dir / "4567abcd.cpp.tmp.1.0.1";
+  std::ofstream(old_tmp).put('x');
+  std::ofstream(fresh_tmp).put('x');
+  fs::permissions(old_tmp, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  fs::permissions(fresh_tmp, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  fs::last_write_time(old_tmp, fs::file_time_type::clock::now() - std::chrono::hours(48));
+  const size_t left = temporaries().size();
+  ASSERT_EQ(left, 3u) << "the killed compile's object, and the two planted ones";
+  fs::remove(hang);
+  auto r = pypto::cpu::compile_cpp(src);
+  EXPECT_FLOAT_EQ(call(*r.kernel, 1.0), float(1.0 + std::stod(tag)));
+  EXPECT_EQ(temporaries(), std::vector<std::string>{fresh_tmp.filename().string()});
+  fs::remove_all(dir);
 }
 
 TEST(KernelCache, CacheDirFromEnvironment) {

@@ -96,6 +96,15 @@ def fused_rows_and_columns(x, y):
     return z * 2.0, z.sum(0), y.sum(0)
 
 
+def check_rows_and_columns(k, x, y):
+    out, zs, ys = k(x, y)
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    z = x64 * y64 + x64
+    assert_close(out, 2 * z, 1e-6)
+    assert_close(zs, z.sum(0), 1e-5)
+    assert_close(ys, y64.sum(0), 1e-5)
+
+
 # A row group ending with column sums of its rows accumulates them in its own nest (chunks of
 # row blocks, then a combine of the chunks' sums): ragged row blocks and chunks, one tile, a
 # width past one column tile, and rows known at run time only.
@@ -103,12 +112,7 @@ def fused_rows_and_columns(x, y):
 def test_column_sums_fused_into_rows(backend, shape):
     x, y = rand(*shape), rand(*shape)
     k = jit(fused_rows_and_columns, backend, fusion=True)
-    out, zs, ys = k(x, y)
-    x64, y64 = x.astype(np.float64), y.astype(np.float64)
-    z = x64 * y64 + x64
-    assert_close(out, 2 * z, 1e-6)
-    assert_close(zs, z.sum(0), 1e-5)
-    assert_close(ys, y64.sum(0), 1e-5)
+    check_rows_and_columns(k, x, y)
     if shape == (1000, 37):
         # no pass of their own over memory: y is read once, one nest of chunks and row blocks
         tile = k.lower(x, y).as_text("tile")
@@ -118,10 +122,4 @@ def test_column_sums_fused_into_rows(backend, shape):
 def test_column_sums_fused_dynamic_rows(backend):
     k = jit(fused_rows_and_columns, backend, fusion=True, dynamic=True)
     for m in (70, 513):
-        x, y = rand(m, 33), rand(m, 33)
-        out, zs, ys = k(x, y)
-        x64, y64 = x.astype(np.float64), y.astype(np.float64)
-        z = x64 * y64 + x64
-        assert_close(out, 2 * z, 1e-6)
-        assert_close(zs, z.sum(0), 1e-5)
-        assert_close(ys, y64.sum(0), 1e-5)
+        check_rows_and_columns(k, rand(m, 33), rand(m, 33))

@@ -105,6 +105,26 @@ def test_public_op_call_is_labelled_in_the_tensor_ir():
     assert pypto.isa.to_text(parsed) == text
 
 
+def test_public_op_call_is_labelled_in_the_tile_ir():
+    """A call whose instructions fused among themselves (or not at all) keeps its label around
+    the nests it became; one that fused with its neighbours has none (its nest is theirs). The
+    label is for the reader: the ISA program (what runs) has none, and results do not change."""
+    x = rand(9, 48) * 4
+    for fusion, labelled in ((False, True), (["relu"], True), ("off", True), (True, False)):
+        lowered = pypto.jit(hardswish_relu, backend="interp", fusion=fusion).lower(x)
+        tile = lowered.as_text("tile")
+        assert ("seq hardswish {" in tile) == labelled, (fusion, tile)
+        if labelled:
+            group = tile.split("seq hardswish {")[1].split("\n  }")[0]
+            assert "TADD" in group and "TRELU" not in group, tile
+            assert tile.index("seq hardswish {") < tile.index("TRELU"), tile
+        assert "seq " not in lowered.as_text("isa"), fusion
+        pypto.isa.verify(pypto.isa.parse(tile), "tile")
+    lowered = pypto.jit(var_chain, backend="interp", fusion=False).lower(x)  # (var: one nest of its own)
+    assert lowered.as_text("tile").count("seq var {") == 1
+    assert_close(pypto.jit(hardswish_relu, fusion=False)(x), reference("hardswish", (x,)))
+
+
 def test_unknown_fusion_name_is_an_error():
     with pytest.raises(pypto.PyptoError, match="unknown kind of op 'bogus'.*known: .*matmul"):
         pypto.jit(linear, fusion=["matmul", "bogus"])

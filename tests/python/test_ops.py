@@ -414,6 +414,22 @@ def test_constant_folding_outside_tensors():
     assert math.isclose(pypto.sigmoid(0.0), 0.5)
 
 
+def test_math_constant_folding_is_the_backends_element_function():
+    """A constant folds through include/pto/elem.hpp (the backends' own functions, docs/isa.md),
+    so a folded value is bit for bit what a kernel computes in float64; ceil keeps an int an int,
+    fmod and copysign keep C's sign rules, the special values are those of docs/isa.md."""
+    vals = [27.0, -8.0, 2.5, -0.5, 1e-300, 7.25]
+    x = np.array([vals], np.float64)
+    for name in ("cbrt", "sin", "expm1", "log1p", "exp2", "ceil", "trunc"):
+        fn = getattr(pypto, name)
+        got = np.asarray(pypto.jit(lambda x: fn(x), backend="interp")(x))[0]  # noqa: B023
+        want = [fn(v) for v in vals]
+        assert np.array_equal(got, want, equal_nan=True), (name, got, want)
+    assert pypto.ceil(7) == 7 and isinstance(pypto.ceil(7), int) and pypto.ceil(-2.5) == -2.0
+    assert pypto.fmod(-7.5, 2.0) == -1.5 and math.copysign(1.0, pypto.copysign(3.0, -0.0)) == -1.0
+    assert math.isnan(pypto.sin(math.inf)) and pypto.log1p(-1.0) == -math.inf
+
+
 def test_eager_ops_numpy_and_torch():
     x = rand(M, N)
     y = pypto.relu(x)

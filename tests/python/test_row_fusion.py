@@ -82,6 +82,19 @@ def test_fused_rows_over_dynamic_rows():
     assert kernel.cache_size == 1
 
 
+def test_norm_weights_read_in_place_or_copied():
+    """A norm's weight and bias are read where they lie (fused::row_data), or copied into their tile
+    first when the view has a column stride; both give the float64 result."""
+    x, wb = rand(9, 300), rand(2, 600)
+    kernel = pypto.jit(layer_norm_into, backend="cpu")
+    for w, b in ((wb[0, :300], wb[1, :300]), (wb[0, ::2], wb[1, 1::2])):
+        assert "pto::fused::row_data(" in kernel.lower(x, w, b, poisoned(9, 300)).as_text("source")
+        y = poisoned(9, 300)
+        kernel(x, w, b, y)
+        tx, tw, tb = t64(x, w, b)
+        assert_close_edges(y, F.layer_norm(tx, (300,), tw, tb, 1e-5).numpy(), tol=1e-5)
+
+
 def test_fused_rows_from_a_transposed_input():
     x = np.ascontiguousarray(edge_rand(64, 40).T)  # 40 x 64 values...
     xt = np.asfortranarray(x)  # ... read through a column-strided view

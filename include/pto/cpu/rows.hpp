@@ -254,6 +254,17 @@ PTO_INLINE void global_rows(GlobalView<float> out, GlobalView<float> in, Tile<fl
 
 }  // namespace detail
 
+// TLOAD t, v for a row operand (a weight) that only a fused call reads: the row in place where v
+// is one unit-stride f32 row of at least C elements (t is then not written: code generation
+// proved it dead after the call), else loaded into t. Returns where the call reads the row.
+template <class U, int C>
+inline const float* row_data(GlobalView<U> v, Tile<float, 1, C>& t) {
+  if constexpr (std::is_same_v<U, float>)
+    if (v.cs == 1 && v.vr >= 1 && v.vc >= C) return v.ptr;
+  TLOAD(t, v);
+  return t.data;
+}
+
 // TROWMAX m, x; TSUB e, x, m; TEXP e, e; TROWSUM s, e; TRECIP s, s; TMUL e, e, s.
 template <int R, int C>
 inline void softmax_rows(Tile<float, R, C>& e, const Tile<float, R, C>& x, Tile<float, R, 1>& m,

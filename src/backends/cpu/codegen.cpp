@@ -592,6 +592,10 @@ class Gen : private StmtVisitor {
         i += f->count - 1;
         continue;
       }
+      if (row_operand_in_place(body, i)) {
+        row_in_place(body[i]->op);
+        continue;
+      }
       if (const size_t n = memory_matmul_run(body, i); n > 1) {
         matmul_sum(body, i, n);
         i += n - 1;
@@ -617,9 +621,20 @@ class Gen : private StmtVisitor {
       line() << call << ";\n";
   }
 
+  // A row operand's TLOAD that only a fused call reads (row_fusion.h): a pointer to the row, in
+  // place where the view allows it.
+  void row_in_place(const Op& load) {
+    const std::string name = "row_" + std::to_string(row_ptrs_.size());
+    line() << "const float* const " << name << " = pto::fused::row_data(" << gview(load, 1) << ", "
+           << tile(load, 0) << ");\n";
+    row_ptrs_[std::get<View>(load.args[0]).buf.get()] = name;
+  }
+
   // The call into pto/cpu/rows.hpp that replaces body[i .. i + f.count) (row_fusion.h).
   void fused_rows(const std::vector<Stmt>& body, size_t i, const RowFusion& f) {
-    for (size_t h : f.hoisted) visit(body[i + h]);
+    for (size_t h : f.hoisted)
+      std::find(f.in_place.begin(), f.in_place.end(), h) != f.in_place.end() ? row_in_place(body[i + h]->op)
+                                                                             : visit(body[i + h]);
     std::string call = "pto::fused::" + f.fn;
     if (f.global) {
       const Op& store = body[i + f.args[0].stmt]->op;
@@ -633,7 +648,10 @@ class Gen : private StmtVisitor {
         const Op& op = body[i + a.stmt]->op;
         if (a.kind == RowFusion::Kind::Global) s = gview(op, a.arg);
         if (a.kind == RowFusion::Kind::Tile) s = tile(op, a.arg);
-        if (a.kind == RowFusion::Kind::RowData) s = tile(op, a.arg) + ".data";
+        if (a.kind == RowFusion::Kind::RowData) {
+          auto it = row_ptrs_.find(std::get<View>(op.args[a.arg]).buf.get());
+          s = it != row_ptrs_.end() ? it->second : tile(op, a.arg) + ".data";
+        }
         if (a.kind == RowFusion::Kind::Scalar) s = scalar(op, a.arg, DType::F32);
         if (a.kind == RowFusion::Kind::Text) s = a.text;
       }
@@ -764,7 +782,8 @@ class Gen : private StmtVisitor {
   std::vector<std::string> wide_rows_;  // conditions of the width tests whose else is left out lazily
   int indent_ = 1;
   int parallel_depth_ = 0;
-  int64_t stack_bytes_ = 0;  // bytes of stack tiles in scope at the current point
+  std::map<const Buffer*, std::string> row_ptrs_;  // tiles of in-place row operands -> their pointer
+  int64_t stack_bytes_ = 0;                        // bytes of stack tiles in scope at the current point
   std::map<std::string, std::string> names_;
   std::set<std::string> used_;
   std::map<std::string, BufInfo> bufs_;

@@ -291,6 +291,9 @@ std::shared_ptr<CompiledKernel> build(const std::string& dir, const std::string&
     found_on_disk = true;
     return k;
   }
+  // A killed writer's temporaries go before this build starts its own; a compile never outlives
+  // its timeout, so older ones of other entries are garbage too.
+  remove_leftovers(dir, key, timeout > 0 ? std::max(timeout + 60, 3600.0) : 86400.0);
   // Compile from the fixed source path so that rebuilds produce identical objects.
   if (!write_file_atomic(src, source, 0600)) throw Error("cannot write kernel source to " + src);
   const std::string tmp = dir + "/" + key + ".tmp." + unique_suffix() + ".so";

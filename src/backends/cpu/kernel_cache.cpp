@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "exec/interrupt.h"
@@ -184,6 +185,34 @@ bool write_file_atomic(const std::string& path, const std::string& data, mode_t 
   if (ok && std::rename(tmp.c_str(), path.c_str()) == 0) return true;
   std::remove(tmp.c_str());
   return false;
+}
+
+void remove_leftovers(const std::string& dir, const std::string& key, double stale_seconds) {
+  static std::mutex mu;
+  static std::set<std::string> swept;  // directories whose stale temporaries are gone
+  bool sweep;
+  {
+    std::lock_guard<std::mutex> l(mu);
+    sweep = swept.insert(dir).second;
+  }
+  const std::string own = key + ".";
+  const auto now = fs::file_time_type::clock::now();
+  std::error_code ec;
+  for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    struct stat st;  // ours (whatever its mode: the compiler's object takes the umask)
+    if (name.find(".tmp.") == std::string::npos || lstat(it->path().c_str(), &st) != 0 ||
+        st.st_uid != geteuid())
+      continue;
+    bool remove = name.compare(0, own.size(), own) == 0;
+    if (!remove && sweep) {
+      std::error_code tec;
+      const auto t = fs::last_write_time(it->path(), tec);
+      remove = !tec && std::chrono::duration<double>(now - t).count() > stale_seconds;
+    }
+    std::error_code rec;
+    if (remove) fs::remove(it->path(), rec);
+  }
 }
 
 EntryLock::EntryLock(const std::string& dir, const std::string& key, double wait_seconds) {

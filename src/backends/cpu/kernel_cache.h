@@ -29,6 +29,12 @@ bool write_file_atomic(const std::string& path, const std::string& data, mode_t 
 // A name no other thread or process uses: pid, a per-process counter and the time.
 std::string unique_suffix();
 
+// Removes the temporaries (`.tmp.` in the name) that writers killed mid-write left in `dir`: every
+// one of entry `key` (call with that entry's lock held: any such file belongs to a writer that no
+// longer holds it), and, once per process and directory, any other untouched for `stale_seconds`
+// (longer than a compile may take, so its writer is gone).
+void remove_leftovers(const std::string& dir, const std::string& key, double stale_seconds);
+
 // Holds the cross-process build lock of one cache entry while alive. Waits (polling the calling
 // thread's stop flag, then throwing Interrupted) up to `wait_seconds` (<= 0: no limit), then
 // throws ir::Error naming the lock file.

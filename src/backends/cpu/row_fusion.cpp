@@ -214,6 +214,13 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
   }
   f.count = n;
   f.hoisted = m.hoisted;
+  for (size_t h : m.hoisted) {
+    const Buffer* t = view_of(*op_at(body, i + h), 0)->buf.get();
+    bool row_only = false;  // the tile is %w or %b, and no other step of the run names it
+    for (const char* v : {"%w", "%b"}) row_only |= m.tiles.count(v) && m.tiles.at(v) == t;
+    for (const auto& [var, b] : m.tiles) row_only &= b != t || var[0] == '%';
+    if (row_only && dead_from(body, i + n, t)) f.in_place.push_back(h);
+  }
   return f;
 }
 
@@ -326,6 +333,28 @@ std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t 
   if (auto f = match_scaled_cvt(body, i)) return f;
   if (auto f = match_binary(body, i)) return f;
   return match_gather(body, i);
+}
+
+bool row_operand_in_place(const std::vector<Stmt>& body, size_t i) {
+  const Op* load = op_at(body, i);
+  if (!load || load->code != Opcode::TLOAD || !global_f32(*load, 1)) return false;
+  const View* t = view_of(*load, 0);
+  if (!t || !is_f32_tile(*t) || t->buf->shape[0] != 1) return false;
+  const Buffer* b = t->buf.get();
+  for (size_t j = i + 1; j < body.size() && j <= i + 8; ++j) {
+    if (auto f = match_row_fusion(body, j)) {
+      bool row = false, other = false;
+      for (const RowFusion::Arg& a : f->args) {
+        if (a.kind != RowFusion::Kind::Tile && a.kind != RowFusion::Kind::RowData) continue;
+        const View* v = view_of(*op_at(body, j + a.stmt), a.arg);
+        if (v && v->buf.get() == b) (a.kind == RowFusion::Kind::RowData ? row : other) = true;
+      }
+      for (size_t h : f->hoisted) other |= view_of(*op_at(body, j + h), 0)->buf.get() == b;
+      return row && !other && dead_from(body, j + f->count, b);
+    }
+    if (mentions(body[j], b)) return false;
+  }
+  return false;
 }
 
 }  // namespace pypto::cpu

@@ -36,9 +36,18 @@ struct RowFusion {
   bool global = false;  // TLOAD and TSTORE folded in: fn<stream>(out, in, ...)
   std::vector<Arg> args;
   std::vector<size_t> hoisted;  // offsets of TLOADs inside the run, emitted before the call
+  // Those of them whose tile only the call reads, as a row operand (%w, %b), and nothing after:
+  // the call may read the row in place (rows.hpp, fused::row_data).
+  std::vector<size_t> in_place;
 };
 
 // The fused call for the run starting at body[i], if one matches.
 std::optional<RowFusion> match_row_fusion(const std::vector<ir::Stmt>& body, size_t i);
+
+// Whether body[i] is a TLOAD of a 1 x C f32 tile from an f32 view that only the fused call
+// starting shortly after reads, as a row operand (a norm's weight or bias), and nothing after it:
+// the call may then read the row in place (rows.hpp, fused::row_data) instead of a copy made
+// on every iteration.
+bool row_operand_in_place(const std::vector<ir::Stmt>& body, size_t i);
 
 }  // namespace pypto::cpu

@@ -226,8 +226,8 @@ void exec_elementwise(Machine& m, const Op& op) {
   Tile& dst = m.tile(op, 0);
   switch (cat) {
     case OpCategory::Fill: {
-      // The scalar is rounded to dst's compute dtype; TCI adds the column in that type.
-      const DType ct = compute_dtype(dst.dtype);
+      // The scalar is rounded to fill_dtype; TCI adds the column in that type.
+      const DType ct = fill_dtype(dst.dtype);
       const Num s = round_to(ct, m.scalar(op, 1));
       const bool iota = op.code == Opcode::TCI;
       commit(m, op, dst, dst.R, dst.C, [&](int64_t, int64_t c) {

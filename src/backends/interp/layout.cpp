@@ -57,7 +57,7 @@ void exec_layout(Machine& m, const Op& op) {
       break;
     }
     case Opcode::TFILLPAD: {
-      const Num value = round_to(compute_dtype(dst.dtype), m.scalar(op, 2));
+      const Num value = round_to(fill_dtype(dst.dtype), m.scalar(op, 2));
       const int64_t vr = src.vr, vc = src.vc;
       commit(m, op, dst, dst.R, dst.C,
              [&](int64_t r, int64_t c) { return (r < vr && c < vc) ? m.get(op, src, r, c) : value; });

@@ -39,6 +39,9 @@ void store_scalar(ir::DType t, void* p, const Num& v);  // v already rounded to 
 // The dtype arithmetic happens in for operands of these dtypes (pto::promote_t): bool counts as
 // i32, f16/bf16 as f32; i32 < i64 < f32 < f64. The interpreter computes f32 in double.
 ir::DType promote_compute(std::initializer_list<ir::DType> ts);
+// The dtype a fill scalar (TEXPANDS, TCI, TFILLPAD) is converted to (docs/isa.md §2): dst's
+// compute dtype, i32 for a narrow int tile (put() then narrows by wrapping); a bool tile's is x != 0.
+inline ir::DType fill_dtype(ir::DType dst) { return dst == ir::DType::Bool ? dst : promote_compute({dst}); }
 
 // --- storage -----------------------------------------------------------------------------------
 // A local tile (Vec/Mat/Acc): static R x C, runtime valid region, a written bit per element.

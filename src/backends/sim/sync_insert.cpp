@@ -136,7 +136,7 @@ struct Anchor {
   bool operator<(const Anchor& o) const { return std::tie(block, index) < std::tie(o.block, o.index); }
 };
 
-class Inserter {
+class Inserter : StmtVisitor {
  public:
   // Finds the edges of `body` (the program's body).
   void analyse(const std::vector<Stmt>& body) {
@@ -169,51 +169,59 @@ class Inserter {
     if (it != m.end()) out.insert(out.end(), it->second.begin(), it->second.end());
   }
 
+  // The analysis is a visitor whose statements update *state_, the state where the walk is.
+  State* state_ = nullptr;
+
+  // Walks `body` from `state`, leaving there the state at its end.
   void block(const std::vector<Stmt>& body, State& state) {
+    State* outer = state_;
+    state_ = &state;
+    visit_block(body);
+    state_ = outer;
+  }
+
+  void visit_block(const std::vector<Stmt>& body) override {
     for (size_t i = 0; i < body.size(); ++i) {
       path_.push_back({&body, i});
-      stmt(body[i], state);
+      visit(body[i]);
       path_.pop_back();
     }
   }
 
-  void stmt(const Stmt& s, State& state) {
-    switch (s->kind) {
-      case StmtKind::OpStmt:
-        return op(s->op, state);
-      case StmtKind::Seq:
-        blocks_[&s->body] = Holder{here(), false, false};
-        return block(s->body, state);
-      case StmtKind::If: {
-        blocks_[&s->body] = blocks_[&s->orelse] = Holder{here(), false, false};
-        State other = state;
-        block(s->body, state);
-        block(s->orelse, other);
-        state = join(state, other);
-        return;
-      }
-      case StmtKind::For: {
-        const bool parallel = s->loop_kind == LoopKind::Parallel && parallel_depth_ == 0;
-        if (s->loop_kind == LoopKind::Parallel) ++parallel_depth_;
-        blocks_[&s->body] = Holder{here(), true, parallel};
-        const State entry = parallel ? State{} : state;
-        State top = entry;
-        for (int round = 0; round < 16; ++round) {  // the lattice is finite; a few rounds suffice
-          State end = top;
-          block(s->body, end);
-          State next = join(entry, carried(end));
-          if (next == top) break;
-          top = next;
-        }
-        if (s->loop_kind == LoopKind::Parallel) --parallel_depth_;
-        State end = top;
-        block(s->body, end);
-        state = parallel ? State{} : join(entry, carried(end));  // zero iterations keep the entry state
-        return;
-      }
-      default:
-        return;
+  void visit_op(const StmtNode& s) override { op(s.op, *state_); }
+
+  void visit_seq(const StmtNode& s) override {
+    blocks_[&s.body] = Holder{here(), false, false};
+    visit_block(s.body);
+  }
+
+  void visit_if(const StmtNode& s) override {
+    blocks_[&s.body] = blocks_[&s.orelse] = Holder{here(), false, false};
+    State& state = *state_;
+    State other = state;
+    block(s.body, state);
+    block(s.orelse, other);
+    state = join(state, other);
+  }
+
+  void visit_for(const StmtNode& s) override {
+    const bool parallel = s.loop_kind == LoopKind::Parallel && parallel_depth_ == 0;
+    if (s.loop_kind == LoopKind::Parallel) ++parallel_depth_;
+    blocks_[&s.body] = Holder{here(), true, parallel};
+    State& state = *state_;
+    const State entry = parallel ? State{} : state;
+    State top = entry;
+    for (int round = 0; round < 16; ++round) {  // the lattice is finite; a few rounds suffice
+      State end = top;
+      block(s.body, end);
+      State next = join(entry, carried(end));
+      if (next == top) break;
+      top = next;
     }
+    if (s.loop_kind == LoopKind::Parallel) --parallel_depth_;
+    State end = top;
+    block(s.body, end);
+    state = parallel ? State{} : join(entry, carried(end));  // zero iterations keep the entry state
   }
 
   void op(const Op& o, State& state) {

@@ -104,6 +104,14 @@ std::vector<Expr> View::valid_shape() const {
   return s;
 }
 
+bool View::tiles_dim(int d, const std::string& v, int64_t extent) const {
+  const size_t k = size_t(d);
+  if (k >= offset.size() || !expr_equal(offset[k], var(v)) || step[k] != 1) return false;
+  if (expr_equal(valid[k], min(int_imm(size[k]), int_imm(extent) - var(v)))) return true;
+  auto c = as_int(valid[k]);
+  return c && *c == size[k] && extent % size[k] == 0;
+}
+
 bool View::is_whole() const {
   if (!buf) return false;
   size_t r = buf->shape.size();

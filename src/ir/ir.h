@@ -104,6 +104,9 @@ struct View {
   std::vector<int64_t> shape() const;     // static view shape
   std::vector<Expr> valid_shape() const;  // valid extents in view order
   bool is_whole() const;                  // the identity view of its buffer
+  // Whether base dimension d is the window [var, var + size) of a loop `for var = 0 to extent step
+  // size`, valid extent clipped to the extent: what a tile loop over a dimension of that extent reads.
+  bool tiles_dim(int d, const std::string& var, int64_t extent) const;
 };
 
 // An operand is a view or a scalar expression (the tile-scalar forms, e.g. TADD dst, a, 2.0).

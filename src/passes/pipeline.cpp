@@ -16,6 +16,7 @@
 #include "passes/fuse.h"
 #include "passes/parallelize.h"
 #include "passes/promote.h"
+#include "passes/raise_tile_matmul.h"
 #include "passes/reuse_temporaries.h"
 #include "passes/tile_ops.h"
 #include "target/target.h"
@@ -123,8 +124,10 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
   TileSizes sizes = tile_sizes(options);
   l.expanded = run.run("lower_composites", Level::Tensor,
                        [&] { return lower_composites(l.tensor, options.composite_lowerings); });
+  Program raised =
+      run.run("raise_tile_matmul", Level::Tensor, [&] { return raise_tile_matmul(l.expanded, sizes); });
   Program fused =
-      run.run("fuse", Level::Tensor, [&] { return fuse(l.expanded, fusion_options(options), sizes); });
+      run.run("fuse", Level::Tensor, [&] { return fuse(raised, fusion_options(options), sizes); });
   Program planned = run.run("promote_small_temps", Level::Tensor,
                             [&] { return options.promote ? promote_small_temps(fused, sizes) : fused; });
   Program tiled = run.run("tile_ops", Level::Tile, [&] { return tile_ops(planned, sizes); });

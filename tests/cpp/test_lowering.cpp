@@ -75,6 +75,8 @@ TEST(Lowering, SeedMatmulRaggedOnInterpreter) {
   const int64_t M = 200, K = 130, N = 99;
   Program p = seed_matmul(M, K, N);
   passes::PipelineOptions opt;
+  opt.memory_matmul =
+      false;  // the tile loop itself (with it, the nest is one MMATMUL: test_pass_raise_tile_matmul)
   auto l = passes::lower(p, opt);
   verify(l.isa, Level::Tile);
   std::string text = print(l.isa);

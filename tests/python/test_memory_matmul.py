@@ -135,3 +135,43 @@ def test_sum_of_products_is_one_gemm(backend, M, N):
     if backend == "cpu":
         src = k.lower(*args, c).as_text("source")
         assert src.count("pto::mmatmul_sum(") == 1 and "pto::MMATMUL" not in src
+
+
+def linear_relu(x, w, b):
+    return pypto.relu(pypto.add(pypto.matmul(x, w), b))
+
+
+def linear_strided_bias(x, w, b):
+    return pypto.matmul(x, w) + b[::2]
+
+
+def linear_and_product(x, w, b):
+    y = pypto.matmul(x, w)
+    return pypto.relu(y + b), y
+
+
+@pytest.mark.parametrize("M", [150, 40])
+def test_bias_relu_epilogue_folds_into_the_product(backend, M):
+    """relu(x @ w + b) with the product one MMATMUL: the CPU code runs the bias and relu at the
+    GEMM's final store of each C tile (pto::mmatmul_bias), not as a second pass over the product.
+    Ragged rows and columns; 40 rows take the in-place B path and split by columns on threads."""
+    x, w = rand(M, 600), rand(600, 450)
+    b, b2, b_row = rand(450), rand(900), rand(1, 450)
+    x64, w64 = f64(x, w)
+    ref = x64 @ w64
+    fused = jit(linear_relu, backend, fusion=["matmul", "add", "relu"])
+    assert_close(fused(x, w, b), np.maximum(ref + f64(b)[0], 0), 1e-5)
+    assert_close(fused(x, w, b_row), np.maximum(ref + f64(b_row)[0], 0), 1e-5)
+    strided = jit(linear_strided_bias, backend, fusion=["matmul", "add"])
+    assert_close(strided(x, w, b2), ref + f64(b2)[0][::2], 1e-5)
+    # The product is also returned: it is written, and the epilogue stays a pass of its own.
+    both = jit(linear_and_product, backend, fusion=["matmul", "add", "relu"])
+    y, p = both(x, w, b)
+    assert_close(y, np.maximum(ref + f64(b)[0], 0), 1e-5)
+    assert_close(p, ref, 1e-5)
+    if backend == "cpu":
+        assert "pto::mmatmul_bias(" in fused.lower(x, w, b).as_text("source")
+        assert "pto::mmatmul_bias(" in fused.lower(x, w, b_row).as_text("source")
+        src = strided.lower(x, w, b2).as_text("source")
+        assert "pto::mmatmul_bias(" in src
+        assert "pto::mmatmul_bias(" not in both.lower(x, w, b).as_text("source")

@@ -178,10 +178,14 @@ inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t c
 // (AI=1, AP=M_, BP=NR) or tiles in place (AI = the tile's row stride, AP=1, BP = B's row stride)
 // with immediate address offsets.
 // With ROWS, B is read in place through a table of row addresses: B(p,j) = brow[p][j] (b unused).
+// On the last k block, `bias` (the tile's first column of a row vector, or null) and `relu` finish
+// each element as it is stored: c = relu(c + bias[j]) (pto/elem.hpp's add and relu, in that order,
+// as the separate pass over C would compute them).
 template <int M_, int NV_, int64_t AI, int64_t AP, int64_t BP, bool ROWS = false>
 PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const float* PTO_RESTRICT b,
                              float* PTO_RESTRICT c, int64_t ldc, bool acc, int64_t mr, int64_t nr,
-                             const float* const* brow = nullptr, int64_t bcol = 0) {
+                             const float* const* brow = nullptr, int64_t bcol = 0,
+                             const float* bias = nullptr, bool relu = false) {
   constexpr int N_ = NV_ * kW;
   vf r[M_][NV_];
 #pragma GCC unroll 32
@@ -215,19 +219,35 @@ PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const floa
     // Two loops, not `acc ? *cp + r : r`: the select may be compiled to an add of the old C and a
     // blend, and a destination not yet written (uninitialised memory) holds denormals often
     // enough (pointer bits) that the assists cost more than the whole product.
-    if (acc) {
+    auto store = [&](auto finish) __attribute__((always_inline)) {
+      if (acc) {
 #pragma GCC unroll 32
-      for (int i = 0; i < M_; ++i)
+        for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 8
-        for (int v = 0; v < NV_; ++v) {
-          vfu* cp = reinterpret_cast<vfu*>(c + i * ldc + v * kW);
-          *cp = *cp + r[i][v];
-        }
+          for (int v = 0; v < NV_; ++v) {
+            vfu* cp = reinterpret_cast<vfu*>(c + i * ldc + v * kW);
+            *cp = finish(*cp + r[i][v], v);
+          }
+      } else {
+#pragma GCC unroll 32
+        for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 8
+          for (int v = 0; v < NV_; ++v) *reinterpret_cast<vfu*>(c + i * ldc + v * kW) = finish(r[i][v], v);
+      }
+    };
+    if (bias || relu) {
+      vf bv[NV_];
+#pragma GCC unroll 8
+      for (int v = 0; v < NV_; ++v) {
+        bv[v] = vf{};
+        if (bias) __builtin_memcpy(&bv[v], bias + v * kW, sizeof(vf));
+      }
+      store([&](vf x, int v) __attribute__((always_inline)) {
+        if (bias) x = x + bv[v];
+        return relu ? (x < vf{} ? vf{} : x) : x;  // elem::relu
+      });
     } else {
-#pragma GCC unroll 32
-      for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 8
-        for (int v = 0; v < NV_; ++v) *reinterpret_cast<vfu*>(c + i * ldc + v * kW) = r[i][v];
+      store([](vf x, int) __attribute__((always_inline)) { return x; });
     }
   } else {
     alignas(64) float tmp[M_ * N_];
@@ -236,8 +256,12 @@ PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const floa
 #pragma GCC unroll 8
       for (int v = 0; v < NV_; ++v) __builtin_memcpy(tmp + i * N_ + v * kW, &r[i][v], sizeof(vf));
     for (int64_t i = 0; i < mr; ++i)
-      for (int64_t j = 0; j < nr; ++j)
-        c[i * ldc + j] = acc ? c[i * ldc + j] + tmp[i * N_ + j] : tmp[i * N_ + j];
+      for (int64_t j = 0; j < nr; ++j) {
+        float x = acc ? c[i * ldc + j] + tmp[i * N_ + j] : tmp[i * N_ + j];
+        if (bias) x = elem::add(x, bias[j]);
+        if (relu) x = elem::relu(x);
+        c[i * ldc + j] = x;
+      }
   }
 }
 
@@ -263,6 +287,19 @@ struct Term {
   const float* b;
   int64_t b_rs, b_cs;
   int64_t k;
+};
+
+// What finishes each element of C at its final store (micro_kernel): C = relu(C + bias[j]).
+// bias: one float per column of C, unit stride, or null; the default finishes nothing.
+struct Epilogue {
+  const float* bias = nullptr;
+  bool relu = false;
+  bool any() const { return bias || relu; }
+  // The epilogue for the k block ending at `k_end` of K, at column j: nothing before the last.
+  const float* bias_at(int64_t k_end, int64_t K, int64_t j) const {
+    return k_end >= K && bias ? bias + j : nullptr;
+  }
+  bool relu_at(int64_t k_end, int64_t K) const { return k_end >= K && relu; }
 };
 
 // fn(term, first row of the term, offset in [pc, pc + kc), rows) for each piece of the
@@ -341,7 +378,8 @@ inline Blocking blocking() {
 // the A micro-panels; only a ragged last panel, which would read past B's columns, is packed.
 template <int TM, int TNV>
 inline void gemm_sum_rows_f32(int64_t M, int64_t N, const Term* t, int nt, int64_t K, float* C, int64_t ldc,
-                              bool accumulate, float* Ap, float* Bp, int64_t KB, int64_t NB) {
+                              bool accumulate, float* Ap, float* Bp, int64_t KB, int64_t NB,
+                              const Epilogue& epi) {
   constexpr int TNR = TNV * kW;
   const float* rows[512];
   for (int64_t pc = 0; pc < K; pc += KB) {
@@ -357,7 +395,8 @@ inline void gemm_sum_rows_f32(int64_t M, int64_t N, const Term* t, int nt, int64
       for (int64_t jr = jc; jr < jc + nc; jr += TNR)
         for (int64_t ir = 0; ir < M; ir += TM)
           micro_kernel<TM, TNV, 1, TM, TNR, true>(kc, Ap + ir * kc, nullptr, C + ir * ldc + jr, ldc, acc,
-                                                  detail::imin(TM, M - ir), TNR, rows, jr);
+                                                  detail::imin(TM, M - ir), TNR, rows, jr,
+                                                  epi.bias_at(pc + kc, K, jr), epi.relu_at(pc + kc, K));
     }
     if (n_full < N) {
       for_each_k_piece(t, nt, pc, kc, [&](const Term& s, int64_t p0, int64_t off, int64_t len) {
@@ -365,7 +404,8 @@ inline void gemm_sum_rows_f32(int64_t M, int64_t N, const Term* t, int nt, int64
       });
       for (int64_t ir = 0; ir < M; ir += TM)
         micro_kernel<TM, TNV, 1, TM, TNR>(kc, Ap + ir * kc, Bp, C + ir * ldc + n_full, ldc, acc,
-                                          detail::imin(TM, M - ir), N - n_full);
+                                          detail::imin(TM, M - ir), N - n_full, nullptr, 0,
+                                          epi.bias_at(pc + kc, K, n_full), epi.relu_at(pc + kc, K));
     }
   }
 }
@@ -374,15 +414,19 @@ inline void gemm_sum_rows_f32(int64_t M, int64_t N, const Term* t, int nt, int64
 // TM x TNV*kW register tile. Single-threaded; callers parallelise over blocks of C.
 template <int TM = MR, int TNV = NV>
 inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, int64_t ldc, bool accumulate,
-                         const Blocking& bk = Blocking{}) {
+                         const Blocking& bk = Blocking{}, const Epilogue& epi = Epilogue{}) {
   constexpr int TNR = TNV * kW;
   if (M <= 0 || N <= 0) return;
   int64_t K = 0;
   for (int i = 0; i < nt; ++i) K += detail::imax(0, t[i].k);
   if (K <= 0) {
-    if (!accumulate)
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 0.0f;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        float x = accumulate ? C[i * ldc + j] : 0.0f;
+        if (epi.bias) x = elem::add(x, epi.bias[j]);
+        if (epi.relu) x = elem::relu(x);
+        C[i * ldc + j] = x;
+      }
     return;
   }
   const int64_t KB = bk.kc, MB = detail::imax(TM, bk.mc / TM * TM), NB = detail::imax(TNR, bk.nc / TNR * TNR);
@@ -399,7 +443,7 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
   // slower at a 16 KiB stride).
   bool in_place = M <= 4 * TM && kc_max <= 512;
   for (int i = 0; i < nt; ++i) in_place = in_place && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
-  if (in_place) return gemm_sum_rows_f32<TM, TNV>(M, N, t, nt, K, C, ldc, accumulate, Ap, Bp, KB, NB);
+  if (in_place) return gemm_sum_rows_f32<TM, TNV>(M, N, t, nt, K, C, ldc, accumulate, Ap, Bp, KB, NB, epi);
   for (int64_t jc = 0; jc < N; jc += NB) {
     const int64_t nc = N - jc < NB ? N - jc : NB;
     for (int64_t pc = 0; pc < K; pc += KB) {
@@ -419,7 +463,8 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
           for (int64_t jr = 0; jr < nc; jr += TNR) {
             const int64_t nr = nc - jr < TNR ? nc - jr : TNR;
             micro_kernel<TM, TNV, 1, TM, TNR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
-                                              ldc, acc, mr, nr);
+                                              ldc, acc, mr, nr, nullptr, 0, epi.bias_at(pc + kc, K, jc + jr),
+                                              epi.relu_at(pc + kc, K));
           }
         }
       }
@@ -453,11 +498,11 @@ constexpr bool use_narrow_tile(int64_t M) { return padded_rows(M, MR_NARROW) * 3
 // One thread's share of a sum: gemm_sum_f32 with the register tile chosen for its rows and the
 // blocking from the cache sizes.
 inline void gemm_share_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, int64_t ldc, bool acc,
-                           bool narrow) {
+                           bool narrow, const Epilogue* epi) {
   if (narrow)
-    gemm_sum_f32<MR_NARROW, 1>(M, N, t, nt, C, ldc, acc, blocking());
+    gemm_sum_f32<MR_NARROW, 1>(M, N, t, nt, C, ldc, acc, blocking(), *epi);
   else
-    gemm_sum_f32<MR, NV>(M, N, t, nt, C, ldc, acc, blocking());
+    gemm_sum_f32<MR, NV>(M, N, t, nt, C, ldc, acc, blocking(), *epi);
 }
 }  // namespace gemm
 }  // namespace pto
@@ -470,12 +515,13 @@ inline void gemm_share_f32(int64_t M, int64_t N, const Term* t, int nt, float* C
 extern "C" __attribute__((visibility("default"))) void pto_shared_gemm_f32(int64_t M, int64_t N,
                                                                            const pto::gemm::Term* t, int nt,
                                                                            float* C, int64_t ldc, bool acc,
-                                                                           bool narrow);
+                                                                           bool narrow,
+                                                                           const pto::gemm::Epilogue* epi);
 #endif
 #if defined(PTO_SHARED_GEMM_DEFINE)
 extern "C" void pto_shared_gemm_f32(int64_t M, int64_t N, const pto::gemm::Term* t, int nt, float* C,
-                                    int64_t ldc, bool acc, bool narrow) {
-  pto::gemm::gemm_share_f32(M, N, t, nt, C, ldc, acc, narrow);
+                                    int64_t ldc, bool acc, bool narrow, const pto::gemm::Epilogue* epi) {
+  pto::gemm::gemm_share_f32(M, N, t, nt, C, ldc, acc, narrow, epi);
 }
 #endif
 
@@ -496,6 +542,7 @@ struct Shared {
   int64_t ldc;
   bool acc, split_n, narrow;
   int64_t grain;  // rows (or columns) per parallel item
+  Epilogue epi;
 };
 inline void run_share(void* ctx, int64_t begin, int64_t end) {
   const Shared& s = *static_cast<const Shared*>(ctx);
@@ -511,7 +558,9 @@ inline void run_share(void* ctx, int64_t begin, int64_t end) {
   }
   const int64_t m = s.split_n ? s.M : r1 - r0, n = s.split_n ? r1 - r0 : s.N;
   float* c = s.split_n ? s.C + r0 : s.C + r0 * s.ldc;
-  PTO_GEMM_SHARE_F32(m, n, t, s.nt, c, s.ldc, s.acc, s.narrow);
+  Epilogue epi = s.epi;
+  if (s.split_n && epi.bias) epi.bias += r0;
+  PTO_GEMM_SHARE_F32(m, n, t, s.nt, c, s.ldc, s.acc, s.narrow, &epi);
 }
 
 // dst = (or +=) the sum of the nt products on global memory (M x N = dst's region), split across
@@ -519,7 +568,7 @@ inline void run_share(void* ctx, int64_t begin, int64_t end) {
 // product, columns) per thread; each thread packs each B (or A) block once and reuses it across
 // its whole share. A strided destination (rare: a transposed output view) takes plain loops.
 inline void mmatmul_sum_f32(pto_parallel_for_fn pf, float* C, int64_t ldc, int64_t ldc_c, int64_t M,
-                            int64_t N, const Term* t, int nt, bool acc) {
+                            int64_t N, const Term* t, int nt, bool acc, const Epilogue& epi = Epilogue{}) {
   if (M <= 0 || N <= 0) return;
   if (ldc_c != 1) {
     for (int64_t i = 0; i < M; ++i)
@@ -532,11 +581,13 @@ inline void mmatmul_sum_f32(pto_parallel_for_fn pf, float* C, int64_t ldc, int64
             d += t[u].a[i * t[u].a_rs + p * t[u].a_cs] * t[u].b[p * t[u].b_rs + j * t[u].b_cs];
           s = u == 0 && !acc ? d : s + d;
         }
+        if (epi.bias) s = elem::add(s, epi.bias[j]);
+        if (epi.relu) s = elem::relu(s);
         c = s;
       }
     return;
   }
-  Shared s{M, N, t, nt, C, ldc, acc, N > M, use_narrow_tile(M), 0};
+  Shared s{M, N, t, nt, C, ldc, acc, N > M, use_narrow_tile(M), 0, epi};
   // Split the longer side; items of one register tile so the per-thread shares stay even.
   s.grain = s.split_n ? (s.narrow ? kW : NR) : (s.narrow ? MR_NARROW : MR);
   const int64_t items = ((s.split_n ? N : M) + s.grain - 1) / s.grain;
@@ -574,6 +625,23 @@ inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, 
 template <class D, class T, class U>
 inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<U> b) {
   mmatmul_f32(pf, dst, a, b, true);
+}
+
+// MMATMUL dst, a, b followed by dst = relu(dst + bias) (relu optional; bias a row of dst's columns,
+// broadcast over its rows), folded by code generation (backends/cpu/matmul_runs.h) into the
+// product: each element is finished at its final store instead of in a second pass over dst.
+template <class D, class T, class U, class V>
+inline void mmatmul_bias(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<U> b,
+                         GlobalView<V> bias, bool relu) {
+  static_assert(
+      std::is_same_v<std::remove_const_t<D>, float> && std::is_same_v<std::remove_const_t<V>, float>,
+      "MMATMUL takes f32 views");
+  const gemm::Term t = gemm::term(a, b);
+  const int64_t N = detail::imin(dst.vc, b.vc);
+  ScratchBuffer<float> unit(bias.cs == 1 ? 0 : N);  // the micro-kernel reads the bias with unit stride
+  for (int64_t j = 0; j < unit.size(); ++j) unit[j] = bias.ptr[j * bias.cs];
+  const gemm::Epilogue epi{bias.cs == 1 ? bias.ptr : unit.data(), relu};
+  gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, dst.cs, detail::imin(dst.vr, a.vr), N, &t, 1, false, epi);
 }
 
 // A run of MMATMUL / MMATMUL_ACC instructions into one destination (the first one's `acc`, the

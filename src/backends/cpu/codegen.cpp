@@ -601,6 +601,14 @@ class Gen : private StmtVisitor {
         i += n - 1;
         continue;
       }
+      if (auto e = memory_matmul_epilogue(body, i)) {  // the product and its epilogue nest
+        const Op& mm = body[i++]->op;
+        const Op call{Opcode::MMATMUL, {e->out, mm.args[1], mm.args[2], e->bias}};
+        line() << "pto::mmatmul_bias(" << (parallel_depth_ == 0 ? "args->parallel_for" : "nullptr") << ", "
+               << gview(call, 0) << ", " << gview(call, 1) << ", " << gview(call, 2) << ", " << gview(call, 3)
+               << (e->relu ? ", true);\n" : ", false);\n");
+        continue;
+      }
       visit(body[i]);
     }
   }

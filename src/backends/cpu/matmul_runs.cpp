@@ -2,6 +2,9 @@
 #include "backends/cpu/matmul_runs.h"
 
 #include <algorithm>
+#include <map>
+
+#include "ir/visitor.h"
 
 namespace pypto::cpu {
 using namespace ir;
@@ -55,6 +58,135 @@ std::vector<std::string> memory_matmul_sum_calls(const std::vector<Stmt>& body, 
     calls.push_back(call + ")");
   }
   return calls;
+}
+
+namespace {
+// The nest's loops (var -> extent, step), its instructions other than prefetches, in order; false
+// where it holds anything else (a let, a global scratch, a loop not counted from 0, a branch that
+// does more than prefetch).
+bool flatten_nest(const Stmt& s, std::map<std::string, std::pair<int64_t, int64_t>>& loops,
+                  std::vector<const Op*>& ops) {
+  switch (s->kind) {
+    case StmtKind::For: {
+      auto lo = as_int(s->lo), hi = as_int(s->hi), step = as_int(s->step);
+      if (!lo || !hi || !step || *lo != 0 || *step <= 0 || loops.count(s->var)) return false;
+      loops[s->var] = {*hi, *step};
+      [[fallthrough]];
+    }
+    case StmtKind::Seq:
+      for (const Stmt& c : s->body)
+        if (!flatten_nest(c, loops, ops)) return false;
+      return true;
+    case StmtKind::If:
+      for (const Stmt& c : s->body)
+        if (c->kind != StmtKind::OpStmt || c->op.code != Opcode::TPREFETCH) return false;
+      return s->orelse.empty();
+    case StmtKind::Alloc:
+      return s->buffer->space != Space::Global;
+    case StmtKind::OpStmt:
+      if (s->op.code != Opcode::TPREFETCH) ops.push_back(&s->op);
+      return true;
+    default:
+      return false;
+  }
+}
+
+const View* view_at(const Op* op, size_t k) {
+  return op && k < op->args.size() ? std::get_if<View>(&op->args[k]) : nullptr;
+}
+bool f32_tile(const View* v) { return v && v->buf->space != Space::Global && v->buf->dtype == DType::F32; }
+
+bool static_f32_global(const Buffer& b) {
+  return b.space == Space::Global && b.dtype == DType::F32 && !b.is_dynamic();
+}
+}  // namespace
+
+std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<Stmt>& body, size_t i) {
+  const Op* mm = memory_matmul_op(body[i]);
+  if (!mm || mm->code != Opcode::MMATMUL || i + 1 >= body.size() || body[i + 1]->kind != StmtKind::For)
+    return std::nullopt;
+  const View &d = std::get<View>(mm->args[0]), &a = std::get<View>(mm->args[1]),
+             &b = std::get<View>(mm->args[2]);
+  const BufferRef& T = d.buf;
+  if (T->kind != BufferKind::Temp || !static_f32_global(*T) || T->rank() != 2 || !d.is_whole())
+    return std::nullopt;
+  std::map<std::string, std::pair<int64_t, int64_t>> loops;
+  std::vector<const Op*> ops;
+  if (!flatten_nest(body[i + 1], loops, ops) || ops.size() < 4 || ops.size() > 5) return std::nullopt;
+  // TLOAD x, T[..]; TLOAD bt, bias[..] (either order); TADD y, x, bt (either order); [TRELU z, y];
+  // TSTORE out[..], y or z
+  const bool t_first = view_at(ops[0], 1) && view_at(ops[0], 1)->buf == T;
+  const Op *load_t = ops[t_first ? 0 : 1], *load_b = ops[t_first ? 1 : 0], *add = ops[2];
+  const bool relu = ops.size() == 5;
+  const Op *act = relu ? ops[3] : nullptr, *store = ops.back();
+  if (load_t->code != Opcode::TLOAD || load_b->code != Opcode::TLOAD || add->code != Opcode::TADD ||
+      (relu && act->code != Opcode::TRELU) || store->code != Opcode::TSTORE)
+    return std::nullopt;
+  const View *x = view_at(load_t, 0), *tw = view_at(load_t, 1), *bt = view_at(load_b, 0),
+             *bw = view_at(load_b, 1);
+  const View *y = view_at(add, 0), *y1 = view_at(add, 1), *y2 = view_at(add, 2), *ow = view_at(store, 0),
+             *result = view_at(store, 1);
+  if (!f32_tile(x) || !tw || !f32_tile(bt) || !bw || !f32_tile(y) || !y1 || !y2 || !ow || !result ||
+      tw->buf != T || add->args.size() != 3)
+    return std::nullopt;
+  if (!((y1->buf == x->buf && y2->buf == bt->buf) || (y1->buf == bt->buf && y2->buf == x->buf)))
+    return std::nullopt;
+  const View* last = y;
+  if (relu) {
+    const View *z = view_at(act, 0), *zs = view_at(act, 1);
+    if (!f32_tile(z) || !zs || zs->buf != y->buf) return std::nullopt;
+    last = z;
+  }
+  if (result->buf != last->buf) return std::nullopt;
+  // T's windows walk all of T, one loop per dimension.
+  if (tw->dims != std::vector<int>{0, 1}) return std::nullopt;
+  for (int k = 0; k < 2; ++k) {
+    const Expr& off = tw->offset[size_t(k)];
+    const int64_t extent = T->shape[size_t(k)];
+    auto c = as_int(off);
+    if (c) {  // one tile spans the dimension
+      auto v = as_int(tw->valid[size_t(k)]);
+      if (*c != 0 || tw->size[size_t(k)] != extent || !v || *v != extent || tw->step[size_t(k)] != 1)
+        return std::nullopt;
+      continue;
+    }
+    if (off->op != ExprOp::Var || !loops.count(off->name)) return std::nullopt;
+    const auto [hi, step] = loops[off->name];
+    if (hi != extent || step != tw->size[size_t(k)] || !tw->tiles_dim(k, off->name, extent))
+      return std::nullopt;
+  }
+  if (!expr_equal(tw->offset[0], int_imm(0)) && expr_equal(tw->offset[0], tw->offset[1])) return std::nullopt;
+  // out: another matrix of T's shape, written through the same windows.
+  const BufferRef& out = ow->buf;
+  if (!static_f32_global(*out) || out->shape != T->shape || out == T || out == a.buf || out == b.buf ||
+      out == bw->buf || ow->dims != tw->dims || ow->size != tw->size || ow->step != tw->step ||
+      !same_exprs(ow->offset, tw->offset) || !same_exprs(ow->valid, tw->valid))
+    return std::nullopt;
+  // bias: a row of T's width read at T's column windows (a rank-1 buffer, or a row of a rank-2
+  // one); strided only where one window spans the row (a loop's windows would step in elements).
+  const Buffer& bb = *bw->buf;
+  const int bc = bb.rank() - 1;
+  const size_t c = size_t(bc);
+  if (!static_f32_global(bb) || bc < 0 || bc > 1 || bw->dims.empty() || bw->dims.back() != bc ||
+      bw->size[c] != tw->size[1] || !expr_equal(bw->offset[c], tw->offset[1]) ||
+      !expr_equal(bw->valid[c], tw->valid[1]) || (!as_int(tw->offset[1]) && bw->step[c] != 1))
+    return std::nullopt;
+  if (bc == 1 &&
+      (bw->size[0] != 1 || !as_int(bw->offset[0]) || !as_int(bw->valid[0]) || *as_int(bw->valid[0]) != 1))
+    return std::nullopt;
+  View bias = *bw;  // the whole row: T's columns from 0
+  bias.offset[c] = int_imm(0);
+  bias.size[c] = T->shape[1];
+  bias.valid[c] = int_imm(T->shape[1]);
+  // T is read by nothing after the nest.
+  bool read_later = false;
+  for_each_stmt(std::vector<Stmt>(body.begin() + long(i) + 2, body.end()), [&](const Stmt& s) {
+    if (s->kind != StmtKind::OpStmt) return;
+    for (const Operand& o : s->op.args)
+      if (auto v = std::get_if<View>(&o); v && v->buf == T) read_later = true;
+  });
+  if (read_later) return std::nullopt;
+  return MatmulEpilogue{View::whole(out), bias, relu};
 }
 
 }  // namespace pypto::cpu

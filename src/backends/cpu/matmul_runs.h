@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,5 +24,16 @@ size_t memory_matmul_run(const std::vector<ir::Stmt>& body, size_t i);
 std::vector<std::string> memory_matmul_sum_calls(
     const std::vector<ir::Stmt>& body, size_t i, size_t n, const std::string& pool,
     const std::function<std::string(const ir::Op&, size_t)>& gview);
+
+// An MMATMUL into a scratch matrix T whose only reader is the next statement, a nest computing
+// out = relu(T + bias) tile by tile (relu optional; bias a row of T's columns): the shape that
+// fusion leaves for `relu(matmul(x, w) + b)` when the product is one packed GEMM. Code generation
+// runs both as one pto::mmatmul_bias into `out`, each element finished at its final store, so T
+// is neither written nor read back (the second pass over memory was ~4% of a 1024^3 linear).
+struct MatmulEpilogue {
+  ir::View out, bias;  // out whole; bias the row of out's width
+  bool relu = false;
+};
+std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<ir::Stmt>& body, size_t i);
 
 }  // namespace pypto::cpu

@@ -105,8 +105,9 @@ def dynamic_cases(ctx):
 def _serving_probe(impl, params, env_extra, timeout=1200):
     env = dict(os.environ)
     env.update(env_extra)
-    res = subprocess.run([sys.executable, os.path.join(HERE, "serving_probe.py"), impl, json.dumps(params)],
-                         capture_output=True, text=True, env=env, timeout=timeout)
+    res = subprocess.run([sys.executable, "-m", "bench.serving_probe", impl, json.dumps(params)],
+                         capture_output=True, text=True, env=env, timeout=timeout,
+                         cwd=os.path.dirname(HERE))
     if res.returncode != 0:
         tail = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RuntimeError(f"probe exited {res.returncode}: {tail}")

@@ -2,7 +2,8 @@
 bench/dynamic_cases.py: the total time from making the compiled function to the last output,
 compiles (or disk-cache loads) included, imports excluded.
 
-    python bench/serving_probe.py IMPL PARAMS_JSON
+    python -m bench.serving_probe IMPL PARAMS_JSON   (from the repository root; bench/run.py puts
+    the root and python/ on PYTHONPATH for its subprocesses)
 
 IMPL: `pypto` (automatic dynamic: the first length static, then one dynamic variant),
 `pypto.dynamic` (the sequence dim declared dynamic, `dynamic={"x": [0]}`: the hint
@@ -13,17 +14,8 @@ import is not compile time). Prints one JSON line: total_s, compiles (pypto), re
 over the calls, against float64 NumPy).
 """
 import json
-import os
 import sys
 import time
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-if sys.path and os.path.abspath(sys.path[0] or os.curdir) == HERE:
-    sys.path.pop(0)  # import bench modules as bench.*, never by their bare names
-for p in (ROOT, os.path.join(ROOT, "python")):
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 
 def serving_fn(x, w, b):

@@ -122,7 +122,7 @@ PTO_INLINE float float_round_to_odd(S x) {
     static_assert(is_int_v<S> && sizeof(S) <= 8, "float_round_to_odd: float or integer source");
     const bool negative = x < S(0);
     const uint64_t u = negative ? uint64_t(0) - uint64_t(x) : uint64_t(x);
-    if (u < (uint64_t(1) << 24)) return float(x);  // exact
+    if (u < (uint64_t(1) << 24)) return float(x);    // exact
     const int shift = 64 - __builtin_clzll(u) - 24;  // keep 24 significant bits
     const uint64_t kept = (u >> shift) | ((u & ((uint64_t(1) << shift) - 1)) != 0 ? 1u : 0u);
     const float mag = float(kept) * float(uint64_t(1) << shift);  // both exact

@@ -123,8 +123,9 @@ void store_scalar(ir::DType t, void* p, const Num& n) {
       return;
     case ir::DType::F16:
     case ir::DType::BF16: {
-      const uint16_t h = t == ir::DType::F16 ? (n.is_float ? pto::elem::f16_from(n.f) : pto::elem::f16_from(n.i))
-                                             : (n.is_float ? pto::elem::bf16_from(n.f) : pto::elem::bf16_from(n.i));
+      const uint16_t h = t == ir::DType::F16
+                             ? (n.is_float ? pto::elem::f16_from(n.f) : pto::elem::f16_from(n.i))
+                             : (n.is_float ? pto::elem::bf16_from(n.f) : pto::elem::bf16_from(n.i));
       std::memcpy(p, &h, 2);
       return;
     }

@@ -30,8 +30,8 @@ namespace detail {
 // Pass one of a row: the row sums of g * z and of g (g = dy * w, in TROWSUM's order) into *sgz,
 // *sg, and the column sums' running parts: p1 = p1 + dy * z, p2 = p2 + dy (first row: from 0);
 // on the block's last row also c1 = c1 + p1, c2 = c2 + p2. p1 / p2 (and c1 / c2) may be null.
-PTO_INLINE void ln_grad_sums(const float* dy, const float* z, const float* w, int64_t n, bool first, bool last,
-                             float* p1, float* c1, float* p2, float* c2, float* sgz, float* sg) {
+PTO_INLINE void ln_grad_sums(const float* dy, const float* z, const float* w, int64_t n, bool first,
+                             bool last, float* p1, float* c1, float* p2, float* c2, float* sgz, float* sg) {
   auto cols = [&](int64_t j, float a, float d) {
     if (p1) {
       p1[j] = elem::add(first ? 0.0f : p1[j], a);
@@ -92,8 +92,8 @@ PTO_INLINE void ln_grad_sums(const float* dy, const float* z, const float* w, in
 
 // Pass two: dx = ((dy * w - q) - z * p) * r; NT: by streaming stores.
 template <bool NT>
-PTO_INLINE void ln_grad_dx(float* dx, const float* dy, const float* z, const float* w, int64_t n, float p, float q,
-                           float r) {
+PTO_INLINE void ln_grad_dx(float* dx, const float* dy, const float* z, const float* w, int64_t n, float p,
+                           float q, float r) {
   auto one = [&](int64_t j) {
     const float g = rounded(elem::mul(dy[j], w[j]));
     dx[j] = elem::mul(elem::sub(elem::sub(g, q), rounded(elem::mul(z[j], p))), r);

@@ -17,9 +17,9 @@ struct Line {
   const char* vars;
 };
 const Line kRun[] = {
-    {Opcode::TLOAD, "Dg"},   {Opcode::TMUL, "ADZ"},  {Opcode::TMUL, "GDW"},  {Opcode::TMUL, "BGZ"},
-    {Opcode::TROWSUM, "pB"}, {Opcode::TDIV, "pp$"},  {Opcode::TMUL, "ZZp"},  {Opcode::TROWSUM, "qG"},
-    {Opcode::TDIV, "qq$"},   {Opcode::TSUB, "GGq"},  {Opcode::TSUB, "GGZ"},  {Opcode::TMUL, "GGr"},
+    {Opcode::TLOAD, "Dg"},   {Opcode::TMUL, "ADZ"}, {Opcode::TMUL, "GDW"}, {Opcode::TMUL, "BGZ"},
+    {Opcode::TROWSUM, "pB"}, {Opcode::TDIV, "pp$"}, {Opcode::TMUL, "ZZp"}, {Opcode::TROWSUM, "qG"},
+    {Opcode::TDIV, "qq$"},   {Opcode::TSUB, "GGq"}, {Opcode::TSUB, "GGZ"}, {Opcode::TMUL, "GGr"},
     {Opcode::TSTORE, "gG"},
 };
 constexpr size_t kStore = 12;
@@ -76,8 +76,8 @@ std::optional<RowFusion> match_layer_norm_grad(const std::vector<Stmt>& body, si
   f.fn = "layer_norm_grad_rows";
   f.global = true;
   // gdx, gdy, D, Z, A, G, B, W, p, q, r, n, n2
-  f.args = {{K::Global, kStore, 0}, {K::Global, 0, 1}, {K::Tile, 0, 0}, {K::Tile, 1, 2}, {K::Tile, 1, 0},
-            {K::Tile, 2, 0},        {K::Tile, 3, 0},   {K::Tile, 2, 2}, {K::Tile, 4, 0}, {K::Tile, 7, 0},
+  f.args = {{K::Global, kStore, 0}, {K::Global, 0, 1}, {K::Tile, 0, 0},  {K::Tile, 1, 2}, {K::Tile, 1, 0},
+            {K::Tile, 2, 0},        {K::Tile, 3, 0},   {K::Tile, 2, 2},  {K::Tile, 4, 0}, {K::Tile, 7, 0},
             {K::Tile, 11, 2},       {K::Scalar, 5, 2}, {K::Scalar, 8, 2}};
   // The optional column sums: TCOLSUM P, A (then D); TADD C, C, P.
   for (const char* src : {"A", "D"}) {

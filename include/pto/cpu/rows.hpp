@@ -26,8 +26,15 @@ PTO_INLINE float combine32(float* acc, float tail) {
   return elem::add(acc[0], tail);
 }
 
+// Asks for the cache line of next[i] (next: the row the call reads after this one, or nullptr), so
+// that memory streams it in while this row is computed in L1: without it the memory system idles
+// during the compute passes and the hardware prefetcher restarts at each row.
+PTO_INLINE void prefetch_next(const float* next, int64_t i) {
+  if (next) __builtin_prefetch(next + i, 0, 2);  // into L2: the row in hand fills L1
+}
+
 // d[i] = exp(s[i] - m); returns the sum of d in TROWSUM's order.
-PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m) {
+PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m, const float* next) {
   float acc[32];
   for (float& a : acc) a = 0.0f;
   int64_t i = 0;
@@ -35,6 +42,8 @@ PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m) {
   vf16 a0 = {}, a1 = {};
   const vf16 mv = vf16_splat(m);
   for (; i + 32 <= n; i += 32) {
+    prefetch_next(next, i);
+    prefetch_next(next, i + 16);
     const vf16 e0 = vexp16(vf16_load(s + i) - mv), e1 = vexp16(vf16_load(s + i + 16) - mv);
     vf16_store(d + i, e0);
     vf16_store(d + i + 16, e1);
@@ -98,7 +107,7 @@ PTO_INLINE float sum_diff(const float* s, int64_t n, float c) {
 
 // Sum of centred(s[i])^2 in TROWSUM's order.
 template <bool Two>
-PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c0, float c1) {
+PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c0, float c1, const float* next) {
   float acc[32];
   for (float& a : acc) a = 0.0f;
   int64_t i = 0;
@@ -106,6 +115,8 @@ PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c0, float c1) {
   vf16 a0 = {}, a1 = {};
   const vf16 cv0 = vf16_splat(c0), cv1 = vf16_splat(c1);
   for (; i + 32 <= n; i += 32) {
+    prefetch_next(next, i);
+    prefetch_next(next, i + 16);
     const vf16 v0 = centred16<Two>(s + i, cv0, cv1), v1 = centred16<Two>(s + i + 16, cv0, cv1);
     a0 += vf16_rounded(v0 * v0);
     a1 += vf16_rounded(v1 * v1);
@@ -164,8 +175,8 @@ PTO_INLINE void normalize_span_wb(float* d, const float* s, int64_t n, float c0,
   for (; i < n; ++i) one(i);
 }
 template <bool Two, bool NT>
-PTO_INLINE void normalize_span(float* d, const float* s, int64_t n, float c0, float c1, float r, const float* w,
-                               const float* b) {
+PTO_INLINE void normalize_span(float* d, const float* s, int64_t n, float c0, float c1, float r,
+                               const float* w, const float* b) {
   if (w && b)
     normalize_span_wb<Two, true, true, NT>(d, s, n, c0, c1, r, w, b);
   else if (w)
@@ -176,31 +187,42 @@ PTO_INLINE void normalize_span(float* d, const float* s, int64_t n, float c0, fl
     normalize_span_wb<Two, false, false, NT>(d, s, n, c0, c1, r, w, b);
 }
 
-// One row of each sequence: d (the result row) from x, through tmp (a scratch row, or d itself)
-// where the sequence needs its intermediate; NT: d is written by streaming stores only (its
-// final values, once). Per-row scalars through the pointers.
+// How a row function writes its result row: NT, by streaming stores only (its final values,
+// once); next, the row read after this one (prefetch_next), or nullptr.
 template <bool NT>
-PTO_INLINE void softmax_row(float* d, float* tmp, const float* x, int64_t n, float* m, float* s) {
+struct Streaming {
+  static constexpr bool value = NT;
+  const float* next = nullptr;
+};
+
+// One row of each sequence: d (the result row) from x, through tmp (a scratch row, or d itself)
+// where the sequence needs its intermediate. Per-row scalars through the pointers.
+template <bool NT>
+PTO_INLINE void softmax_row(Streaming<NT> how, float* d, float* tmp, const float* x, int64_t n, float* m,
+                            float* s) {
   const float mr = reduce_span<float>(x, n, MaxR<float>{});
-  const float inv = elem::recip(exp_sub_sum(tmp, x, n, mr));
-  normalize_span_wb<false, false, false, NT>(d, tmp, n, 0.0f, 0.0f, inv, nullptr, nullptr);  // e * inv (e - 0 == e)
+  const float inv = elem::recip(exp_sub_sum(tmp, x, n, mr, how.next));
+  normalize_span_wb<false, false, false, NT>(d, tmp, n, 0.0f, 0.0f, inv, nullptr,
+                                             nullptr);  // e * inv (e - 0 == e)
   *m = mr;
   *s = inv;
 }
 template <bool NT>
-PTO_INLINE void rms_norm_row(float* z, float*, const float* x, int64_t n, float cnt, float eps,
-                             const float* w, const float* b, float* r) {
-  const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff<false>(x, n, 0.0f, 0.0f), cnt), eps));
+PTO_INLINE void rms_norm_row(Streaming<NT> how, float* z, float*, const float* x, int64_t n, float cnt,
+                             float eps, const float* w, const float* b, float* r) {
+  const float inv =
+      elem::rsqrt(elem::add(elem::div(sum_sq_diff<false>(x, n, 0.0f, 0.0f, how.next), cnt), eps));
   normalize_span<false, NT>(z, x, n, 0.0f, 0.0f, inv, w, b);
   *r = inv;
 }
 // The layer norm's shift c (the row's first element, lower_composites.cpp `centred`): its mean is
 // that of x - c, and the row is centred as (x - c) - mean.
 template <bool NT>
-PTO_INLINE void layer_norm_row(float* z, float*, const float* x, int64_t n, float c, float cnt, float cnt2,
-                               float eps, const float* w, const float* b, float* mu, float* r) {
+PTO_INLINE void layer_norm_row(Streaming<NT> how, float* z, float*, const float* x, int64_t n, float c,
+                               float cnt, float cnt2, float eps, const float* w, const float* b, float* mu,
+                               float* r) {
   const float mean = elem::div(sum_diff(x, n, c), cnt);
-  const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff<true>(x, n, c, mean), cnt2), eps));
+  const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff<true>(x, n, c, mean, how.next), cnt2), eps));
   normalize_span<true, NT>(z, x, n, c, mean, inv, w, b);
   *mu = mean;
   *r = inv;
@@ -224,11 +246,6 @@ PTO_INLINE void binary_span(float* d, const float* a, const float* b, int64_t n,
 #endif
   for (; i < n; ++i) d[i] = op(a[i], b[i]);
 }
-
-template <bool NT>
-struct Streaming {
-  static constexpr bool value = NT;
-};
 
 // Runs row(Streaming<false>{}, dst_row, dst_row, src_row, n, r) over x's valid rows; sets the
 // valid regions the sequence gives its result z and its per-row scalars.
@@ -281,7 +298,11 @@ PTO_INLINE void global_rows(GlobalView<float> out, GlobalView<float> in, Tile<fl
   for (int64_t r = 0; r < vr; ++r) {
     const float* xr = in.ptr + r * in.rs;
     if (r < wr && wc == vc) {
-      row(Streaming<Stream>{}, out.ptr + r * out.rs, tmp, xr, vc, r);
+      // Two rows ahead, also past this block (the parallel loop's next one; a prefetch never
+      // faults): nearer rows are already on their way, farther ones were slower (A/B, 1 thread).
+      const auto next =
+          reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(xr) + uintptr_t(2 * in.rs * 4));
+      row(Streaming<Stream>{next}, out.ptr + r * out.rs, tmp, xr, vc, r);
       continue;
     }
     row(Streaming<false>{}, tmp, tmp, xr, vc, r);  // a row (or the part of it) the store leaves out
@@ -313,7 +334,7 @@ inline void softmax_rows(Tile<float, R, C>& e, const Tile<float, R, C>& x, Tile<
   detail::tile_rows(
       e, x,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
-        detail::softmax_row<decltype(nt)::value>(d, tmp, xr, n, &m.data[r], &s.data[r]);
+        detail::softmax_row(nt, d, tmp, xr, n, &m.data[r], &s.data[r]);
       },
       m, s);
 }
@@ -324,7 +345,7 @@ inline void softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float
   detail::global_rows<Stream>(
       out, in, x, e,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
-        detail::softmax_row<decltype(nt)::value>(d, tmp, xr, n, &m.data[r], &s.data[r]);
+        detail::softmax_row(nt, d, tmp, xr, n, &m.data[r], &s.data[r]);
       },
       m, s);
 }
@@ -337,7 +358,7 @@ inline void rms_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Tile
   detail::tile_rows(
       z, x,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::rms_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
+        detail::rms_norm_row(nt, d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
       },
       r);
 }
@@ -348,7 +369,7 @@ inline void rms_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<floa
   detail::global_rows<Stream>(
       out, in, x, z,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::rms_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
+        detail::rms_norm_row(nt, d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
       },
       r);
 }
@@ -362,8 +383,7 @@ inline void layer_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, co
   detail::tile_rows(
       z, x,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, c.data[i], cnt, cnt2, eps, w, b,
-                                                    &mu.data[i], &r.data[i]);
+        detail::layer_norm_row(nt, d, tmp, xr, n, c.data[i], cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
       },
       mu, r);
 }
@@ -375,8 +395,7 @@ inline void layer_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<fl
   detail::global_rows<Stream>(
       out, in, x, z,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, c.data[i], cnt, cnt2, eps, w, b,
-                                                    &mu.data[i], &r.data[i]);
+        detail::layer_norm_row(nt, d, tmp, xr, n, c.data[i], cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
       },
       mu, r);
 }

@@ -9,6 +9,7 @@
 // sequence is, with the valid region the sequence would give it. Operands: full tiles R x C, per-row scalars
 // R x 1.
 #pragma once
+#include "pto/cpu/elementwise.hpp"
 #include "pto/cpu/memory.hpp"
 #include "pto/cpu/reduce.hpp"
 #include "pto/cpu/types.hpp"
@@ -235,12 +236,19 @@ PTO_INLINE void binary_span(float* d, const float* a, const float* b, int64_t n,
 #ifdef PTO_VEXP_AVX512
   if constexpr (NT) {
     for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) d[i] = op(a[i], b[i]);
-    // Through a chunk in L1 (the element loop vectorises as it is; the stores then stream).
-    constexpr int64_t kChunk = 2048;
-    alignas(64) float v[kChunk];
-    for (; i + kChunk <= n; i += kChunk) {
-      for (int64_t j = 0; j < kChunk; ++j) v[j] = op(a[i + j], b[i + j]);
-      for (int64_t j = 0; j < kChunk; j += 16) store16<true>(d + i + j, vf16_load(v + j));
+    // 16 lanes in a register, streamed out: the four arithmetic operators on vectors are their
+    // elem:: functions on each lane (IEEE); the others (max / min's NaN rule) lane by lane.
+    using pto::detail::OpAdd, pto::detail::OpSub, pto::detail::OpMul, pto::detail::OpDiv;
+    constexpr bool kVec = std::is_same_v<Op, OpAdd> || std::is_same_v<Op, OpSub> ||
+                          std::is_same_v<Op, OpMul> || std::is_same_v<Op, OpDiv>;
+    for (; i + 16 <= n; i += 16) {
+      if constexpr (kVec) {
+        store16<true>(d + i, op(vf16_load(a + i), vf16_load(b + i)));
+      } else {
+        alignas(64) float v[16];
+        for (int j = 0; j < 16; ++j) v[j] = op(a[i + j], b[i + j]);
+        store16<true>(d + i, vf16_load(v));
+      }
     }
   }
 #endif

@@ -311,9 +311,15 @@ class Expander : public StmtMutator {
 // values centres to exactly 0 and a row far from 0 keeps the precision of its spread (the mean of
 // x itself rounds at x's magnitude, which the normalisation then scales by 1/sqrt(var + eps)).
 View centred(Builder& b, const View& x, const std::vector<int>& dims) {
-  std::vector<Index> first(size_t(x.rank()));
-  for (int d : dims) first[size_t(d)].start = int_imm(0), first[size_t(d)].stop = int_imm(1);
-  View s = b.slice(x, first);
+  // x[..., 0:1] over dims, as a view of x that keeps the other dims' extents as they are (a slice
+  // would restate a dynamic dim as min(bound, n), and the result then no longer fuses with what
+  // follows it, such as the bias add).
+  View s = x;
+  for (int d : dims) {
+    const int bd = s.dims[size_t(d)];
+    s.size[size_t(bd)] = 1;
+    s.valid[size_t(bd)] = min(int_imm(1), x.valid[size_t(bd)]);
+  }
   if (!is_float(s.buf->dtype) || compute_dtype(s.buf->dtype) != s.buf->dtype)  // as b.mean: in f32 (or f64)
     s = b.cast(s, DType::F32);
   View xs = b.binary(Opcode::TSUB, x, s);

@@ -181,6 +181,20 @@ static void binary_checks() {
   fused::binary_rows<true>(gv(out.data(), R, C), gv(buf.data(), R, C), gv(buf.data() + 4 * C, R, C), a2, b2, y2,
                            pto::detail::OpMax{});
   for (int i = 0; i < R * C; ++i) CHECK(same(out[i], elem::max(buf[i], buf[4 * C + i])), "binary max [%d]", i);
+  // Streaming, the four arithmetic operators (16 lanes at a time) into an output one float past a
+  // 64-byte boundary (a head of single floats first), inf / NaN / denormal operands included.
+  alignas(64) static float o2[R * C + 16];
+  buf[3] = INFINITY, buf[4 * C + 3] = INFINITY, buf[5] = NAN, buf[40] = 1e-40f, buf[4 * C + 41] = 0.0f;
+  auto check_op = [&](auto op, auto ref, const char* what) {
+    fused::binary_rows<true>(gview(o2 + 1, int64_t(C), int64_t(1), int64_t(R), int64_t(C)), gv(buf.data(), R, C),
+                             gv(buf.data() + 4 * C, R, C), a2, b2, y2, op);
+    for (int i = 0; i < R * C; ++i) CHECK(same(o2[1 + i], ref(buf[i], buf[4 * C + i])), "binary %s [%d]", what, i);
+  };
+  check_op(pto::detail::OpAdd{}, [](float p, float q) { return elem::add(p, q); }, "add");
+  check_op(pto::detail::OpSub{}, [](float p, float q) { return elem::sub(p, q); }, "sub");
+  check_op(pto::detail::OpMul{}, [](float p, float q) { return elem::mul(p, q); }, "mul");
+  check_op(pto::detail::OpDiv{}, [](float p, float q) { return elem::div(p, q); }, "div");
+  check_op(pto::detail::OpMin{}, [](float p, float q) { return elem::min(p, q); }, "min");
 }
 
 

@@ -87,3 +87,18 @@ def test_backward_of_offset_and_constant_rows():
     F.layer_norm(tx, (256,), tw, tb, EPS).backward(torch.from_numpy(cot).double())
     for name, g, want in zip("xwb", got, (tx.grad, tw.grad, tb.grad)):
         assert rel_err(g, want.numpy()) < 1e-4, name
+
+
+@requires_compiler
+def test_dynamic_rows_stay_one_fused_nest():
+    """The shift is a view of x that keeps a dynamic row count as x's own extent: the norm and its
+    bias add stay one row nest (no global temporary, one fused call) and match float64."""
+    kernel = pypto.jit(layer_norm_into, backend="cpu", dynamic={"x": [0], "y": [0]})
+    w, b = rand(300), rand(300)
+    x = offset_rows(37, 300, 5)
+    tile = kernel.lower(x, w, b, poisoned(37, 300)).as_text("tile")
+    assert not [ln for ln in tile.splitlines() if "alloc" in ln and ln.rstrip().endswith(" gm")], tile
+    assert "pto::fused::layer_norm_rows<" in kernel.lower(x, w, b, poisoned(37, 300)).as_text("source")
+    y = poisoned(37, 300)
+    kernel(x, w, b, y)
+    assert rel_err(y, ref_layer_norm(x, w, b)) < 1e-5

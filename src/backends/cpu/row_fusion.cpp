@@ -1,5 +1,7 @@
 #include "backends/cpu/row_fusion.h"
 
+#include "backends/cpu/row_fusion_grad.h"
+
 #include <cctype>
 #include <map>
 
@@ -69,6 +71,10 @@ const std::vector<Pattern>& patterns() {
   return p;
 }
 
+}  // namespace
+
+// The operand checks row_fusion_grad.cpp shares (row_fusion.h).
+namespace row_match {
 const Op* op_at(const std::vector<Stmt>& body, size_t i) {
   if (i >= body.size() || !body[i] || body[i]->kind != StmtKind::OpStmt) return nullptr;
   return &body[i]->op;
@@ -105,6 +111,15 @@ bool dead_from(const std::vector<Stmt>& body, size_t from, const Buffer* b) {
     if (mentions(body[j], b)) return false;
   return true;
 }
+
+bool global_f32(const Op& op, size_t k) {
+  const View* v = view_of(op, k);
+  return v && v->buf && v->buf->space == Space::Global && v->buf->dtype == DType::F32;
+}
+}  // namespace row_match
+
+namespace {
+using namespace row_match;
 
 struct Matcher {
   std::map<std::string, const Buffer*> tiles;
@@ -165,11 +180,6 @@ struct Matcher {
     return true;
   }
 };
-
-bool global_f32(const Op& op, size_t k) {
-  const View* v = view_of(op, k);
-  return v && v->buf && v->buf->space == Space::Global && v->buf->dtype == DType::F32;
-}
 
 std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& body, size_t i) {
   // A TLOAD of the source first: the global form, if the result's TSTORE follows.
@@ -328,6 +338,7 @@ std::optional<RowFusion> match_gather(const std::vector<Stmt>& body, size_t i) {
 }  // namespace
 
 std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t i) {
+  if (auto f = match_layer_norm_grad(body, i)) return f;
   for (const Pattern& p : patterns())
     if (auto f = match_at(p, body, i)) return f;
   if (auto f = match_scaled_cvt(body, i)) return f;

@@ -125,6 +125,15 @@ int main() {
   run<3, 80, true>(9, 77, 80, 81, 1, 3, 0, 80, false, false);   // dx one row short, columns fewer than C
   run<2, 203, false>(7, 203, 211, 205, 0, 3, 0, 203, false, false, true);  // dx added to a sum so far
   run<2, 203, true>(7, 203, 211, 205, 0, 1, 1, 203, false, false, true);
+  {  // absent tiles as literal nullptrs, as code generation writes them
+    Tile<float, 2, 8> t[6];
+    Tile<float, 1, 8> w;
+    Tile<float, 2, 1> p, q, r;
+    float buf[16] = {};
+    auto v = gview(buf, int64_t(8), int64_t(1), int64_t(0), int64_t(8));
+    fused::layer_norm_grad_rows<false>(v, v, t[0], t[1], t[2], t[3], t[4], w, p, q, r, 8.0f, 8.0f, nullptr, nullptr,
+                                       nullptr, nullptr, GlobalView<float>{}, nullptr);
+  }
   run<2, 64, false>(6, 64, 64, 64, 0, 3, 0, 64, false, true, true);  // column-strided dy: the fallback
   run<2, 64, false>(6, 64, 64, 64, 0, 3, 0, 64, false, true);
   run<2, 64, false>(6, 64, 64, 64, 0, 3, 0, 40, false, false);  // a narrower weight: the fallback

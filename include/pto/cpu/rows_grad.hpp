@@ -30,6 +30,14 @@ namespace pto {
 namespace fused {
 namespace detail {
 
+// T*, not deduced from the argument (a literal nullptr where the run has no such tile).
+template <class T>
+struct PtrOf {
+  using type = T*;
+};
+template <class T>
+using Ptr = typename PtrOf<T>::type;
+
 // Pass one of a row: the row sums of g * z and of g (g = dy * w, in TROWSUM's order) into *sgz,
 // *sg, and the column sums' running parts: p1 = p1 + dy * z, p2 = p2 + dy (first row: from 0);
 // on the block's last row also c1 = c1 + p1, c2 = c2 + p2. p1 / p2 (and c1 / c2) may be null.
@@ -131,8 +139,9 @@ inline void layer_norm_grad_rows(GlobalView<float> gdx, GlobalView<float> gdy, T
                                  Tile<float, R, C>& Z, Tile<float, R, C>& A, Tile<float, R, C>& G,
                                  Tile<float, R, C>& B, const Tile<float, 1, C>& W, Tile<float, R, 1>& p,
                                  Tile<float, R, 1>& q, const Tile<float, R, 1>& r, float n, float n2,
-                                 Tile<float, 1, C>* P1, Tile<float, 1, C>* C1, Tile<float, 1, C>* P2,
-                                 Tile<float, 1, C>* C2, GlobalView<float> gadd, Tile<float, R, C>* E) {
+                                 detail::Ptr<Tile<float, 1, C>> P1, detail::Ptr<Tile<float, 1, C>> C1,
+                                 detail::Ptr<Tile<float, 1, C>> P2, detail::Ptr<Tile<float, 1, C>> C2,
+                                 GlobalView<float> gadd, detail::Ptr<Tile<float, R, C>> E) {
   using pto::detail::clamp0;
   const int64_t vr = clamp0(gdy.vr, R), vc = clamp0(gdy.vc, C);
   const int64_t wr = pto::detail::imin(clamp0(gdx.vr, R), vr), wc = pto::detail::imin(clamp0(gdx.vc, C), vc);

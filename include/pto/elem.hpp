@@ -368,17 +368,32 @@ PTO_INLINE T fmod(T a, T b) {
   return rem(a, b);
 }
 // Greatest common divisor of |a| and |b| (gcd(0, 0) = 0), as torch.gcd; integers only in the
-// front end (floats: the same Euclid steps on integral values).
+// front end. Integers: Euclid on the magnitudes as unsigned (|INT_MIN| is 2^31, so gcd(INT_MIN, 6)
+// is 2), the result wrapped (gcd(INT_MIN, 0) = INT_MIN). Floats: the same steps, exact with fmod;
+// NaN when an operand is NaN or +-inf (their remainders are NaN and would never reach 0).
 template <class T>
 PTO_INLINE T gcd(T a, T b) {
-  a = abs(a);
-  b = abs(b);
-  while (b != T(0)) {
-    const T t = rem(a, b);
-    a = b;
-    b = t;
+  if constexpr (is_int_v<T>) {
+    using U = wrap_unsigned_t<T>;
+    U x = a < T(0) ? U(0) - U(a) : U(a), y = b < T(0) ? U(0) - U(b) : U(b);
+    while (y != U(0)) {
+      const U t = U(x % y);
+      x = y;
+      y = t;
+    }
+    return T(x);
+  } else {
+    a = abs(a);
+    b = abs(b);
+    constexpr T big = std::numeric_limits<T>::max();
+    if (!(a <= big && b <= big)) return std::numeric_limits<T>::quiet_NaN();
+    while (b != T(0)) {
+      const T t = rem(a, b);
+      a = b;
+      b = t;
+    }
+    return a;
   }
-  return a;
 }
 
 template <class T>

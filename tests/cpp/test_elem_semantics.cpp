@@ -49,6 +49,20 @@ TEST(ElemSemantics, IntegerDivisionNeverTraps) {
   EXPECT_EQ(e::floormod<double>(-7.5, 2.0), 0.5);
 }
 
+// gcd of the magnitudes (|INT_MIN| taken as unsigned, the result wrapped); float gcd of a NaN or
+// an infinity is NaN (Euclid's fmod steps on them never reached 0: the kernel hung).
+TEST(ElemSemantics, GcdOfExtremes) {
+  EXPECT_EQ(e::gcd<int32_t>(INT32_MIN, 6), 2);
+  EXPECT_EQ(e::gcd<int64_t>(INT64_MIN, INT64_MIN + 1), 1);
+  EXPECT_EQ(e::gcd<int32_t>(INT32_MIN, 0), INT32_MIN);
+  EXPECT_EQ(e::gcd<int32_t>(-12, 18), 6);
+  EXPECT_EQ(e::gcd<int64_t>(0, 0), 0);
+  EXPECT_EQ(e::gcd(12.0f, -1.5f), 1.5f);
+  EXPECT_TRUE(std::isnan(e::gcd(7.0, kNaN)));
+  EXPECT_TRUE(std::isnan(e::gcd(-kInf, 3.0)));
+  EXPECT_TRUE(std::isnan(e::gcd(0.0f, float(kInf))));
+}
+
 // f16/bf16 round once from any source: a double or an integer is not rounded to float first.
 TEST(ElemSemantics, StorageFloatsRoundOnce) {
   const double p = std::ldexp(1.0, -40);

@@ -53,9 +53,10 @@ const std::vector<Pattern>& patterns() {
        {"r", "$n", "$eps"},
        true},
       {"layer_norm_rows",
-       {{Opcode::TROWSUM, {"u", "X"}},
+       {{Opcode::TSUB, {"Z", "X", "c"}},  // the shift (lower_composites.cpp `centred`)
+        {Opcode::TROWSUM, {"u", "Z"}},
         {Opcode::TDIV, {"u", "u", "$n"}},
-        {Opcode::TSUB, {"Z", "X", "u"}},
+        {Opcode::TSUB, {"Z", "Z", "u"}},
         {Opcode::TMUL, {"Y", "Z", "Z"}},
         {Opcode::TROWSUM, {"r", "Y"}},
         {Opcode::TDIV, {"r", "r", "$n2"}},
@@ -65,7 +66,7 @@ const std::vector<Pattern>& patterns() {
        "X",
        "Z",
        {"Y"},
-       {"u", "r", "$n", "$n2", "$eps"},
+       {"c", "u", "r", "$n", "$n2", "$eps"},
        true},
   };
   return p;
@@ -194,8 +195,8 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
     m.where[p.src] = {RowFusion::Kind::Tile, 0, 0};
   }
   size_t n = first;
-  for (const Step& st : p.core)
-    if (!(n == first ? m.step(st, body, i, n++) : m.step_at(st, body, i, n))) return std::nullopt;
+  for (const Step& st : p.core)  // the plain form starts at its first step
+    if (!(n == 0 ? m.step(st, body, i, n++) : m.step_at(st, body, i, n))) return std::nullopt;
   RowFusion f;
   f.fn = p.fn;
   auto arg = [&](const std::string& v) { return m.where.at(v); };

@@ -3,7 +3,8 @@
 // layer_norm_grad_rows computes what its instruction run computes, bit for bit: over several row
 // blocks accumulating the column sums, with and without each column sum, a ragged last block,
 // odd widths, streaming stores to an unaligned row stride, dx with fewer rows than dy, inf / NaN
-// rows, dx added to a gradient summed so far, and the fallbacks (a column-strided view, dx overlapping dy, a narrower weight).
+// rows, dx added to a gradient summed so far, and the fallbacks (a column-strided view, dx overlapping dy, a
+// narrower weight).
 #include "gtest/gtest.h"
 #include "test_run_capture.h"
 

@@ -186,7 +186,8 @@ inline void layer_norm_grad_rows(GlobalView<float> gdx, GlobalView<float> gdy, T
     if (i >= wr) continue;
     float* const dx = gdx.ptr + i * gdx.rs;
     if (E)
-      detail::ln_grad_dx<Stream, true>(dx, dy, z, W.data, vc, p.data[i], q.data[i], r.data[i], gadd.ptr + i * gadd.rs);
+      detail::ln_grad_dx<Stream, true>(dx, dy, z, W.data, vc, p.data[i], q.data[i], r.data[i],
+                                       gadd.ptr + i * gadd.rs);
     else
       detail::ln_grad_dx<Stream, false>(dx, dy, z, W.data, vc, p.data[i], q.data[i], r.data[i], nullptr);
   }

@@ -68,8 +68,10 @@ std::optional<RowFusion> match_layer_norm_grad(const std::vector<Stmt>& body, si
     return m.line(op_at(body, i + n), l.code, names);
   };
   for (const Line& l : kRun)
-    if (!line(l)) return std::nullopt;
-    else ++n;
+    if (!line(l))
+      return std::nullopt;
+    else
+      ++n;
   if (m.shape[1] < 2) return std::nullopt;  // W and G would be the same shape class
   // Optionally dx added to a gradient summed so far: TLOAD E, gadd; TADD G, E, G.
   const size_t add = n;
@@ -84,8 +86,8 @@ std::optional<RowFusion> match_layer_norm_grad(const std::vector<Stmt>& body, si
   f.global = true;
   // gdx, gdy, D, Z, A, G, B, W, p, q, r, n, n2
   f.args = {{K::Global, store, 0}, {K::Global, 0, 1}, {K::Tile, 0, 0},  {K::Tile, 1, 2}, {K::Tile, 1, 0},
-            {K::Tile, 2, 0},        {K::Tile, 3, 0},   {K::Tile, 2, 2},  {K::Tile, 4, 0}, {K::Tile, 7, 0},
-            {K::Tile, 11, 2},       {K::Scalar, 5, 2}, {K::Scalar, 8, 2}};
+            {K::Tile, 2, 0},       {K::Tile, 3, 0},   {K::Tile, 2, 2},  {K::Tile, 4, 0}, {K::Tile, 7, 0},
+            {K::Tile, 11, 2},      {K::Scalar, 5, 2}, {K::Scalar, 8, 2}};
   // The optional column sums: TCOLSUM P, A (then D); TADD C, C, P.
   for (const char* src : {"A", "D"}) {
     const std::string p = std::string("P") + src, c = std::string("C") + src;
@@ -100,7 +102,8 @@ std::optional<RowFusion> match_layer_norm_grad(const std::vector<Stmt>& body, si
       f.args.push_back({K::Null});
     }
   }
-  f.args.push_back(adds ? RowFusion::Arg{K::Global, add, 1} : RowFusion::Arg{K::Text, 0, 0, "pto::GlobalView<float>{}"});
+  f.args.push_back(adds ? RowFusion::Arg{K::Global, add, 1}
+                        : RowFusion::Arg{K::Text, 0, 0, "pto::GlobalView<float>{}"});
   f.args.push_back(adds ? RowFusion::Arg{K::TileAddr, add, 0} : RowFusion::Arg{K::Null});
   for (const char* t : {"D", "A", "G", "B", "Z", "E"})
     if ((t[0] != 'E' || adds) && !dead_from(body, i + n, m.at(t))) return std::nullopt;

@@ -41,8 +41,7 @@ template <class T>
 inline constexpr bool is_float_v = std::is_floating_point_v<T>;
 
 // ---- conversion ---------------------------------------------------------------------------------
-// D, S: bool, int8_t, uint8_t, int16_t, int32_t, int64_t, float, double. (f16/bf16 storage is
-// pto/cpu/types.hpp's.)
+// D, S: bool, int8_t, uint8_t, int16_t, int32_t, int64_t, float, double. (f16/bf16: below.)
 template <class D, class S>
 PTO_INLINE D cast(S x) {
   if constexpr (std::is_same_v<D, S>) {
@@ -65,6 +64,78 @@ PTO_INLINE D cast(S x) {
   } else {
     return D(x);  // to float: round to nearest even; overflow gives +-inf
   }
+}
+
+// ---- 16-bit storage floats (f16 = IEEE binary16, bf16 = bfloat16), as their bits ------------------
+// Branch-free (the loops that convert whole rows vectorise). Every conversion to them rounds once,
+// to nearest even (overflow: +-inf; NaN stays a quiet NaN): from a float directly, from a double or
+// an integer through float_round_to_odd.
+PTO_INLINE float f16_to_float(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  uint32_t em = h & 0x7fffu;
+  // Shifting exponent+mantissa into float position and multiplying by 2^112 rebiases the exponent
+  // and turns half subnormals into float normals exactly.
+  float mag = bit_cast<float>(em << 13) * 0x1p112f;
+  uint32_t special = (em << 13) | 0x7f800000u;  // inf / NaN keep their payload
+  uint32_t m = em >= 0x7c00u ? special : bit_cast<uint32_t>(mag);
+  return bit_cast<float>(m | sign);
+}
+PTO_INLINE uint16_t f16_from_float(float f) {
+  uint32_t x = bit_cast<uint32_t>(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  x &= 0x7fffffffu;
+  // Normal half range: rebias, add the rounding bias (ties to even), drop 13 bits.
+  uint32_t odd = (x >> 13) & 1u;
+  uint32_t normal = (x + 0xc8000fffu + odd) >> 13;  // 0xc8000000 == (15 - 127) << 23 (mod 2^32)
+  // Subnormal half range: adding 0.5f aligns the value so the FPU's own rounding (to nearest
+  // even) yields the half mantissa in the low bits.
+  uint32_t sub = bit_cast<uint32_t>(bit_cast<float>(x) + 0.5f) - 0x3f000000u;
+  uint32_t r = x < 0x38800000u ? sub : normal;
+  r = x >= 0x477ff000u ? 0x7c00u : r;                          // rounds to >= 65520: infinity
+  r = x > 0x7f800000u ? (0x7e00u | ((x >> 13) & 0x3ffu)) : r;  // NaN stays (quiet) NaN
+  return uint16_t(r | sign);
+}
+PTO_INLINE float bf16_to_float(uint16_t h) { return bit_cast<float>(uint32_t(h) << 16); }
+PTO_INLINE uint16_t bf16_from_float(float f) {
+  uint32_t x = bit_cast<uint32_t>(f);
+  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
+  uint32_t nan = (x >> 16) | 0x40u;
+  bool is_nan = (x & 0x7fffffffu) > 0x7f800000u;
+  return uint16_t(is_nan ? nan : rounded);
+}
+
+// x as a float rounded to odd (toward zero, then the last bit set if anything was lost): rounding
+// that float to nearest even in a format of at most 22 significant bits (f16, bf16) gives the same
+// result as rounding x directly, which converting x to float first (a second rounding) would not:
+// f64 1 + 2^-11 + 2^-40 is f16 1 + 2^-10, not 1.
+template <class S>
+PTO_INLINE float float_round_to_odd(S x) {
+  if constexpr (std::is_same_v<S, float>) {
+    return x;
+  } else if constexpr (is_float_v<S>) {
+    const float f = float(x);  // nearest even; +-inf past the float range
+    uint32_t bits = bit_cast<uint32_t>(f);
+    const bool inexact = S(f) != x && x == x;
+    bits -= inexact && math::fabs(S(f)) > math::fabs(x) ? 1u : 0u;  // toward zero (inf -> FLT_MAX)
+    return bit_cast<float>(bits | (inexact ? 1u : 0u));
+  } else {
+    static_assert(is_int_v<S> && sizeof(S) <= 8, "float_round_to_odd: float or integer source");
+    const bool negative = x < S(0);
+    const uint64_t u = negative ? uint64_t(0) - uint64_t(x) : uint64_t(x);
+    if (u < (uint64_t(1) << 24)) return float(x);    // exact
+    const int shift = 64 - __builtin_clzll(u) - 24;  // keep 24 significant bits
+    const uint64_t kept = (u >> shift) | ((u & ((uint64_t(1) << shift) - 1)) != 0 ? 1u : 0u);
+    const float mag = float(kept) * float(uint64_t(1) << shift);  // both exact
+    return negative ? -mag : mag;
+  }
+}
+template <class S>
+PTO_INLINE uint16_t f16_from(S x) {
+  return f16_from_float(float_round_to_odd(x));
+}
+template <class S>
+PTO_INLINE uint16_t bf16_from(S x) {
+  return bf16_from_float(float_round_to_odd(x));
 }
 
 // ---- integer arithmetic without undefined behaviour --------------------------------------------
@@ -297,17 +368,32 @@ PTO_INLINE T fmod(T a, T b) {
   return rem(a, b);
 }
 // Greatest common divisor of |a| and |b| (gcd(0, 0) = 0), as torch.gcd; integers only in the
-// front end (floats: the same Euclid steps on integral values).
+// front end. Integers: Euclid on the magnitudes as unsigned (|INT_MIN| is 2^31, so gcd(INT_MIN, 6)
+// is 2), the result wrapped (gcd(INT_MIN, 0) = INT_MIN). Floats: the same steps, exact with fmod;
+// NaN when an operand is NaN or +-inf (their remainders are NaN and would never reach 0).
 template <class T>
 PTO_INLINE T gcd(T a, T b) {
-  a = abs(a);
-  b = abs(b);
-  while (b != T(0)) {
-    const T t = rem(a, b);
-    a = b;
-    b = t;
+  if constexpr (is_int_v<T>) {
+    using U = wrap_unsigned_t<T>;
+    U x = a < T(0) ? U(0) - U(a) : U(a), y = b < T(0) ? U(0) - U(b) : U(b);
+    while (y != U(0)) {
+      const U t = U(x % y);
+      x = y;
+      y = t;
+    }
+    return T(x);
+  } else {
+    a = abs(a);
+    b = abs(b);
+    constexpr T big = std::numeric_limits<T>::max();
+    if (!(a <= big && b <= big)) return std::numeric_limits<T>::quiet_NaN();
+    while (b != T(0)) {
+      const T t = rem(a, b);
+      a = b;
+      b = t;
+    }
+    return a;
   }
-  return a;
 }
 
 template <class T>

@@ -10,6 +10,7 @@
 #include "pto/cpu/parallel.hpp"
 #include "pto/cpu/reduce.hpp"
 #include "pto/cpu/rows.hpp"
+#include "pto/cpu/rows_grad.hpp"
 #include "pto/cpu/sync.hpp"
 #include "pto/cpu/trig.hpp"
 #include "pto/cpu/types.hpp"

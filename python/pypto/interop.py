@@ -6,6 +6,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
+from . import out_pool
 from .errors import AutogradError, PyptoError
 # Array kinds and the conversion into a Tensor's storage live in tensor.py (Tensor() needs them);
 # the glue below and its callers use them from here too.
@@ -156,7 +157,8 @@ def make_allocator(kind, shape, dtype: _dt.dtype, dynamic=False):
         return alloc
     if kind in (NUMPY, DLPACK) and dtype.np is not None:
         npdt = dtype.np
-        empty = np.empty
+        # A large result from a kept slab (out_pool.py): no page faults and zero-fill per call.
+        empty = out_pool.empty if int(np.prod(shape, dtype=np.int64)) * np.dtype(npdt).itemsize >= out_pool.MIN_BYTES else np.empty
 
         def alloc():
             o = empty(shape, npdt)

@@ -116,6 +116,10 @@ void record_fast_call(PyObject* entry, int64_t t0, int64_t t_run, int64_t t1,
 bool g_enabled = true;
 bool g_profiling = false;
 bool g_dynamic_marks = false;
+// NumPy results of at least g_pool_bytes come from pypto.out_pool.empty(shape, dtype) (kept slabs:
+// no page faults and zero-fill per call); null: PyArray_Empty always.
+PyObject* g_pool_empty = nullptr;
+int64_t g_pool_bytes = 0;
 
 struct Names {
   PyObject *requires_grad, *is_cpu, *is_neg, *dtype, *shape, *stride, *data_ptr, *dtype_kwnames;
@@ -360,7 +364,18 @@ std::pair<nb::object, void*> allocate(const Variant& v, const OutSpec& o, const 
   const int rank = int(shape.size());
   if (v.out_kind == Kind::Numpy) {
     npy_intp dims[kMaxRank];
-    for (int d = 0; d < rank; ++d) dims[d] = npy_intp(shape[size_t(d)]);
+    int64_t elems = 1;
+    for (int d = 0; d < rank; ++d) dims[d] = npy_intp(shape[size_t(d)]), elems *= shape[size_t(d)];
+    // (No element is wider than 16 bytes: the attribute is read only for results that may be large.)
+    if (g_pool_empty && elems * 16 >= g_pool_bytes &&
+        elems * nb::cast<int64_t>(o.dtype.attr("itemsize")) >= g_pool_bytes) {
+      nb::object dims_tuple = nb::steal(PyArray_IntTupleFromIntp(rank, dims));
+      if (!dims_tuple.is_valid()) return {nb::object(), nullptr};
+      nb::object a =
+          nb::steal(PyObject_CallFunctionObjArgs(g_pool_empty, dims_tuple.ptr(), o.dtype.ptr(), nullptr));
+      if (!a.is_valid()) return {nb::object(), nullptr};
+      return {a, PyArray_DATA(reinterpret_cast<PyArrayObject*>(a.ptr()))};
+    }
     Py_INCREF(o.dtype.ptr());  // PyArray_Empty steals the descr
     nb::object a = nb::steal(PyArray_Empty(rank, dims, reinterpret_cast<PyArray_Descr*>(o.dtype.ptr()), 0));
     if (!a.is_valid()) return {nb::object(), nullptr};
@@ -655,6 +670,15 @@ void bind_dispatch(nb::module_& m) {
   m.def("fast_dispatch", [] { return g_enabled; });
   m.def("set_dispatch_profiling", [](bool on) { g_profiling = on; }, "on"_a);
   m.def("set_dynamic_marks", [](bool any) { g_dynamic_marks = any; }, "any"_a);
+  m.def(
+      "set_output_pool",
+      [](nb::handle empty, int64_t min_bytes) {
+        Py_XSETREF(g_pool_empty, empty.is_none() ? nullptr : nb::borrow(empty).release().ptr());
+        g_pool_bytes = min_bytes;
+      },
+      "empty"_a.none(), "min_bytes"_a,
+      "NumPy results of at least min_bytes come from empty(shape, dtype) (pypto.out_pool.empty); None: "
+      "np.empty.");
 
   m.def(
       "set_last_call",

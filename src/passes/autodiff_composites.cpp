@@ -8,6 +8,7 @@
 
 #include "ir/builder_impl.h"
 #include "passes/autodiff_impl.h"
+#include "passes/lower_composites.h"
 
 namespace pypto::passes::ad {
 
@@ -81,7 +82,7 @@ void Differentiator::composite_rule(const StmtNode* s, const Env& env, const Vie
         return b_.end_group();
       }
       // The forward's statistics, recomputed from the row in cache: xhat = (x - mean) * rstd.
-      View xc = ln ? bin(Opcode::TSUB, xv, b_.mean(xv, dims, true)) : xv;
+      View xc = ln ? centred(b_, xv, dims) : xv;
       View rstd = b_.unary(Opcode::TRSQRT,
                            bin(Opcode::TADD, b_.mean(bin(Opcode::TMUL, xc, xc), dims, true), float_imm(eps)));
       View xhat = bin(Opcode::TMUL, xc, rstd);

@@ -66,8 +66,7 @@ void normalize(Builder& b, const View& dst, const View& x, const View& ms, doubl
 void layer_norm(Builder& b, const Op& op) {
   const View &dst = view_arg(op, 0), &x = view_arg(op, 1);
   auto dims = last_dims(x.rank(), int_arg(op, 4));
-  View mu = b.mean(x, dims, true);
-  View xc = b.binary(Opcode::TSUB, x, mu);
+  View xc = centred(b, x, dims);
   View var = b.mean(b.binary(Opcode::TMUL, xc, xc), dims, true);
   normalize(b, dst, xc, var, float_arg(op, 5), optional_view_arg(op, 2), optional_view_arg(op, 3));
 }
@@ -306,6 +305,26 @@ class Expander : public StmtMutator {
 };
 
 }  // namespace
+
+// x minus its mean over dims, computed as (x - s) - mean(x - s) with s the first element of each
+// normalised slice: x - s is exact for values within a factor of two of s, so a row of equal
+// values centres to exactly 0 and a row far from 0 keeps the precision of its spread (the mean of
+// x itself rounds at x's magnitude, which the normalisation then scales by 1/sqrt(var + eps)).
+View centred(Builder& b, const View& x, const std::vector<int>& dims) {
+  // x[..., 0:1] over dims, as a view of x that keeps the other dims' extents as they are (a slice
+  // would restate a dynamic dim as min(bound, n), and the result then no longer fuses with what
+  // follows it, such as the bias add).
+  View s = x;
+  for (int d : dims) {
+    const int bd = s.dims[size_t(d)];
+    s.size[size_t(bd)] = 1;
+    s.valid[size_t(bd)] = min(int_imm(1), x.valid[size_t(bd)]);
+  }
+  if (!is_float(s.buf->dtype) || compute_dtype(s.buf->dtype) != s.buf->dtype)  // as b.mean: in f32 (or f64)
+    s = b.cast(s, DType::F32);
+  View xs = b.binary(Opcode::TSUB, x, s);
+  return b.binary(Opcode::TSUB, xs, b.mean(xs, dims, true));
+}
 
 void lower_conv2d_per_tap(Builder& b, const Op& op) { conv2d(b, op, false); }
 

@@ -22,6 +22,10 @@ using CompositeLowering = std::function<void(ir::Builder& b, const ir::Op& op)>;
 // products (the simulated NPU) passes this one.
 void lower_conv2d_per_tap(ir::Builder& b, const ir::Op& op);
 
+// x minus its mean over `dims` (kept), with a shift that makes a row of equal values exactly 0; the
+// forward lowering of LAYER_NORM and its derivative rule (autodiff_composites.cpp) both use it.
+ir::View centred(ir::Builder& b, const ir::View& x, const std::vector<int>& dims);
+
 ir::Program lower_composites(const ir::Program& tensor_level,
                              const std::map<ir::Opcode, CompositeLowering>& target_lowerings = {});
 

@@ -66,6 +66,7 @@ static void fill(Full& x, int vr, int vc, int row_kind) {
   if (row_kind == 1) x.data[C + 7] = INFINITY;    // row 1: an inf
   if (row_kind == 2) x.data[2 * C + 5] = NAN;     // row 2: a NaN
   if (row_kind == 3) for (int c = 0; c < C; ++c) x.data[c] = -INFINITY;
+  if (row_kind == 4) for (int c = 0; c < C; ++c) x.data[c] = 3.3f, x.data[C + c] += -1234.5f;  // equal; offset
   x.vr = vr;
   x.vc = vc;
 }
@@ -122,19 +123,23 @@ static void norm_checks(int vr, int vc, int kind, bool use_w, bool use_b) {
   fused::rms_norm_rows(z2, x, r2, n, eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
   expect_same_tile(z2, z, 0.0f, "rms_norm");
   expect_same_col(r2, r1, 0.0f, "rms_norm rsqrt");
-  // Layer norm.
-  TROWSUM(u, x); TDIV(u, u, n); TSUB(z, x, u); TMUL(y, z, z); TROWSUM(r1, y); TDIV(r1, r1, n);
+  // Layer norm, shifted by each row's first element (lower_composites.cpp `centred`).
+  Col c0;
+  TEXTRACT(c0, x, 0, 0);
+  TSUB(z, x, c0); TROWSUM(u, z); TDIV(u, u, n); TSUB(z, z, u); TMUL(y, z, z); TROWSUM(r1, y); TDIV(r1, r1, n);
   TADD(r1, r1, eps); TRSQRT(r1, r1); TMUL(z, z, r1);
+  if (kind == 4)
+    for (int c = 0; c < vc; ++c) CHECK(z.data[c] == 0.0f, "layer_norm of equal values [0,%d]: %a", c, z.data[c]);
   if (use_w) TMUL(z, z, w);
   if (use_b) TADD(z, z, b);
-  fused::layer_norm_rows(z2, x, u2, r2, n, n, eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
+  fused::layer_norm_rows(z2, x, c0, u2, r2, n, n, eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
   expect_same_tile(z2, z, 0.0f, "layer_norm");
   expect_same_col(u2, u, 0.0f, "layer_norm mean");
   expect_same_col(r2, r1, 0.0f, "layer_norm rsqrt");
   std::vector<float> out(R * C, -7.0f), in(x.data, x.data + R * C);
   Full xg, zg; Col ug, rg;
   fused::layer_norm_rows<true>(gview(out.data(), int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)),
-                               gview(in.data(), int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)), xg, zg, ug, rg, n, n,
+                               gview(in.data(), int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)), xg, zg, c0, ug, rg, n, n,
                                eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
   for (int r = 0; r < vr; ++r)
     for (int c = 0; c < vc; ++c) CHECK(same(out[r * C + c], z2.data[r * C + c]), "layer_norm global [%d,%d]", r, c);
@@ -176,6 +181,20 @@ static void binary_checks() {
   fused::binary_rows<true>(gv(out.data(), R, C), gv(buf.data(), R, C), gv(buf.data() + 4 * C, R, C), a2, b2, y2,
                            pto::detail::OpMax{});
   for (int i = 0; i < R * C; ++i) CHECK(same(out[i], elem::max(buf[i], buf[4 * C + i])), "binary max [%d]", i);
+  // Streaming, the four arithmetic operators (16 lanes at a time) into an output one float past a
+  // 64-byte boundary (a head of single floats first), inf / NaN / denormal operands included.
+  alignas(64) static float o2[R * C + 16];
+  buf[3] = INFINITY, buf[4 * C + 3] = INFINITY, buf[5] = NAN, buf[40] = 1e-40f, buf[4 * C + 41] = 0.0f;
+  auto check_op = [&](auto op, auto ref, const char* what) {
+    fused::binary_rows<true>(gview(o2 + 1, int64_t(C), int64_t(1), int64_t(R), int64_t(C)), gv(buf.data(), R, C),
+                             gv(buf.data() + 4 * C, R, C), a2, b2, y2, op);
+    for (int i = 0; i < R * C; ++i) CHECK(same(o2[1 + i], ref(buf[i], buf[4 * C + i])), "binary %s [%d]", what, i);
+  };
+  check_op(pto::detail::OpAdd{}, [](float p, float q) { return elem::add(p, q); }, "add");
+  check_op(pto::detail::OpSub{}, [](float p, float q) { return elem::sub(p, q); }, "sub");
+  check_op(pto::detail::OpMul{}, [](float p, float q) { return elem::mul(p, q); }, "mul");
+  check_op(pto::detail::OpDiv{}, [](float p, float q) { return elem::div(p, q); }, "div");
+  check_op(pto::detail::OpMin{}, [](float p, float q) { return elem::min(p, q); }, "min");
 }
 
 
@@ -228,7 +247,7 @@ int main() {
   exp_checks();
   binary_checks();
   gather_checks();
-  for (int kind = 0; kind < 4; ++kind) {
+  for (int kind = 0; kind < 5; ++kind) {
     softmax_checks(R, C, kind);
     softmax_checks(2, 37, kind);
     norm_checks(R, C, kind, kind != 1, kind != 2);

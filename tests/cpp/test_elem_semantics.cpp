@@ -49,6 +49,42 @@ TEST(ElemSemantics, IntegerDivisionNeverTraps) {
   EXPECT_EQ(e::floormod<double>(-7.5, 2.0), 0.5);
 }
 
+// gcd of the magnitudes (|INT_MIN| taken as unsigned, the result wrapped); float gcd of a NaN or
+// an infinity is NaN (Euclid's fmod steps on them never reached 0: the kernel hung).
+TEST(ElemSemantics, GcdOfExtremes) {
+  EXPECT_EQ(e::gcd<int32_t>(INT32_MIN, 6), 2);
+  EXPECT_EQ(e::gcd<int64_t>(INT64_MIN, INT64_MIN + 1), 1);
+  EXPECT_EQ(e::gcd<int32_t>(INT32_MIN, 0), INT32_MIN);
+  EXPECT_EQ(e::gcd<int32_t>(-12, 18), 6);
+  EXPECT_EQ(e::gcd<int64_t>(0, 0), 0);
+  EXPECT_EQ(e::gcd(12.0f, -1.5f), 1.5f);
+  EXPECT_TRUE(std::isnan(e::gcd(7.0, kNaN)));
+  EXPECT_TRUE(std::isnan(e::gcd(-kInf, 3.0)));
+  EXPECT_TRUE(std::isnan(e::gcd(0.0f, float(kInf))));
+}
+
+// f16/bf16 round once from any source: a double or an integer is not rounded to float first.
+TEST(ElemSemantics, StorageFloatsRoundOnce) {
+  const double p = std::ldexp(1.0, -40);
+  EXPECT_EQ(e::f16_from(1 + std::ldexp(1.0, -11) + p), 0x3c01);                 // via float: the tie, 1.0
+  EXPECT_EQ(e::f16_from(1 + std::ldexp(1.0, -11)), 0x3c00);                     // a tie: to even
+  EXPECT_EQ(e::f16_from(std::ldexp(1.0, -25) + std::ldexp(1.0, -60)), 0x0001);  // subnormal
+  EXPECT_EQ(e::f16_from(65519.99), 0x7bff);
+  EXPECT_EQ(e::f16_from(65520.0), 0x7c00);
+  EXPECT_EQ(e::f16_from(-1e300), 0xfc00);
+  EXPECT_EQ(e::f16_from(-1e-300), 0x8000);
+  EXPECT_EQ(e::bf16_from(1 + std::ldexp(1.0, -8) + p), 0x3f81);
+  EXPECT_EQ(e::bf16_from(std::ldexp(1.0, 128) - std::ldexp(1.0, 119) - std::ldexp(1.0, 90)), 0x7f7f);
+  EXPECT_EQ(e::bf16_from(std::ldexp(1.0, 128) - std::ldexp(1.0, 119)), 0x7f80);  // the tie: inf
+  EXPECT_EQ(e::bf16_from(int64_t(1) << 30 | int64_t(1) << 22 | 1), 0x4e81);      // via float: 0x4e80
+  EXPECT_EQ(e::bf16_from(int32_t(1) << 30 | int32_t(1) << 22), 0x4e80);          // a tie: to even
+  EXPECT_EQ(e::bf16_from(INT64_MIN), 0xdf00);
+  EXPECT_EQ(e::f16_from(int64_t(65519)), 0x7bff);
+  EXPECT_TRUE(std::isnan(e::bf16_to_float(e::bf16_from(kNaN))));
+  EXPECT_TRUE(std::isnan(e::f16_to_float(e::f16_from(-kNaN))));
+  EXPECT_EQ(e::bf16_from(pto::bit_cast<float>(0x7fffffffu)), 0x7fff);  // a NaN, not -0 (the carry)
+}
+
 TEST(ElemSemantics, FloatToIntSaturatesNanIsZero) {
   EXPECT_EQ(e::cast<int32_t>(kNaN), 0);
   EXPECT_EQ(e::cast<int32_t>(kInf), INT32_MAX);

@@ -147,7 +147,8 @@ def test_norm_backward_is_one_group_without_zero_fill():
 
 def test_norm_backward_one_pass_over_rows():
     """The column sums of dw and db are accumulated in dx's row nest, in chunks of row blocks
-    (ragged here), which keeps the fused layer-norm statistics: the cotangent is read once."""
+    (ragged here), which keeps the fused layer-norm statistics: the cotangent is read once, and
+    dx's instruction run with the column sums is one fused call."""
     from pypto import autograd
 
     rng = np.random.default_rng(5)
@@ -163,7 +164,8 @@ def test_norm_backward_one_pass_over_rows():
     kernel = autograd.derived(entry).kernel
     tile = kernel.as_text("tile")
     assert tile.count("%d_t[") == 1 and tile.count("TCOLSUM") == 4, tile
-    assert "layer_norm_rows" in kernel.as_text("source")
+    source = kernel.as_text("source")
+    assert "layer_norm_rows" in source and "layer_norm_grad_rows<" in source  # dx's run: one call (rows_grad.hpp)
 
 
 def test_torch_backward_reads_saved_matmul_products():

@@ -9,6 +9,7 @@
 // sequence is, with the valid region the sequence would give it. Operands: full tiles R x C, per-row scalars
 // R x 1.
 #pragma once
+#include "pto/cpu/elementwise.hpp"
 #include "pto/cpu/memory.hpp"
 #include "pto/cpu/reduce.hpp"
 #include "pto/cpu/types.hpp"
@@ -26,8 +27,15 @@ PTO_INLINE float combine32(float* acc, float tail) {
   return elem::add(acc[0], tail);
 }
 
+// Asks for the cache line of next[i] (next: the row the call reads after this one, or nullptr), so
+// that memory streams it in while this row is computed in L1: without it the memory system idles
+// during the compute passes and the hardware prefetcher restarts at each row.
+PTO_INLINE void prefetch_next(const float* next, int64_t i) {
+  if (next) __builtin_prefetch(next + i, 0, 2);  // into L2: the row in hand fills L1
+}
+
 // d[i] = exp(s[i] - m); returns the sum of d in TROWSUM's order.
-PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m) {
+PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m, const float* next) {
   float acc[32];
   for (float& a : acc) a = 0.0f;
   int64_t i = 0;
@@ -35,6 +43,8 @@ PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m) {
   vf16 a0 = {}, a1 = {};
   const vf16 mv = vf16_splat(m);
   for (; i + 32 <= n; i += 32) {
+    prefetch_next(next, i);
+    prefetch_next(next, i + 16);
     const vf16 e0 = vexp16(vf16_load(s + i) - mv), e1 = vexp16(vf16_load(s + i + 16) - mv);
     vf16_store(d + i, e0);
     vf16_store(d + i + 16, e1);
@@ -58,8 +68,23 @@ PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m) {
   return combine32(acc, tail);
 }
 
-// Sum of (s[i] - c)^2 in TROWSUM's order (c = 0: of s[i]^2).
-PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c) {
+// The element a norm centres: s[i] - c0, then - c1 when Two (a layer norm's shift, then the mean
+// of the shifted row); s[i] itself when c0 is 0 and not Two (x - 0 == x, NaN and -0 included).
+template <bool Two>
+PTO_INLINE float centred(float s, float c0, float c1) {
+  const float v = elem::sub(s, c0);
+  return Two ? elem::sub(v, c1) : v;
+}
+#ifdef PTO_VEXP_AVX512
+template <bool Two>
+PTO_INLINE vf16 centred16(const float* s, vf16 c0, vf16 c1) {
+  const vf16 v = vf16_load(s) - c0;
+  return Two ? v - c1 : v;
+}
+#endif
+
+// Sum of s[i] - c in TROWSUM's order.
+PTO_INLINE float sum_diff(const float* s, int64_t n, float c) {
   float acc[32];
   for (float& a : acc) a = 0.0f;
   int64_t i = 0;
@@ -67,7 +92,33 @@ PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c) {
   vf16 a0 = {}, a1 = {};
   const vf16 cv = vf16_splat(c);
   for (; i + 32 <= n; i += 32) {
-    const vf16 v0 = vf16_load(s + i) - cv, v1 = vf16_load(s + i + 16) - cv;
+    a0 += vf16_load(s + i) - cv;
+    a1 += vf16_load(s + i + 16) - cv;
+  }
+  vf16_store(acc, a0);
+  vf16_store(acc + 16, a1);
+#else
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; ++j) acc[j] = elem::add(acc[j], elem::sub(s[i + j], c));
+#endif
+  float tail = 0.0f;
+  for (; i < n; ++i) tail = elem::add(tail, elem::sub(s[i], c));
+  return combine32(acc, tail);
+}
+
+// Sum of centred(s[i])^2 in TROWSUM's order.
+template <bool Two>
+PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c0, float c1, const float* next) {
+  float acc[32];
+  for (float& a : acc) a = 0.0f;
+  int64_t i = 0;
+#ifdef PTO_VEXP_AVX512
+  vf16 a0 = {}, a1 = {};
+  const vf16 cv0 = vf16_splat(c0), cv1 = vf16_splat(c1);
+  for (; i + 32 <= n; i += 32) {
+    prefetch_next(next, i);
+    prefetch_next(next, i + 16);
+    const vf16 v0 = centred16<Two>(s + i, cv0, cv1), v1 = centred16<Two>(s + i + 16, cv0, cv1);
     a0 += vf16_rounded(v0 * v0);
     a1 += vf16_rounded(v1 * v1);
   }
@@ -76,13 +127,13 @@ PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c) {
 #else
   for (; i + 32 <= n; i += 32)
     for (int j = 0; j < 32; ++j) {
-      const float v = elem::sub(s[i + j], c);
+      const float v = centred<Two>(s[i + j], c0, c1);
       acc[j] = elem::add(acc[j], rounded(elem::mul(v, v)));
     }
 #endif
   float tail = 0.0f;
   for (; i < n; ++i) {
-    const float v = elem::sub(s[i], c);
+    const float v = centred<Two>(s[i], c0, c1);
     tail = elem::add(tail, rounded(elem::mul(v, v)));
   }
   return combine32(acc, tail);
@@ -100,12 +151,12 @@ PTO_INLINE void store16(float* d, vf16 v) {
 }
 #endif
 
-// d[i] = ((s[i] - c) * r) [* w[i]] [+ b[i]]; NT: by streaming stores (d may be s).
-template <bool W, bool B, bool NT>
-PTO_INLINE void normalize_span_wb(float* d, const float* s, int64_t n, float c, float r, const float* w,
-                                  const float* b) {
+// d[i] = (centred(s[i]) * r) [* w[i]] [+ b[i]]; NT: by streaming stores (d may be s).
+template <bool Two, bool W, bool B, bool NT>
+PTO_INLINE void normalize_span_wb(float* d, const float* s, int64_t n, float c0, float c1, float r,
+                                  const float* w, const float* b, const float* next = nullptr) {
   auto one = [&](int64_t i) {
-    float v = elem::mul(elem::sub(s[i], c), r);
+    float v = elem::mul(centred<Two>(s[i], c0, c1), r);
     if (W) v = elem::mul(v, w[i]);
     if (B) v = elem::add(rounded(v), b[i]);
     d[i] = v;
@@ -114,9 +165,10 @@ PTO_INLINE void normalize_span_wb(float* d, const float* s, int64_t n, float c, 
 #ifdef PTO_VEXP_AVX512
   if constexpr (NT)  // up to d's first 64-byte boundary one by one: same values as the lanes
     for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) one(i);
-  const vf16 cv = vf16_splat(c), rv = vf16_splat(r);
+  const vf16 cv0 = vf16_splat(c0), cv1 = vf16_splat(c1), rv = vf16_splat(r);
   for (; i + 16 <= n; i += 16) {
-    vf16 v = (vf16_load(s + i) - cv) * rv;
+    prefetch_next(next, i);
+    vf16 v = centred16<Two>(s + i, cv0, cv1) * rv;
     if (W) v = v * vf16_load(w + i);
     if (B) v = vf16_rounded(v) + vf16_load(b + i);
     store16<NT>(d + i, v);
@@ -124,43 +176,59 @@ PTO_INLINE void normalize_span_wb(float* d, const float* s, int64_t n, float c, 
 #endif
   for (; i < n; ++i) one(i);
 }
-template <bool NT>
-PTO_INLINE void normalize_span(float* d, const float* s, int64_t n, float c, float r, const float* w,
-                               const float* b) {
+template <bool Two, bool NT>
+PTO_INLINE void normalize_span(float* d, const float* s, int64_t n, float c0, float c1, float r,
+                               const float* w, const float* b, const float* next = nullptr) {
   if (w && b)
-    normalize_span_wb<true, true, NT>(d, s, n, c, r, w, b);
+    normalize_span_wb<Two, true, true, NT>(d, s, n, c0, c1, r, w, b, next);
   else if (w)
-    normalize_span_wb<true, false, NT>(d, s, n, c, r, w, b);
+    normalize_span_wb<Two, true, false, NT>(d, s, n, c0, c1, r, w, b, next);
   else if (b)
-    normalize_span_wb<false, true, NT>(d, s, n, c, r, w, b);
+    normalize_span_wb<Two, false, true, NT>(d, s, n, c0, c1, r, w, b, next);
   else
-    normalize_span_wb<false, false, NT>(d, s, n, c, r, w, b);
+    normalize_span_wb<Two, false, false, NT>(d, s, n, c0, c1, r, w, b, next);
 }
 
-// One row of each sequence: d (the result row) from x, through tmp (a scratch row, or d itself)
-// where the sequence needs its intermediate; NT: d is written by streaming stores only (its
-// final values, once). Per-row scalars through the pointers.
+// How a row function writes its result row: NT, by streaming stores only (its final values,
+// once); next, the row read after this one (prefetch_next), or nullptr.
 template <bool NT>
-PTO_INLINE void softmax_row(float* d, float* tmp, const float* x, int64_t n, float* m, float* s) {
+struct Streaming {
+  static constexpr bool value = NT;
+  const float* next = nullptr;
+};
+
+// One row of each sequence: d (the result row) from x, through tmp (a scratch row, or d itself)
+// where the sequence needs its intermediate. Per-row scalars through the pointers.
+template <bool NT>
+PTO_INLINE void softmax_row(Streaming<NT> how, float* d, float* tmp, const float* x, int64_t n, float* m,
+                            float* s) {
   const float mr = reduce_span<float>(x, n, MaxR<float>{});
-  const float inv = elem::recip(exp_sub_sum(tmp, x, n, mr));
-  normalize_span_wb<false, false, NT>(d, tmp, n, 0.0f, inv, nullptr, nullptr);  // e * inv (e - 0 == e)
+  const float inv = elem::recip(exp_sub_sum(tmp, x, n, mr, how.next));
+  normalize_span_wb<false, false, false, NT>(d, tmp, n, 0.0f, 0.0f, inv, nullptr,
+                                             nullptr);  // e * inv (e - 0 == e)
   *m = mr;
   *s = inv;
 }
+// Its prefetch goes in the second pass: the first already reads the row from memory (idle
+// machine, 2 threads, 4096 x 4096, ABBA A/B of wall-time medians: 0.84-0.90 against the first
+// pass; softmax and layer norm were 1.5x / 1.0-1.07x slower with theirs in the last pass).
 template <bool NT>
-PTO_INLINE void rms_norm_row(float* z, float*, const float* x, int64_t n, float cnt, float eps,
-                             const float* w, const float* b, float* r) {
-  const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff(x, n, 0.0f), cnt), eps));
-  normalize_span<NT>(z, x, n, 0.0f, inv, w, b);
+PTO_INLINE void rms_norm_row(Streaming<NT> how, float* z, float*, const float* x, int64_t n, float cnt,
+                             float eps, const float* w, const float* b, float* r) {
+  const float inv =
+      elem::rsqrt(elem::add(elem::div(sum_sq_diff<false>(x, n, 0.0f, 0.0f, nullptr), cnt), eps));
+  normalize_span<false, NT>(z, x, n, 0.0f, 0.0f, inv, w, b, how.next);
   *r = inv;
 }
+// The layer norm's shift c (the row's first element, lower_composites.cpp `centred`): its mean is
+// that of x - c, and the row is centred as (x - c) - mean.
 template <bool NT>
-PTO_INLINE void layer_norm_row(float* z, float*, const float* x, int64_t n, float cnt, float cnt2, float eps,
-                               const float* w, const float* b, float* mu, float* r) {
-  const float mean = elem::div(reduce_span<float>(x, n, SumR<float>{}), cnt);
-  const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff(x, n, mean), cnt2), eps));
-  normalize_span<NT>(z, x, n, mean, inv, w, b);
+PTO_INLINE void layer_norm_row(Streaming<NT> how, float* z, float*, const float* x, int64_t n, float c,
+                               float cnt, float cnt2, float eps, const float* w, const float* b, float* mu,
+                               float* r) {
+  const float mean = elem::div(sum_diff(x, n, c), cnt);
+  const float inv = elem::rsqrt(elem::add(elem::div(sum_sq_diff<true>(x, n, c, mean, how.next), cnt2), eps));
+  normalize_span<true, NT>(z, x, n, c, mean, inv, w, b);
   *mu = mean;
   *r = inv;
 }
@@ -172,22 +240,24 @@ PTO_INLINE void binary_span(float* d, const float* a, const float* b, int64_t n,
 #ifdef PTO_VEXP_AVX512
   if constexpr (NT) {
     for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) d[i] = op(a[i], b[i]);
-    // Through a chunk in L1 (the element loop vectorises as it is; the stores then stream).
-    constexpr int64_t kChunk = 2048;
-    alignas(64) float v[kChunk];
-    for (; i + kChunk <= n; i += kChunk) {
-      for (int64_t j = 0; j < kChunk; ++j) v[j] = op(a[i + j], b[i + j]);
-      for (int64_t j = 0; j < kChunk; j += 16) store16<true>(d + i + j, vf16_load(v + j));
+    // 16 lanes in a register, streamed out: the four arithmetic operators on vectors are their
+    // elem:: functions on each lane (IEEE); the others (max / min's NaN rule) lane by lane.
+    using pto::detail::OpAdd, pto::detail::OpSub, pto::detail::OpMul, pto::detail::OpDiv;
+    constexpr bool kVec = std::is_same_v<Op, OpAdd> || std::is_same_v<Op, OpSub> ||
+                          std::is_same_v<Op, OpMul> || std::is_same_v<Op, OpDiv>;
+    for (; i + 16 <= n; i += 16) {
+      if constexpr (kVec) {
+        store16<true>(d + i, op(vf16_load(a + i), vf16_load(b + i)));
+      } else {
+        alignas(64) float v[16];
+        for (int j = 0; j < 16; ++j) v[j] = op(a[i + j], b[i + j]);
+        store16<true>(d + i, vf16_load(v));
+      }
     }
   }
 #endif
   for (; i < n; ++i) d[i] = op(a[i], b[i]);
 }
-
-template <bool NT>
-struct Streaming {
-  static constexpr bool value = NT;
-};
 
 // Runs row(Streaming<false>{}, dst_row, dst_row, src_row, n, r) over x's valid rows; sets the
 // valid regions the sequence gives its result z and its per-row scalars.
@@ -240,7 +310,11 @@ PTO_INLINE void global_rows(GlobalView<float> out, GlobalView<float> in, Tile<fl
   for (int64_t r = 0; r < vr; ++r) {
     const float* xr = in.ptr + r * in.rs;
     if (r < wr && wc == vc) {
-      row(Streaming<Stream>{}, out.ptr + r * out.rs, tmp, xr, vc, r);
+      // Two rows ahead, also past this block (the parallel loop's next one; a prefetch never
+      // faults): nearer rows are already on their way, farther ones were slower (A/B, 1 thread).
+      const auto next =
+          reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(xr) + uintptr_t(2 * in.rs * 4));
+      row(Streaming<Stream>{next}, out.ptr + r * out.rs, tmp, xr, vc, r);
       continue;
     }
     row(Streaming<false>{}, tmp, tmp, xr, vc, r);  // a row (or the part of it) the store leaves out
@@ -272,7 +346,7 @@ inline void softmax_rows(Tile<float, R, C>& e, const Tile<float, R, C>& x, Tile<
   detail::tile_rows(
       e, x,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
-        detail::softmax_row<decltype(nt)::value>(d, tmp, xr, n, &m.data[r], &s.data[r]);
+        detail::softmax_row(nt, d, tmp, xr, n, &m.data[r], &s.data[r]);
       },
       m, s);
 }
@@ -283,7 +357,7 @@ inline void softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float
   detail::global_rows<Stream>(
       out, in, x, e,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
-        detail::softmax_row<decltype(nt)::value>(d, tmp, xr, n, &m.data[r], &s.data[r]);
+        detail::softmax_row(nt, d, tmp, xr, n, &m.data[r], &s.data[r]);
       },
       m, s);
 }
@@ -296,7 +370,7 @@ inline void rms_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Tile
   detail::tile_rows(
       z, x,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::rms_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
+        detail::rms_norm_row(nt, d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
       },
       r);
 }
@@ -307,34 +381,33 @@ inline void rms_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<floa
   detail::global_rows<Stream>(
       out, in, x, z,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::rms_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
+        detail::rms_norm_row(nt, d, tmp, xr, n, cnt, eps, w, b, &r.data[i]);
       },
       r);
 }
 
-// TROWSUM mu, x; TDIV mu, mu, cnt; TSUB z, x, mu; TMUL (dead), z, z; TROWSUM r, (dead);
+// TSUB z, x, c; TROWSUM mu, z; TDIV mu, mu, cnt; TSUB z, z, mu; TMUL (dead), z, z; TROWSUM r, (dead);
 // TDIV r, r, cnt2; TADD r, r, eps; TRSQRT r, r; TMUL z, z, r; then the affine tail as above.
 template <int R, int C>
-inline void layer_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Tile<float, R, 1>& mu,
-                            Tile<float, R, 1>& r, float cnt, float cnt2, float eps, const float* w,
-                            const float* b) {
+inline void layer_norm_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, const Tile<float, R, 1>& c,
+                            Tile<float, R, 1>& mu, Tile<float, R, 1>& r, float cnt, float cnt2, float eps,
+                            const float* w, const float* b) {
   detail::tile_rows(
       z, x,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, cnt2, eps, w, b, &mu.data[i],
-                                                    &r.data[i]);
+        detail::layer_norm_row(nt, d, tmp, xr, n, c.data[i], cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
       },
       mu, r);
 }
 template <bool Stream, int R, int C>
 inline void layer_norm_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
-                            Tile<float, R, C>& z, Tile<float, R, 1>& mu, Tile<float, R, 1>& r, float cnt,
-                            float cnt2, float eps, const float* w, const float* b) {
+                            Tile<float, R, C>& z, const Tile<float, R, 1>& c, Tile<float, R, 1>& mu,
+                            Tile<float, R, 1>& r, float cnt, float cnt2, float eps, const float* w,
+                            const float* b) {
   detail::global_rows<Stream>(
       out, in, x, z,
       [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t i) {
-        detail::layer_norm_row<decltype(nt)::value>(d, tmp, xr, n, cnt, cnt2, eps, w, b, &mu.data[i],
-                                                    &r.data[i]);
+        detail::layer_norm_row(nt, d, tmp, xr, n, c.data[i], cnt, cnt2, eps, w, b, &mu.data[i], &r.data[i]);
       },
       mu, r);
 }

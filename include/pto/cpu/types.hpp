@@ -25,43 +25,11 @@ struct bf16_t {
   uint16_t bits;
 };
 
-// Branch-free (the loops that convert whole rows vectorise).
-PTO_INLINE float to_float(half_t h) {
-  uint32_t sign = uint32_t(h.bits & 0x8000u) << 16;
-  uint32_t em = h.bits & 0x7fffu;
-  // Shifting exponent+mantissa into float position and multiplying by 2^112 rebiases the exponent
-  // and turns half subnormals into float normals exactly.
-  float mag = bit_cast<float>(em << 13) * 0x1p112f;
-  uint32_t special = (em << 13) | 0x7f800000u;  // inf / NaN keep their payload
-  uint32_t m = em >= 0x7c00u ? special : bit_cast<uint32_t>(mag);
-  return bit_cast<float>(m | sign);
-}
-
-PTO_INLINE half_t half_from_float(float f) {
-  uint32_t x = bit_cast<uint32_t>(f);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  x &= 0x7fffffffu;
-  // Normal half range: rebias, add the rounding bias (ties to even), drop 13 bits.
-  uint32_t odd = (x >> 13) & 1u;
-  uint32_t normal = (x + 0xc8000fffu + odd) >> 13;  // 0xc8000000 == (15 - 127) << 23 (mod 2^32)
-  // Subnormal half range: adding 0.5f aligns the value so the FPU's own rounding (to nearest
-  // even) yields the half mantissa in the low bits.
-  uint32_t sub = bit_cast<uint32_t>(bit_cast<float>(x) + 0.5f) - 0x3f000000u;
-  uint32_t r = x < 0x38800000u ? sub : normal;
-  r = x >= 0x477ff000u ? 0x7c00u : r;                          // rounds to >= 65520: infinity
-  r = x > 0x7f800000u ? (0x7e00u | ((x >> 13) & 0x3ffu)) : r;  // NaN stays (quiet) NaN
-  return half_t{uint16_t(r | sign)};
-}
-
-PTO_INLINE float to_float(bf16_t h) { return bit_cast<float>(uint32_t(h.bits) << 16); }
-
-PTO_INLINE bf16_t bf16_from_float(float f) {
-  uint32_t x = bit_cast<uint32_t>(f);
-  uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
-  uint32_t nan = (x >> 16) | 0x40u;
-  bool is_nan = (x & 0x7fffffffu) > 0x7f800000u;
-  return bf16_t{uint16_t(is_nan ? nan : rounded)};
-}
+// The conversions are pto/elem.hpp's (one rounding from any source type).
+PTO_INLINE float to_float(half_t h) { return elem::f16_to_float(h.bits); }
+PTO_INLINE half_t half_from_float(float f) { return half_t{elem::f16_from_float(f)}; }
+PTO_INLINE float to_float(bf16_t h) { return elem::bf16_to_float(h.bits); }
+PTO_INLINE bf16_t bf16_from_float(float f) { return bf16_t{elem::bf16_from_float(f)}; }
 
 PTO_INLINE float to_float(float f) { return f; }
 template <class T>
@@ -145,8 +113,10 @@ PTO_INLINE D convert(S s) {
     return s;
   } else if constexpr (is_f16_v<S>) {
     return convert<DD>(to_float(s));
-  } else if constexpr (is_f16_v<DD>) {
-    return from_float<DD>(static_cast<float>(s));
+  } else if constexpr (std::is_same_v<DD, half_t>) {
+    return half_t{elem::f16_from(s)};  // one rounding (from a double or an integer too)
+  } else if constexpr (std::is_same_v<DD, bf16_t>) {
+    return bf16_t{elem::bf16_from(s)};
   } else {
     return elem::cast<DD>(s);
   }

@@ -648,6 +648,7 @@ class Gen : private StmtVisitor {
         const Op& op = body[i + a.stmt]->op;
         if (a.kind == RowFusion::Kind::Global) s = gview(op, a.arg);
         if (a.kind == RowFusion::Kind::Tile) s = tile(op, a.arg);
+        if (a.kind == RowFusion::Kind::TileAddr) s = "&" + tile(op, a.arg);
         if (a.kind == RowFusion::Kind::RowData) {
           auto it = row_ptrs_.find(std::get<View>(op.args[a.arg]).buf.get());
           s = it != row_ptrs_.end() ? it->second : tile(op, a.arg) + ".data";

@@ -1,5 +1,7 @@
 #include "backends/cpu/row_fusion.h"
 
+#include "backends/cpu/row_fusion_grad.h"
+
 #include <cctype>
 #include <map>
 
@@ -51,9 +53,10 @@ const std::vector<Pattern>& patterns() {
        {"r", "$n", "$eps"},
        true},
       {"layer_norm_rows",
-       {{Opcode::TROWSUM, {"u", "X"}},
+       {{Opcode::TSUB, {"Z", "X", "c"}},  // the shift (lower_composites.cpp `centred`)
+        {Opcode::TROWSUM, {"u", "Z"}},
         {Opcode::TDIV, {"u", "u", "$n"}},
-        {Opcode::TSUB, {"Z", "X", "u"}},
+        {Opcode::TSUB, {"Z", "Z", "u"}},
         {Opcode::TMUL, {"Y", "Z", "Z"}},
         {Opcode::TROWSUM, {"r", "Y"}},
         {Opcode::TDIV, {"r", "r", "$n2"}},
@@ -63,12 +66,16 @@ const std::vector<Pattern>& patterns() {
        "X",
        "Z",
        {"Y"},
-       {"u", "r", "$n", "$n2", "$eps"},
+       {"c", "u", "r", "$n", "$n2", "$eps"},
        true},
   };
   return p;
 }
 
+}  // namespace
+
+// The operand checks row_fusion_grad.cpp shares (row_fusion.h).
+namespace row_match {
 const Op* op_at(const std::vector<Stmt>& body, size_t i) {
   if (i >= body.size() || !body[i] || body[i]->kind != StmtKind::OpStmt) return nullptr;
   return &body[i]->op;
@@ -105,6 +112,15 @@ bool dead_from(const std::vector<Stmt>& body, size_t from, const Buffer* b) {
     if (mentions(body[j], b)) return false;
   return true;
 }
+
+bool global_f32(const Op& op, size_t k) {
+  const View* v = view_of(op, k);
+  return v && v->buf && v->buf->space == Space::Global && v->buf->dtype == DType::F32;
+}
+}  // namespace row_match
+
+namespace {
+using namespace row_match;
 
 struct Matcher {
   std::map<std::string, const Buffer*> tiles;
@@ -166,11 +182,6 @@ struct Matcher {
   }
 };
 
-bool global_f32(const Op& op, size_t k) {
-  const View* v = view_of(op, k);
-  return v && v->buf && v->buf->space == Space::Global && v->buf->dtype == DType::F32;
-}
-
 std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& body, size_t i) {
   // A TLOAD of the source first: the global form, if the result's TSTORE follows.
   const Op* load = op_at(body, i);
@@ -184,8 +195,8 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
     m.where[p.src] = {RowFusion::Kind::Tile, 0, 0};
   }
   size_t n = first;
-  for (const Step& st : p.core)
-    if (!(n == first ? m.step(st, body, i, n++) : m.step_at(st, body, i, n))) return std::nullopt;
+  for (const Step& st : p.core)  // the plain form starts at its first step
+    if (!(n == 0 ? m.step(st, body, i, n++) : m.step_at(st, body, i, n))) return std::nullopt;
   RowFusion f;
   f.fn = p.fn;
   auto arg = [&](const std::string& v) { return m.where.at(v); };
@@ -328,6 +339,7 @@ std::optional<RowFusion> match_gather(const std::vector<Stmt>& body, size_t i) {
 }  // namespace
 
 std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t i) {
+  if (auto f = match_layer_norm_grad(body, i)) return f;
   for (const Pattern& p : patterns())
     if (auto f = match_at(p, body, i)) return f;
   if (auto f = match_scaled_cvt(body, i)) return f;

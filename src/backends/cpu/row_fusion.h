@@ -24,8 +24,9 @@ namespace pypto::cpu {
 
 struct RowFusion {
   // One argument of the call: operand `arg` of the statement `stmt` (an offset from the match's
-  // start) as a tile, a scalar, a 1 x C tile's data pointer or a global view; or nullptr.
-  enum class Kind { Tile, Scalar, RowData, Global, Null, Text };
+  // start) as a tile, a scalar, a 1 x C tile's data pointer, a global view or a tile's address;
+  // or nullptr.
+  enum class Kind { Tile, Scalar, RowData, Global, Null, Text, TileAddr };
   struct Arg {
     Kind kind;
     size_t stmt = 0, arg = 0;

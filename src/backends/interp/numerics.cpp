@@ -10,46 +10,12 @@
 namespace pypto::interp {
 namespace {
 
-// Round |a| to a binary float with `bits` significant bits whose smallest subnormal step is
-// 2^min_exp, ties to even; overflow (a result >= 2^max_exp) becomes infinity.
-double round_binary(double x, int bits, int min_exp, int max_exp) {
-  if (!std::isfinite(x) || x == 0) return x;
-  int e;
-  std::frexp(std::fabs(x), &e);  // |x| = m * 2^e, m in [0.5, 1)
-  const double q = std::ldexp(1.0, std::max(e - bits, min_exp));
-  const double r = std::nearbyint(std::fabs(x) / q) * q;  // default FE_TONEAREST: ties to even
-  if (r >= std::ldexp(1.0, max_exp)) return std::copysign(INFINITY, x);
-  return std::copysign(r, x);
+// f16/bf16 values are pto/elem.hpp's conversions (one rounding from a double or an int64).
+double round_f16(const Num& v) {
+  return pto::elem::f16_to_float(v.is_float ? pto::elem::f16_from(v.f) : pto::elem::f16_from(v.i));
 }
-
-double round_f16(double x) { return round_binary(x, 11, -24, 16); }
-double round_bf16(double x) { return round_binary(x, 8, -133, 128); }
-
-uint16_t f16_bits(double r) {  // r is already representable in f16
-  const uint16_t sign = std::signbit(r) ? 0x8000 : 0;
-  if (std::isnan(r)) return sign | 0x7E00;
-  if (std::isinf(r)) return sign | 0x7C00;
-  const double a = std::fabs(r);
-  if (a == 0) return sign;
-  int e;
-  std::frexp(a, &e);
-  if (e - 1 >= -14) {
-    const auto frac = uint16_t(std::ldexp(a, -(e - 1)) * 1024.0 - 1024.0);
-    return uint16_t(sign | uint16_t((e - 1 + 15) << 10) | frac);
-  }
-  return uint16_t(sign | uint16_t(std::ldexp(a, 24)));
-}
-
-double f16_value(uint16_t h) {
-  const int exp = (h >> 10) & 0x1F, frac = h & 0x3FF;
-  double v;
-  if (exp == 0x1F)
-    v = frac ? NAN : INFINITY;
-  else if (exp == 0)
-    v = std::ldexp(double(frac), -24);
-  else
-    v = std::ldexp(double(frac + 1024), exp - 25);
-  return (h & 0x8000) ? -v : v;
+double round_bf16(const Num& v) {
+  return pto::elem::bf16_to_float(v.is_float ? pto::elem::bf16_from(v.f) : pto::elem::bf16_from(v.i));
 }
 
 }  // namespace
@@ -63,9 +29,9 @@ Num round_to(ir::DType t, const Num& v) {
     case ir::DType::F64:
       return fnum(d);
     case ir::DType::F16:
-      return fnum(round_f16(d));
+      return fnum(round_f16(v));
     case ir::DType::BF16:
-      return fnum(round_bf16(d));
+      return fnum(round_bf16(v));
     case ir::DType::I64:
       return inum(v.is_float ? cast<int64_t>(v.f) : v.i);
     case ir::DType::I32:
@@ -113,18 +79,11 @@ Num load_scalar(ir::DType t, const void* p) {
       std::memcpy(&d, p, 8);
       return fnum(d);
     }
-    case ir::DType::F16: {
-      uint16_t h;
-      std::memcpy(&h, p, 2);
-      return fnum(f16_value(h));
-    }
+    case ir::DType::F16:
     case ir::DType::BF16: {
       uint16_t h;
       std::memcpy(&h, p, 2);
-      const uint32_t u = uint32_t(h) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return fnum(f);
+      return fnum(t == ir::DType::F16 ? pto::elem::f16_to_float(h) : pto::elem::bf16_to_float(h));
     }
     case ir::DType::I32: {
       int32_t i;
@@ -155,23 +114,18 @@ void store_scalar(ir::DType t, void* p, const Num& n) {
   const double v = n.as_double();
   switch (t) {
     case ir::DType::F32: {
-      float f = float(v);
+      float f = float(round_to(t, n).f);
       std::memcpy(p, &f, 4);
       return;
     }
     case ir::DType::F64:
       std::memcpy(p, &v, 8);
       return;
-    case ir::DType::F16: {
-      uint16_t h = f16_bits(v);
-      std::memcpy(p, &h, 2);
-      return;
-    }
+    case ir::DType::F16:
     case ir::DType::BF16: {
-      const float f = float(v);
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
-      uint16_t h = std::isnan(f) ? uint16_t((u >> 16) | 0x0040) : uint16_t(u >> 16);
+      const uint16_t h = t == ir::DType::F16
+                             ? (n.is_float ? pto::elem::f16_from(n.f) : pto::elem::f16_from(n.i))
+                             : (n.is_float ? pto::elem::bf16_from(n.f) : pto::elem::bf16_from(n.i));
       std::memcpy(p, &h, 2);
       return;
     }

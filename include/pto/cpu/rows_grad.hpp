@@ -1,0 +1,178 @@
+// The layer norm's backward, row by row: what code generation emits for the instruction run that
+// autodiff derives for the input gradient of layer_norm(x, w, b) after the forward's statistics
+// (src/backends/cpu/row_fusion_grad.cpp matches it):
+//
+//   TLOAD D, gdy            the cotangent rows            TROWSUM q, G;  TDIV q, q, n2
+//   TMUL A, D, Z            dy * xhat (for dw)            TSUB G, G, q
+//   TMUL G, D, W            dy * w                        TSUB G, G, Z
+//   TMUL B, G, Z            TROWSUM p, B; TDIV p, p, n    TMUL G, G, r   (r: the forward's rstd)
+//   TMUL Z, Z, p                                          TSTORE gdx, G
+//   then, each optional: TCOLSUM P1, A; TADD C1, C1, P1 and TCOLSUM P2, D; TADD C2, C2, P2
+//   (the weight's and the bias's gradients, accumulated over the row nest's blocks).
+//
+// Instead of one pass over the block per instruction (each tile 2 x 4096 floats, in L2), each
+// row of dy is read in place twice (the row sums, then dx), dx is written once, and the column
+// sums are added in the first pass. Same element functions, roundings and summation orders as
+// the instructions (TROWSUM's 32 lanes combined pairwise, TCOLSUM's running sum from 0 down the
+// rows, then the TADD), so the results are the run's bit for bit. The matcher proved D, A, G, B
+// and Z dead after the run: they are not written, only given the valid regions the run gives them.
+#pragma once
+#include "pto/cpu/memory.hpp"
+#include "pto/cpu/reduce.hpp"
+#include "pto/cpu/rows.hpp"
+#include "pto/cpu/types.hpp"
+#include "pto/cpu/vexp.hpp"
+
+namespace pto {
+namespace fused {
+namespace detail {
+
+// Pass one of a row: the row sums of g * z and of g (g = dy * w, in TROWSUM's order) into *sgz,
+// *sg, and the column sums' running parts: p1 = p1 + dy * z, p2 = p2 + dy (first row: from 0);
+// on the block's last row also c1 = c1 + p1, c2 = c2 + p2. p1 / p2 (and c1 / c2) may be null.
+PTO_INLINE void ln_grad_sums(const float* dy, const float* z, const float* w, int64_t n, bool first,
+                             bool last, float* p1, float* c1, float* p2, float* c2, float* sgz, float* sg) {
+  auto cols = [&](int64_t j, float a, float d) {
+    if (p1) {
+      p1[j] = elem::add(first ? 0.0f : p1[j], a);
+      if (last) c1[j] = elem::add(c1[j], p1[j]);
+    }
+    if (p2) {
+      p2[j] = elem::add(first ? 0.0f : p2[j], d);
+      if (last) c2[j] = elem::add(c2[j], p2[j]);
+    }
+  };
+  float acc_gz[32], acc_g[32];
+  for (int l = 0; l < 32; ++l) acc_gz[l] = acc_g[l] = 0.0f;
+  int64_t j = 0;
+#ifdef PTO_VEXP_AVX512
+  vf16 gz0 = {}, gz1 = {}, g0 = {}, g1 = {};
+  const vf16 zero = {};
+  for (; j + 32 <= n; j += 32)
+    for (int h = 0; h < 2; ++h) {
+      const int64_t k = j + 16 * h;
+      const vf16 d = vf16_load(dy + k), zz = vf16_load(z + k);
+      const vf16 g = vf16_rounded(d * vf16_load(w + k));
+      (h ? gz1 : gz0) += vf16_rounded(g * zz);
+      (h ? g1 : g0) += g;
+      if (p1) {
+        const vf16 s = (first ? zero : vf16_load(p1 + k)) + vf16_rounded(d * zz);
+        vf16_store(p1 + k, s);
+        if (last) vf16_store(c1 + k, vf16_load(c1 + k) + s);
+      }
+      if (p2) {
+        const vf16 s = (first ? zero : vf16_load(p2 + k)) + d;
+        vf16_store(p2 + k, s);
+        if (last) vf16_store(c2 + k, vf16_load(c2 + k) + s);
+      }
+    }
+  vf16_store(acc_gz, gz0);
+  vf16_store(acc_gz + 16, gz1);
+  vf16_store(acc_g, g0);
+  vf16_store(acc_g + 16, g1);
+#else
+  for (; j + 32 <= n; j += 32)
+    for (int l = 0; l < 32; ++l) {
+      const float d = dy[j + l], g = rounded(elem::mul(d, w[j + l]));
+      acc_gz[l] = elem::add(acc_gz[l], rounded(elem::mul(g, z[j + l])));
+      acc_g[l] = elem::add(acc_g[l], g);
+      cols(j + l, rounded(elem::mul(d, z[j + l])), d);
+    }
+#endif
+  float tail_gz = 0.0f, tail_g = 0.0f;
+  for (; j < n; ++j) {
+    const float d = dy[j], g = rounded(elem::mul(d, w[j]));
+    tail_gz = elem::add(tail_gz, rounded(elem::mul(g, z[j])));
+    tail_g = elem::add(tail_g, g);
+    cols(j, rounded(elem::mul(d, z[j])), d);
+  }
+  *sgz = combine32(acc_gz, tail_gz);
+  *sg = combine32(acc_g, tail_g);
+}
+
+// Pass two: dx = ((dy * w - q) - z * p) * r; NT: by streaming stores.
+template <bool NT>
+PTO_INLINE void ln_grad_dx(float* dx, const float* dy, const float* z, const float* w, int64_t n, float p,
+                           float q, float r) {
+  auto one = [&](int64_t j) {
+    const float g = rounded(elem::mul(dy[j], w[j]));
+    dx[j] = elem::mul(elem::sub(elem::sub(g, q), rounded(elem::mul(z[j], p))), r);
+  };
+  int64_t j = 0;
+#ifdef PTO_VEXP_AVX512
+  if constexpr (NT)
+    for (; j < n && (reinterpret_cast<uintptr_t>(dx + j) & 63) != 0; ++j) one(j);
+  const vf16 pv = vf16_splat(p), qv = vf16_splat(q), rv = vf16_splat(r);
+  for (; j + 16 <= n; j += 16) {
+    const vf16 g = vf16_rounded(vf16_load(dy + j) * vf16_load(w + j));
+    store16<NT>(dx + j, ((g - qv) - vf16_rounded(vf16_load(z + j) * pv)) * rv);
+  }
+#endif
+  for (; j < n; ++j) one(j);
+}
+
+}  // namespace detail
+
+// The run above (P1 / C1, P2 / C2: null where the run has no such column sum). Falls back to
+// the instructions as written where a view is strided, dx's rows overlap dy's, or the tiles'
+// valid regions are not those of a plain block (each the block's vr x vc).
+template <bool Stream, int R, int C>
+inline void layer_norm_grad_rows(GlobalView<float> gdx, GlobalView<float> gdy, Tile<float, R, C>& D,
+                                 Tile<float, R, C>& Z, Tile<float, R, C>& A, Tile<float, R, C>& G,
+                                 Tile<float, R, C>& B, const Tile<float, 1, C>& W, Tile<float, R, 1>& p,
+                                 Tile<float, R, 1>& q, const Tile<float, R, 1>& r, float n, float n2,
+                                 Tile<float, 1, C>* P1, Tile<float, 1, C>* C1, Tile<float, 1, C>* P2,
+                                 Tile<float, 1, C>* C2) {
+  using pto::detail::clamp0;
+  const int64_t vr = clamp0(gdy.vr, R), vc = clamp0(gdy.vc, C);
+  const int64_t wr = pto::detail::imin(clamp0(gdx.vr, R), vr), wc = pto::detail::imin(clamp0(gdx.vc, C), vc);
+  auto acc_ok = [&](const Tile<float, 1, C>* c) { return !c || (c->vr >= 1 && c->vc >= vc); };
+  const bool fast = gdy.cs == 1 && gdx.cs == 1 && vr > 0 && vc > 0 && (wc == vc || wr == 0) &&
+                    detail::rowwise_safe(gdx, gdy, R, C) && Z.vr == vr && Z.vc == vc && W.vr >= 1 &&
+                    W.vc >= vc && r.vr >= vr && acc_ok(C1) && acc_ok(C2);
+  if (!fast) {
+    TLOAD(D, gdy);
+    TMUL(A, D, Z);
+    TMUL(G, D, W);
+    TMUL(B, G, Z);
+    TROWSUM(p, B);
+    TDIV(p, p, n);
+    TMUL(Z, Z, p);
+    TROWSUM(q, G);
+    TDIV(q, q, n2);
+    TSUB(G, G, q);
+    TSUB(G, G, Z);
+    TMUL(G, G, r);
+    if constexpr (Stream)
+      TSTORE(gdx, G, kStream);
+    else
+      TSTORE(gdx, G);
+    if (P1) TCOLSUM(*P1, A), TADD(*C1, *C1, *P1);
+    if (P2) TCOLSUM(*P2, D), TADD(*C2, *C2, *P2);
+    return;
+  }
+  float* const p1 = P1 ? P1->data : nullptr;
+  float* const p2 = P2 ? P2->data : nullptr;
+  for (int64_t i = 0; i < vr; ++i) {
+    const float* dy = gdy.ptr + i * gdy.rs;
+    const float* z = Z.data + i * C;
+    float sgz, sg;
+    detail::ln_grad_sums(dy, z, W.data, vc, i == 0, i == vr - 1, p1, C1 ? C1->data : nullptr, p2,
+                         C2 ? C2->data : nullptr, &sgz, &sg);
+    p.data[i] = elem::div(sgz, n);
+    q.data[i] = elem::div(sg, n2);
+    if (i < wr)
+      detail::ln_grad_dx<Stream>(gdx.ptr + i * gdx.rs, dy, z, W.data, vc, p.data[i], q.data[i], r.data[i]);
+  }
+  if constexpr (Stream) pto::detail::stream_fence();
+  // The valid regions the instructions would give (the tiles themselves are dead).
+  D.vr = Z.vr = A.vr = G.vr = B.vr = p.vr = q.vr = int(vr);
+  D.vc = Z.vc = A.vc = G.vc = B.vc = int(vc);
+  p.vc = q.vc = 1;
+  Tile<float, 1, C>* const sums[] = {P1, C1, P2, C2};
+  for (Tile<float, 1, C>* t : sums)
+    if (t) t->vr = 1, t->vc = int(vc);
+}
+
+}  // namespace fused
+}  // namespace pto

@@ -517,7 +517,8 @@ inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<bf16_t
   lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, false);
 }
 template <class D>
-inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<bf16_t> a, GlobalView<bf16_t> b) {
+inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<bf16_t> a,
+                        GlobalView<bf16_t> b) {
   lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, true);
 }
 template <class D>

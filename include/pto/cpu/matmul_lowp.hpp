@@ -202,7 +202,8 @@ struct PackedOperands {
       G::pack_a(a.p + rp.row(i) * a.rs, a.rs, a.cs, rp.rows(i, m), k, ap + i * G::MR * kd);
     for (int64_t j = j0; j < j1; ++j) {
       const int64_t c = j * G::NR;
-      G::pack_b(b.p + c * b.cs, b.rs, b.cs, k, detail::imin(G::NR, n - c), bp + (j - b_first) * G::b_panel(k));
+      G::pack_b(b.p + c * b.cs, b.rs, b.cs, k, detail::imin(G::NR, n - c),
+                bp + (j - b_first) * G::b_panel(k));
     }
   }
   // Items [begin, end) of the pool's packing loop over count() items: the same share of A's
@@ -219,8 +220,7 @@ struct PackedOperands {
   void multiply(int64_t i0, int64_t i1, int64_t j0, int64_t j1, D* c, int64_t ldc, bool acc) const {
     constexpr int MR = G::MR, NR = G::NR;
     const int64_t kd = G::depth(k), bpn = G::b_panel(k);
-    const int64_t block =
-        detail::imax(1, kPackedBBlockBytes / (bpn * int64_t(sizeof(typename G::PB))));
+    const int64_t block = detail::imax(1, kPackedBBlockBytes / (bpn * int64_t(sizeof(typename G::PB))));
     for (int64_t jb = j0; jb < j1; jb += block) {
       const int64_t je = detail::imin(j1, jb + block);
       for (int64_t i = i0; i < i1; ++i) {
@@ -324,8 +324,15 @@ inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, 
   }
   // Small products: one thread (waking the pool costs more than it saves).
   if (2.0 * double(M) * double(N) * double(K) < 4e6) pf = nullptr;
-  PackedOperands<G> o{M, N, K, {a.ptr, a.rs, a.cs}, {b.ptr, b.rs, b.cs}, RowPanels(M, G::MR),
-                      (N + G::NR - 1) / G::NR, nullptr, nullptr};
+  PackedOperands<G> o{M,
+                      N,
+                      K,
+                      {a.ptr, a.rs, a.cs},
+                      {b.ptr, b.rs, b.cs},
+                      RowPanels(M, G::MR),
+                      (N + G::NR - 1) / G::NR,
+                      nullptr,
+                      nullptr};
   const int64_t a_elems = o.rp.count * G::MR * G::depth(K), b_elems = o.col_panels * G::b_panel(K);
   const double bytes = double(a_elems) * sizeof(typename G::PA) + double(b_elems) * sizeof(typename G::PB);
   if (bytes > double(kPackedWholeBytes)) {

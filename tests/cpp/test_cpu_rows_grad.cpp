@@ -3,7 +3,8 @@
 // layer_norm_grad_rows computes what its instruction run computes, bit for bit: over several row
 // blocks accumulating the column sums, with and without each column sum, a ragged last block,
 // odd widths, streaming stores to an unaligned row stride, dx with fewer rows than dy, inf / NaN
-// rows, and the fallbacks (a column-strided view, dx overlapping dy, a narrower weight).
+// rows, dx added to a gradient summed so far, and the fallbacks (a column-strided view, dx overlapping dy, a
+// narrower weight).
 #include "gtest/gtest.h"
 #include "test_run_capture.h"
 
@@ -33,7 +34,7 @@ struct Grad {
 // ldo, dx_rows of each block's rows); cs: which column sums (bit 0: dw, bit 1: db).
 template <int R, int C, bool Stream>
 static void run(int rows, int cols, int ld, int ldo, int dx_rows_cut, int cs, int kind, int w_cols, bool overlap,
-                bool strided) {
+                bool strided, bool adds = false) {
   std::mt19937 rng(rows * 131 + cols * 7 + cs + kind);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   std::vector<float> dy(size_t(rows) * ld + 64), xh(size_t(rows) * C), rr(rows);
@@ -58,7 +59,7 @@ static void run(int rows, int cols, int ld, int ldo, int dx_rows_cut, int cs, in
   }
   for (int k = 0; k < 2; ++k) {
     float* out = outbuf[k] + 1;  // one float past a 64-byte boundary
-    for (int i = 0; i < 64 * 512 + 63; ++i) out[i] = -7.0f;
+    for (int i = 0; i < 64 * 512 + 63; ++i) out[i] = adds ? 0.001f * float(i % 4001) - 2.0f : -7.0f;
   }
   for (int r0 = 0; r0 < rows; r0 += R) {
     const int vr = rows - r0 < R ? rows - r0 : R;
@@ -79,17 +80,20 @@ static void run(int rows, int cols, int ld, int ldo, int dx_rows_cut, int cs, in
       auto gdy = strided ? gview(tr.data() + r0, int64_t(1), int64_t(rows), int64_t(vr), int64_t(cols))
                          : gview(dyk.data() + size_t(r0) * ld, int64_t(ld), int64_t(1), int64_t(vr), int64_t(cols));
       const float n = float(cols);
+      Tile<float, R, C> e;
       if (k == 0) {
         TLOAD(s.d, gdy); TMUL(s.a, s.d, s.z); TMUL(s.g, s.d, w); TMUL(s.b, s.g, s.z); TROWSUM(s.p, s.b);
         TDIV(s.p, s.p, n); TMUL(s.z, s.z, s.p); TROWSUM(s.q, s.g); TDIV(s.q, s.q, n); TSUB(s.g, s.g, s.q);
         TSUB(s.g, s.g, s.z); TMUL(s.g, s.g, r1);
+        if (adds) TLOAD(e, gdx), TADD(s.g, e, s.g);
         if (Stream) TSTORE(gdx, s.g, kStream); else TSTORE(gdx, s.g);
         if (cs & 1) TCOLSUM(s.p1, s.a), TADD(s.c1, s.c1, s.p1);
         if (cs & 2) TCOLSUM(s.p2, s.d), TADD(s.c2, s.c2, s.p2);
       } else {
         fused::layer_norm_grad_rows<Stream>(gdx, gdy, s.d, s.z, s.a, s.g, s.b, w, s.p, s.q, r1, n, n,
                                             cs & 1 ? &s.p1 : nullptr, cs & 1 ? &s.c1 : nullptr,
-                                            cs & 2 ? &s.p2 : nullptr, cs & 2 ? &s.c2 : nullptr);
+                                            cs & 2 ? &s.p2 : nullptr, cs & 2 ? &s.c2 : nullptr,
+                                            adds ? gdx : GlobalView<float>{}, adds ? &e : nullptr);
       }
     }
     for (int r = 0; r < vr; ++r) {
@@ -120,7 +124,19 @@ int main() {
       run<4, 96, false>(16, 96, 96, 96, 0, cs, kind, 96, false, false);
     }
   run<3, 80, true>(9, 77, 80, 81, 1, 3, 0, 80, false, false);   // dx one row short, columns fewer than C
-  run<2, 64, false>(6, 64, 64, 64, 0, 3, 0, 64, false, true);   // column-strided dy: the fallback
+  run<2, 203, false>(7, 203, 211, 205, 0, 3, 0, 203, false, false, true);  // dx added to a sum so far
+  run<2, 203, true>(7, 203, 211, 205, 0, 1, 1, 203, false, false, true);
+  {  // absent tiles as literal nullptrs, as code generation writes them
+    Tile<float, 2, 8> t[6];
+    Tile<float, 1, 8> w;
+    Tile<float, 2, 1> p, q, r;
+    float buf[16] = {};
+    auto v = gview(buf, int64_t(8), int64_t(1), int64_t(0), int64_t(8));
+    fused::layer_norm_grad_rows<false>(v, v, t[0], t[1], t[2], t[3], t[4], w, p, q, r, 8.0f, 8.0f, nullptr, nullptr,
+                                       nullptr, nullptr, GlobalView<float>{}, nullptr);
+  }
+  run<2, 64, false>(6, 64, 64, 64, 0, 3, 0, 64, false, true, true);  // column-strided dy: the fallback
+  run<2, 64, false>(6, 64, 64, 64, 0, 3, 0, 64, false, true);
   run<2, 64, false>(6, 64, 64, 64, 0, 3, 0, 40, false, false);  // a narrower weight: the fallback
   run<2, 64, false>(4, 64, 64, 64, 0, 3, 0, 64, true, false);   // dx one row below dy: the fallback
   if (fails == 0) std::printf("OK\n");

@@ -2,6 +2,8 @@
 docs/isa.md §2, shared by the differential tests and the fuzz suite."""
 import numpy as np
 
+import pypto
+
 NP = {"f32": np.float32, "f64": np.float64, "i32": np.int32, "i64": np.int64, "bool": np.uint8, "i8": np.int8,
       "u8": np.uint8, "i16": np.int16}
 NARROW = ("i8", "u8", "i16")  # storage types: an instruction computes them in i32 and wraps the result
@@ -225,3 +227,11 @@ def program_text(dt):
     params += [f"%{o[0]}: {o[1]}[{o[2][0]}, {o[2][1]}] out" for o in outs]
     text = f"func @edge_{dt}({', '.join(params)}) {{\n" + "".join(f"  {line}\n" for line in body) + "}\n"
     return text, outs
+
+
+def run_both(text, args):
+    """The program `text` parsed, verified at tile level and run on the interpreter and the CPU
+    backend with the same inputs: {backend: {output: array}}."""
+    prog = pypto.isa.parse(text)
+    pypto.isa.verify(prog, level="tile")
+    return {bk: pypto.isa.run(prog, dict(args), backend=bk) for bk in ("interp", "cpu")}

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pypto
-from isa_edge_util import FLOATS, INTS, NARROW, NP, edge_array, sat_int, wrap
+from isa_edge_util import FLOATS, INTS, NARROW, NP, edge_array, run_both, sat_int, wrap
 from pypto_testutil import requires_compiler
 
 pytestmark = requires_compiler
@@ -175,11 +175,8 @@ def inputs(dt, seed):
 @pytest.mark.parametrize("dt", ["f32", "f64", "i32", "i64", "i8", "u8", "i16"])
 def test_layout_gather_scan_extremes_interp_cpu_numpy(dt, seed):
     text, outs = program_text(dt)
-    prog = pypto.isa.parse(text)
-    pypto.isa.verify(prog, level="tile")
     a, b, s, p = inputs(dt, seed)
-    args = {"a": a, "b": b, "igi": GI, "igj": GJ, "isi": SI, "isa": SA, "s": s, "p": p}
-    results = {bk: pypto.isa.run(prog, dict(args), backend=bk) for bk in ("interp", "cpu")}
+    results = run_both(text, {"a": a, "b": b, "igi": GI, "igj": GJ, "isi": SI, "isa": SA, "s": s, "p": p})
     ref = references(dt, a, b, s, p)
     failures = []
     for name, odt, shape in outs:

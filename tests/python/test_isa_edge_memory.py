@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import pypto
-from isa_edge_util import FLOATS, INTS, NP, edge_array, sat_int, wrap
+from isa_edge_util import FLOATS, INTS, NP, edge_array, run_both, sat_int, wrap
 from pypto_testutil import requires_compiler
 
 pytestmark = requires_compiler
@@ -150,11 +150,8 @@ def exact_values(x):
 @pytest.mark.parametrize("seed", range(2))
 def test_tload_tstore_conversions_interp_cpu_exact(seed):
     text, outs = conversion_program()
-    prog = pypto.isa.parse(text)
-    pypto.isa.verify(prog, level="tile")
     xs = conversion_inputs(seed)
-    args = {f"x_{s}": a for s, a in xs.items()}
-    results = {bk: pypto.isa.run(prog, dict(args), backend=bk) for bk in ("interp", "cpu")}
+    results = run_both(text, {f"x_{s}": a for s, a in xs.items()})
     failures = []
     for name, src, tile, glob in outs:
         vals = exact_values(xs[src])

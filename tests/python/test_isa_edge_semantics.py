@@ -12,9 +12,8 @@ import math
 import numpy as np
 import pytest
 
-import pypto
 from isa_edge_util import (COMPARE, FLOAT_BINARY, FLOAT_UNARY, FLOATS, INT_BINARY, INT_UNARY, INTS, NARROW, NP, C,
-                           R, edge_array, float_ref, int_ref, mismatch, program_text, sat_int, wrap)
+                           R, edge_array, float_ref, int_ref, mismatch, program_text, run_both, sat_int, wrap)
 
 RTOL = {"f32": {"interp": 2e-6, "cpu": 1e-5}, "f64": {"interp": 1e-12, "cpu": 1e-12}}
 
@@ -82,10 +81,8 @@ def inputs(dt, seed):
 @pytest.mark.parametrize("dt", ["f32", "f64", "i32", "i64", "i8", "u8", "i16"])
 def test_edge_semantics_interp_cpu_numpy(dt, seed):
     text, outs = program_text(dt)
-    prog = pypto.isa.parse(text)
-    pypto.isa.verify(prog, level="tile")
     a, b = inputs(dt, seed)
-    results = {bk: pypto.isa.run(prog, {"a": a, "b": b}, backend=bk) for bk in ("interp", "cpu")}
+    results = run_both(text, {"a": a, "b": b})
     failures = []
     for out in outs:
         name, odt, shape, kind, op, extra = out
@@ -244,12 +241,10 @@ def more_reference(name, a, b, dt):
 @pytest.mark.parametrize("dt", ["f32", "f64", "i32", "i64", "i8", "u8", "i16"])
 def test_more_element_instructions_extremes_interp_cpu_numpy(dt, seed):
     text, outs = more_program(dt)
-    prog = pypto.isa.parse(text)
-    pypto.isa.verify(prog, level="tile")
     a, b = inputs(dt, seed)
     if dt in INTS:
         b[1, :8] = np.array([-1, 0, 1, 7, 31, 32, 63, 64]).astype(NP[dt])  # shift counts at the widths
-    results = {bk: pypto.isa.run(prog, {"a": a, "b": b}, backend=bk) for bk in ("interp", "cpu")}
+    results = run_both(text, {"a": a, "b": b})
     failures = []
     for name, shape in outs:
         want = more_reference(name, a, b, dt)

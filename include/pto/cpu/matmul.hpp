@@ -1,19 +1,18 @@
 // Matrix multiply: gemm_f32 / gemm_sum_f32 on strided memory, MMATMUL / mmatmul_sum on global
 // views, and the tile instructions TMATMUL / _ACC / _BIAS.
 //
-// gemm_sum_f32 (a sum of products, one GEMM over the concatenated K) uses Goto-style blocking: B
-// is packed into kc x NR column panels (an L2-resident block of nc columns) and A into MR x kc row
-// panels (zero-padded, so edges need no special loop); an MR x NR register-blocked micro-kernel
-// written with GCC vector extensions accumulates with FMAs, one A panel (in L1) against every B
-// panel of the block. kc, mc and nc follow the L1d and L2 sizes the CPU reports (blocking()).
-// Products of few rows read B in place instead of packing it. Tile matmuls run the same
-// micro-kernel on the tiles in place (no packing), with compile-time strides. The vector width
-// and the MR x NR shape follow the SIMD level the kernel is compiled for (-march=native):
-//   AVX-512 (32 registers): 14 x 32    AVX/AVX2 (16): 6 x 16    SSE/NEON/other: 6 x 8
-// and a narrow MR_NARROW x kW tile serves products whose rows MR-row panels would pad (64 rows).
-// The PTO_GEMM_* macros override the register tile and the blocking (for tuning experiments).
+// gemm_sum_f32 (a sum of products, one GEMM over the concatenated K) uses Goto-style blocking
+// over the micro-kernel and packing loops of pto/cpu/gemm_kernel.hpp: B is packed into kc x NR
+// column panels (a block of up to nb columns and all of K, packed once and shared by the
+// threads) and A into MR x kc row panels (per thread; zero-padded, so edges need no special
+// loop); one A micro-panel (in L1) runs against each L2-sized piece (nc columns) of the block.
+// kc, mc and nc follow the L1d and L2 sizes the CPU reports (blocking()). Products of few rows
+// read B in place instead of packing it. Tile matmuls run the same micro-kernel on the tiles in
+// place (no packing), with compile-time strides. A narrow MR_NARROW x kW tile serves products
+// whose rows MR-row panels would pad (64 rows).
 #pragma once
 #include "pto/abi.h"
+#include "pto/cpu/gemm_kernel.hpp"
 #include "pto/cpu/matmul_bf16.hpp"
 #include "pto/cpu/matmul_int8.hpp"
 #include "pto/cpu/types.hpp"
@@ -33,248 +32,6 @@ PTO_INLINE void for_pairs(F& f, A a, B b, R... rest) {
   for_pairs(f, rest...);
 }
 }  // namespace detail
-
-namespace gemm {
-
-#if defined(__AVX512F__)
-constexpr int kW = 16;  // floats per vector register
-#ifndef PTO_GEMM_MR
-#define PTO_GEMM_MR 14
-#endif
-#ifndef PTO_GEMM_NV
-#define PTO_GEMM_NV 2
-#endif
-#elif defined(__AVX__)
-constexpr int kW = 8;
-#ifndef PTO_GEMM_MR
-#define PTO_GEMM_MR 6
-#endif
-#ifndef PTO_GEMM_NV
-#define PTO_GEMM_NV 2
-#endif
-#else
-constexpr int kW = 4;
-#ifndef PTO_GEMM_MR
-#define PTO_GEMM_MR 6
-#endif
-#ifndef PTO_GEMM_NV
-#define PTO_GEMM_NV 2
-#endif
-#endif
-#if defined(PTO_GEMM_KC) || defined(PTO_GEMM_MC) || defined(PTO_GEMM_NC)
-#define PTO_GEMM_FIXED_BLOCKING 1  // an override: no blocking from the cache sizes
-#endif
-#ifndef PTO_GEMM_KC
-#define PTO_GEMM_KC 256
-#endif
-#ifndef PTO_GEMM_MC
-#define PTO_GEMM_MC 168
-#endif
-#ifndef PTO_GEMM_NC
-#define PTO_GEMM_NC 1024
-#endif
-
-constexpr int MR = PTO_GEMM_MR;
-constexpr int NV = PTO_GEMM_NV;
-constexpr int NR = NV * kW;
-// Fallback blocking, where the CPU reports no cache sizes (blocking() below).
-constexpr int64_t KC = PTO_GEMM_KC;
-constexpr int64_t MC = (PTO_GEMM_MC / MR) * MR;
-constexpr int64_t NC = (PTO_GEMM_NC / NR) * NR;
-
-typedef float vf __attribute__((vector_size(kW * 4)));                          // aligned loads
-typedef float vfu __attribute__((vector_size(kW * 4), aligned(4), may_alias));  // unaligned C
-
-// Per-thread packing buffers, grown on demand and kept for the next call. Kernels are built with
-// -fvisibility=hidden, which would give every loaded kernel library its own copy per thread; the
-// accessor is exported instead, so the dynamic linker unifies the thread-local object (a
-// GNU-unique symbol) across all kernels of a process. The inline namespace versions its layout.
-inline namespace abi_v1 {
-struct PackBuffers {
-  float* a = nullptr;
-  float* b = nullptr;
-  int64_t a_cap = 0, b_cap = 0;
-  ~PackBuffers() {
-    if (a) ::operator delete(a, std::align_val_t(64));
-    if (b) ::operator delete(b, std::align_val_t(64));
-  }
-  static float* grow(float*& p, int64_t& cap, int64_t n) {
-    if (n > cap) {
-      if (p) ::operator delete(p, std::align_val_t(64));
-      p = static_cast<float*>(::operator new(size_t(n) * sizeof(float), std::align_val_t(64)));
-      cap = n;
-    }
-    return p;
-  }
-};
-#if defined(__GNUC__) || defined(__clang__)
-__attribute__((visibility("default")))
-#endif
-inline PackBuffers& pack_buffers() {
-  static thread_local PackBuffers buf;
-  return buf;
-}
-}  // namespace abi_v1
-
-// Ap[panel][p][i] = A(i0+panel*MR+i, p0+p), rows past mc zero; panels are ldp deep (>= kc: a piece
-// of a deeper panel is packed at Ap + offset * MR). Writes run contiguously (the
-// MR row reads of each p hit MR streams, which the prefetchers follow): 3x faster than reading
-// rows contiguously and scattering the writes.
-template <int MR>
-inline void pack_a(int64_t mc, int64_t kc, const float* A, int64_t rs, int64_t cs, float* Ap, int64_t ldp) {
-  for (int64_t i0 = 0; i0 < mc; i0 += MR) {
-    const int64_t m = detail::imin(MR, mc - i0);
-    float* dst = Ap + i0 * ldp;
-    const float* src = A + i0 * rs;
-    if (m == MR) {
-      for (int64_t p = 0; p < kc; ++p)
-#pragma GCC unroll 32
-        for (int i = 0; i < MR; ++i) dst[p * MR + i] = src[i * rs + p * cs];
-    } else {
-      for (int64_t p = 0; p < kc; ++p)
-#pragma GCC unroll 32
-        for (int i = 0; i < MR; ++i) dst[p * MR + i] = i < m ? src[i * rs + p * cs] : 0.0f;
-    }
-  }
-}
-
-// Bp[panel][p][j] = B(p0+p, j0+panel*NR+j), columns past nc zero; panels are ldp deep.
-template <int NR>
-inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t cs, float* Bp, int64_t ldp) {
-  for (int64_t j0 = 0; j0 < nc; j0 += NR) {
-    const int64_t n = detail::imin(NR, nc - j0);
-    float* dst = Bp + j0 * ldp;
-    const float* src = B + j0 * cs;
-    if (cs == 1 && n == NR) {
-      for (int64_t p = 0; p < kc; ++p) __builtin_memcpy(dst + p * NR, src + p * rs, NR * sizeof(float));
-    } else if (rs == 1) {
-      // A transposed B (x @ W.T): each column of the panel is a contiguous row of W; read it in
-      // order (one stream per column) rather than gathering NR rows for every p, 16 rows of the
-      // panel at a time (their 16 x NR floats stay in L1 while every column writes into them).
-      for (int64_t p0 = 0; p0 < kc; p0 += 16) {
-        const int64_t p1 = detail::imin(kc, p0 + 16);
-        for (int64_t j = 0; j < NR; ++j) {
-          float* d = dst + j;
-          if (j < n) {
-            const float* s = src + j * cs;
-            for (int64_t p = p0; p < p1; ++p) d[p * NR] = s[p];
-          } else {
-            for (int64_t p = p0; p < p1; ++p) d[p * NR] = 0.0f;
-          }
-        }
-      }
-    } else {
-      // Edges and strided B (a transposed B reads down its columns, one cache line per column,
-      // and the next p reuses those lines).
-      for (int64_t p = 0; p < kc; ++p)
-#pragma GCC unroll 64
-        for (int j = 0; j < NR; ++j) dst[p * NR + j] = j < n ? src[p * rs + j * cs] : 0.0f;
-    }
-  }
-}
-
-// C[0:mr, 0:nr] (+)= A(M_ x kc) * B(kc x NV_*kW) with A(i,p) = a[i*AI + p*AP] and
-// B(p,j) = b[p*BP + j]: strides are template constants, so the same kernel reads packed panels
-// (AI=1, AP=M_, BP=NR) or tiles in place (AI = the tile's row stride, AP=1, BP = B's row stride)
-// with immediate address offsets.
-// With ROWS, B is read in place through a table of row addresses: B(p,j) = brow[p][j] (b unused).
-// On the last k block, `bias` (the tile's first column of a row vector, or null) and `relu` finish
-// each element as it is stored: c = relu(c + bias[j]) (pto/elem.hpp's add and relu, in that order,
-// as the separate pass over C would compute them).
-template <int M_, int NV_, int64_t AI, int64_t AP, int64_t BP, bool ROWS = false>
-PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const float* PTO_RESTRICT b,
-                             float* PTO_RESTRICT c, int64_t ldc, bool acc, int64_t mr, int64_t nr,
-                             const float* const* brow = nullptr, int64_t bcol = 0,
-                             const float* bias = nullptr, bool relu = false) {
-  constexpr int N_ = NV_ * kW;
-  vf r[M_][NV_];
-#pragma GCC unroll 32
-  for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 8
-    for (int v = 0; v < NV_; ++v) r[i][v] = vf{};
-  auto step = [&](int64_t p) __attribute__((always_inline)) {
-    vf bv[NV_];
-#pragma GCC unroll 8
-    for (int v = 0; v < NV_; ++v) {
-      if constexpr (ROWS)
-        __builtin_memcpy(&bv[v], brow[p] + bcol + v * kW, sizeof(vf));
-      else
-        __builtin_memcpy(&bv[v], b + p * BP + v * kW, sizeof(vf));
-    }
-#pragma GCC unroll 32
-    for (int i = 0; i < M_; ++i) {
-      const float ai = a[i * AI + p * AP];
-#pragma GCC unroll 8
-      for (int v = 0; v < NV_; ++v) r[i][v] += bv[v] * ai;
-    }
-  };
-  // The C tile is needed only after the k loop: start fetching its lines now.
-#pragma GCC unroll 32
-  for (int i = 0; i < M_; ++i) {
-    __builtin_prefetch(c + i * ldc, 1);
-    __builtin_prefetch(c + i * ldc + N_ - 1, 1);
-  }
-  for (int64_t p = 0; p < kc; ++p) step(p);
-  if (mr == M_ && nr == N_) {
-    // Two loops, not `acc ? *cp + r : r`: the select may be compiled to an add of the old C and a
-    // blend, and a destination not yet written (uninitialised memory) holds denormals often
-    // enough (pointer bits) that the assists cost more than the whole product.
-    auto store = [&](auto finish) __attribute__((always_inline)) {
-      if (acc) {
-#pragma GCC unroll 32
-        for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 8
-          for (int v = 0; v < NV_; ++v) {
-            vfu* cp = reinterpret_cast<vfu*>(c + i * ldc + v * kW);
-            *cp = finish(*cp + r[i][v], v);
-          }
-      } else {
-#pragma GCC unroll 32
-        for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 8
-          for (int v = 0; v < NV_; ++v) *reinterpret_cast<vfu*>(c + i * ldc + v * kW) = finish(r[i][v], v);
-      }
-    };
-    if (bias || relu) {
-      vf bv[NV_];
-#pragma GCC unroll 8
-      for (int v = 0; v < NV_; ++v) {
-        bv[v] = vf{};
-        if (bias) __builtin_memcpy(&bv[v], bias + v * kW, sizeof(vf));
-      }
-      store([&](vf x, int v) __attribute__((always_inline)) {
-        if (bias) x = x + bv[v];
-        return relu ? (x < vf{} ? vf{} : x) : x;  // elem::relu
-      });
-    } else {
-      store([](vf x, int) __attribute__((always_inline)) { return x; });
-    }
-  } else {
-    alignas(64) float tmp[M_ * N_];
-#pragma GCC unroll 32
-    for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 8
-      for (int v = 0; v < NV_; ++v) __builtin_memcpy(tmp + i * N_ + v * kW, &r[i][v], sizeof(vf));
-    for (int64_t i = 0; i < mr; ++i)
-      for (int64_t j = 0; j < nr; ++j) {
-        float x = acc ? c[i * ldc + j] + tmp[i * N_ + j] : tmp[i * N_ + j];
-        if (bias) x = elem::add(x, bias[j]);
-        if (relu) x = elem::relu(x);
-        c[i * ldc + j] = x;
-      }
-  }
-}
-
-// Row-panel height for a tile of R rows read in place: a divisor of R near MR (no ragged
-// panel when the tile is full), else MR.
-constexpr int tile_mr(int R) {
-  if (R <= MR) return R;
-  for (int m = MR; m >= (MR + 1) / 2; --m)
-    if (R % m == 0) return m;
-  return MR;
-}
-
-}  // namespace gemm
 
 namespace gemm {
 // One product of a sum C = sum_t A_t * B_t: A_t is M x k with element (i,p) at a[i*a_rs + p*a_cs],
@@ -316,9 +73,10 @@ inline void for_each_k_piece(const Term* t, int nt, int64_t pc, int64_t kc, F&& 
   }
 }
 
-// Cache blocking: kc rows of K per packed panel, mc rows of A and nc columns of B per block.
+// Cache blocking: kc rows of K per packed panel, mc rows of A per packed block, nb columns of B
+// per packed block (shared by the threads), walked in L2-sized pieces of nc columns.
 struct Blocking {
-  int64_t kc = KC, mc = MC, nc = NC;
+  int64_t kc = KC, mc = MC, nc = NC, nb = NB;
 };
 
 // The per-core L1 data and L2 cache sizes the CPU reports (CPUID leaf 4 on Intel, 0x8000001D on
@@ -354,9 +112,11 @@ inline CacheSizes query_cache_sizes() {
 }
 
 // Blocking from the cache sizes, in the proportions tuned on a Zen 4 core (32 KiB L1d, 1 MiB L2:
-// kc 256, nc 1024, mc 168): a kc-deep B micro-panel (kc x 32 floats) fills L1, the packed B block
-// (kc x nc) fills L2 (it is read back from L2 once per A micro-panel), the packed A block (mc x kc)
-// a sixth of it. Without a reported size, or with PTO_GEMM_* overrides, the constants above.
+// kc 256, nc 512, mc 168): a kc-deep A micro-panel (14 x kc floats) stays in L1 while a kc x nc
+// piece of the packed B block streams from L2, where it takes half (the whole L2 measured 5%
+// slower: the A block, C lines and the next piece evict it); the packed A block (mc x kc) a sixth.
+// The packed B block (kc x nb, 4 MiB) lives in L3. Without a reported size, or with PTO_GEMM_*
+// overrides, the constants in gemm_kernel.hpp.
 inline Blocking blocking() {
   static const Blocking bk = [] {
     Blocking r;
@@ -364,7 +124,7 @@ inline Blocking blocking() {
     const CacheSizes cs = query_cache_sizes();
     if (cs.l1d >= 8192 && cs.l2 >= 131072) {
       r.kc = detail::imin(512, detail::imax(128, cs.l1d / 128 / 16 * 16));
-      r.nc = detail::imin(4096, detail::imax(256, cs.l2 / (r.kc * 4) / NR * NR));
+      r.nc = detail::imin(4096, detail::imax(256, cs.l2 / (r.kc * 4 * 2) / NR * NR));
       r.mc = detail::imin(512, detail::imax(2 * MR, cs.l2 / (r.kc * 4 * 6) / MR * MR));
     }
 #endif
@@ -410,11 +170,89 @@ inline void gemm_sum_rows_f32(int64_t M, int64_t N, const Term* t, int nt, int64
   }
 }
 
+// One nb-column block of gemm_sum_f32 (columns jc of the concatenated B, all of K): B packed by
+// all threads together (pack_b_panels), then read by all of them, each for its own rows of C
+// (multiply_rows). One packed copy serves every thread: packing B per thread cost each thread all
+// of B's packing and kept a copy per thread in the shared L3.
+template <int TM, int TNV>
+struct ColumnBlock {
+  int64_t M, K;
+  const Term* t;
+  int nt;
+  float* C;
+  int64_t ldc;
+  bool accumulate;
+  Epilogue epi;
+  int64_t kb, mb, nb;  // rows of K per slice, rows of A per packed block, columns per L2 piece
+  float* Bp;           // the packed block: per kb-deep slice of K, panels of TNV*kW columns
+  int64_t jc = 0, nc = 0;
+  int64_t slice_stride() const { return (nc + TNV * kW - 1) / (TNV * kW) * (TNV * kW); }
+};
+
+// Column panels [begin, end) of the block's B, every slice of K, into the shared packed block.
+template <int TM, int TNV>
+inline void pack_b_panels(void* ctx, int64_t begin, int64_t end) {
+  constexpr int TNR = TNV * kW;
+  const ColumnBlock<TM, TNV>& s = *static_cast<const ColumnBlock<TM, TNV>*>(ctx);
+  const int64_t j0 = begin * TNR, j1 = detail::imin(end * TNR, s.nc);
+  if (j0 >= j1) return;
+  for (int64_t pc = 0; pc < s.K; pc += s.kb) {
+    const int64_t kc = detail::imin(s.kb, s.K - pc);
+    float* slice = s.Bp + pc * s.slice_stride() + j0 * kc;
+    for_each_k_piece(s.t, s.nt, pc, kc, [&](const Term& u, int64_t p0, int64_t off, int64_t len) {
+      pack_b<TNR>(len, j1 - j0, u.b + p0 * u.b_rs + (s.jc + j0) * u.b_cs, u.b_rs, u.b_cs, slice + off * TNR, kc);
+    });
+  }
+}
+
+// Row tiles [begin, end) (TM rows each) of C against the block's packed B: for each slice of K, A
+// packed per mc x kc block into this thread's buffer; one A micro-panel (L1) against each
+// nc-column piece of B (L2).
+template <int TM, int TNV>
+inline void multiply_rows(void* ctx, int64_t begin, int64_t end) {
+  constexpr int TNR = TNV * kW;
+  const ColumnBlock<TM, TNV>& s = *static_cast<const ColumnBlock<TM, TNV>*>(ctx);
+  const int64_t r0 = begin * TM, r1 = detail::imin(end * TM, s.M);
+  if (r0 >= r1) return;
+  const Epilogue& epi = s.epi;
+  PackBuffers& buf = pack_buffers();
+  float* Ap = PackBuffers::grow(buf.a, buf.a_cap,
+                                detail::imin(s.kb, s.K) * detail::imin(s.mb, (r1 - r0 + TM - 1) / TM * TM));
+  for (int64_t pc = 0; pc < s.K; pc += s.kb) {
+    const int64_t kc = detail::imin(s.kb, s.K - pc);
+    const bool acc = s.accumulate || pc > 0;
+    const float* slice = s.Bp + pc * s.slice_stride();
+    for (int64_t ic = r0; ic < r1; ic += s.mb) {
+      const int64_t mc = detail::imin(s.mb, r1 - ic);
+      for_each_k_piece(s.t, s.nt, pc, kc, [&](const Term& u, int64_t p0, int64_t off, int64_t len) {
+        pack_a<TM>(mc, len, u.a + ic * u.a_rs + p0 * u.a_cs, u.a_rs, u.a_cs, Ap + off * TM, kc);
+      });
+      for (int64_t jb = 0; jb < s.nc; jb += s.nb) {
+        const int64_t je = detail::imin(s.nc, jb + s.nb);
+        for (int64_t ir = 0; ir < mc; ir += TM) {
+          const int64_t mr = detail::imin(TM, mc - ir);
+          for (int64_t jr = jb; jr < je; jr += TNR) {
+            const int64_t j = s.jc + jr;
+            micro_kernel<TM, TNV, 1, TM, TNR>(kc, Ap + ir * kc, slice + jr * kc, s.C + (ic + ir) * s.ldc + j, s.ldc,
+                                              acc, mr, detail::imin(TNR, s.nc - jr), nullptr, 0,
+                                              epi.bias_at(pc + kc, s.K, j), epi.relu_at(pc + kc, s.K));
+          }
+        }
+      }
+    }
+  }
+}
+
 // C(M x N, row stride ldc, unit column stride) = (or +=) sum of the nt terms' products, with a
-// TM x TNV*kW register tile. Single-threaded; callers parallelise over blocks of C.
+// TM x TNV*kW register tile, on the pool `pf` (nullptr: this thread only). Goto-style loops: for
+// each nb-column block of B, all of its kc-deep slices are packed once (by all threads), then
+// every thread multiplies its rows of C against them: two parallel loops per block, whose joins
+// are the barriers between packing the block and reading it, and between reading it and packing
+// the next (few joins: a barrier per slice cost 2x under an oversubscribed CPU).
 template <int TM = MR, int TNV = NV>
 inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, int64_t ldc, bool accumulate,
-                         const Blocking& bk = Blocking{}, const Epilogue& epi = Epilogue{}) {
+                         const Blocking& bk = Blocking{}, const Epilogue& epi = Epilogue{},
+                         pto_parallel_for_fn pf = nullptr) {
   constexpr int TNR = TNV * kW;
   if (M <= 0 || N <= 0) return;
   int64_t K = 0;
@@ -430,12 +268,9 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
     return;
   }
   const int64_t KB = bk.kc, MB = detail::imax(TM, bk.mc / TM * TM), NB = detail::imax(TNR, bk.nc / TNR * TNR);
+  int64_t NBB = detail::imax(NB, bk.nb / TNR * TNR);
   PackBuffers& buf = pack_buffers();
   const int64_t kc_max = K < KB ? K : KB;
-  const int64_t nc_max = ((N < NB ? N : NB) + TNR - 1) / TNR * TNR;
-  const int64_t mc_max = ((M < MB ? M : MB) + TM - 1) / TM * TM;
-  float* Bp = PackBuffers::grow(buf.b, buf.b_cap, kc_max * nc_max);
-  float* Ap = PackBuffers::grow(buf.a, buf.a_cap, kc_max * mc_max);
   // Few rows (at most 4 register tiles) and B rows contiguous: B is read in place through a table
   // of row addresses instead of packed, since each packed element would be used only M times (a
   // convolution's taps: 64 output channels, 3136 pixels; 11% faster). Not where the row stride is
@@ -443,31 +278,28 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
   // slower at a 16 KiB stride).
   bool in_place = M <= 4 * TM && kc_max <= 512;
   for (int i = 0; i < nt; ++i) in_place = in_place && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
-  if (in_place) return gemm_sum_rows_f32<TM, TNV>(M, N, t, nt, K, C, ldc, accumulate, Ap, Bp, KB, NB, epi);
-  for (int64_t jc = 0; jc < N; jc += NB) {
-    const int64_t nc = N - jc < NB ? N - jc : NB;
-    for (int64_t pc = 0; pc < K; pc += KB) {
-      const int64_t kc = K - pc < KB ? K - pc : KB;
-      const bool acc = accumulate || pc > 0;
-      for_each_k_piece(t, nt, pc, kc, [&](const Term& s, int64_t p0, int64_t off, int64_t len) {
-        pack_b<TNR>(len, nc, s.b + p0 * s.b_rs + jc * s.b_cs, s.b_rs, s.b_cs, Bp + off * TNR, kc);
-      });
-      for (int64_t ic = 0; ic < M; ic += MB) {
-        const int64_t mc = M - ic < MB ? M - ic : MB;
-        for_each_k_piece(t, nt, pc, kc, [&](const Term& s, int64_t p0, int64_t off, int64_t len) {
-          pack_a<TM>(mc, len, s.a + ic * s.a_rs + p0 * s.a_cs, s.a_rs, s.a_cs, Ap + off * TM, kc);
-        });
-        // A micro-panel (L1) outer, B panels (L2) inner.
-        for (int64_t ir = 0; ir < mc; ir += TM) {
-          const int64_t mr = mc - ir < TM ? mc - ir : TM;
-          for (int64_t jr = 0; jr < nc; jr += TNR) {
-            const int64_t nr = nc - jr < TNR ? nc - jr : TNR;
-            micro_kernel<TM, TNV, 1, TM, TNR>(kc, Ap + ir * kc, Bp + jr * kc, C + (ic + ir) * ldc + jc + jr,
-                                              ldc, acc, mr, nr, nullptr, 0, epi.bias_at(pc + kc, K, jc + jr),
-                                              epi.relu_at(pc + kc, K));
-          }
-        }
-      }
+  if (in_place) {
+    const int64_t nc_max = ((N < NB ? N : NB) + TNR - 1) / TNR * TNR;
+    float* Bp = PackBuffers::grow(buf.b, buf.b_cap, kc_max * nc_max);
+    float* Ap = PackBuffers::grow(buf.a, buf.a_cap, kc_max * ((M + TM - 1) / TM * TM));
+    return gemm_sum_rows_f32<TM, TNV>(M, N, t, nt, K, C, ldc, accumulate, Ap, Bp, KB, NB, epi);
+  }
+  // The packed block holds all of K: at most 8 Mi floats (32 MiB), fewer columns for a deep K.
+  NBB = detail::imax(NB, detail::imin(NBB, (int64_t(8) << 20) / K / TNR * TNR));
+  const int64_t nbb_max = ((N < NBB ? N : NBB) + TNR - 1) / TNR * TNR;
+  float* Bp = PackBuffers::grow(buf.b, buf.b_cap, K * nbb_max);
+  ColumnBlock<TM, TNV> s{M, K, t, nt, C, ldc, accumulate, epi, KB, MB, NB, Bp};
+  const int64_t row_tiles = (M + TM - 1) / TM;
+  for (int64_t jc = 0; jc < N; jc += NBB) {
+    s.jc = jc;
+    s.nc = N - jc < NBB ? N - jc : NBB;
+    const int64_t panels = (s.nc + TNR - 1) / TNR;
+    if (pf) {
+      pf(panels, &pack_b_panels<TM, TNV>, &s);
+      pf(row_tiles, &multiply_rows<TM, TNV>, &s);
+    } else {
+      pack_b_panels<TM, TNV>(&s, 0, panels);
+      multiply_rows<TM, TNV>(&s, 0, row_tiles);
     }
   }
 }
@@ -495,14 +327,14 @@ constexpr int MR_NARROW = 8;
 constexpr int64_t padded_rows(int64_t m, int tm) { return (m + tm - 1) / tm * tm; }
 constexpr bool use_narrow_tile(int64_t M) { return padded_rows(M, MR_NARROW) * 32 < padded_rows(M, MR) * 31; }
 
-// One thread's share of a sum: gemm_sum_f32 with the register tile chosen for its rows and the
-// blocking from the cache sizes.
-inline void gemm_share_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, int64_t ldc, bool acc,
-                           bool narrow, const Epilogue* epi) {
+// A sum on the pool `pf` (nullptr: this thread only): gemm_sum_f32 with the register tile chosen
+// for its rows and the blocking from the cache sizes.
+inline void gemm_share_f32(pto_parallel_for_fn pf, int64_t M, int64_t N, const Term* t, int nt, float* C,
+                           int64_t ldc, bool acc, bool narrow, const Epilogue* epi) {
   if (narrow)
-    gemm_sum_f32<MR_NARROW, 1>(M, N, t, nt, C, ldc, acc, blocking(), *epi);
+    gemm_sum_f32<MR_NARROW, 1>(M, N, t, nt, C, ldc, acc, blocking(), *epi, pf);
   else
-    gemm_sum_f32<MR, NV>(M, N, t, nt, C, ldc, acc, blocking(), *epi);
+    gemm_sum_f32<MR, NV>(M, N, t, nt, C, ldc, acc, blocking(), *epi, pf);
 }
 }  // namespace gemm
 }  // namespace pto
@@ -512,16 +344,14 @@ inline void gemm_share_f32(int64_t M, int64_t N, const Term* t, int nt, float* C
 // its own (PTO_SHARED_GEMM_DEFINE), loaded before kernels built with PTO_SHARED_GEMM, which call
 // it instead of instantiating it. Exports and other builds keep it inline.
 #if defined(PTO_SHARED_GEMM) || defined(PTO_SHARED_GEMM_DEFINE)
-extern "C" __attribute__((visibility("default"))) void pto_shared_gemm_f32(int64_t M, int64_t N,
-                                                                           const pto::gemm::Term* t, int nt,
-                                                                           float* C, int64_t ldc, bool acc,
-                                                                           bool narrow,
-                                                                           const pto::gemm::Epilogue* epi);
+extern "C" __attribute__((visibility("default"))) void pto_shared_gemm_f32(
+    pto_parallel_for_fn pf, int64_t M, int64_t N, const pto::gemm::Term* t, int nt, float* C, int64_t ldc, bool acc,
+    bool narrow, const pto::gemm::Epilogue* epi);
 #endif
 #if defined(PTO_SHARED_GEMM_DEFINE)
-extern "C" void pto_shared_gemm_f32(int64_t M, int64_t N, const pto::gemm::Term* t, int nt, float* C,
-                                    int64_t ldc, bool acc, bool narrow, const pto::gemm::Epilogue* epi) {
-  pto::gemm::gemm_share_f32(M, N, t, nt, C, ldc, acc, narrow, epi);
+extern "C" void pto_shared_gemm_f32(pto_parallel_for_fn pf, int64_t M, int64_t N, const pto::gemm::Term* t, int nt,
+                                    float* C, int64_t ldc, bool acc, bool narrow, const pto::gemm::Epilogue* epi) {
+  pto::gemm::gemm_share_f32(pf, M, N, t, nt, C, ldc, acc, narrow, epi);
 }
 #endif
 
@@ -560,13 +390,14 @@ inline void run_share(void* ctx, int64_t begin, int64_t end) {
   float* c = s.split_n ? s.C + r0 : s.C + r0 * s.ldc;
   Epilogue epi = s.epi;
   if (s.split_n && epi.bias) epi.bias += r0;
-  PTO_GEMM_SHARE_F32(m, n, t, s.nt, c, s.ldc, s.acc, s.narrow, &epi);
+  PTO_GEMM_SHARE_F32(nullptr, m, n, t, s.nt, c, s.ldc, s.acc, s.narrow, &epi);
 }
 
-// dst = (or +=) the sum of the nt products on global memory (M x N = dst's region), split across
-// the pool `pf` (nullptr: one thread) into one contiguous share of rows (or, for a wide and short
-// product, columns) per thread; each thread packs each B (or A) block once and reuses it across
-// its whole share. A strided destination (rare: a transposed output view) takes plain loops.
+// dst = (or +=) the sum of the nt products on global memory (M x N = dst's region) on the pool `pf`
+// (nullptr: one thread). Products with more rows than columns share each packed B block between
+// the threads, each computing its rows of C (gemm_sum_f32); wide and short ones (and those of a
+// few row tiles) are split into one contiguous share of columns (rows) per thread, each packing
+// its own. A strided destination (rare: a transposed output view) takes plain loops.
 inline void mmatmul_sum_f32(pto_parallel_for_fn pf, float* C, int64_t ldc, int64_t ldc_c, int64_t M,
                             int64_t N, const Term* t, int nt, bool acc, const Epilogue& epi = Epilogue{}) {
   if (M <= 0 || N <= 0) return;
@@ -595,6 +426,7 @@ inline void mmatmul_sum_f32(pto_parallel_for_fn pf, float* C, int64_t ldc, int64
   for (int i = 0; i < nt; ++i) flops += 2.0 * double(M) * double(N) * double(t[i].k);
   // Small products: one thread (waking the pool costs more than it saves).
   if (pf == nullptr || items < 2 || flops < 4e6) return run_share(&s, 0, items);
+  if (!s.split_n && items > 4) return PTO_GEMM_SHARE_F32(pf, M, N, t, nt, C, ldc, acc, s.narrow, &epi);
   pf(items, &run_share, &s);
 }
 

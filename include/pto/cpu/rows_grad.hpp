@@ -6,9 +6,12 @@
 //   TMUL A, D, Z            dy * xhat (for dw)            TSUB G, G, q
 //   TMUL G, D, W            dy * w                        TSUB G, G, Z
 //   TMUL B, G, Z            TROWSUM p, B; TDIV p, p, n    TMUL G, G, r   (r: the forward's rstd)
-//   TMUL Z, Z, p                                          TSTORE gdx, G
+//   TMUL Z, Z, p                                          [TLOAD E, gadd; TADD G, E, G]
+//                                                         TSTORE gdx, G
 //   then, each optional: TCOLSUM P1, A; TADD C1, C1, P1 and TCOLSUM P2, D; TADD C2, C2, P2
-//   (the weight's and the bias's gradients, accumulated over the row nest's blocks).
+//   (the weight's and the bias's gradients, accumulated over the row nest's blocks). The
+//   bracketed pair, also optional, adds dx to a gradient summed so far (a residual's: gadd is
+//   then gdx itself).
 //
 // Instead of one pass over the block per instruction (each tile 2 x 4096 floats, in L2), each
 // row of dy is read in place twice (the row sums, then dx), dx is written once, and the column
@@ -26,6 +29,14 @@
 namespace pto {
 namespace fused {
 namespace detail {
+
+// T*, not deduced from the argument (a literal nullptr where the run has no such tile).
+template <class T>
+struct PtrOf {
+  using type = T*;
+};
+template <class T>
+using Ptr = typename PtrOf<T>::type;
 
 // Pass one of a row: the row sums of g * z and of g (g = dy * w, in TROWSUM's order) into *sgz,
 // *sg, and the column sums' running parts: p1 = p1 + dy * z, p2 = p2 + dy (first row: from 0);
@@ -90,13 +101,15 @@ PTO_INLINE void ln_grad_sums(const float* dy, const float* z, const float* w, in
   *sg = combine32(acc_g, tail_g);
 }
 
-// Pass two: dx = ((dy * w - q) - z * p) * r; NT: by streaming stores.
-template <bool NT>
+// Pass two: dx = ((dy * w - q) - z * p) * r, added to e[j] where E (e + dx); NT: by streaming
+// stores.
+template <bool NT, bool E>
 PTO_INLINE void ln_grad_dx(float* dx, const float* dy, const float* z, const float* w, int64_t n, float p,
-                           float q, float r) {
+                           float q, float r, const float* e) {
   auto one = [&](int64_t j) {
     const float g = rounded(elem::mul(dy[j], w[j]));
-    dx[j] = elem::mul(elem::sub(elem::sub(g, q), rounded(elem::mul(z[j], p))), r);
+    const float v = elem::mul(elem::sub(elem::sub(g, q), rounded(elem::mul(z[j], p))), r);
+    dx[j] = E ? elem::add(e[j], rounded(v)) : v;
   };
   int64_t j = 0;
 #ifdef PTO_VEXP_AVX512
@@ -105,7 +118,11 @@ PTO_INLINE void ln_grad_dx(float* dx, const float* dy, const float* z, const flo
   const vf16 pv = vf16_splat(p), qv = vf16_splat(q), rv = vf16_splat(r);
   for (; j + 16 <= n; j += 16) {
     const vf16 g = vf16_rounded(vf16_load(dy + j) * vf16_load(w + j));
-    store16<NT>(dx + j, ((g - qv) - vf16_rounded(vf16_load(z + j) * pv)) * rv);
+    const vf16 v = ((g - qv) - vf16_rounded(vf16_load(z + j) * pv)) * rv;
+    if constexpr (E)
+      store16<NT>(dx + j, vf16_load(e + j) + vf16_rounded(v));
+    else
+      store16<NT>(dx + j, v);
   }
 #endif
   for (; j < n; ++j) one(j);
@@ -113,23 +130,27 @@ PTO_INLINE void ln_grad_dx(float* dx, const float* dy, const float* z, const flo
 
 }  // namespace detail
 
-// The run above (P1 / C1, P2 / C2: null where the run has no such column sum). Falls back to
-// the instructions as written where a view is strided, dx's rows overlap dy's, or the tiles'
-// valid regions are not those of a plain block (each the block's vr x vc).
+// The run above (P1 / C1, P2 / C2, E: null where the run has no such column sum, no sum so far).
+// Falls back to the instructions as written where a view is strided, dx's rows overlap dy's (or
+// gadd's other than row for row), or the valid regions are not those of a plain block (each the
+// block's vr x vc).
 template <bool Stream, int R, int C>
 inline void layer_norm_grad_rows(GlobalView<float> gdx, GlobalView<float> gdy, Tile<float, R, C>& D,
                                  Tile<float, R, C>& Z, Tile<float, R, C>& A, Tile<float, R, C>& G,
                                  Tile<float, R, C>& B, const Tile<float, 1, C>& W, Tile<float, R, 1>& p,
                                  Tile<float, R, 1>& q, const Tile<float, R, 1>& r, float n, float n2,
-                                 Tile<float, 1, C>* P1, Tile<float, 1, C>* C1, Tile<float, 1, C>* P2,
-                                 Tile<float, 1, C>* C2) {
+                                 detail::Ptr<Tile<float, 1, C>> P1, detail::Ptr<Tile<float, 1, C>> C1,
+                                 detail::Ptr<Tile<float, 1, C>> P2, detail::Ptr<Tile<float, 1, C>> C2,
+                                 GlobalView<float> gadd, detail::Ptr<Tile<float, R, C>> E) {
   using pto::detail::clamp0;
   const int64_t vr = clamp0(gdy.vr, R), vc = clamp0(gdy.vc, C);
   const int64_t wr = pto::detail::imin(clamp0(gdx.vr, R), vr), wc = pto::detail::imin(clamp0(gdx.vc, C), vc);
   auto acc_ok = [&](const Tile<float, 1, C>* c) { return !c || (c->vr >= 1 && c->vc >= vc); };
   const bool fast = gdy.cs == 1 && gdx.cs == 1 && vr > 0 && vc > 0 && (wc == vc || wr == 0) &&
                     detail::rowwise_safe(gdx, gdy, R, C) && Z.vr == vr && Z.vc == vc && W.vr >= 1 &&
-                    W.vc >= vc && r.vr >= vr && acc_ok(C1) && acc_ok(C2);
+                    W.vc >= vc && r.vr >= vr && acc_ok(C1) && acc_ok(C2) &&
+                    (!E || (gadd.cs == 1 && clamp0(gadd.vr, R) == vr && clamp0(gadd.vc, C) == vc &&
+                            detail::rowwise_safe(gdx, gadd, R, C)));
   if (!fast) {
     TLOAD(D, gdy);
     TMUL(A, D, Z);
@@ -143,6 +164,7 @@ inline void layer_norm_grad_rows(GlobalView<float> gdx, GlobalView<float> gdy, T
     TSUB(G, G, q);
     TSUB(G, G, Z);
     TMUL(G, G, r);
+    if (E) TLOAD(*E, gadd), TADD(G, *E, G);
     if constexpr (Stream)
       TSTORE(gdx, G, kStream);
     else
@@ -161,14 +183,20 @@ inline void layer_norm_grad_rows(GlobalView<float> gdx, GlobalView<float> gdy, T
                          C2 ? C2->data : nullptr, &sgz, &sg);
     p.data[i] = elem::div(sgz, n);
     q.data[i] = elem::div(sg, n2);
-    if (i < wr)
-      detail::ln_grad_dx<Stream>(gdx.ptr + i * gdx.rs, dy, z, W.data, vc, p.data[i], q.data[i], r.data[i]);
+    if (i >= wr) continue;
+    float* const dx = gdx.ptr + i * gdx.rs;
+    if (E)
+      detail::ln_grad_dx<Stream, true>(dx, dy, z, W.data, vc, p.data[i], q.data[i], r.data[i],
+                                       gadd.ptr + i * gadd.rs);
+    else
+      detail::ln_grad_dx<Stream, false>(dx, dy, z, W.data, vc, p.data[i], q.data[i], r.data[i], nullptr);
   }
   if constexpr (Stream) pto::detail::stream_fence();
   // The valid regions the instructions would give (the tiles themselves are dead).
   D.vr = Z.vr = A.vr = G.vr = B.vr = p.vr = q.vr = int(vr);
   D.vc = Z.vc = A.vc = G.vc = B.vc = int(vc);
   p.vc = q.vc = 1;
+  if (E) E->vr = int(vr), E->vc = int(vc);
   Tile<float, 1, C>* const sums[] = {P1, C1, P2, C2};
   for (Tile<float, 1, C>* t : sums)
     if (t) t->vr = 1, t->vc = int(vc);

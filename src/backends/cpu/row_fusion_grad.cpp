@@ -20,9 +20,7 @@ const Line kRun[] = {
     {Opcode::TLOAD, "Dg"},   {Opcode::TMUL, "ADZ"}, {Opcode::TMUL, "GDW"}, {Opcode::TMUL, "BGZ"},
     {Opcode::TROWSUM, "pB"}, {Opcode::TDIV, "pp$"}, {Opcode::TMUL, "ZZp"}, {Opcode::TROWSUM, "qG"},
     {Opcode::TDIV, "qq$"},   {Opcode::TSUB, "GGq"}, {Opcode::TSUB, "GGZ"}, {Opcode::TMUL, "GGr"},
-    {Opcode::TSTORE, "gG"},
 };
-constexpr size_t kStore = 12;
 
 // Binds the run's letters to buffers as the statements are read: one letter, one buffer, and
 // distinct letters distinct buffers.
@@ -64,21 +62,32 @@ std::optional<RowFusion> match_layer_norm_grad(const std::vector<Stmt>& body, si
   if (!first || first->code != Opcode::TLOAD) return std::nullopt;  // the cheap test first
   Binding m;
   size_t n = 0;
-  for (const Line& l : kRun) {
+  auto line = [&](const Line& l) {
     std::vector<std::string> names;
     for (const char* c = l.vars; *c; ++c) names.emplace_back(1, *c);
-    if (!m.line(op_at(body, i + n), l.code, names)) return std::nullopt;
-    ++n;
-  }
+    return m.line(op_at(body, i + n), l.code, names);
+  };
+  for (const Line& l : kRun)
+    if (!line(l))
+      return std::nullopt;
+    else
+      ++n;
   if (m.shape[1] < 2) return std::nullopt;  // W and G would be the same shape class
+  // Optionally dx added to a gradient summed so far: TLOAD E, gadd; TADD G, E, G.
+  const size_t add = n;
+  const bool adds = line({Opcode::TLOAD, "Eg"}) && (++n, line({Opcode::TADD, "GEG"}));
+  n = adds ? n + 1 : add;
+  if (!adds) m.tiles.erase("E");
+  if (!line({Opcode::TSTORE, "gG"})) return std::nullopt;
+  const size_t store = n++;
   using K = RowFusion::Kind;
   RowFusion f;
   f.fn = "layer_norm_grad_rows";
   f.global = true;
   // gdx, gdy, D, Z, A, G, B, W, p, q, r, n, n2
-  f.args = {{K::Global, kStore, 0}, {K::Global, 0, 1}, {K::Tile, 0, 0},  {K::Tile, 1, 2}, {K::Tile, 1, 0},
-            {K::Tile, 2, 0},        {K::Tile, 3, 0},   {K::Tile, 2, 2},  {K::Tile, 4, 0}, {K::Tile, 7, 0},
-            {K::Tile, 11, 2},       {K::Scalar, 5, 2}, {K::Scalar, 8, 2}};
+  f.args = {{K::Global, store, 0}, {K::Global, 0, 1}, {K::Tile, 0, 0},  {K::Tile, 1, 2}, {K::Tile, 1, 0},
+            {K::Tile, 2, 0},       {K::Tile, 3, 0},   {K::Tile, 2, 2},  {K::Tile, 4, 0}, {K::Tile, 7, 0},
+            {K::Tile, 11, 2},      {K::Scalar, 5, 2}, {K::Scalar, 8, 2}};
   // The optional column sums: TCOLSUM P, A (then D); TADD C, C, P.
   for (const char* src : {"A", "D"}) {
     const std::string p = std::string("P") + src, c = std::string("C") + src;
@@ -93,8 +102,11 @@ std::optional<RowFusion> match_layer_norm_grad(const std::vector<Stmt>& body, si
       f.args.push_back({K::Null});
     }
   }
-  for (const char* t : {"D", "A", "G", "B", "Z"})
-    if (!dead_from(body, i + n, m.at(t))) return std::nullopt;
+  f.args.push_back(adds ? RowFusion::Arg{K::Global, add, 1}
+                        : RowFusion::Arg{K::Text, 0, 0, "pto::GlobalView<float>{}"});
+  f.args.push_back(adds ? RowFusion::Arg{K::TileAddr, add, 0} : RowFusion::Arg{K::Null});
+  for (const char* t : {"D", "A", "G", "B", "Z", "E"})
+    if ((t[0] != 'E' || adds) && !dead_from(body, i + n, m.at(t))) return std::nullopt;
   f.count = n;
   return f;
 }

@@ -517,7 +517,12 @@ bool memory_matmul(const Op& op, const TileSizes& sizes) {
              *b = std::get_if<View>(&op.args[2]);
   if (!d || !a || !b) return false;
   for (const View* v : {d, a, b})
-    if (v->buf->space != Space::Global || v->buf->dtype != DType::F32 || v->rank() != 2) return false;
+    if (v->buf->space != Space::Global || v->rank() != 2) return false;
+  const DType dt = d->buf->dtype, at = a->buf->dtype, bt = b->buf->dtype;
+  const bool f32 = dt == DType::F32 && at == DType::F32 && bt == DType::F32;
+  // bf16 operands into an f32 or bf16 result: the packed bf16 product (pto/cpu/matmul_bf16.hpp).
+  const bool bf16 = at == DType::BF16 && bt == DType::BF16 && (dt == DType::F32 || dt == DType::BF16);
+  if (!f32 && !bf16) return false;
   if (d->buf == a->buf || d->buf == b->buf) return false;
   auto ds = d->shape();
   const int64_t K = a->shape().back();

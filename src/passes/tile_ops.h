@@ -19,8 +19,8 @@ namespace pypto::passes {
 struct TileSizes {
   int64_t elem_rows = 16, elem_cols = 512;    // elementwise / reduction tiles
   int64_t mm_m = 64, mm_n = 256, mm_k = 256;  // matmul tiles
-  // A plain f32 matrix product between global matrices becomes one MMATMUL (the CPU's packed
-  // GEMM) instead of a tiled nest; off for targets that multiply tiles only (the NPU simulator).
+  // A plain f32 (or bf16) matrix product between global matrices becomes one MMATMUL (the CPU's
+  // packed GEMM) instead of a tiled nest; off for targets that multiply tiles only (the NPU simulator).
   bool memory_matmul = true;
   // Matmuls of 1- and 2-byte operands (int8, bf16) take taller tiles (and int8 deeper ones): their
   // packed B tile is a quarter / half the bytes, and repacking it for each row block, not the dot
@@ -50,7 +50,8 @@ MatmulTile matmul_tile(const TileSizes& sizes, ir::DType a, ir::DType b, int64_t
 ir::Program tile_ops(const ir::Program& tensor_level, const TileSizes& sizes);
 
 // Whether tiling makes this tensor-level TMATMUL / TMATMUL_ACC one MMATMUL / MMATMUL_ACC: an f32
-// product of rank-2 global matrices, big enough to pay for packing, not writing an operand.
+// product (or one of bf16 operands into an f32 or bf16 result) of rank-2 global matrices, big
+// enough to pay for packing, not writing an operand.
 bool memory_matmul(const ir::Op& op, const TileSizes& sizes);
 
 }  // namespace pypto::passes

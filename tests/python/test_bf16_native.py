@@ -86,3 +86,49 @@ def test_bf16_operand_tiles_stay_bf16():
     # Mixed operands convert to the f32 accumulator's type as before.
     text = pypto.jit(lambda a, b: a @ b).lower(a, b.float()).as_text("tile")
     assert "bf16[64, 48] mat" not in text and "f32[64, 48] mat" in text, text
+
+
+def mm_bt(a, w):
+    return pypto.matmul(a, w.T)
+
+
+def mm_at(x, b):
+    return pypto.matmul(x.T, b)
+
+
+def mm_acc(a, b, c):
+    c += a @ b
+
+
+# Whole-matrix products (MMATMUL of bf16 operands: both operands packed, the whole K in
+# registers): balanced row panels (61 = 13 + 4 x 12), a ragged last panel (33), odd K, columns
+# past the last 32-column panel, split by rows (300 x 130) and by columns across the threads.
+WHOLE = [("plain", 61, 301, 130), ("plain", 300, 71, 130), ("b_transposed", 33, 301, 260),
+         ("a_transposed", 61, 301, 130), ("accumulate", 300, 71, 130)]
+
+
+@requires_compiler
+@pytest.mark.parametrize("variant,m,k,n", WHOLE)
+def test_bf16_whole_matrix_product(monkeypatch, variant, m, k, n):
+    a, b = bf16(m, k), bf16(k, n)
+    if variant == "b_transposed":
+        fn, args, ref = mm_bt, [a, b.T.contiguous()], a.double() @ b.double()
+    elif variant == "a_transposed":
+        fn, args, ref = mm_at, [a.T.contiguous(), b], a.double() @ b.double()
+    elif variant == "accumulate":
+        c0 = bf16(m, n)
+        fn, args, ref = mm_acc, [a, b, c0], c0.double() + a.double() @ b.double()
+    else:
+        c = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+        fn, args, ref = mm_into, [a, b, c], a.double() @ b.double()
+    interp_fn = pypto.jit(fn, backend="interp")
+    assert "MMATMUL" in interp_fn.lower(*args).as_text("isa")
+    outs = run_both(monkeypatch, lambda: pypto.jit(fn), *args)
+    iargs = [x.clone() for x in args]
+    interp = interp_fn(*iargs)
+    interp = interp if interp is not None else iargs[-1]
+    for path, out in outs.items():
+        assert out.dtype == torch.bfloat16
+        assert rel(out, ref) < BF16_TOL, path
+        assert rel(out, interp) < BF16_TOL, path
+    assert torch.equal(outs["native"], outs["portable"])

@@ -301,7 +301,236 @@ struct Kernels : lowp::Family<bf16_t, float, MR, NR> {
 };
 #endif
 
+// ---- whole-matrix products (MMATMUL of bf16 operands; pto/cpu/matmul_lowp.hpp's gemm_share) ----
+// A is packed in K pairs like B: Ap[p][i] = A(i, 2p) | A(i, 2p+1) << 16 (one 32-bit broadcast per
+// row and pair), zero past k and past the panel's rows.
+inline void pack_a_pairs(const bf16_t* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, uint32_t* ap) {
+  const int64_t kp = (k + 1) / 2, full = k / 2;
+  const uint16_t* s = &a->bits;
+  if (rows == MR && cs == 1) {
+    // MR row streams, contiguous writes (as gemm::pack_a).
+    for (int64_t p = 0; p < full; ++p)
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i) __builtin_memcpy(ap + p * MR + i, s + i * rs + 2 * p, 4);
+  } else if (cs == 1) {
+    for (int64_t p = 0; p < full; ++p) {
+      for (int i = 0; i < rows; ++i) __builtin_memcpy(ap + p * MR + i, s + i * rs + 2 * p, 4);
+      for (int64_t i = rows; i < MR; ++i) ap[p * MR + i] = 0u;
+    }
+  } else {
+    for (int64_t p = 0; p < full; ++p)
+      for (int i = 0; i < MR; ++i)
+        ap[p * MR + i] =
+            i < rows ? uint32_t(s[i * rs + 2 * p * cs]) | uint32_t(s[i * rs + (2 * p + 1) * cs]) << 16 : 0u;
+  }
+  if (full < kp)  // odd k: the last pair holds only its even step
+    for (int i = 0; i < MR; ++i) ap[full * MR + i] = i < rows ? uint32_t(s[i * rs + (k - 1) * cs]) : 0u;
+}
+
+// Loads C's block into f32 registers (MMATMUL_ACC continues each chain from C's value): mr x nr of
+// it, zero elsewhere.
+template <int M_, class D>
+PTO_INLINE void load_c(vf (&r)[M_][NV], const D* c, int64_t ldc, int64_t mr, int64_t nr) {
+  alignas(64) float row[NR];
+#pragma GCC unroll 16
+  for (int i = 0; i < M_; ++i) {
+    if (mr == M_ && nr == NR) {
+#pragma GCC unroll 32
+      for (int j = 0; j < NR; ++j) row[j] = to_float(c[i * ldc + j]);
+    } else {
+      for (int j = 0; j < NR; ++j) row[j] = i < mr && j < nr ? to_float(c[i * ldc + j]) : 0.0f;
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(&r[i][v], row + v * kW, sizeof(vf));
+  }
+}
+
+typedef uint32_t vu32 __attribute__((vector_size(kW * 4)));
+typedef uint16_t vu16 __attribute__((vector_size(kW * 2)));
+// bf16_from_float (pto/cpu/types.hpp) on a vector: round to nearest even, a NaN stays a quiet NaN.
+PTO_INLINE vu16 bf16_from_floats(vf x) {
+  const vu32 u = (vu32)x;
+  const vu32 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const vu32 nan = (u >> 16) | 0x40u;
+  return __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded, vu16);
+}
+
+// Stores mr x nr of the block into C, converted to D (a bf16 C rounds once, to nearest even).
+template <int M_, class D>
+PTO_INLINE void store_c(const vf (&r)[M_][NV], D* c, int64_t ldc, int64_t mr, int64_t nr) {
+  if constexpr (std::is_same_v<D, float>) {
+    lowp::store_block<M_, NV, kW>(r, c, ldc, false, mr, nr);
+  } else if (mr == M_ && nr == NR) {
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        const vu16 h = bf16_from_floats(r[i][v]);
+        __builtin_memcpy(c + i * ldc + v * kW, &h, sizeof(h));
+      }
+  } else {
+    alignas(64) float row[NR];
+    for (int64_t i = 0; i < mr; ++i) {
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) __builtin_memcpy(row + v * kW, &r[i][v], sizeof(vf));
+      for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = from_float<D>(row[j]);
+    }
+  }
+}
+
+#if PTO_NATIVE_BF16_DOT
+// The global kernel family (pto/cpu/matmul_lowp.hpp): B packed as pack_b_pairs, one vdpbf16ps per
+// row, K pair and 16 columns.
+struct Global {
+  using A = bf16_t;
+  using PA = uint32_t;
+  using PB = uint32_t;
+  static constexpr int MR = bf16mm::MR, NR = bf16mm::NR;
+  static int64_t depth(int64_t k) { return (k + 1) / 2; }
+  static int64_t b_panel(int64_t k) { return depth(k) * NR; }
+  static void pack_a(const A* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, PA* ap) {
+    pack_a_pairs(a, rs, cs, rows, k, ap);
+  }
+  // Bp[p][j] = B(2p, j) | B(2p+1, j) << 16, zero past k and cols.
+  static void pack_b(const A* b, int64_t rs, int64_t cs, int64_t k, int64_t cols, PB* bp) {
+    const int64_t kp = depth(k), full = k / 2;
+    const uint16_t* s = &b->bits;
+    if (cs == 1 && cols == NR) {
+      for (int64_t p = 0; p < full; ++p) {
+        vh x0, x1;
+        vi lo, hi;
+        __builtin_memcpy(&x0, s + 2 * p * rs, sizeof(vh));
+        __builtin_memcpy(&x1, s + (2 * p + 1) * rs, sizeof(vh));
+        interleave_rows(x0, x1, lo, hi);
+        __builtin_memcpy(bp + p * NR, &lo, sizeof(vi));
+        __builtin_memcpy(bp + p * NR + kW, &hi, sizeof(vi));
+      }
+    } else if (rs == 1) {
+      // A transposed B (x @ W.T): a pair is two adjacent elements of one of W's rows. Each column
+      // is read in order, 16 pairs at a time (their 16 x NR lanes stay in L1).
+      for (int64_t p0 = 0; p0 < full; p0 += 16) {
+        const int64_t p1 = detail::imin(full, p0 + 16);
+        for (int j = 0; j < NR; ++j)
+          for (int64_t p = p0; p < p1; ++p) {
+            uint32_t x = 0;
+            if (j < cols) __builtin_memcpy(&x, s + j * cs + 2 * p, 4);
+            bp[p * NR + j] = x;
+          }
+      }
+    } else {
+      for (int64_t p = 0; p < full; ++p)
+        for (int j = 0; j < NR; ++j)
+          bp[p * NR + j] =
+              j < cols ? uint32_t(s[2 * p * rs + j * cs]) | uint32_t(s[(2 * p + 1) * rs + j * cs]) << 16 : 0u;
+    }
+    if (full < kp)
+      for (int j = 0; j < NR; ++j) bp[full * NR + j] = j < cols ? uint32_t(s[(k - 1) * rs + j * cs]) : 0u;
+  }
+  template <int M_, class D>
+  PTO_INLINE static void kernel(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, D* c,
+                                int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+    vf r[M_][NV];
+    if (acc) {
+      load_c<M_>(r, c, ldc, mr, nr);
+    } else {
+#pragma GCC unroll 16
+      for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) r[i][v] = vf{};
+    }
+    const int64_t kp = depth(k);
+    for (int64_t p = 0; p < kp; ++p) {
+      vi bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) __builtin_memcpy(&bv[v], bp + p * NR + v * kW, sizeof(vi));
+#pragma GCC unroll 16
+      for (int i = 0; i < M_; ++i) {
+        const vi av = vi{} + int(ap[p * MR + i]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) r[i][v] = dot_pairs(r[i][v], av, bv[v]);
+      }
+    }
+    store_c<M_>(r, c, ldc, mr, nr);
+  }
+};
+#else
+// The global kernel family of the portable path: B packed as f32 pairs (pack_b_pairs_f32's
+// layout), A's pairs widened to f32 in the kernel; kernel_portable's order.
+struct Global {
+  using A = bf16_t;
+  using PA = uint32_t;
+  using PB = float;
+  static constexpr int MR = bf16mm::MR, NR = bf16mm::NR;
+  static int64_t depth(int64_t k) { return (k + 1) / 2; }
+  static int64_t b_panel(int64_t k) { return 2 * depth(k) * NR; }
+  static void pack_a(const A* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, PA* ap) {
+    pack_a_pairs(a, rs, cs, rows, k, ap);
+  }
+  // Bp[q][j] = B(q, j) as f32, zero past k (q < 2 * depth) and cols.
+  static void pack_b(const A* b, int64_t rs, int64_t cs, int64_t k, int64_t cols, PB* bp) {
+    for (int64_t q = 0; q < 2 * depth(k); ++q)
+      for (int j = 0; j < NR; ++j) bp[q * NR + j] = q < k && j < cols ? to_float(b[q * rs + j * cs]) : 0.0f;
+  }
+  template <int M_, class D>
+  PTO_INLINE static void kernel(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, D* c,
+                                int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+    vf r[M_][NV];
+    if (acc) {
+      load_c<M_>(r, c, ldc, mr, nr);
+    } else {
+#pragma GCC unroll 16
+      for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) r[i][v] = vf{};
+    }
+    const int64_t kp = depth(k);
+    for (int64_t p = 0; p < kp; ++p) {
+      vf b0[NV], b1[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) {
+        __builtin_memcpy(&b0[v], bp + (2 * p) * NR + v * kW, sizeof(vf));
+        __builtin_memcpy(&b1[v], bp + (2 * p + 1) * NR + v * kW, sizeof(vf));
+      }
+#pragma GCC unroll 16
+      for (int i = 0; i < M_; ++i) {
+        const uint32_t pair = ap[p * MR + i];
+        const float a0 = to_float(bf16_t{uint16_t(pair)}), a1 = to_float(bf16_t{uint16_t(pair >> 16)});
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          r[i][v] += b1[v] * a1;
+          r[i][v] += b0[v] * a0;
+        }
+      }
+    }
+    store_c<M_>(r, c, ldc, mr, nr);
+  }
+};
+#endif
+
 }  // namespace bf16mm
+
+// MMATMUL / MMATMUL_ACC of bf16 operands (an f32 or bf16 destination): the packed whole-matrix
+// product of pto/cpu/matmul_lowp.hpp with the bf16 kernels. More specialised than matmul.hpp's
+// f32 overloads, so overload resolution picks these for bf16 views.
+template <class D>
+inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<bf16_t> a, GlobalView<bf16_t> b) {
+  lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, false);
+}
+template <class D>
+inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<bf16_t> a,
+                        GlobalView<bf16_t> b) {
+  lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, true);
+}
+template <class D>
+inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<const bf16_t> a,
+                    GlobalView<const bf16_t> b) {
+  lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, false);
+}
+template <class D>
+inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<const bf16_t> a,
+                        GlobalView<const bf16_t> b) {
+  lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, true);
+}
 
 namespace detail {
 // d (row stride CD) (+)= a (m x k, row stride C) * b (k x n, row stride C2), bf16 operands.

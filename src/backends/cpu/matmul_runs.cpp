@@ -26,8 +26,8 @@ const Op* memory_matmul_op(const Stmt& s) {
   if (!s || s->kind != StmtKind::OpStmt) return nullptr;
   const Op& op = s->op;
   if ((op.code != Opcode::MMATMUL && op.code != Opcode::MMATMUL_ACC) || op.args.size() != 3) return nullptr;
-  for (const Operand& a : op.args)
-    if (!std::holds_alternative<View>(a)) return nullptr;
+  for (const Operand& a : op.args)  // f32 views only (bf16 operands take MMATMUL's own overload)
+    if (!std::holds_alternative<View>(a) || std::get<View>(a).buf->dtype != DType::F32) return nullptr;
   return &op;
 }
 }  // namespace

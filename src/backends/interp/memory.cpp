@@ -100,7 +100,7 @@ void exec_memory(Machine& m, const Op& op) {
     case Opcode::MMATMUL:
     case Opcode::MMATMUL_ACC: {
       // As TMATMUL on tiles: dot products in double over k < min(a.cols, b.rows), rounded once
-      // per element (MMATMUL_ACC adds the old value first) into rows < min(dst.rows, a.rows)
+      // per element to f32 (MMATMUL_ACC adds the old value first) into rows < min(dst.rows, a.rows)
       // and columns < min(dst.cols, b.cols).
       const GView d = m.global_view(op, 0), a = m.global_view(op, 1), b = m.global_view(op, 2);
       const int64_t M = std::min(d.rows, a.rows), N = std::min(d.cols, b.cols);
@@ -115,7 +115,8 @@ void exec_memory(Machine& m, const Op& op) {
         for (int64_t j = 0; j < N; ++j) {
           double s = op.code == Opcode::MMATMUL_ACC ? m.gread(op, d, i, j).as_double() : 0.0;
           for (int64_t p = 0; p < K; ++p) s += A[size_t(i * K + p)] * B[size_t(p * N + j)];
-          m.gwrite(op, d, i, j, fnum(s));
+          // Sums are f32 (a bf16 destination is rounded from the f32 sum, as from an f32 tile).
+          m.gwrite(op, d, i, j, fnum(double(float(s))));
         }
       break;
     }

@@ -98,9 +98,9 @@ def test_int8_scaled_mm_epilogue_fuses_into_the_product():
 
 
 def test_narrow_operands_take_taller_tiles():
-    """int8 products tile 4x taller and 2x deeper than f32 ones, bf16 ones 2x taller (B's tile is
-    repacked per row tile; narrow elements make tall tiles cheap to hold), while the rows still
-    give every core two tiles; explicit tile sizes are kept as given."""
+    """int8 products tile 4x taller and 2x deeper than f32 ones (B's tile is repacked per row
+    tile; narrow elements make tall tiles cheap to hold), while the rows still give every core two
+    tiles; explicit tile sizes are kept as given."""
     cores = pypto.target()["cores"]
     rows = 512 * 2 * cores
     a, b = i8(rows, 600), i8(600, 40)
@@ -112,8 +112,13 @@ def test_narrow_operands_take_taller_tiles():
     assert "i8[128, 512] mat" in pypto.jit(lambda a, b: pypto.scaled_mm(a, b)).lower(few, b).as_text("tile")
     # A second row count makes the rows dynamic: they may be few at run time, so 128-row tiles.
     assert "i8[128, 512] mat" in mm.lower(i8(rows + 8, 600), b).as_text("tile")
+    # A whole static bf16 product is one MMATMUL over packed operands (the packed driver picks
+    # its own blocking); with explicit tile sizes the tile loop keeps them as given.
     x, w = torch.zeros(rows, 64, dtype=torch.bfloat16), torch.zeros(64, 48, dtype=torch.bfloat16)
-    assert "bf16[256, 64] mat" in pypto.jit(lambda x, w: x @ w).lower(x, w).as_text("tile")
+    whole = pypto.jit(lambda x, w: x @ w).lower(x, w).as_text("tile")
+    assert "MMATMUL" in whole and " mat" not in whole, whole
+    tiled = pypto.jit(lambda x, w: x @ w, tiles={"m": 64}).lower(x, w).as_text("tile")
+    assert "bf16[64, 64] mat" in tiled and "MMATMUL" not in tiled, tiled
 
 
 @requires_compiler

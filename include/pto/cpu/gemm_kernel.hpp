@@ -12,28 +12,19 @@ namespace gemm {
 
 #if defined(__AVX512F__)
 constexpr int kW = 16;  // floats per vector register
-#ifndef PTO_GEMM_MR
-#define PTO_GEMM_MR 14
-#endif
-#ifndef PTO_GEMM_NV
-#define PTO_GEMM_NV 2
-#endif
+#define PTO_GEMM_DEFAULT_MR 14
 #elif defined(__AVX__)
 constexpr int kW = 8;
-#ifndef PTO_GEMM_MR
-#define PTO_GEMM_MR 6
-#endif
-#ifndef PTO_GEMM_NV
-#define PTO_GEMM_NV 2
-#endif
+#define PTO_GEMM_DEFAULT_MR 6
 #else
 constexpr int kW = 4;
+#define PTO_GEMM_DEFAULT_MR 6
+#endif
 #ifndef PTO_GEMM_MR
-#define PTO_GEMM_MR 6
+#define PTO_GEMM_MR PTO_GEMM_DEFAULT_MR
 #endif
 #ifndef PTO_GEMM_NV
 #define PTO_GEMM_NV 2
-#endif
 #endif
 #if defined(PTO_GEMM_KC) || defined(PTO_GEMM_MC) || defined(PTO_GEMM_NC) || defined(PTO_GEMM_NB)
 #define PTO_GEMM_FIXED_BLOCKING 1  // an override: no blocking from the cache sizes

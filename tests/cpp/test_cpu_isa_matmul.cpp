@@ -1,5 +1,6 @@
 // CPU PTO headers: gemm_f32 (shapes across every blocking edge, any strides, accumulate) and
 // TMATMUL / TMATMUL_ACC / TMATMUL_BIAS on ragged tiles, against a double-precision reference.
+#include <chrono>
 #include <thread>
 
 #include "test_cpu_isa_util.hpp"
@@ -109,10 +110,23 @@ void three_thread_pool(int64_t n, pto_loop_body body, void* ctx) {
   for (auto& t : th) t.join();
 }
 
+// Two threads, the first starting its chunk late (a core shared with another process): the other
+// claims the slow chunk's column panels and row tiles (gemm::claim_runs) and the late thread finds
+// them done.
+void late_thread_pool(int64_t n, pto_loop_body body, void* ctx) {
+  const int64_t cut = n / 2;
+  std::thread late([=] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    body(ctx, 0, cut);
+  });
+  body(ctx, cut, n);
+  late.join();
+}
+
 TEST(CpuIsaGemm, SharedPackedBlocksAcrossThreads) {
   // A sum of two products (K pieces of 57 and 40) with a blocking small enough that the kc slices,
   // mc blocks, nc pieces and nb blocks all have ragged edges, bias + relu at the last store, on
-  // one thread and on three sharing each packed B block.
+  // one thread, on three sharing each packed B block, and on two of which one starts late.
   using namespace pto::gemm;
   const Blocking bk{40, 2 * MR, 2 * NR, 3 * NR};
   const int64_t M = 3 * MR + 5, N = 7 * NR + 9, K0 = 57, K1 = 40, ldc = N + 3;
@@ -121,7 +135,8 @@ TEST(CpuIsaGemm, SharedPackedBlocksAcrossThreads) {
   for (auto& x : bias) x = float(rand_nz());
   const Term t[2] = {{A0.v.data(), A0.rs, A0.cs, B0.v.data(), B0.rs, B0.cs, K0},
                      {A1.v.data(), A1.rs, A1.cs, B1.v.data(), B1.rs, B1.cs, K1}};
-  for (pto_parallel_for_fn pf : {pto_parallel_for_fn(nullptr), pto_parallel_for_fn(&three_thread_pool)}) {
+  for (pto_parallel_for_fn pf : {pto_parallel_for_fn(nullptr), pto_parallel_for_fn(&three_thread_pool),
+                                 pto_parallel_for_fn(&late_thread_pool)}) {
     std::vector<float> C(size_t(M * ldc), -99.0f);
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) C[size_t(i * ldc + j)] = float(kNaN);
@@ -139,8 +154,10 @@ TEST(CpuIsaGemm, SharedPackedBlocksAcrossThreads) {
         for (int64_t p = 0; p < K1; ++p) ref += A1(i, p) * B1(p, j), mag += std::fabs(A1(i, p) * B1(p, j));
         ref = ref < 0 ? 0 : ref;
         if (!(std::fabs(got - ref) <= 6e-8 * double(K0 + K1 + 2) * mag) && ++bad < 5)
-          ADD_FAILURE() << (pf ? "3 threads" : "1 thread") << " at " << i << "," << j << ": got " << got
-                        << " want " << ref;
+          ADD_FAILURE() << (pf == &late_thread_pool ? "2 threads, one late"
+                            : pf                    ? "3 threads"
+                                                    : "1 thread")
+                        << " at " << i << "," << j << ": got " << got << " want " << ref;
       }
     EXPECT_EQ(bad, 0);
   }

@@ -111,6 +111,10 @@ class Timing:
     round_s: float = 0.2          # wanted time per impl per round
     min_samples: int = 2          # per impl per round
     max_samples: int = 200
+    # Idle time before each impl's samples of a round: a peer's worker threads keep spinning after
+    # its last call (OpenBLAS's for ~0.1 s), which would take a core from whichever impl runs next
+    # (measured: pypto's 2-thread 1024^3 matmul 5.3 ms alone, 10 ms right after NumPy's).
+    settle_s: float = 0.0
 
 
 def warm(fn, t: Timing):
@@ -154,6 +158,8 @@ def timed_rounds(fns: Dict[str, Callable], inners: Dict[str, int], per_call: Dic
             inner = inners.get(k, 1)
             per = max(per_call.get(k, 1e-3) * inner, 1e-7)
             n = int(min(t.max_samples, max(t.min_samples, t.round_s / per)))
+            if t.settle_s > 0 and len(fns) > 1:
+                time.sleep(t.settle_s)
             samples[k].extend(sample(fn, n, inner))
         if on_round:
             on_round(r)

@@ -74,8 +74,8 @@ def run_worker(args, mode, threads, events_path, log, set_threads, have_jax, hel
     timing = {
         "smoke": Timing(warmup_s=0.0, min_warmup=1, rounds=1, round_s=0.0, min_samples=1,
                         max_samples=2),
-        "quick": Timing(warmup_s=0.05, min_warmup=1, rounds=3, round_s=0.08, min_samples=1),
-        "full": Timing(warmup_s=0.3, min_warmup=2, rounds=5, round_s=0.3, min_samples=3),
+        "quick": Timing(warmup_s=0.05, min_warmup=1, rounds=3, round_s=0.08, min_samples=1, settle_s=0.12),
+        "full": Timing(warmup_s=0.3, min_warmup=2, rounds=5, round_s=0.3, min_samples=3, settle_s=0.12),
     }[mode]
     if args.rounds:
         timing.rounds = args.rounds

@@ -59,9 +59,12 @@ configure: setup
 # After the build, a venv inside this tree (the default .venv) gets a development install of the
 # package (scripts/dev_install.py: a .pth naming python/), so `import pypto` works from any
 # directory. A venv outside the tree (one shared by several checkouts) is left alone.
+# Then the shared GEMM library is compiled for this machine into python/pypto/prebuilt/ (a few
+# seconds, once per header change), so that a fresh kernel cache does not wait for it.
 build: configure
 	$(VENV_ABS)/bin/cmake --build $(BUILD_DIR)
 	@case '$(VENV_ABS)/' in '$(CURDIR)'/*) $(VPY) scripts/dev_install.py $(CURDIR)/python >/dev/null;; esac
+	@$(PYENV) $(VPY) -c 'from pypto import _C; _C.prebuild_shared_gemm()'
 
 # C++ library, headers (the C++ API and include/pto), ptoc and the CMake package file
 # (find_package(pypto)) under PREFIX; see examples/cpp_api.

@@ -292,6 +292,8 @@ void bind_runtime(nb::module_& m) {
       "{counter name: why it cannot be counted on this thread, or '' when it can} (perf_event_open).");
   m.def("cpu_key", &cpu::host_cpu_key, "A short hash of this CPU's model and feature flags.");
   m.def("cache_dir", &cpu::cache_dir, "The private kernel cache directory (created if missing).");
+  m.def("prebuild_shared_gemm", &cpu::prebuild_shared_gemm,
+        "Builds the shared GEMM library into the package's prebuilt/ directory; returns its path.");
   m.def("num_threads", &runtime::num_threads);
   m.def("share_threads_with_openmp", &runtime::openmp::attach,
         "Run parallel loops on an OpenMP runtime already loaded (torch's); its path, or '' when none is.");

@@ -234,18 +234,56 @@ def test_matmul_kernels_share_one_compiled_gemm(cache, shared, monkeypatch):
     script.write_text(GEMM_CHILD)
 
     def run():
-        proc = subprocess.run([sys.executable, str(script)], env=_env(cache), capture_output=True, text=True,
+        env = dict(_env(cache), PYPTO_LOG_LEVEL="DEBUG")
+        proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
                               timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout.strip().splitlines()[-1])["err"] < 1e-5
+        return proc.stderr
 
-    run()
+    log = run()
     objects = _check_entries(cache)
     gemm = [so for so in objects if "PTO_SHARED_GEMM_DEFINE" in so.with_suffix(".cpp").read_text()]
-    assert len(gemm) == (1 if shared == "1" else 0) and len(objects) == 2 + len(gemm)
+    # The library comes from the package's prebuilt/ (make build) where it holds this machine's
+    # build, else it is compiled into the cache.
+    from_package = "shared GEMM library: loaded " + str(_prebuilt_dir()) in log
+    assert from_package == (shared == "1" and _prebuilt_dir().is_dir() and any(_prebuilt_dir().glob("*.so")))
+    assert len(gemm) == (1 if shared == "1" and not from_package else 0) and len(objects) == 2 + len(gemm)
     before = _snapshot(cache)
-    run()  # warm: the library and both kernels load from the cache
+    run()  # warm: the library and both kernels load from the cache (or the package)
     assert _snapshot(cache) == before
+
+
+def _prebuilt_dir():
+    return Path(_C.__file__).resolve().parent / "prebuilt"
+
+
+@requires_compiler
+def test_fresh_cache_takes_the_prebuilt_gemm_library(cache):
+    """`make build` compiles the shared GEMM library into the package (prebuild_shared_gemm): a
+    process with an empty kernel cache loads it from there instead of compiling it (~3 s)."""
+    lib = Path(_C.prebuild_shared_gemm())
+    assert lib.parent == _prebuilt_dir() and lib.with_suffix(".sum").is_file()
+    assert sorted(p.name for p in _prebuilt_dir().iterdir()) == sorted(
+        lib.with_suffix(ext).name for ext in (".cpp", ".lock", ".so", ".sum"))
+    assert Path(_C.prebuild_shared_gemm()) == lib  # a second call finds it built
+    script = cache.parent / "gemm_child.py"
+    script.write_text(GEMM_CHILD)
+    env = dict(_env(cache), PYPTO_LOG_LEVEL="DEBUG", PYPTO_SHARED_GEMM="1")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["err"] < 1e-5
+    assert f"shared GEMM library: loaded {lib}" in proc.stderr
+    sources = [so.with_suffix(".cpp").read_text() for so in _check_entries(cache)]
+    assert len(sources) == 2 and not any("PTO_SHARED_GEMM_DEFINE" in s for s in sources)
+    # another compiler's build is not this one: the library is compiled into the cache again
+    cache2 = cache.parent / "cache2"
+    env.update(PYPTO_CACHE_DIR=str(cache2), PYPTO_CXXFLAGS="-DPYPTO_TEST_OTHER_FLAGS")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "shared GEMM library: loaded" not in proc.stderr
+    sources = [so.with_suffix(".cpp").read_text() for so in _check_entries(cache2)]
+    assert sum("PTO_SHARED_GEMM_DEFINE" in s for s in sources) == 1
 
 
 @requires_compiler

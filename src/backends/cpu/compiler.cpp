@@ -611,8 +611,10 @@ bool shared_gemm_loaded(const std::string& cxx, const std::vector<std::string>& 
   std::shared_ptr<CompiledKernel> lib;
   bool interrupted = false;
   try {
-    const std::string dir = kernel_cache_dir();
+    const std::string dir = kernel_cache_dir(), prebuilt = prebuilt_dir();
     lib = load_from_disk(dir, key, kSharedGemmSymbol);
+    if (!lib && !prebuilt.empty()) lib = load_from_disk(prebuilt, key, kSharedGemmSymbol);
+    if (lib && ir::debug_logging()) ir::debug_log("shared GEMM library: loaded " + kernel_path(*lib));
     bool found = false;
     if (!lib) lib = build(dir, key, source, cxx, flags, found, kSharedGemmSymbol);
   } catch (const runtime::Interrupted&) {
@@ -630,6 +632,21 @@ bool shared_gemm_loaded(const std::string& cxx, const std::vector<std::string>& 
   }
   if (interrupted) throw runtime::Interrupted();
   return lib != nullptr;
+}
+
+std::string prebuild_shared_gemm() {
+  const std::string cxx = compiler_command(), inc = include_dir(), dir = prebuilt_dir(/*create=*/true);
+  if (dir.empty()) throw Error("no private prebuilt/ directory can be made beside the pypto library");
+  const std::vector<std::string> flags = all_flags(inc);
+  const std::string key = cache_key(kSharedGemmSource, cxx, flags, inc);
+  bool found = false;
+  const std::string path =
+      kernel_path(*build(dir, key, kSharedGemmSource, cxx, flags, found, kSharedGemmSymbol));
+  // Entries of older headers or another compiler: only the current one is ever looked up.
+  std::error_code ec;
+  for (const auto& f : fs::directory_iterator(dir, ec))
+    if (f.path().filename().string().rfind(key, 0) != 0) fs::remove(f.path(), ec);
+  return path;
 }
 
 CompileResult compile_cpp(const std::string& source, bool inline_gemm, bool lazy_wide_rows) {

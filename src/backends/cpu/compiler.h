@@ -31,6 +31,12 @@ struct CompileResult {
 // throws WideRowsMissing for a call that needs them.
 CompileResult compile_cpp(const std::string& source, bool inline_gemm = false, bool lazy_wide_rows = false);
 
+// Builds the shared GEMM library for this machine, compiler and headers into the package's
+// prebuilt/ directory (kernel_cache.h, prebuilt_dir), where compile_cpp finds it when the kernel
+// cache lacks it; removes that directory's other entries. Returns the library's path; throws
+// ir::Error when the directory cannot be made or the compile fails. `make build` calls it.
+std::string prebuild_shared_gemm();
+
 // Thrown by run() for a kernel compiled with lazy wide rows when the call needs those rows; the
 // kernel touched no data. The caller compiles the source without lazy_wide_rows and runs that.
 struct WideRowsMissing {};

@@ -1,6 +1,7 @@
 // Trust checks, private creation and locking for the on-disk kernel cache (see kernel_cache.h).
 #include "backends/cpu/kernel_cache.h"
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -155,6 +156,15 @@ std::string kernel_cache_dir() {
     }
   }
   return temp_cache_dir();
+}
+
+std::string prebuilt_dir(bool create) {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&prebuilt_dir), &info) || !info.dli_fname) return "";
+  std::error_code ec;
+  const fs::path dir = fs::canonical(fs::path(info.dli_fname), ec).parent_path() / "prebuilt";
+  if (ec || (create && !make_private_dirs(dir).empty()) || !fs::is_directory(dir, ec)) return "";
+  return private_dir_problem(dir.string()).empty() ? dir.string() : "";
 }
 
 bool trusted_cache_file(const std::string& path) {

@@ -17,6 +17,13 @@ namespace pypto::cpu {
 // Throws ir::Error naming the directory and the problem when the chosen directory is not private.
 std::string kernel_cache_dir();
 
+// The package's prebuilt directory: `prebuilt/` beside the library holding this code (for the
+// Python package, python/pypto/prebuilt). `make build` puts the shared GEMM library there
+// (compiler.h, prebuild_shared_gemm), a read-only second place to find it, so a fresh kernel
+// cache does not wait for its compile. With `create`, made (0700) if missing. "" when it cannot
+// be had or is not private (private_dir_problem): then nothing in it is trusted.
+std::string prebuilt_dir(bool create = false);
+
 // Checks a path before it is trusted as a private directory; "" when fine, else the reason.
 std::string private_dir_problem(const std::string& dir);
 

@@ -20,6 +20,7 @@
 // packed as f32 pairs and A converted to f32, so both paths give the same bits apart from the
 // subnormal cases above.
 #pragma once
+#include <utility>
 #include "pto/cpu/matmul_lowp.hpp"
 #include "pto/cpu/types.hpp"
 
@@ -304,12 +305,55 @@ struct Kernels : lowp::Family<bf16_t, float, MR, NR> {
 // ---- whole-matrix products (MMATMUL of bf16 operands; pto/cpu/matmul_lowp.hpp's gemm_share) ----
 // A is packed in K pairs like B: Ap[p][i] = A(i, 2p) | A(i, 2p+1) << 16 (one 32-bit broadcast per
 // row and pair), zero past k and past the panel's rows.
+typedef uint32_t vu32 __attribute__((vector_size(kW * 4)));
+
+// Transposes 16 vectors of 16 lanes: x[i][p] -> x[p][i], by swapping the off-diagonal blocks of
+// 8, 4, 2 and 1 lanes (each swap two two-vector shuffles per pair of rows).
+template <int B, size_t... T>
+PTO_INLINE void swap_blocks(vu32& x, vu32& y, std::index_sequence<T...>) {
+#if defined(__clang__)
+  const vu32 lo = __builtin_shufflevector(x, y, ((T & B) ? T - B + 16 : T)...);
+  const vu32 hi = __builtin_shufflevector(x, y, ((T & B) ? T + 16 : T + B)...);
+#else
+  const vu32 lo = __builtin_shuffle(x, y, vu32{((T & B) ? T - B + 16 : T)...});
+  const vu32 hi = __builtin_shuffle(x, y, vu32{((T & B) ? T + 16 : T + B)...});
+#endif
+  x = lo;
+  y = hi;
+}
+template <int B>
+PTO_INLINE void transpose_stage(vu32 (&x)[16]) {
+#pragma GCC unroll 16
+  for (int r = 0; r < 16; ++r)
+    if ((r & B) == 0) swap_blocks<B>(x[r], x[r + B], std::make_index_sequence<16>{});
+}
+
 inline void pack_a_pairs(const bf16_t* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, uint32_t* ap) {
   const int64_t kp = (k + 1) / 2, full = k / 2;
   const uint16_t* s = &a->bits;
+  int64_t p0 = 0;
+  if constexpr (kW == 16 && MR <= 16) {
+    // Blocks of 16 pairs of the MR rows transposed in registers (16 vector loads, 64 shuffles
+    // and MR-lane stores instead of 32-bit copies; rows past MR are zero lanes, never stored).
+    if (rows == MR && cs == 1)
+      for (; p0 + 16 <= full; p0 += 16) {
+        vu32 x[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) {
+          x[i] = vu32{};
+          if (i < MR) __builtin_memcpy(&x[i], s + i * rs + 2 * p0, sizeof(vu32));
+        }
+        transpose_stage<8>(x);
+        transpose_stage<4>(x);
+        transpose_stage<2>(x);
+        transpose_stage<1>(x);
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; ++p) __builtin_memcpy(ap + (p0 + p) * MR, &x[p], MR * 4);
+      }
+  }
   if (rows == MR && cs == 1) {
     // MR row streams, contiguous writes (as gemm::pack_a).
-    for (int64_t p = 0; p < full; ++p)
+    for (int64_t p = p0; p < full; ++p)
 #pragma GCC unroll 16
       for (int i = 0; i < MR; ++i) __builtin_memcpy(ap + p * MR + i, s + i * rs + 2 * p, 4);
   } else if (cs == 1) {
@@ -345,8 +389,21 @@ PTO_INLINE void load_c(vf (&r)[M_][NV], const D* c, int64_t ldc, int64_t mr, int
   }
 }
 
-typedef uint32_t vu32 __attribute__((vector_size(kW * 4)));
 typedef uint16_t vu16 __attribute__((vector_size(kW * 2)));
+// The instruction that rounds two vectors of f32 to 32 bf16 (AVX512-BF16), for store_c's bf16 C of
+// the native kernels only: the portable kernels' sums may be subnormal.
+#if PTO_NATIVE_BF16_DOT && defined(__clang__) && __has_builtin(__builtin_ia32_cvtne2ps2bf16_512)
+#define PTO_NATIVE_BF16_CVT 1
+#define PTO_BF16_CVT2(hi, lo) __builtin_ia32_cvtne2ps2bf16_512(hi, lo)
+#elif PTO_NATIVE_BF16_DOT && !defined(__clang__) && __GNUC__ >= 13
+#define PTO_NATIVE_BF16_CVT 1
+#define PTO_BF16_CVT2(hi, lo) __builtin_ia32_cvtne2ps2bf16_v32bf(hi, lo)
+#elif PTO_NATIVE_BF16_DOT && !defined(__clang__)
+#define PTO_NATIVE_BF16_CVT 1
+#define PTO_BF16_CVT2(hi, lo) __builtin_ia32_cvtne2ps2bf16_v32hi(hi, lo)
+#else
+#define PTO_NATIVE_BF16_CVT 0
+#endif
 // bf16_from_float (pto/cpu/types.hpp) on a vector: round to nearest even, a NaN stays a quiet NaN.
 PTO_INLINE vu16 bf16_from_floats(vf x) {
   const vu32 u = (vu32)x;
@@ -361,6 +418,16 @@ PTO_INLINE void store_c(const vf (&r)[M_][NV], D* c, int64_t ldc, int64_t mr, in
   if constexpr (std::is_same_v<D, float>) {
     lowp::store_block<M_, NV, kW>(r, c, ldc, false, mr, nr);
   } else if (mr == M_ && nr == NR) {
+#if PTO_NATIVE_BF16_CVT
+    // One vcvtne2ps2bf16 per row (round to nearest even, a NaN made quiet, as bf16_from_floats;
+    // it also flushes subnormals, which a vdpbf16ps result never is: its output is flushed too).
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i) {
+      const vh h = (vh)PTO_BF16_CVT2(r[i][1], r[i][0]);  // columns 0..15 from r[i][0]
+      __builtin_memcpy(c + i * ldc, &h, sizeof(h));
+    }
+    return;
+#endif
 #pragma GCC unroll 16
     for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 4

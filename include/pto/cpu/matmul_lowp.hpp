@@ -150,6 +150,7 @@ inline void matmul_blocks(typename K::D* d, const typename K::A* a, const typena
 //   static constexpr int MR, NR;
 //   static int64_t depth(int64_t k);            // packed steps per row (K pairs for bf16)
 //   static int64_t b_panel(int64_t k);          // PB elements of one packed NR-column panel
+//       // (also where the packed rows from k on start, for k a multiple of kPackStripK)
 //   static void pack_a(const A* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, PA* ap);
 //       // one MR-row panel: ap[p * MR + i], rows past `rows` zero
 //   static void pack_b(const A* b, int64_t rs, int64_t cs, int64_t k, int64_t cols, PB* bp);
@@ -179,6 +180,9 @@ struct RowPanels {
 // on Zen 4 (1 MiB L2, K = 2048), 2 MiB blocks beat 0.5 MiB ones by 8%, since each block rereads
 // the packed A of the whole share, which costs more than B panels coming from L3.
 constexpr int64_t kPackedBBlockBytes = int64_t(2) << 20;
+// Rows of a row-major B packed per strip (PackedOperands::pack): a multiple of every family's
+// depth step (K pairs, K quads), so a strip's packed rows start at b_panel(k0).
+constexpr int64_t kPackStripK = 128;
 // Where both packed operands together would take more than this, each share packs its own, one
 // block of B at a time (gemm_share) instead of the whole product's operands once.
 constexpr int64_t kPackedWholeBytes = int64_t(256) << 20;
@@ -200,10 +204,18 @@ struct PackedOperands {
     const int64_t kd = G::depth(k);
     for (int64_t i = i0; i < i1; ++i)
       G::pack_a(a.p + rp.row(i) * a.rs, a.rs, a.cs, rp.rows(i, m), k, ap + i * G::MR * kd);
-    for (int64_t j = j0; j < j1; ++j) {
-      const int64_t c = j * G::NR;
-      G::pack_b(b.p + c * b.cs, b.rs, b.cs, k, detail::imin(G::NR, n - c),
-                bp + (j - b_first) * G::b_panel(k));
+    // A row-major B is packed in strips of kPackStripK rows across all the panels [j0, j1): one
+    // panel's 64 bytes per row at a time would touch a new page on every row (a TLB miss per row
+    // when rows are 4 KiB apart), a strip's rows stay in L2 while each of its panels is written.
+    // A strip starting at row k0 starts at element b_panel(k0) of a packed panel (k0 even).
+    const int64_t strip = b.cs == 1 ? kPackStripK : k;
+    for (int64_t k0 = 0; k0 < k; k0 += strip) {
+      const int64_t kk = detail::imin(strip, k - k0), off = k0 == 0 ? 0 : G::b_panel(k0);
+      for (int64_t j = j0; j < j1; ++j) {
+        const int64_t c = j * G::NR;
+        G::pack_b(b.p + k0 * b.rs + c * b.cs, b.rs, b.cs, kk, detail::imin(G::NR, n - c),
+                  bp + (j - b_first) * G::b_panel(k) + off);
+      }
     }
   }
   // Items [begin, end) of the pool's packing loop over count() items: the same share of A's

@@ -10,6 +10,7 @@ Each works in three modes, chosen by its arguments:
 from __future__ import annotations
 
 import builtins
+import inspect
 
 import numpy as np
 
@@ -51,9 +52,15 @@ def make_op(trace_impl, const_impl=None, name=None):
     def decorate(public):
         opname = name or public.__name__
 
+        signature = inspect.signature(public)
+
         def op(*args, **kwargs):
             m = _mode(args, kwargs)
             if m == _TRACE:
+                try:  # a misspelt argument is named against the public op, not its implementation
+                    signature.bind(*args, **kwargs)
+                except TypeError as e:
+                    raise TypeError(f"pypto.{opname}(): {e}") from None
                 # The builder labels what this call emits with the op's name (Builder::begin_group).
                 b = T.find_tracer(*args, *kwargs.values()).b
                 b.begin_group(opname)
@@ -231,24 +238,34 @@ def matmul(a, b):
     """Matrix product as numpy.matmul: 1-d operands, batched (broadcast) leading dimensions."""
 
 
-@make_op(lambda x, dim=None, keepdim=False: T.reduce("sum", x, dim, keepdim))
-def sum(x, dim=None, keepdim=False):  # noqa: A001
-    """Sum over `dim` (int, tuple, or None = all)."""
+def _reduction(reduce):
+    """A reduction's tracing implementation: torch's spelling (dim, keepdim) or NumPy's (axis,
+    keepdims), not both."""
+    def impl(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+        if axis is not None and dim is not None:
+            raise PyptoError("give the reduced dimensions as dim or as axis, not both")
+        return reduce(x, axis if axis is not None else dim, keepdim if keepdims is None else keepdims)
+    return impl
 
 
-@make_op(T.mean)
-def mean(x, dim=None, keepdim=False):
-    """Mean over `dim` (int, tuple, or None = all)."""
+@make_op(_reduction(lambda x, dim, keep: T.reduce("sum", x, dim, keep)))
+def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """Sum over `dim` (int, tuple, or None = all); `axis` / `keepdims` as in NumPy."""
 
 
-@make_op(lambda x, dim=None, keepdim=False: T.reduce("max", x, dim, keepdim))
-def max(x, dim=None, keepdim=False):  # noqa: A001
-    """Maximum over `dim` (values only)."""
+@make_op(_reduction(T.mean))
+def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
+    """Mean over `dim` (int, tuple, or None = all); `axis` / `keepdims` as in NumPy."""
 
 
-@make_op(lambda x, dim=None, keepdim=False: T.reduce("min", x, dim, keepdim))
-def min(x, dim=None, keepdim=False):  # noqa: A001
-    """Minimum over `dim` (values only)."""
+@make_op(_reduction(lambda x, dim, keep: T.reduce("max", x, dim, keep)))
+def max(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """Maximum over `dim` (values only); `axis` / `keepdims` as in NumPy."""
+
+
+@make_op(_reduction(lambda x, dim, keep: T.reduce("min", x, dim, keep)))
+def min(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
+    """Minimum over `dim` (values only); `axis` / `keepdims` as in NumPy."""
 
 
 amax, amin = max, min

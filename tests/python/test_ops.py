@@ -176,6 +176,34 @@ def test_reductions(backend):
         assert_close_edges(o, r)
 
 
+def reduce_numpy_spelling(x):
+    return (pypto.max(x, axis=1, keepdims=True), pypto.sum(x, axis=0), pypto.mean(x, axis=(0, 1)),
+            pypto.min(x, axis=-1, keepdims=False))
+
+
+def test_reductions_take_numpy_axis_and_keepdims(backend):
+    x = rand(M, N)
+    x64 = x.astype(np.float64)
+    refs = (x64.max(1, keepdims=True), x64.sum(0), x64.mean((0, 1)), x64.min(-1))
+    for o, r in zip(jit(reduce_numpy_spelling, backend)(x), refs):
+        assert o.shape == r.shape
+        assert_close(o, r)
+
+
+def test_misspelt_op_argument_names_the_op_and_the_line():
+    def k(x):
+        return pypto.sum(x, axes=1)
+
+    with pytest.raises(pypto.PyptoError, match=r"(?s)pypto\.sum\(\).*'axes'.*return pypto\.sum"):
+        pypto.jit(k)(rand(4, 8))
+
+    def both(x):
+        return pypto.max(x, dim=0, axis=1)
+
+    with pytest.raises(pypto.PyptoError, match="dim or as axis, not both"):
+        pypto.jit(both)(rand(4, 8))
+
+
 def reduce3d(x):
     return x.sum((0, 2)), x.max(1), pypto.amin(x, -1)
 

@@ -392,13 +392,13 @@ PTO_INLINE void load_c(vf (&r)[M_][NV], const D* c, int64_t ldc, int64_t mr, int
 typedef uint16_t vu16 __attribute__((vector_size(kW * 2)));
 // The instruction that rounds two vectors of f32 to 32 bf16 (AVX512-BF16), for store_c's bf16 C of
 // the native kernels only: the portable kernels' sums may be subnormal.
-#if PTO_NATIVE_BF16_DOT && defined(__clang__) && __has_builtin(__builtin_ia32_cvtne2ps2bf16_512)
+#if PTO_NATIVE_BF16_DOT && defined(__clang__)
 #define PTO_NATIVE_BF16_CVT 1
 #define PTO_BF16_CVT2(hi, lo) __builtin_ia32_cvtne2ps2bf16_512(hi, lo)
-#elif PTO_NATIVE_BF16_DOT && !defined(__clang__) && __GNUC__ >= 13
+#elif PTO_NATIVE_BF16_DOT && __GNUC__ >= 13
 #define PTO_NATIVE_BF16_CVT 1
 #define PTO_BF16_CVT2(hi, lo) __builtin_ia32_cvtne2ps2bf16_v32bf(hi, lo)
-#elif PTO_NATIVE_BF16_DOT && !defined(__clang__)
+#elif PTO_NATIVE_BF16_DOT
 #define PTO_NATIVE_BF16_CVT 1
 #define PTO_BF16_CVT2(hi, lo) __builtin_ia32_cvtne2ps2bf16_v32hi(hi, lo)
 #else

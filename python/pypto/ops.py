@@ -10,6 +10,7 @@ Each works in three modes, chosen by its arguments:
 from __future__ import annotations
 
 import builtins
+import functools
 import inspect
 
 import numpy as np
@@ -51,7 +52,6 @@ def make_op(trace_impl, const_impl=None, name=None):
     """Make a public op from its tracing implementation and its constant folding."""
     def decorate(public):
         opname = name or public.__name__
-
         signature = inspect.signature(public)
 
         def op(*args, **kwargs):
@@ -248,7 +248,7 @@ def _reduction(reduce):
     return impl
 
 
-@make_op(_reduction(lambda x, dim, keep: T.reduce("sum", x, dim, keep)))
+@make_op(_reduction(functools.partial(T.reduce, "sum")))
 def sum(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
     """Sum over `dim` (int, tuple, or None = all); `axis` / `keepdims` as in NumPy."""
 
@@ -258,12 +258,12 @@ def mean(x, dim=None, keepdim=False, *, axis=None, keepdims=None):
     """Mean over `dim` (int, tuple, or None = all); `axis` / `keepdims` as in NumPy."""
 
 
-@make_op(_reduction(lambda x, dim, keep: T.reduce("max", x, dim, keep)))
+@make_op(_reduction(functools.partial(T.reduce, "max")))
 def max(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
     """Maximum over `dim` (values only); `axis` / `keepdims` as in NumPy."""
 
 
-@make_op(_reduction(lambda x, dim, keep: T.reduce("min", x, dim, keep)))
+@make_op(_reduction(functools.partial(T.reduce, "min")))
 def min(x, dim=None, keepdim=False, *, axis=None, keepdims=None):  # noqa: A001
     """Minimum over `dim` (values only); `axis` / `keepdims` as in NumPy."""
 

@@ -4,9 +4,16 @@
 #include <string>
 #include <string_view>
 
+#include "pto/abi.h"
+
 namespace pypto::cpu {
 
-struct CompiledKernel;
+// A loaded kernel object (compiler.cpp loads it, kernel_run.cpp calls it).
+struct CompiledKernel {
+  void* handle = nullptr;  // never dlclose'd: a kernel may still be referenced by callers
+  pto_kernel_fn fn = nullptr;
+  std::string path;
+};
 
 // SHA-256 (FIPS 180-4) of `data`, as 64 lowercase hex digits. Cache keys and the checksums that
 // guard on-disk objects against truncation both use it.

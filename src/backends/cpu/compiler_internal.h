@@ -4,14 +4,14 @@
 #include <string>
 #include <string_view>
 
-#include "pto/abi.h"
+struct pto_kernel_args;  // pto/abi.h: a header of the headers target, private to this one
 
 namespace pypto::cpu {
 
 // A loaded kernel object (compiler.cpp loads it, kernel_run.cpp calls it).
 struct CompiledKernel {
   void* handle = nullptr;  // never dlclose'd: a kernel may still be referenced by callers
-  pto_kernel_fn fn = nullptr;
+  void (*fn)(const struct pto_kernel_args*) = nullptr;  // pto_kernel_fn (pto/abi.h)
   std::string path;
 };
 

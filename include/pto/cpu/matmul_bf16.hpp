@@ -21,6 +21,7 @@
 // subnormal cases above.
 #pragma once
 #include <utility>
+#include "pto/cpu/gemm_kernel.hpp"
 #include "pto/cpu/matmul_lowp.hpp"
 #include "pto/cpu/types.hpp"
 
@@ -307,27 +308,6 @@ struct Kernels : lowp::Family<bf16_t, float, MR, NR> {
 // row and pair), zero past k and past the panel's rows.
 typedef uint32_t vu32 __attribute__((vector_size(kW * 4)));
 
-// Transposes 16 vectors of 16 lanes: x[i][p] -> x[p][i], by swapping the off-diagonal blocks of
-// 8, 4, 2 and 1 lanes (each swap two two-vector shuffles per pair of rows).
-template <int B, size_t... T>
-PTO_INLINE void swap_blocks(vu32& x, vu32& y, std::index_sequence<T...>) {
-#if defined(__clang__)
-  const vu32 lo = __builtin_shufflevector(x, y, ((T & B) ? T - B + 16 : T)...);
-  const vu32 hi = __builtin_shufflevector(x, y, ((T & B) ? T + 16 : T + B)...);
-#else
-  const vu32 lo = __builtin_shuffle(x, y, vu32{((T & B) ? T - B + 16 : T)...});
-  const vu32 hi = __builtin_shuffle(x, y, vu32{((T & B) ? T + 16 : T + B)...});
-#endif
-  x = lo;
-  y = hi;
-}
-template <int B>
-PTO_INLINE void transpose_stage(vu32 (&x)[16]) {
-#pragma GCC unroll 16
-  for (int r = 0; r < 16; ++r)
-    if ((r & B) == 0) swap_blocks<B>(x[r], x[r + B], std::make_index_sequence<16>{});
-}
-
 inline void pack_a_pairs(const bf16_t* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, uint32_t* ap) {
   const int64_t kp = (k + 1) / 2, full = k / 2;
   const uint16_t* s = &a->bits;
@@ -343,10 +323,7 @@ inline void pack_a_pairs(const bf16_t* a, int64_t rs, int64_t cs, int64_t rows, 
           x[i] = vu32{};
           if (i < MR) __builtin_memcpy(&x[i], s + i * rs + 2 * p0, sizeof(vu32));
         }
-        transpose_stage<8>(x);
-        transpose_stage<4>(x);
-        transpose_stage<2>(x);
-        transpose_stage<1>(x);
+        gemm::transpose16(x);
 #pragma GCC unroll 16
         for (int p = 0; p < 16; ++p) __builtin_memcpy(ap + (p0 + p) * MR, &x[p], MR * 4);
       }

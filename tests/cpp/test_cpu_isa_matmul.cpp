@@ -128,7 +128,7 @@ TEST(CpuIsaGemm, SharedPackedBlocksAcrossThreads) {
   // mc blocks, nc pieces and nb blocks all have ragged edges, bias + relu at the last store, on
   // one thread, on three sharing each packed B block, and on two of which one starts late.
   using namespace pto::gemm;
-  const Blocking bk{40, 2 * MR, 2 * NR, 3 * NR};
+  const Blocking bk{40, 2 * MR, 2 * NR, 3 * NR, 40};
   const int64_t M = 3 * MR + 5, N = 7 * NR + 9, K0 = 57, K1 = 40, ldc = N + 3;
   Mat A0(M, K0, false), B0(K0, N, false), A1(M, K1, true), B1(K1, N, false, 4);
   std::vector<float> bias(static_cast<size_t>(N));

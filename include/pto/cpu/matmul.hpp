@@ -5,8 +5,8 @@
 // over the micro-kernel and packing loops of pto/cpu/gemm_kernel.hpp: B is packed into kc x NR
 // column panels (a block of up to nb columns and all of K, packed once and shared by the
 // threads) and A into MR x kc row panels (per thread; zero-padded, so edges need no special
-// loop); one A micro-panel (in L1) runs against each L2-sized piece (nc columns) of the block.
-// kc, mc and nc follow the L1d and L2 sizes the CPU reports (blocking()). Products of few rows
+// loop); one A micro-panel runs against each L2-sized piece (nc columns) of the block.
+// kc, mc and nc follow the cache sizes the CPU reports (blocking()). Products of few rows
 // read B in place instead of packing it. Tile matmuls run the same micro-kernel on the tiles in
 // place (no packing), with compile-time strides. A narrow MR_NARROW x kW tile serves products
 // whose rows MR-row panels would pad (64 rows).
@@ -74,9 +74,10 @@ inline void for_each_k_piece(const Term* t, int nt, int64_t pc, int64_t kc, F&& 
 }
 
 // Cache blocking: kc rows of K per packed panel, mc rows of A per packed block, nb columns of B
-// per packed block (shared by the threads), walked in L2-sized pieces of nc columns.
+// per packed block (shared by the threads), walked in L2-sized pieces of nc columns; kr rows of K
+// per slice of the products that read B in place (gemm_sum_rows_f32, at most 512).
 struct Blocking {
-  int64_t kc = KC, mc = MC, nc = NC, nb = NB;
+  int64_t kc = KC, mc = MC, nc = NC, nb = NB, kr = KC < 512 ? KC : 512;
 };
 
 // The per-core L1 data and L2 cache sizes the CPU reports (CPUID leaf 4 on Intel, 0x8000001D on
@@ -111,21 +112,25 @@ inline CacheSizes query_cache_sizes() {
   return cs;
 }
 
-// Blocking from the cache sizes, in the proportions tuned on a Zen 4 core (32 KiB L1d, 1 MiB L2:
-// kc 256, nc 512, mc 168): a kc-deep A micro-panel (14 x kc floats) stays in L1 while a kc x nc
-// piece of the packed B block streams from L2, where it takes half (the whole L2 measured 5%
-// slower: the A block, C lines and the next piece evict it); the packed A block (mc x kc) a sixth.
-// The packed B block (kc x nb, 4 MiB) lives in L3. Without a reported size, or with PTO_GEMM_*
-// overrides, the constants in gemm_kernel.hpp.
+// Blocking from the cache sizes, tuned on a Zen 5 core (48 KiB L1d, 1 MiB L2: kc 1024, nc 128,
+// mc 168). The micro-kernel's operands stream from L2 at full speed (an A micro-panel of 14 x kc
+// floats need not stay in L1: kc 1024 runs as fast as 384 in the kernel alone), so the slices are
+// deep: C is read and written once per slice, the cost that dominates once C is far away (kc 384
+// -> 1024: 1024^3 4%, 2048^3 7% faster on one core). The kc x nc piece of the packed B block in L2
+// takes half of it, the packed A block (mc x kc) most of the rest (mc 112-168 measured alike, 84
+// and 224 slower); the packed B block (kc x nb, up to 32 MiB) lives in L3. Products that read B in
+// place keep L1-sized slices (kr: their B rows stay in L1 across the row panels). Without a
+// reported size, or with PTO_GEMM_* overrides, the constants in gemm_kernel.hpp.
 inline Blocking blocking() {
   static const Blocking bk = [] {
     Blocking r;
 #ifndef PTO_GEMM_FIXED_BLOCKING
     const CacheSizes cs = query_cache_sizes();
     if (cs.l1d >= 8192 && cs.l2 >= 131072) {
-      r.kc = detail::imin(512, detail::imax(128, cs.l1d / 128 / 16 * 16));
-      r.nc = detail::imin(4096, detail::imax(256, cs.l2 / (r.kc * 4 * 2) / NR * NR));
-      r.mc = detail::imin(512, detail::imax(2 * MR, cs.l2 / (r.kc * 4 * 6) / MR * MR));
+      r.kr = detail::imin(512, detail::imax(128, cs.l1d / 128 / 16 * 16));
+      r.kc = detail::imin(2048, detail::imax(256, cs.l2 / 1024 / 16 * 16));
+      r.nc = detail::imin(4096, detail::imax(2 * NR, cs.l2 / (r.kc * 4 * 2) / NR * NR));
+      r.mc = detail::imin(512, detail::imax(2 * MR, cs.l2 * 2 / 3 / (r.kc * 4) / MR * MR));
     }
 #endif
     return r;
@@ -239,7 +244,7 @@ inline void pack_b_panels(void* ctx, int64_t begin, int64_t end) {
 }
 
 // Rows [ic, ic + mc) of C (at most mb) against the block's packed B: for each slice of K, A packed
-// into Ap; one A micro-panel (L1) against each nc-column piece of B (L2).
+// into Ap; one A micro-panel (L1, or streamed from L2) against each nc-column piece of B (L2).
 template <int TM, int TNV>
 inline void multiply_block(const ColumnBlock<TM, TNV>& s, float* Ap, int64_t ic, int64_t mc) {
   constexpr int TNR = TNV * kW;
@@ -307,19 +312,19 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
   const int64_t KB = bk.kc, MB = detail::imax(TM, bk.mc / TM * TM), NB = detail::imax(TNR, bk.nc / TNR * TNR);
   int64_t NBB = detail::imax(NB, bk.nb / TNR * TNR);
   PackBuffers& buf = pack_buffers();
-  const int64_t kc_max = K < KB ? K : KB;
+  const int64_t KR = detail::imax(1, detail::imin(512, bk.kr)), kr_max = K < KR ? K : KR;
   // Few rows (at most 4 register tiles) and B rows contiguous: B is read in place through a table
   // of row addresses instead of packed, since each packed element would be used only M times (a
   // convolution's taps: 64 output channels, 3136 pixels; 11% faster). Not where the row stride is
   // a multiple of 1 KiB: the rows of a micro-panel would then share a few L1 sets (measured 1.6x
   // slower at a 16 KiB stride).
-  bool in_place = M <= 4 * TM && kc_max <= 512;
+  bool in_place = M <= 4 * TM;
   for (int i = 0; i < nt; ++i) in_place = in_place && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
   if (in_place) {
     const int64_t nc_max = ((N < NB ? N : NB) + TNR - 1) / TNR * TNR;
-    float* Bp = PackBuffers::grow(buf.b, buf.b_cap, kc_max * nc_max);
-    float* Ap = PackBuffers::grow(buf.a, buf.a_cap, kc_max * ((M + TM - 1) / TM * TM));
-    return gemm_sum_rows_f32<TM, TNV>(M, N, t, nt, K, C, ldc, accumulate, Ap, Bp, KB, NB, epi);
+    float* Bp = PackBuffers::grow(buf.b, buf.b_cap, kr_max * nc_max);
+    float* Ap = PackBuffers::grow(buf.a, buf.a_cap, kr_max * ((M + TM - 1) / TM * TM));
+    return gemm_sum_rows_f32<TM, TNV>(M, N, t, nt, K, C, ldc, accumulate, Ap, Bp, KR, NB, epi);
   }
   // The packed block holds all of K: at most 8 Mi floats (32 MiB), fewer columns for a deep K.
   NBB = detail::imax(NB, detail::imin(NBB, (int64_t(8) << 20) / K / TNR * TNR));

@@ -19,6 +19,7 @@ from . import contract_ops as K
 from . import index_ops as X
 from . import random_ops as R
 from . import torch_math as TM
+from . import torch_more as MORE
 from . import torch_nn as NN
 from . import tracer
 from . import tensor_ops as T
@@ -683,7 +684,14 @@ def _build():
     torch = _torch()
     import torch.nn.functional as F
     table = {}
-    for impl, names in _entries() + NN.ENTRIES + TM.ENTRIES:
+    entries = _entries() + NN.ENTRIES + TM.ENTRIES + MORE.ENTRIES
+    # The in-place forms torch has of the functions above (x.add_(y), torch.relu_(x)): the
+    # out-of-place result written back into x.
+    named = {n for _, names in entries for n in names}
+    entries += [(MORE.inplace(impl), [n + "_"]) for impl, names in entries for n in names
+                if not n.startswith("_") and not n.endswith("_") and n + "_" not in named and
+                hasattr(torch.Tensor, n + "_")]
+    for impl, names in entries:
         for name in names:
             _methods.setdefault(name, impl)
             for ns in (torch, torch.Tensor, F, torch.special, torch.linalg):

@@ -18,7 +18,14 @@ std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream os;
   os.imbue(std::locale::classic());
   os << "(";
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  // A dynamic dim (its bound, kDynamicBound) prints as '?': its extent is known at run time.
+  for (size_t i = 0; i < s.size(); ++i) {
+    os << (i ? ", " : "");
+    if (s[i] == kDynamicBound)
+      os << "?";
+    else
+      os << s[i];
+  }
   if (s.size() == 1) os << ",";
   os << ")";
   return os.str();

@@ -183,10 +183,36 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape, const std::vect
     ++suf;
   size_t ns = s1.size() - pre - suf, nd = d1.size() - pre - suf;
   bool split = ns == 1 && nd == 2, merge = ns == 2 && nd == 1;
-  if (!split && !merge)
-    throw Error(
-        "reshape from " + shape_str(src) + " to " + shape_str(shape) +
-        " is not supported yet: split one dimension in two or merge two adjacent dimensions per reshape");
+  if (!split && !merge) {
+    // Any other regrouping is a chain of the two moves: merge the first two differing source
+    // dims (s1[pre], s1[pre+1]) until one is left, then split the first target dim off it, each a
+    // copy of its own (the fusion passes see through them).
+    std::vector<size_t> nz_src, nz_dst;  // full indices of the non-1 dims
+    for (size_t i = 0; i < src.size(); ++i)
+      if (src[i] != 1) nz_src.push_back(i);
+    for (size_t i = 0; i < shape.size(); ++i)
+      if (shape[i] != 1) nz_dst.push_back(i);
+    std::vector<int64_t> mid;
+    size_t lo, hi;  // the full dims [lo, hi] of one side become one
+    const std::vector<int64_t>& side = ns >= 2 ? src : shape;
+    if (ns >= 2) {
+      lo = nz_src[pre], hi = nz_src[pre + 1];
+    } else {
+      lo = nz_dst[pre + 1], hi = nz_dst[pre + nd - 1];
+    }
+    if (lo < kept)
+      throw Error("reshape from " + shape_str(src) + " to " + shape_str(shape) + ": not supported");
+    int64_t prod = 1;
+    for (size_t i = lo; i <= hi; ++i) prod *= side[i];
+    mid.assign(side.begin(), side.begin() + std::ptrdiff_t(lo));
+    mid.push_back(prod);
+    mid.insert(mid.end(), side.begin() + std::ptrdiff_t(hi) + 1, side.end());
+    std::vector<Expr> ext(extents.begin(), extents.begin() + std::ptrdiff_t(std::min(kept, extents.size())));
+    std::vector<Expr> ext_out(extents.begin(),
+                              extents.begin() + std::ptrdiff_t(std::min(extents.size(), shape.size())));
+    View step = reshape(v, mid, ext);
+    return reshape(step, shape, ext_out);
+  }
   View out = empty(shape, v.buf->dtype, out_extents);
   View target = out;
   for (int i = int(shape.size()) - 1; i >= 0; --i)

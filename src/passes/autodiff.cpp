@@ -290,6 +290,7 @@ class Differentiator::Replay : public StmtVisitor {
     for (const Operand& a : s.op.args) op.args.push_back(d_.mapped(a, env_));
     Stmt ns = op_stmt(std::move(op));
     d_.replayed_[ns.get()] = &s;
+    if (d_.replaying_in_order_) d_.replayed_in_order_.insert(ns.get());
     d_.b_.emit(ns);
   }
   void visit_for(const StmtNode& s) override {
@@ -649,7 +650,9 @@ Backward Differentiator::run() {
       env.bufs[p.get()] = nb;
       local.insert(p.get());
     }
+  replaying_in_order_ = true;
   replay(fwd_.body, env, local);
+  replaying_in_order_ = false;
   sweep(fwd_.body, env);
   out.program = b_.finish(grads);
   eliminate_dead_code(out.program);
@@ -664,12 +667,16 @@ Backward Differentiator::run() {
     forward_copies(out.program);
     eliminate_dead_code(out.program);
   }
-  // A replayed value must still be what it was at its forward statement.
+  // A replayed value must still be what it was at its forward statement: a later write is
+  // harmless only where the whole-program replay, in forward order, makes it too (a buffer it
+  // holds locally, e.g. a mask built by masked_fill_ on a fresh tensor).
   walk(out.program.body, [&](const Stmt& s) {
     auto it = replayed_.find(s.get());
     if (it == replayed_.end()) return;
+    const bool in_order = replayed_in_order_.count(s.get()) > 0;
     for (const View* v : sources(it->second->op)) {
       const Buffer* fb = v->buf.get();
+      if (in_order && local.count(fb)) continue;
       if (stale(fb, it->second, true))
         refuse(it->second,
                "recomputing it needs the value of %" + fb->name +

@@ -88,6 +88,10 @@ class Differentiator {
   std::map<const ir::Buffer*, BufInfo> bufs_;
   std::map<const ir::Buffer*, ir::BufferRef> adj_;               // forward buffer -> its adjoint now
   std::map<const ir::StmtNode*, const ir::StmtNode*> replayed_;  // backward op -> forward op
+  // The ops of the whole-program replay (not of a loop scope's replay in the sweep): they run in
+  // forward order, so what they read of a buffer that replay writes is its value at that point.
+  std::set<const ir::StmtNode*> replayed_in_order_;
+  bool replaying_in_order_ = false;
   std::set<const ir::Buffer*> adjoint_buffers_;
   mutable std::map<const ir::StmtNode*, std::set<const ir::Buffer*>> carried_;
   std::map<const ir::StmtNode*, std::map<const ir::Buffer*, ir::BufferRef>> tapes_;  // the latest replay's

@@ -62,6 +62,13 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
     case Opcode::TSHL:
     case Opcode::TSHR:
       return;  // integer or boolean results: no gradient
+    case Opcode::TCEIL:
+    case Opcode::TTRUNC:
+    case Opcode::TROUND:
+    case Opcode::TSIGN:
+    case Opcode::TFLOORDIV:
+    case Opcode::TGCD:
+      return;  // piecewise constant: zero almost everywhere (as torch)
     default:
       break;
   }
@@ -73,6 +80,10 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
   auto bin = [&](Opcode c, const Operand& a, const Operand& b) -> View { return b_.binary(c, a, b); };
   auto un = [&](Opcode c, const View& a) -> View { return b_.unary(c, a); };
   auto k = [&](double v) { return constant(v, D); };
+  auto square = [&](const Operand& o) -> Operand {  // a view or a scalar, squared
+    if (auto v = view_of(o)) return bin(Opcode::TMUL, *v, *v);
+    return std::get<Expr>(o) * std::get<Expr>(o);
+  };
   auto val = [&](int i) { return value(op.args[i], s, env); };
   auto out = [&]() { return std::get<View>(value(op.args[0], s, env, true)); };
   const Operand& x = op.args.size() > 1 ? op.args[1] : op.args[0];
@@ -162,6 +173,28 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
                      bin(Opcode::TMUL, bin(Opcode::TMUL, bin(Opcode::TMUL, xv, sech2), du), k(0.5)));
         return accumulate(x, bin(Opcode::TMUL, g, d), env);
       }
+      case Opcode::TSIN:
+        return accumulate(x, bin(Opcode::TMUL, g, un(Opcode::TCOS, std::get<View>(val(1)))), env);
+      case Opcode::TCOS:
+        return accumulate(x, bin(Opcode::TMUL, g, un(Opcode::TSIN, std::get<View>(val(1)))), env, true);
+      case Opcode::TTAN: {  // 1 + tan^2
+        View y = out();
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TADD, bin(Opcode::TMUL, y, y), k(1))), env);
+      }
+      case Opcode::TEXP2:
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TMUL, out(), k(M_LN2))), env);
+      case Opcode::TEXPM1:
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TADD, out(), k(1))), env);
+      case Opcode::TLOG2:
+        return accumulate(x, bin(Opcode::TDIV, g, bin(Opcode::TMUL, val(1), k(M_LN2))), env);
+      case Opcode::TLOG10:
+        return accumulate(x, bin(Opcode::TDIV, g, bin(Opcode::TMUL, val(1), k(M_LN10))), env);
+      case Opcode::TLOG1P:
+        return accumulate(x, bin(Opcode::TDIV, g, bin(Opcode::TADD, val(1), k(1))), env);
+      case Opcode::TCBRT: {  // 1 / (3 y^2)
+        View y = out();
+        return accumulate(x, bin(Opcode::TDIV, g, bin(Opcode::TMUL, bin(Opcode::TMUL, y, y), k(3))), env);
+      }
       case Opcode::TSILU: {  // s (1 + x (1 - s))
         Operand xv = val(1);
         View sg = un(Opcode::TSIGMOID, std::get<View>(xv));
@@ -222,6 +255,35 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
           Operand loga = view_of(av) ? Operand(un(Opcode::TLOG, std::get<View>(av)))
                                      : Operand(unary_math(ExprOp::Log, std::get<Expr>(av)));
           accumulate(b, bin(Opcode::TMUL, g, bin(Opcode::TMUL, out(), loga)), env);
+        }
+        return;
+      }
+      case Opcode::TATAN2: {  // y = atan2(a, b): da = b / (a^2 + b^2), db = -a / (a^2 + b^2)
+        Operand av = val(1), bv = val(2);
+        View r2 = bin(Opcode::TADD, square(av), square(bv));
+        if (has_adjoint(a)) accumulate(a, bin(Opcode::TDIV, bin(Opcode::TMUL, g, bv), r2), env);
+        if (has_adjoint(b)) accumulate(b, bin(Opcode::TDIV, bin(Opcode::TMUL, g, av), r2), env, true);
+        return;
+      }
+      case Opcode::THYPOT: {  // da = a / y, db = b / y
+        View y = out();
+        if (has_adjoint(a)) accumulate(a, bin(Opcode::TDIV, bin(Opcode::TMUL, g, val(1)), y), env);
+        if (has_adjoint(b)) accumulate(b, bin(Opcode::TDIV, bin(Opcode::TMUL, g, val(2)), y), env);
+        return;
+      }
+      case Opcode::TCOPYSIGN: {  // da = y / a (0 where a == 0, as torch); b gets none
+        if (!has_adjoint(a)) return;
+        Operand av = val(1);
+        View ratio = b_.select(bin(Opcode::TCMP_EQ, av, k(0)), k(0), bin(Opcode::TDIV, out(), av));
+        return accumulate(a, bin(Opcode::TMUL, g, ratio), env);
+      }
+      case Opcode::TFMOD:   // a - trunc(a / b) * b
+      case Opcode::TREM: {  // a - floor(a / b) * b
+        if (has_adjoint(a)) accumulate(a, g, env);
+        if (has_adjoint(b)) {
+          View q = un(op.code == Opcode::TFMOD ? Opcode::TTRUNC : Opcode::TFLOOR,
+                      bin(Opcode::TDIV, val(1), val(2)));
+          accumulate(b, bin(Opcode::TMUL, g, q), env, true);
         }
         return;
       }

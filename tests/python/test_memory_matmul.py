@@ -175,3 +175,27 @@ def test_bias_relu_epilogue_folds_into_the_product(backend, M):
         src = strided.lower(x, w, b2).as_text("source")
         assert "pto::mmatmul_bias(" in src
         assert "pto::mmatmul_bias(" not in both.lower(x, w, b).as_text("source")
+
+
+def test_batched_rows_times_a_matrix_is_one_gemm():
+    # nn.Linear on (batch, seq, d): the batch folds into the rows of one whole-matrix product, also
+    # for a permuted input (nn.MultiheadAttention's x.transpose(0, 1)); a ragged tile of a user
+    # loop keeps the batched product.
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 96, 128)).astype(np.float32)
+    w = rng.standard_normal((128, 160)).astype(np.float32)
+    for f, ref in [(lambda x, w: x @ w, x @ w), (lambda x, w: x.transpose(0, 1) @ w, x.transpose(1, 0, 2) @ w)]:
+        k = pypto.jit(f)
+        out = k(x, w)
+        assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
+        isa = k.lower(x, w).as_text("isa")
+        assert isa.count("MMATMUL") == 1 and "TMATMUL" not in isa
+
+    @pypto.jit
+    def tiles(x, w, out):
+        for i in range(0, 90, 64):
+            out[:, i:i + 64, :] = x[:, i:i + 64, :] @ w
+    xr = x[:, :90].copy()
+    out = np.full((4, 90, 160), np.nan, np.float32)
+    tiles(xr, w, out)
+    assert np.linalg.norm(out - xr @ w) / np.linalg.norm(xr @ w) < 1e-5

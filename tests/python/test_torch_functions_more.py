@@ -130,3 +130,55 @@ def test_multi_step_views(backend):
     x = torch.randn(24, 5).double()
     for got, ref in zip(jit(views, backend)(x), views(x)):
         _close(got, ref)
+
+
+# torch code that spells torch's parameter names (F.one_hot(t, num_classes=...),
+# torch.gather(x, 1, index=i), x.transpose(dim0=..)): each must reach the same operation.
+KEYWORD_CALLS = {
+    "one_hot": lambda x, i, j, c: F.one_hot(c, num_classes=8).double(),
+    "gather": lambda x, i, j, c: torch.gather(x, 1, index=i),
+    "gather_input": lambda x, i, j, c: torch.gather(input=x, dim=1, index=i, sparse_grad=False),
+    "gather_method": lambda x, i, j, c: x.gather(dim=1, index=i),
+    "index_select": lambda x, i, j, c: torch.index_select(x, 2, index=j),
+    "index_add": lambda x, i, j, c: torch.index_add(x, 2, j, x[:, :, :5], alpha=2.0),
+    "scatter_scalar": lambda x, i, j, c: torch.scatter(x, 1, i, 1.5),
+    "scatter_value": lambda x, i, j, c: x.scatter(1, i, value=2.0),
+    "scatter_add": lambda x, i, j, c: torch.scatter_add(x, 1, index=i, src=x[:, :3]),
+    "transpose": lambda x, i, j, c: x.transpose(dim0=0, dim1=2),
+    "torch_transpose": lambda x, i, j, c: torch.transpose(x, dim0=0, dim1=2),
+    "swapaxes": lambda x, i, j, c: torch.swapaxes(x, axis0=0, axis1=1),
+    "permute": lambda x, i, j, c: x.permute(dims=(2, 0, 1)),
+    "reshape": lambda x, i, j, c: torch.reshape(x, shape=(24, 8)),
+    "view_tuple": lambda x, i, j, c: x.view((8, 24)),
+    "clamp_min": lambda x, i, j, c: torch.clamp_min(x, min=0.1),
+    "clamp_max": lambda x, i, j, c: torch.clamp_max(x, max=0.1),
+    "remainder": lambda x, i, j, c: torch.remainder(x, other=0.7),
+    "floor_divide": lambda x, i, j, c: torch.floor_divide(x, other=0.7),
+    "split": lambda x, i, j, c: torch.split(x, split_size_or_sections=2, dim=1)[1],
+    "split_method": lambda x, i, j, c: x.split(split_size=3, dim=1)[0],
+    "outer": lambda x, i, j, c: torch.outer(x[0, 0], vec2=x[1, 1]),
+    "repeat_interleave": lambda x, i, j, c: x.repeat_interleave(2, dim=0, output_size=8),
+    "broadcast_to": lambda x, i, j, c: torch.broadcast_to(x[:, :1], size=(4, 6, 8)),
+    "expand_as": lambda x, i, j, c: x[:1].expand_as(other=x),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEYWORD_CALLS))
+def test_torch_keyword_names(name):
+    torch.manual_seed(3)
+    f = KEYWORD_CALLS[name]
+    args = (torch.randn(4, 6, 8).double(), torch.randint(0, 6, (4, 3, 8)), torch.randint(0, 4, (5,)),
+            torch.randint(0, 8, (7,)))
+    _close(pypto.jit(f, backend="interp")(*args), f(*args))
+
+
+def test_reshape_regroups_any_dims():
+    # torch.gather's index of shape (4, 3, 16) is reshaped from a flat (192,); any regrouping of a
+    # contiguous tensor's dims is a chain of merges and splits.
+    torch.manual_seed(4)
+    for a, b in [((192,), (4, 3, 16)), ((6, 4), (4, 6)), ((2, 3, 4, 5), (5, 4, 3, 2)),
+                 ((12, 1, 10), (2, 1, 6, 5, 2)), ((1, 24, 1), (2, 3, 4)), ((8, 6, 4), (2, 4, 3, 2, 4))]:
+        x = torch.randn(*a).double()
+        _close(jit(lambda x, b=b: x.reshape(b) * 2.0, "cpu")(x), x.reshape(b) * 2.0)
+    with pytest.raises(pypto.PyptoError, match=r"reshape from \(\?, 6, 4\)"):
+        pypto.jit(lambda x: x.reshape(6, 8, 4), dynamic={"x": [0]}, backend="interp")(torch.randn(8, 6, 4))

@@ -19,6 +19,7 @@ from . import contract_ops as K
 from . import index_ops as X
 from . import random_ops as R
 from . import torch_math as TM
+from . import torch_more as MORE
 from . import torch_nn as NN
 from . import tracer
 from . import tensor_ops as T
@@ -477,6 +478,129 @@ def _identity(input, *a, **k):  # noqa: A002
     return input
 
 
+# --- torch's parameter names, for calls that spell them (F.one_hot(t, num_classes=8),
+# torch.gather(x, 1, index=i), x.transpose(dim0=1, dim1=2)); the implementations beneath name
+# them for PyPTO's own API.
+
+def _size_arg(args, kw, name):
+    """x.view(2, 3) / x.view((2, 3)) / x.view(size=(2, 3))."""
+    if name in kw:
+        if args:
+            raise PyptoError(f"got {name}= and positional sizes")
+        return tuple(kw.pop(name))
+    return _varargs(args)
+
+
+def _no_extra(fname, kw):
+    if kw:
+        raise PyptoError(f"{fname}() got an unexpected keyword argument '{next(iter(kw))}'")
+
+
+def gather(input, dim, index, *, sparse_grad=False, out=None):  # noqa: A002
+    _no_out(out)
+    return X.gather(input, dim, index)
+
+
+def scatter(input, dim, index, src=None, value=None, *, reduce=None, out=None):  # noqa: A002
+    _no_out(out)
+    if value is None and src is not None and not isinstance(src, TensorValue) and not _is_torch_tensor(src):
+        src, value = None, src  # torch.scatter(x, 0, i, 1.5): the scalar overload
+    return X.scatter(input, dim, index, src, value, reduce)
+
+
+def scatter_add(input, dim, index, src, *, out=None):  # noqa: A002
+    _no_out(out)
+    return X.scatter_add(input, dim, index, src)
+
+
+def index_select(input, dim, index, *, out=None):  # noqa: A002
+    _no_out(out)
+    return X.index_select(input, dim, index)
+
+
+def index_add(input, dim, index, source, *, alpha=1, out=None):  # noqa: A002
+    _no_out(out)
+    return X.index_add(input, dim, index, source, alpha)
+
+
+def index_add_(input, dim, index, source, *, alpha=1):  # noqa: A002
+    return X.index_add_(input, dim, index, source, alpha)
+
+
+def one_hot(tensor, num_classes=-1):
+    return C.one_hot(tensor, num_classes)
+
+
+def transpose(input, dim0, dim1):  # noqa: A002
+    return T.transpose(input, dim0, dim1)
+
+
+def swapaxes(input, axis0, axis1):  # noqa: A002
+    return T.transpose(input, axis0, axis1)
+
+
+def permute(input, *dims, **kw):  # noqa: A002
+    d = _size_arg(dims, kw, "dims")
+    _no_extra("permute", kw)
+    return T.permute(input, d)
+
+
+def reshape(input, *shape, **kw):  # noqa: A002
+    if kw.pop("order", "C") != "C":  # NumPy's x.reshape(shape, order=...)
+        raise PyptoError("reshape: only order='C' is supported")
+    s = _size_arg(shape, kw, "shape" if "shape" in kw else "size")
+    _no_extra("reshape", kw)
+    return T.reshape(input, s)
+
+
+def reshape_as(input, other):  # noqa: A002
+    return T.reshape(input, tuple(other.shape))
+
+
+def expand_as(input, other):  # noqa: A002
+    return T.broadcast_to(input, tuple(other.shape))
+
+
+def broadcast_to(input, size):  # noqa: A002
+    return T.broadcast_to(input, tuple(size))
+
+
+def clamp_min(input, min):  # noqa: A002
+    return T.clamp(input, min, None)
+
+
+def clamp_max(input, max):  # noqa: A002
+    return T.clamp(input, None, max)
+
+
+def floor_divide(input, other, *, out=None):  # noqa: A002
+    _no_out(out)
+    return T.floordiv(input, other)
+
+
+def remainder(input, other, *, out=None):  # noqa: A002
+    _no_out(out)
+    return T.mod(input, other)
+
+
+def outer(input, vec2, *, out=None):  # noqa: A002
+    _no_out(out)
+    return K.outer(input, vec2)
+
+
+def repeat_interleave(input, repeats=None, dim=None, *, output_size=None):  # noqa: A002
+    return C.repeat_interleave(input, repeats, dim)
+
+
+def split(tensor, split_size_or_sections=None, dim=0, *, split_size=None):
+    return C.split(tensor, split_size if split_size is not None else split_size_or_sections, dim)
+
+
+def _is_torch_tensor(a):
+    t = sys.modules.get("torch")
+    return t is not None and isinstance(a, t.Tensor)
+
+
 # --- the table -----------------------------------------------------------------------------------
 
 def _entries():
@@ -488,8 +612,8 @@ def _entries():
         (mul, ["mul", "multiply", "__mul__", "__imul__"]), (lambda a, b: mul(b, a), ["__rmul__"]),
         (div, ["div", "divide", "true_divide", "__truediv__", "__itruediv__"]),
         (lambda a, b: T.binary(Opcode.TDIV, b, a), ["__rtruediv__"]),
-        (lambda a, b: T.floordiv(a, b), ["floor_divide", "__floordiv__"]),
-        (lambda a, b: T.mod(a, b), ["remainder", "__mod__"]),
+        (floor_divide, ["floor_divide"]), (lambda a, b: T.floordiv(a, b), ["__floordiv__"]),
+        (remainder, ["remainder"]), (lambda a, b: T.mod(a, b), ["__mod__"]),
         (pow, ["pow", "__pow__", "float_power"]), (lambda a, b: T.power(b, a), ["__rpow__"]),
         (matmul, ["matmul", "__matmul__"]), (lambda a, b: T.matmul(b, a), ["__rmatmul__"]),
         (mm, ["mm"]), (bmm, ["bmm"]), (addmm, ["addmm"]), (linear, ["linear"]),
@@ -504,8 +628,7 @@ def _entries():
         (_math("trunc"), ["trunc", "fix"]), (_math("sign"), ["sign"]),
         (_scan("cumsum"), ["cumsum"]), (_scan("cumprod"), ["cumprod"]),
         (_activation(Opcode.TRELU), ["relu"]), (_activation(Opcode.TSILU), ["silu"]), (gelu, ["gelu"]),
-        (clamp, ["clamp", "clip"]), (lambda x, m: T.clamp(x, m, None), ["clamp_min"]),
-        (lambda x, m: T.clamp(x, None, m), ["clamp_max"]),
+        (clamp, ["clamp", "clip"]), (clamp_min, ["clamp_min"]), (clamp_max, ["clamp_max"]),
         (lambda a, b, **k: T.binary(Opcode.TMAX, a, b), ["maximum", "fmax"]),
         (lambda a, b, **k: T.binary(Opcode.TMIN, a, b), ["minimum", "fmin"]),
         (where, ["where"]), (masked_fill, ["masked_fill"]), (masked_fill_, ["masked_fill_"]),
@@ -524,27 +647,27 @@ def _entries():
         (_random_like(R.rand_like), ["rand_like"]), (_random_like(R.randn_like), ["randn_like"]), (scaled_dot_product_attention,
                                                             ["scaled_dot_product_attention"]),
         (embedding, ["embedding"]), (pad, ["pad"]),
-        (X.gather, ["gather"]), (X.scatter, ["scatter"]), (X.scatter_add, ["scatter_add"]),
-        (X.index_select, ["index_select"]), (X.index_add, ["index_add"]), (X.index_add_, ["index_add_"]),
+        (gather, ["gather"]), (scatter, ["scatter"]), (scatter_add, ["scatter_add"]),
+        (index_select, ["index_select"]), (index_add, ["index_add"]), (index_add_, ["index_add_"]),
         (X.index_put_, ["index_put_"]), (X.flip, ["flip"]),
-        (cat, ["cat", "concat", "concatenate"]), (stack, ["stack"]), (C.split, ["split"]), (C.chunk, ["chunk"]),
-        (unbind, ["unbind"]), (lambda x, *s: T.reshape(x, _varargs(s)), ["reshape", "view"]),
-        (lambda x, o: T.reshape(x, tuple(o.shape)), ["reshape_as", "view_as"]),
-        (T.transpose, ["transpose", "swapaxes", "swapdims"]), (lambda x, *d: T.permute(x, _varargs(d)), ["permute"]),
+        (cat, ["cat", "concat", "concatenate"]), (stack, ["stack"]), (split, ["split"]), (C.chunk, ["chunk"]),
+        (unbind, ["unbind"]), (reshape, ["reshape", "view"]),
+        (reshape_as, ["reshape_as", "view_as"]),
+        (transpose, ["transpose", "swapdims"]), (swapaxes, ["swapaxes"]), (permute, ["permute"]),
         (lambda x: T.transpose(x, 0, 1) if x.ndim == 2 else x, ["t"]),
         (T.unsqueeze, ["unsqueeze"]), (T.squeeze, ["squeeze"]), (flatten, ["flatten"]), (unflatten, ["unflatten"]),
-        (expand, ["expand"]), (lambda x, o: T.broadcast_to(x, tuple(o.shape)), ["expand_as"]),
-        (T.broadcast_to, ["broadcast_to"]), (repeat, ["repeat"]), (C.repeat_interleave, ["repeat_interleave"]),
+        (expand, ["expand"]), (expand_as, ["expand_as"]),
+        (broadcast_to, ["broadcast_to"]), (repeat, ["repeat"]), (repeat_interleave, ["repeat_interleave"]),
         (narrow, ["narrow"]), (select, ["select"]), (C.tril, ["tril"]), (C.triu, ["triu"]), (C.roll, ["roll"]),
         (to, ["to"]), (type_as, ["type_as"]), (_identity, ["contiguous", "requires_grad_"]),
         (T.detach, ["detach"]),
         (lambda x, **k: T.copy(x), ["clone"]),
         (_like(0), ["zeros_like"]), (_like(1), ["ones_like"]), (_like(None), ["full_like", "empty_like"]),
         (lambda x, d=_dt.float32: T.cast(x, d), ["type"]),
-        (lambda x, n=-1: C.one_hot(x, n), ["one_hot"]),
+        (one_hot, ["one_hot"]),
         (lambda x, i: X.index(x, i), ["__getitem__"]),
         (_new(0), ["new_zeros"]), (_new(1), ["new_ones"]), (_new(None), ["new_full", "new_empty"]),
-        (K.einsum, ["einsum"]), (K.outer, ["outer", "ger"]), (K.baddbmm, ["baddbmm"]),
+        (K.einsum, ["einsum"]), (outer, ["outer", "ger"]), (K.baddbmm, ["baddbmm"]),
         (K.vector_norm, ["vector_norm"]), (K.norm, ["norm"]), (K.normalize, ["normalize"]),
         (K.mse_loss, ["mse_loss"]), (K.l1_loss, ["l1_loss"]), (K.smooth_l1_loss, ["smooth_l1_loss"]),
         (K.huber_loss, ["huber_loss"]), (K.nll_loss, ["nll_loss"]), (K.cross_entropy, ["cross_entropy"]),
@@ -561,7 +684,14 @@ def _build():
     torch = _torch()
     import torch.nn.functional as F
     table = {}
-    for impl, names in _entries() + NN.ENTRIES + TM.ENTRIES:
+    entries = _entries() + NN.ENTRIES + TM.ENTRIES + MORE.ENTRIES
+    # The in-place forms torch has of the functions above (x.add_(y), torch.relu_(x)): the
+    # out-of-place result written back into x.
+    named = {n for _, names in entries for n in names}
+    entries += [(MORE.inplace(impl), [n + "_"]) for impl, names in entries for n in names
+                if not n.startswith("_") and not n.endswith("_") and n + "_" not in named and
+                hasattr(torch.Tensor, n + "_")]
+    for impl, names in entries:
         for name in names:
             _methods.setdefault(name, impl)
             for ns in (torch, torch.Tensor, F, torch.special, torch.linalg):

@@ -5,12 +5,15 @@ group_norm, instance_norm, max/avg pooling, adaptive average pooling, nearest up
 pixel_shuffle and the remaining pointwise activations."""
 from __future__ import annotations
 
+import math
+
 from ..errors import PyptoError
 from .index_ops import flip
 from .values import Opcode, TensorValue
 from . import composite_ops as C
 from . import math_ops as M
 from . import tensor_ops as T
+from . import torch_more as MORE
 
 
 def _pair(v, what):
@@ -213,22 +216,26 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,  # noqa: A002
                 recompute_scale_factor=None, antialias=False):
-    """Nearest-neighbour resampling by integer factors (each pixel repeated)."""
-    if mode != "nearest":
-        raise PyptoError(f"interpolate: mode={mode!r} is not supported inside a kernel (only 'nearest')")
+    """Nearest-neighbour resampling by whole factors (each pixel repeated); other factors and the
+    linear modes through torch_more.resample."""
+    if mode not in ("nearest", "nearest-exact", "linear", "bilinear", "trilinear"):
+        raise PyptoError(f"interpolate: mode={mode!r} is not supported inside a kernel "
+                         "('nearest', 'nearest-exact', 'linear', 'bilinear', 'trilinear')")
+    if antialias:
+        raise PyptoError("interpolate: antialias=True is not supported inside a kernel")
     spatial = input.shape[2:]
     if size is not None:
         sizes = tuple(size) if isinstance(size, (tuple, list)) else (size,) * len(spatial)
-        factors = []
-        for s, n in zip(sizes, spatial):
-            if s % n:
-                raise PyptoError(f"interpolate: size {tuple(sizes)} must be a whole multiple of {tuple(spatial)}")
-            factors.append(s // n)
+        given = [None] * len(spatial)
     else:
         sf = scale_factor if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * len(spatial)
-        if any(float(f) != int(f) for f in sf):
-            raise PyptoError(f"interpolate: scale_factor {scale_factor!r} must be whole numbers")
-        factors = [int(f) for f in sf]
+        sizes = tuple(int(math.floor(n * float(f))) for n, f in zip(spatial, sf))
+        given = [None if recompute_scale_factor else float(f) for f in sf]
+    whole = all(s % n == 0 for s, n in zip(sizes, spatial)) and all(
+        g is None or g == s // n for g, s, n in zip(given, sizes, spatial))
+    if mode != "nearest" or not whole:
+        return MORE.resample(input, sizes, given, mode, align_corners)
+    factors = [s // n for s, n in zip(sizes, spatial)]
     y = input
     for k, f in enumerate(factors):
         if f != 1:

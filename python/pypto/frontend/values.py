@@ -293,13 +293,13 @@ class TensorValue:
     def index_add(self, dim, index, source, alpha=1): return X.index_add(self, dim, index, source, alpha)
     def index_add_(self, dim, index, source, alpha=1): return X.index_add_(self, dim, index, source, alpha)
     def index_put_(self, indices, values, accumulate=False): return X.index_put_(self, indices, values, accumulate)
-    def repeat_interleave(self, repeats, dim=None): return C.repeat_interleave(self, repeats, dim)
-    def split(self, split_size, dim=0): return C.split(self, split_size, dim)
+    def repeat_interleave(self, repeats, dim=None, *, output_size=None): return C.repeat_interleave(self, repeats, dim)
+    def split(self, split_size=None, dim=0, **kw): return TF.split(self, split_size, dim, **kw)
     def chunk(self, chunks, dim=0): return C.chunk(self, chunks, dim)
 
-    def transpose(self, d0=-2, d1=-1): return T.transpose(self, d0, d1)
-    def permute(self, *dims): return T.permute(self, _varargs(dims))
-    def reshape(self, *shape): return T.reshape(self, _varargs(shape))
+    def transpose(self, dim0=-2, dim1=-1): return T.transpose(self, dim0, dim1)
+    def permute(self, *dims, **kw): return TF.permute(self, *dims, **kw)
+    def reshape(self, *shape, **kw): return TF.reshape(self, *shape, **kw)
     view = reshape
     def flatten(self, start_dim=0, end_dim=-1):
         return TF.flatten(self, start_dim, end_dim)

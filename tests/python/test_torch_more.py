@@ -1,0 +1,106 @@
+"""The torch functions of frontend/torch_more.py inside kernels, each against torch in float64 on
+random inputs: in-place methods, statistics, shapes and indexing, products, resampling (linear
+and nearest at any size), losses; and gradients through a few of them."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import pypto
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(11)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)  # noqa: E731
+    return dict(x=r(4, 6), y=r(4, 6), v=r(6), sq=r(5, 5), b3=r(2, 4, 6), img=r(1, 3, 8, 8),
+                w3=r(3, 6, 6), idx=torch.randint(0, 6, (4, 6), generator=g))
+
+
+def _kernel(f):
+    """A kernel taking _inputs()'s tensors positionally and giving them to f as a dict."""
+    def kernel(x, y, v, sq, b3, img, w3, idx):
+        return f(dict(x=x, y=y, v=v, sq=sq, b3=b3, img=img, w3=w3, idx=idx))
+    return pypto.jit(kernel, backend="interp")
+
+
+CASES = {
+    "add_": lambda t: t["x"].clone().add_(t["y"], alpha=2), "mul_": lambda t: t["x"].clone().mul_(2),
+    "clamp_": lambda t: t["x"].clone().clamp_(-0.5, 0.5), "zero_": lambda t: t["x"].clone().zero_() + t["y"],
+    "fill_": lambda t: t["x"].clone().fill_(3.0), "copy_": lambda t: torch.empty_like(t["x"]).copy_(t["y"]),
+    "relu_inplace": lambda t: F.relu(t["x"].clone(), inplace=True), "sigmoid_": lambda t: t["x"].clone().sigmoid_(),
+    "addcmul_": lambda t: t["x"].clone().addcmul_(t["x"], t["y"], value=0.5),
+    "std_mean": lambda t: torch.stack(torch.std_mean(t["x"], -1)),
+    "var_mean": lambda t: torch.stack(torch.var_mean(t["x"], -1, correction=0)),
+    "aminmax": lambda t: torch.stack(tuple(torch.aminmax(t["x"], dim=-1))),
+    "median": lambda t: t["x"].median(-1).values, "median_all": lambda t: t["x"].median(),
+    "median_idx": lambda t: t["x"].median(-1).indices.double(),
+    "kthvalue": lambda t: torch.kthvalue(t["x"], 2, -1).values, "quantile": lambda t: torch.quantile(t["x"], 0.3, dim=-1),
+    "count_nonzero": lambda t: torch.count_nonzero(t["x"] > 0, dim=-1).double(),
+    "tile": lambda t: torch.tile(t["x"], (2, 1)), "take_along_dim": lambda t: torch.take_along_dim(t["x"], t["idx"], -1),
+    "meshgrid_ij": lambda t: torch.stack(torch.meshgrid(t["v"][:3], t["v"][:4], indexing="ij")),
+    "meshgrid_xy": lambda t: torch.stack(torch.meshgrid(t["v"][:3], t["v"][:4], indexing="xy")),
+    "diff": lambda t: torch.diff(t["x"], dim=-1), "diff2": lambda t: torch.diff(t["x"], n=2, dim=0, append=t["y"]),
+    "tensordot": lambda t: torch.tensordot(t["b3"], t["x"], dims=([1, 2], [0, 1])),
+    "tensordot_int": lambda t: torch.tensordot(t["b3"], t["x"].T, dims=1),
+    "diagonal": lambda t: torch.diagonal(t["sq"], 1), "diagonal_neg": lambda t: torch.diagonal(t["x"], -1),
+    "diag_vec": lambda t: torch.diag(t["v"], -2), "trace": lambda t: torch.trace(t["sq"]) + t["x"],
+    "kron": lambda t: torch.kron(t["sq"][:2, :3], t["x"][:3, :2]),
+    "cross": lambda t: torch.linalg.cross(t["x"][:, :3], t["y"][:, :3]), "cdist": lambda t: torch.cdist(t["x"], t["y"]),
+    "cdist_p1": lambda t: torch.cdist(t["x"], t["y"], p=1), "index_fill": lambda t: t["x"].index_fill(1, t["idx"][0, :2], -1.0),
+    "rot90": lambda t: torch.rot90(t["x"]), "rot90_3": lambda t: torch.rot90(t["b3"], 3, (1, 2)),
+    "matrix_norm": lambda t: torch.linalg.matrix_norm(t["b3"]), "matrix_norm_inf": lambda t: torch.linalg.matrix_norm(t["b3"], ord=float("inf")),
+    "masked_scatter": lambda t: t["x"].masked_scatter(t["x"] > 0, t["y"]),
+    "addmv": lambda t: torch.addmv(t["x"][:, 0], t["x"], t["v"], beta=0.5), "addr": lambda t: torch.addr(t["sq"], t["v"][:5], t["v"][:5]),
+    "addbmm": lambda t: torch.addbmm(t["sq"][:4, :4], t["b3"], t["b3"].transpose(1, 2)),
+    "bilinear": lambda t: F.bilinear(t["x"], t["y"], t["w3"]),
+    "expit": lambda t: torch.special.expit(t["x"]), "xlog1py": lambda t: torch.special.xlog1py(t["x"], t["y"].abs()),
+    "rrelu_eval": lambda t: F.rrelu(t["x"], training=False),
+    "interp_bilinear": lambda t: F.interpolate(t["img"], scale_factor=2, mode="bilinear"),
+    "interp_bilinear_ac": lambda t: F.interpolate(t["img"], size=(5, 11), mode="bilinear", align_corners=True),
+    "interp_linear": lambda t: F.interpolate(t["b3"], scale_factor=1.5, mode="linear"),
+    "interp_nearest": lambda t: F.interpolate(t["img"], size=(5, 12), mode="nearest"),
+    "interp_nearest_exact": lambda t: F.interpolate(t["img"], size=(5, 12), mode="nearest-exact"),
+    "margin_ranking": lambda t: F.margin_ranking_loss(t["x"][:, 0], t["y"][:, 0], torch.sign(t["v"][:4])),
+    "soft_margin": lambda t: F.soft_margin_loss(t["x"], torch.sign(t["y"])),
+    "hinge_embedding": lambda t: F.hinge_embedding_loss(t["x"], torch.sign(t["y"])),
+    "cosine_embedding": lambda t: F.cosine_embedding_loss(t["x"], t["y"], torch.sign(t["v"][:4])),
+    "triplet": lambda t: F.triplet_margin_loss(t["x"], t["y"], t["y"].flip(0)),
+    "poisson_nll": lambda t: F.poisson_nll_loss(t["x"], t["y"].abs()),
+    "poisson_nll_full": lambda t: F.poisson_nll_loss(t["x"].abs(), t["y"].abs() * 3, log_input=False, full=True),
+    "gaussian_nll": lambda t: F.gaussian_nll_loss(t["x"], t["y"], t["v"].abs().expand(4, 6)),
+    "multilabel_soft_margin": lambda t: F.multilabel_soft_margin_loss(t["x"], (t["y"] > 0).double()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_torch_more_matches_torch(name):
+    f = CASES[name]
+    t = _inputs()
+    ref = f(t)
+    got = _kernel(f)(*t.values())
+    assert tuple(got.shape) == tuple(ref.shape)
+    assert float((got - ref).norm()) <= 1e-10 * max(1.0, float(ref.norm()))
+
+
+@pytest.mark.parametrize("name", ["interp_bilinear", "tensordot", "std_mean", "cdist", "masked_scatter", "mul_"])
+def test_torch_more_gradients(name):
+    f = CASES[name]
+    t = _inputs()
+    for k in ("x", "y", "b3", "img"):
+        t[k].requires_grad_()
+    out = _kernel(f)(*t.values())
+    cot = torch.randn(out.shape, dtype=torch.float64)
+    leaves = [t[k] for k in ("x", "y", "b3", "img")]
+    got = torch.autograd.grad(out, leaves, cot, allow_unused=True)
+    ref = torch.autograd.grad(f(t), leaves, cot, allow_unused=True)
+    for a, b in zip(got, ref):
+        if b is None:
+            assert a is None or float(a.norm()) == 0
+        else:
+            assert float((a - b).norm() / b.norm()) < 1e-9
+
+
+def test_bilinear_upsampling_native():
+    img = torch.randn(2, 3, 17, 9)
+    k = pypto.jit(lambda x: F.interpolate(x, size=(40, 20), mode="bilinear"))
+    ref = F.interpolate(img, size=(40, 20), mode="bilinear")
+    assert float((k(img) - ref).norm() / ref.norm()) < 1e-6

@@ -254,6 +254,15 @@ void Differentiator::accumulate(const Operand& src, View c, const Env& env, bool
     int bd = a.dims[j];
     if (ashape[j] == cshape[j]) a.valid[bd] = min_valid(a.valid[bd], cv[j]);
   }
+  // The same permutation on both sides (a transposed weight's gradient): the add in the base order.
+  if (a.rank() == c.rank() && a.dims == c.dims && !std::is_sorted(a.dims.begin(), a.dims.end())) {
+    std::vector<size_t> order(a.dims.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return a.dims[x] < a.dims[y]; });
+    std::vector<int> sorted;
+    for (size_t i : order) sorted.push_back(a.dims[i]);
+    a.dims = c.dims = sorted;
+  }
   b_.update(subtract ? Opcode::TSUB : Opcode::TADD, a, c);
 }
 
@@ -565,10 +574,14 @@ void forward_copies(Program& p) {
       if (s->kind != StmtKind::OpStmt || s->op.args.empty()) continue;
       const View* d = view_of(s->op.args[0]);
       const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
+      // The source: a temp written once, earlier in this block, or an input the program never
+      // writes (a cotangent copied into the adjoint it starts).
+      const bool settled = c && ((c->buf->kind == BufferKind::Temp && writes[c->buf.get()] == 1 &&
+                                  written_here.count(c->buf.get())) ||
+                                 (c->buf->kind == BufferKind::Param && writes[c->buf.get()] == 0));
       if (s->op.code == Opcode::TMOV && d && c && whole_and_valid(*d) && whole_and_valid(*c) &&
-          d->buf->kind == BufferKind::Temp && c->buf->kind == BufferKind::Temp &&
-          d->buf->dtype == c->buf->dtype && d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 &&
-          writes[c->buf.get()] == 1 && written_here.count(c->buf.get()) && !repl.count(c->buf.get())) {
+          d->buf->kind == BufferKind::Temp && settled && d->buf->dtype == c->buf->dtype &&
+          d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 && !repl.count(c->buf.get())) {
         repl[d->buf.get()] = c->buf;
         body.erase(body.begin() + long(j--));
         continue;

@@ -484,3 +484,23 @@ def test_non_differentiable_kernel_raises_at_the_call():
         running_product(x, 3)
     assert "test_autograd.py" in str(e.value) and "for i in range(n)" in str(e.value)
     running_product(x.detach(), 3)  # without grad it runs
+
+
+def test_linear_backward_is_two_products_written_in_place():
+    # y = x @ W.T + b: dW = g^T x is made in W's layout and written straight into its gradient (no
+    # zero fill, no transposed add), and the cotangent is read where it is (no copy).
+    from pypto.autograd import _kernel_entry, derived
+    lin = torch.nn.Linear(64, 96)
+    kernel, entry, _, _ = _kernel_entry(pypto.jit(lin), (torch.randn(48, 64),))
+    text = str(derived(entry).program)
+    assert text.count("TMATMUL") == 2 and "TEXPANDS" not in text and "TADD" not in text
+    x = torch.randn(48, 64, dtype=torch.float64, requires_grad=True)
+    lin = lin.double()
+    dy = torch.randn(48, 96, dtype=torch.float64)
+    pypto.jit(lin)(x).backward(dy)
+    got = [t.grad.clone() for t in (x, lin.weight, lin.bias)]
+    for t in (x, lin.weight, lin.bias):
+        t.grad = None
+    lin(x).backward(dy)
+    for a, t in zip(got, (x, lin.weight, lin.bias)):
+        assert rel(a, t.grad) < 1e-12

@@ -119,13 +119,41 @@ bool Differentiator::stale(const Buffer* b, const StmtNode* s, bool before_write
   return false;
 }
 
+namespace {
+// Whether each iteration of `loop` writes its own window of dst: some base dim's offset is the
+// loop variable times k, and its window no wider than k steps (a reshape's or a tile loop's rows).
+bool disjoint_windows(const View& dst, const StmtNode* loop) {
+  auto step = as_int(loop->step);
+  if (!step || *step <= 0) return false;
+  const Expr v = var(loop->var, DType::I64);
+  for (size_t d = 0; d < dst.offset.size(); ++d) {
+    const int64_t size = dst.size[d] * std::max<int64_t>(dst.step[d], 1);
+    for (int64_t k = 1; k <= size; ++k) {
+      if (k * *step < size) continue;
+      if (expr_equal(dst.offset[d], k == 1 ? v : v * int_imm(k)) || expr_equal(dst.offset[d], int_imm(k) * v))
+        return true;
+      break;  // only the smallest admissible k can match a window this wide
+    }
+  }
+  return false;
+}
+}  // namespace
+
 bool Differentiator::overwritten(const Buffer* b) const {
   if (b->kind == BufferKind::Param) return true;  // an argument written: its old value dies
   auto it = bufs_.find(b);
   if (it == bufs_.end()) return false;
   if (it->second.writes.size() > 1) return true;
-  for (const StmtNode* w : it->second.writes)
-    if (stmts_.at(w).loops.size() > it->second.loops_at_alloc.size()) return true;
+  // One write, in loops the buffer's allocation is not in: an earlier value dies unless every
+  // such loop writes a window of its own per iteration.
+  const auto& own = it->second.loops_at_alloc;
+  for (const StmtNode* w : it->second.writes) {
+    const View* dst = w->op.args.empty() ? nullptr : view_of(w->op.args[0]);
+    for (const StmtNode* loop : stmts_.at(w).loops) {
+      if (std::find(own.begin(), own.end(), loop) != own.end()) continue;
+      if (!dst || !disjoint_windows(*dst, loop)) return true;
+    }
+  }
   return false;
 }
 

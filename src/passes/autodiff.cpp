@@ -119,13 +119,41 @@ bool Differentiator::stale(const Buffer* b, const StmtNode* s, bool before_write
   return false;
 }
 
+namespace {
+// Whether each iteration of `loop` writes its own window of dst: some base dim's offset is the
+// loop variable times k, and its window no wider than k steps (a reshape's or a tile loop's rows).
+bool disjoint_windows(const View& dst, const StmtNode* loop) {
+  auto step = as_int(loop->step);
+  if (!step || *step <= 0) return false;
+  const Expr v = var(loop->var, DType::I64);
+  for (size_t d = 0; d < dst.offset.size(); ++d) {
+    const int64_t size = dst.size[d] * std::max<int64_t>(dst.step[d], 1);
+    for (int64_t k = 1; k <= size; ++k) {
+      if (k * *step < size) continue;
+      if (expr_equal(dst.offset[d], k == 1 ? v : v * int_imm(k)) || expr_equal(dst.offset[d], int_imm(k) * v))
+        return true;
+      break;  // only the smallest admissible k can match a window this wide
+    }
+  }
+  return false;
+}
+}  // namespace
+
 bool Differentiator::overwritten(const Buffer* b) const {
   if (b->kind == BufferKind::Param) return true;  // an argument written: its old value dies
   auto it = bufs_.find(b);
   if (it == bufs_.end()) return false;
   if (it->second.writes.size() > 1) return true;
-  for (const StmtNode* w : it->second.writes)
-    if (stmts_.at(w).loops.size() > it->second.loops_at_alloc.size()) return true;
+  // One write, in loops the buffer's allocation is not in: an earlier value dies unless every
+  // such loop writes a window of its own per iteration.
+  const auto& own = it->second.loops_at_alloc;
+  for (const StmtNode* w : it->second.writes) {
+    const View* dst = w->op.args.empty() ? nullptr : view_of(w->op.args[0]);
+    for (const StmtNode* loop : stmts_.at(w).loops) {
+      if (std::find(own.begin(), own.end(), loop) != own.end()) continue;
+      if (!dst || !disjoint_windows(*dst, loop)) return true;
+    }
+  }
   return false;
 }
 
@@ -253,6 +281,15 @@ void Differentiator::accumulate(const Operand& src, View c, const Env& env, bool
   for (int j = 0; j < a.rank(); ++j) {
     int bd = a.dims[j];
     if (ashape[j] == cshape[j]) a.valid[bd] = min_valid(a.valid[bd], cv[j]);
+  }
+  // The same permutation on both sides (a transposed weight's gradient): the add in the base order.
+  if (a.rank() == c.rank() && a.dims == c.dims && !std::is_sorted(a.dims.begin(), a.dims.end())) {
+    std::vector<size_t> order(a.dims.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return a.dims[x] < a.dims[y]; });
+    std::vector<int> sorted;
+    for (size_t i : order) sorted.push_back(a.dims[i]);
+    a.dims = c.dims = sorted;
   }
   b_.update(subtract ? Opcode::TSUB : Opcode::TADD, a, c);
 }
@@ -565,10 +602,14 @@ void forward_copies(Program& p) {
       if (s->kind != StmtKind::OpStmt || s->op.args.empty()) continue;
       const View* d = view_of(s->op.args[0]);
       const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
+      // The source: a temp written once, earlier in this block, or an input the program never
+      // writes (a cotangent copied into the adjoint it starts).
+      const bool settled = c && ((c->buf->kind == BufferKind::Temp && writes[c->buf.get()] == 1 &&
+                                  written_here.count(c->buf.get())) ||
+                                 (c->buf->kind == BufferKind::Param && writes[c->buf.get()] == 0));
       if (s->op.code == Opcode::TMOV && d && c && whole_and_valid(*d) && whole_and_valid(*c) &&
-          d->buf->kind == BufferKind::Temp && c->buf->kind == BufferKind::Temp &&
-          d->buf->dtype == c->buf->dtype && d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 &&
-          writes[c->buf.get()] == 1 && written_here.count(c->buf.get()) && !repl.count(c->buf.get())) {
+          d->buf->kind == BufferKind::Temp && settled && d->buf->dtype == c->buf->dtype &&
+          d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 && !repl.count(c->buf.get())) {
         repl[d->buf.get()] = c->buf;
         body.erase(body.begin() + long(j--));
         continue;

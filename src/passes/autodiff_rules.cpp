@@ -312,7 +312,17 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
     g.valid[g.dims[R - 2]] = min_valid(g.valid[g.dims[R - 2]], av[av.size() - 2]);
     g.valid[g.dims[R - 1]] = min_valid(g.valid[g.dims[R - 1]], bvv.back());
     if (has_adjoint(a)) accumulate(a, b_.matmul(g, b_.transpose(std::get<View>(val(2)), -2, -1)), env);
-    if (has_adjoint(b)) accumulate(b, b_.matmul(b_.transpose(std::get<View>(val(1)), -2, -1), g), env);
+    if (has_adjoint(b)) {
+      View bv = std::get<View>(b);
+      if (bv.rank() == 2 && bv.dims == std::vector<int>{1, 0}) {
+        // W used as W^T (x @ W.T, nn.Linear): its gradient g^T x, made in W's own layout and
+        // accumulated through the same transposed view, so the add walks both in memory order.
+        View prod = b_.matmul(b_.transpose(g, -2, -1), std::get<View>(val(1)));
+        accumulate(b, b_.transpose(prod, -2, -1), env);
+      } else {
+        accumulate(b, b_.matmul(b_.transpose(std::get<View>(val(1)), -2, -1), g), env);
+      }
+    }
     if (op.code == Opcode::TMATMUL_BIAS) accumulate(op.args[3], g, env);
     return;
   }

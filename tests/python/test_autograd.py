@@ -484,3 +484,44 @@ def test_non_differentiable_kernel_raises_at_the_call():
         running_product(x, 3)
     assert "test_autograd.py" in str(e.value) and "for i in range(n)" in str(e.value)
     running_product(x.detach(), 3)  # without grad it runs
+
+
+def test_linear_backward_is_two_products_written_in_place():
+    # y = x @ W.T + b: dW = g^T x is made in W's layout and written straight into its gradient (no
+    # zero fill, no transposed add), and the cotangent is read where it is (no copy).
+    from pypto.autograd import _kernel_entry, derived
+    lin = torch.nn.Linear(64, 96)
+    kernel, entry, _, _ = _kernel_entry(pypto.jit(lin), (torch.randn(48, 64),))
+    text = str(derived(entry).program)
+    assert text.count("TMATMUL") == 2 and "TEXPANDS" not in text and "TADD" not in text
+    x = torch.randn(48, 64, dtype=torch.float64, requires_grad=True)
+    lin = lin.double()
+    dy = torch.randn(48, 96, dtype=torch.float64)
+    pypto.jit(lin)(x).backward(dy)
+    got = [t.grad.clone() for t in (x, lin.weight, lin.bias)]
+    for t in (x, lin.weight, lin.bias):
+        t.grad = None
+    lin(x).backward(dy)
+    for a, t in zip(got, (x, lin.weight, lin.bias)):
+        assert rel(a, t.grad) < 1e-12
+
+
+def test_reshape_backward_adds_rows_without_snapshots():
+    # A reshape is a loop of row copies, one window per iteration: its backward only adds each
+    # window's gradient back (no snapshot copy and zero fill per iteration).
+    from pypto.autograd import _kernel_entry, derived
+
+    @pypto.jit(backend="interp")
+    def f(x, w):
+        return torch.sin(x.reshape(6, 4, 5).reshape(24, 5) @ w).reshape(2, 3, 4, 2)
+
+    x, w = leaves((6, 20), (5, 2))
+    kernel, entry, _, _ = _kernel_entry(f, (x.detach(), w.detach()))
+    text = str(derived(entry).program)
+    loops = text.split("for %")[1:]
+    assert loops and not any("TEXPANDS" in body.split("}")[0] for body in loops)
+    dy = torch.randn(2, 3, 4, 2, dtype=torch.float64)
+    got = torch.autograd.grad(f(x, w), (x, w), dy)
+    ref = torch.autograd.grad(torch.sin(x.reshape(24, 5) @ w).reshape(2, 3, 4, 2), (x, w), dy)
+    for a, b in zip(got, ref):
+        assert rel(a, b) < 1e-12

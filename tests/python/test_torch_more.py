@@ -104,3 +104,31 @@ def test_bilinear_upsampling_native():
     k = pypto.jit(lambda x: F.interpolate(x, size=(40, 20), mode="bilinear"))
     ref = F.interpolate(img, size=(40, 20), mode="bilinear")
     assert float((k(img) - ref).norm() / ref.norm()) < 1e-6
+
+
+def _relu_inplace(x):
+    h = x * 2
+    F.relu(h, inplace=True)  # the result is only in h
+    return h
+
+
+def _module_inplace(x):
+    h = x * 2
+    torch.nn.ReLU(inplace=True)(h)
+    F.leaky_relu(h, 0.1, inplace=True)
+    F.dropout(h, 0.5, training=False, inplace=True)
+    return torch.sigmoid_(h).clamp_(max=0.7)
+
+
+@pytest.mark.parametrize("f", [_relu_inplace, _module_inplace])
+def test_inplace_keyword_writes_back(f):
+    # (in-place chains of non-linear ops are not differentiated: a clear refusal)
+    x = torch.randn(4, 5, dtype=torch.float64, requires_grad=f is _relu_inplace)
+    out = pypto.jit(f, backend="interp")(x)
+    assert float((out - f(x)).norm()) == 0
+    if f is _module_inplace:
+        return
+    cot = torch.randn(4, 5, dtype=torch.float64)
+    got = torch.autograd.grad(out, x, cot)[0]
+    ref = torch.autograd.grad(f(x), x, cot)[0]
+    assert float((got - ref).norm() / ref.norm()) < 1e-12

@@ -711,6 +711,12 @@ def dispatch(func, args, kwargs):
         impl = _methods.get(getattr(func, "__name__", None)) if _is_tensor_method(func) else None
     if impl is None:
         raise unsupported(_name_of(func))
+    if kwargs and kwargs.get("inplace") and args and isinstance(args[0], TensorValue):
+        # F.relu(h, inplace=True), nn.ReLU(inplace=True): the result is written back into h,
+        # which the caller may go on using instead of the returned tensor.
+        kw = {k: v for k, v in kwargs.items() if k != "inplace"}
+        T.assign(args[0], impl(*args, **kw))
+        return args[0]
     return impl(*args, **(kwargs or {}))
 
 

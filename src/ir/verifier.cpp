@@ -367,15 +367,17 @@ class Verifier : public StmtVisitor {
     }
     if (o.code == Opcode::MMATMUL || o.code == Opcode::MMATMUL_ACC) {
       for (size_t k = 0; k < 3; ++k) global_view(k);
-      // f32 x f32 -> f32, or bf16 x bf16 -> f32 / bf16 (docs/isa.md).
+      // f32 x f32 -> f32, bf16 x bf16 -> f32 / bf16, or i8 x i8 -> i32 (docs/isa.md).
       const DType dt = as_view(o, 0)->buf->dtype, at = as_view(o, 1)->buf->dtype,
                   bt = as_view(o, 2)->buf->dtype;
       const bool bf16 = at == DType::BF16 && bt == DType::BF16 && (dt == DType::F32 || dt == DType::BF16);
-      if (!bf16)
+      const bool i8 = at == DType::I8 && bt == DType::I8 && dt == DType::I32;
+      if (!bf16 && !i8)
         for (size_t k = 0; k < 3; ++k)
           if (as_view(o, k)->buf->dtype != DType::F32)
             fail(std::string(info.name) + ": operand " + std::to_string(k) +
-                 " must be f32 (or the operands bf16 and the destination f32 or bf16), got " +
+                 " must be f32 (or the operands bf16 and the destination f32 or bf16, or the operands i8 and "
+                 "the destination i32), got " +
                  std::string(dtype_name(as_view(o, k)->buf->dtype)));
       auto d = as_view(o, 0)->shape(), a = as_view(o, 1)->shape(), b = as_view(o, 2)->shape();
       auto mat = [](const std::vector<int64_t>& s) {

@@ -522,7 +522,9 @@ bool memory_matmul(const Op& op, const TileSizes& sizes) {
   const bool f32 = dt == DType::F32 && at == DType::F32 && bt == DType::F32;
   // bf16 operands into an f32 or bf16 result: the packed bf16 product (pto/cpu/matmul_bf16.hpp).
   const bool bf16 = at == DType::BF16 && bt == DType::BF16 && (dt == DType::F32 || dt == DType::BF16);
-  if (!f32 && !bf16) return false;
+  // int8 operands into an int32 result: the packed int8 product (pto/cpu/matmul_int8.hpp).
+  const bool i8 = at == DType::I8 && bt == DType::I8 && dt == DType::I32;
+  if (!f32 && !bf16 && !i8) return false;
   if (d->buf == a->buf || d->buf == b->buf) return false;
   auto ds = d->shape();
   const int64_t K = a->shape().back();

@@ -24,6 +24,7 @@ const char* kProgram = R"PTO(
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <vector>
 using namespace pto;
 static std::mt19937 rng(11);
 static float rnd() { return std::uniform_real_distribution<float>(0.05f, 2.0f)(rng) * ((rng() & 1) ? 1 : -1); }
@@ -102,6 +103,58 @@ static void i8_case(int m, int k, int n, bool acc) {
       if (i >= m || j >= n) CHECK(d.data[i * C2 + j] == -7777777, "i8 %dx%dx%d wrote padding (%d,%d)", m, k, n, i, j);
 }
 
+// MMATMUL of int8 views into int32 (plain, acc) and mmatmul_epilogue into f32 (row and column
+// scales, a strided column operand, an added column, an immediate): exact int32 sums, then the
+// steps in f32 one rounding each; A and B from any strides (bt: B transposed, as x @ W.T), the
+// destination's padding never written. Single-threaded (no pool) and small: every block shape.
+static void i8_global_case(int m, int k, int n, bool bt) {
+  std::uniform_int_distribution<int> U(-128, 127);
+  const int lda = k + 3, ldb = bt ? k + 5 : n + 7, ldc = n + 2;
+  std::vector<int8_t> a(size_t(m) * lda), b(size_t(bt ? n : k) * ldb);
+  for (auto& v : a) v = int8_t(U(rng));
+  for (auto& v : b) v = int8_t(U(rng));
+  a[0] = b[0] = -128;
+  auto B = [&](int p, int j) { return int(bt ? b[size_t(j) * ldb + p] : b[size_t(p) * ldb + j]); };
+  GlobalView<const int8_t> av{a.data(), lda, 1, m, k};
+  GlobalView<const int8_t> bv = bt ? GlobalView<const int8_t>{b.data(), 1, ldb, k, n}
+                                   : GlobalView<const int8_t>{b.data(), ldb, 1, k, n};
+  std::vector<int32_t> c(size_t(m) * ldc, -7777777), c0(c.size());
+  for (int i = 0; i < m; ++i) for (int j = 0; j < n; ++j) c[size_t(i) * ldc + j] = U(rng) * 1000;
+  c0 = c;
+  std::vector<float> sr(size_t(m) * 3), sc(n), bias(size_t(n) * 2), y(size_t(m) * ldc, -5.0f);
+  for (auto& v : sr) v = rnd();
+  for (auto& v : sc) v = rnd();
+  for (auto& v : bias) v = rnd();
+  MMATMUL_ACC(nullptr, GlobalView<int32_t>{c.data(), ldc, 1, m, n}, av, bv);
+  mmatmul_epilogue(nullptr, GlobalView<float>{y.data(), ldc, 1, m, n}, av, bv,
+                   {epi_rows(0, GlobalView<float>{sr.data(), 3, 1, m, 1}), epi_cols(0, GlobalView<float>{sc.data(), n, 1, 1, n}),
+                    epi_cols(1, GlobalView<float>{bias.data(), 0, 2, 1, n}), epi_imm(0, 0.75f)});
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < ldc; ++j) {
+      const size_t at = size_t(i) * ldc + j;
+      if (j >= n) {
+        CHECK(c[at] == -7777777 && y[at] == -5.0f, "i8 global %dx%dx%d wrote padding (%d,%d)", m, k, n, i, j);
+        continue;
+      }
+      long long s = 0;
+      for (int p = 0; p < k; ++p) s += int(a[size_t(i) * lda + p]) * B(p, j);
+      volatile float want = float(int32_t(s));  // volatile: each step rounded (no FMA contraction)
+      want = want * sr[size_t(i) * 3];
+      want = want * sc[j];
+      want = want + bias[size_t(j) * 2];
+      want = want * 0.75f;
+      if (c[at] != int32_t(s + c0[at]) || y[at] != float(want)) {
+        CHECK(false, "i8 global %dx%dx%d bt %d at (%d,%d): %d vs %lld, %a vs %a", m, k, n, int(bt), i, j, c[at],
+              s + c0[at], y[at], float(want));
+        return;
+      }
+      hash = (hash ^ unsigned(c[at])) * 1099511628211ull;
+      unsigned bits;
+      std::memcpy(&bits, &y[at], 4);
+      hash = (hash ^ bits) * 1099511628211ull;
+    }
+}
+
 int main() {
   i8_case<128, 256, 256, 256>(128, 256, 256, false);
   i8_case<64, 70, 70, 40>(61, 67, 33, true);     // k % 4 == 3, ragged m and n
@@ -109,6 +162,10 @@ int main() {
   i8_case<8, 5, 5, 8>(5, 5, 7, true);            // k % 4 == 1
   i8_case<16, 1, 1, 48>(13, 1, 47, false);
   i8_case<32, 128, 128, 96>(29, 128, 96, true);
+  i8_global_case(130, 257, 70, false);  // 130 rows: balanced 13-row panels; k % 4 == 1
+  i8_global_case(29, 67, 33, true);     // a ragged 1-row panel; transposed B, k % 4 == 3
+  i8_global_case(14, 130, 64, false);   // one whole panel, two 16-quad blocks of A and a rest
+  i8_global_case(5, 4, 3, true);
   bf16_case<128, 256, 256, 256>(128, 256, 256, false);
   bf16_case<128, 256, 256, 256>(128, 256, 256, true);
   bf16_case<64, 70, 70, 40>(61, 67, 33, false);   // ragged m (not a multiple of 14), odd k, n < 2 panels

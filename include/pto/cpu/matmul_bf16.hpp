@@ -311,33 +311,8 @@ typedef uint32_t vu32 __attribute__((vector_size(kW * 4)));
 inline void pack_a_pairs(const bf16_t* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, uint32_t* ap) {
   const int64_t kp = (k + 1) / 2, full = k / 2;
   const uint16_t* s = &a->bits;
-  int64_t p0 = 0;
-  if constexpr (kW == 16 && MR <= 16) {
-    // Blocks of 16 pairs of the MR rows transposed in registers (16 vector loads, 64 shuffles
-    // and MR-lane stores instead of 32-bit copies; rows past MR are zero lanes, never stored).
-    if (rows == MR && cs == 1)
-      for (; p0 + 16 <= full; p0 += 16) {
-        vu32 x[16];
-#pragma GCC unroll 16
-        for (int i = 0; i < 16; ++i) {
-          x[i] = vu32{};
-          if (i < MR) __builtin_memcpy(&x[i], s + i * rs + 2 * p0, sizeof(vu32));
-        }
-        gemm::transpose16(x);
-#pragma GCC unroll 16
-        for (int p = 0; p < 16; ++p) __builtin_memcpy(ap + (p0 + p) * MR, &x[p], MR * 4);
-      }
-  }
-  if (rows == MR && cs == 1) {
-    // MR row streams, contiguous writes (as gemm::pack_a).
-    for (int64_t p = p0; p < full; ++p)
-#pragma GCC unroll 16
-      for (int i = 0; i < MR; ++i) __builtin_memcpy(ap + p * MR + i, s + i * rs + 2 * p, 4);
-  } else if (cs == 1) {
-    for (int64_t p = 0; p < full; ++p) {
-      for (int i = 0; i < rows; ++i) __builtin_memcpy(ap + p * MR + i, s + i * rs + 2 * p, 4);
-      for (int64_t i = rows; i < MR; ++i) ap[p * MR + i] = 0u;
-    }
+  if (cs == 1) {
+    lowp::pack_a_words<MR>(reinterpret_cast<const unsigned char*>(s), 2 * rs, rows, full, ap);
   } else {
     for (int64_t p = 0; p < full; ++p)
       for (int i = 0; i < MR; ++i)

@@ -21,6 +21,8 @@
 #include "pto/cpu/matmul_lowp.hpp"
 #include "pto/cpu/types.hpp"
 
+#include <initializer_list>
+
 #if defined(__AVX512VNNI__) && defined(__AVX512F__) && defined(__GNUC__) && !defined(PTO_NO_NATIVE_DOT)
 #define PTO_NATIVE_INT8_DOT 1
 #else
@@ -226,10 +228,11 @@ inline void pack_b_i32(const int8_t* b, int64_t k, int64_t n, unsigned* bp) {
   }
 }
 
-template <int M_, int AS>
-PTO_INLINE void kernel_portable(int64_t k, const int8_t* PTO_RESTRICT a, const unsigned* PTO_RESTRICT bp,
-                                int32_t* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
-  vu r[M_][NV];
+// r = the block's wrapping int32 sums over k steps, A(i, p) = a[i * AI + p * AP] (int8 in place,
+// or the global family's int32 panels), B an int32 panel.
+template <int M_, int64_t AI, int64_t AP, class TA>
+PTO_INLINE void sums_portable(int64_t k, const TA* PTO_RESTRICT a, const unsigned* PTO_RESTRICT bp,
+                              vu (&r)[M_][NV]) {
 #pragma GCC unroll 16
   for (int i = 0; i < M_; ++i)
 #pragma GCC unroll 4
@@ -240,11 +243,18 @@ PTO_INLINE void kernel_portable(int64_t k, const int8_t* PTO_RESTRICT a, const u
     for (int v = 0; v < NV; ++v) __builtin_memcpy(&bv[v], bp + p * NR + v * kW, sizeof(vu));
 #pragma GCC unroll 16
     for (int i = 0; i < M_; ++i) {
-      const unsigned ai = unsigned(int32_t(a[i * AS + p]));
+      const unsigned ai = unsigned(int32_t(a[i * AI + p * AP]));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) r[i][v] += bv[v] * ai;
     }
   }
+}
+
+template <int M_, int AS>
+PTO_INLINE void kernel_portable(int64_t k, const int8_t* PTO_RESTRICT a, const unsigned* PTO_RESTRICT bp,
+                                int32_t* c, int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+  vu r[M_][NV];
+  sums_portable<M_, AS, 1>(k, a, bp, r);
   lowp::store_block<M_, NV, kW>(r, c, ldc, acc, mr, nr);
 }
 
@@ -264,7 +274,339 @@ struct Kernels : lowp::Family<int8_t, int32_t, MR, NR> {
 };
 #endif
 
+// ---- whole-matrix products (MMATMUL of int8 operands; pto/cpu/matmul_lowp.hpp's mmatmul) -------
+// A value as rounded on its own (an empty asm the compiler cannot see through): a step's product is
+// never contracted with the next step's sum into one FMA (kernels compile with GCC's default
+// -ffp-contract=fast), as the instructions round each.
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#define PTO_I8_ROUNDED(x) __asm__("" : "+v"(x))
+#elif defined(__GNUC__) && defined(__aarch64__)
+#define PTO_I8_ROUNDED(x) __asm__("" : "+w"(x))
+#else
+#define PTO_I8_ROUNDED(x) (void)0
+#endif
+// An element-wise epilogue on the int32 product, fused into the store (scaled_mm's cast and
+// scales, code generation's pto::mmatmul_epilogue): y = f32(x), then each step in order, in f32
+// with one rounding per step as the instructions (TCVT, TMUL, TADD) it replaces.
+struct EpiStep {
+  enum Op : int { kMul = 0, kAdd = 1 } op;
+  enum Axis : int { kRows = 0, kCols = 1, kScalar = 2 } axis;
+  const float* p;  // kRows: p[i * stride], kCols: p[j] (unit stride); kScalar: p[0], or s without p
+  int64_t stride;
+  float s;
+};
+constexpr int kMaxEpiSteps = 8;
+struct Epilogue {
+  int n = 0;
+  EpiStep step[kMaxEpiSteps];
+  // The value at (i, j) of a product element x (scalar; the kernels apply it to whole blocks).
+  float at(int32_t x, int64_t i, int64_t j) const {
+    float y = convert<float>(x);
+    for (int s = 0; s < n; ++s) {
+      const EpiStep& e = step[s];
+      const float v = e.axis == EpiStep::kRows ? e.p[i * e.stride] : e.axis == EpiStep::kCols ? e.p[j] : e.s;
+      y = e.op == EpiStep::kMul ? elem::mul(y, v) : elem::add(y, v);
+      PTO_I8_ROUNDED(y);
+    }
+    return y;
+  }
+};
+
+typedef float vf __attribute__((vector_size(kW * 4)));
+typedef int vs __attribute__((vector_size(kW * 4)));
+
+// Stores epi(r) for an M_ x NR block of int32 sums into the f32 C (mr x nr of it), the block at
+// (row0, col0) of the product.
+template <int M_>
+PTO_INLINE void store_epilogue(const vs (&r)[M_][NV], float* c, int64_t ldc, int64_t mr, int64_t nr,
+                               const Epilogue& e, int64_t row0, int64_t col0) {
+  vf y[M_][NV];
+#pragma GCC unroll 16
+  for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) y[i][v] = __builtin_convertvector(r[i][v], vf);
+  for (int s = 0; s < e.n; ++s) {
+    const EpiStep& st = e.step[s];
+    const bool mul = st.op == EpiStep::kMul;
+    if (st.axis == EpiStep::kCols) {
+      vf w[NV];
+      if (nr == NR) {
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) __builtin_memcpy(&w[v], st.p + col0 + v * kW, sizeof(vf));
+      } else {
+        alignas(64) float t[NR] = {};
+        for (int64_t j = 0; j < nr; ++j) t[j] = st.p[col0 + j];
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) __builtin_memcpy(&w[v], t + v * kW, sizeof(vf));
+      }
+#pragma GCC unroll 16
+      for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          y[i][v] = mul ? y[i][v] * w[v] : y[i][v] + w[v];
+          PTO_I8_ROUNDED(y[i][v]);
+        }
+    } else {
+#pragma GCC unroll 16
+      for (int i = 0; i < M_; ++i) {
+        const float x = st.axis == EpiStep::kScalar ? st.s : i < mr ? st.p[(row0 + i) * st.stride] : 0.0f;
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) {
+          y[i][v] = mul ? y[i][v] * x : y[i][v] + x;
+          PTO_I8_ROUNDED(y[i][v]);
+        }
+      }
+    }
+  }
+  lowp::store_block<M_, NV, kW>(y, c, ldc, false, mr, nr);
+}
+
+#if PTO_NATIVE_INT8_DOT
+// The global kernel family: A packed by K quads (ap[q * MR + i] = A(i, 4q..4q+3)), then the panel's
+// row corrections (128 * the row's sum, the offset of B's bytes); B by K quads as pack_b_quads
+// (bytes + 128). Bytes past k are zero in both.
+struct Global {
+  using A = int8_t;
+  using PA = uint32_t;
+  using PB = uint32_t;
+  static constexpr int MR = i8mm::MR, NR = i8mm::NR;
+  static int64_t quads(int64_t k) { return (k + 3) / 4; }
+  static int64_t depth(int64_t k) { return quads(k) + 1; }
+  static int64_t b_panel(int64_t k) { return quads(k) * NR; }
+  static void pack_a(const A* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, PA* ap) {
+    const int64_t kq = quads(k), full = k / 4;
+    int32_t sum[MR] = {};
+    int64_t q0 = 0;  // quads packed (and summed) by the register transpose
+    if constexpr (MR <= 16) {
+      if (cs == 1 && rows == MR) {
+        // Blocks of 16 quads of the MR rows: each row's 64 bytes summed by one vpdpbusd against
+        // bytes of 1, then transposed in registers (lowp::pack_a_words' transpose).
+        const vi ones = vi{} + 0x01010101;
+        vi acc[MR];
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) acc[i] = vi{};
+        for (; q0 + 16 <= full; q0 += 16) {
+          lowp::v16u x[16];
+#pragma GCC unroll 16
+          for (int i = 0; i < 16; ++i) {
+            x[i] = lowp::v16u{};
+            if (i < MR) {
+              __builtin_memcpy(&x[i], a + i * rs + 4 * q0, sizeof(x[i]));
+              acc[i] = dot_quads(acc[i], ones, (vi)x[i]);
+            }
+          }
+          gemm::transpose16(x);
+#pragma GCC unroll 16
+          for (int q = 0; q < 16; ++q) __builtin_memcpy(ap + (q0 + q) * MR, &x[q], MR * 4);
+        }
+#pragma GCC unroll 16
+        for (int i = 0; i < MR; ++i) {
+          unsigned t = 0;
+          for (int l = 0; l < 16; ++l) t += unsigned(acc[i][l]);
+          sum[i] = int32_t(t);
+        }
+      }
+    }
+    if (cs == 1) {
+      lowp::pack_a_words<MR>(reinterpret_cast<const unsigned char*>(a + 4 * q0), rs, rows, full - q0,
+                             ap + q0 * MR);
+    } else {
+      for (int64_t q = q0; q < full; ++q)
+        for (int i = 0; i < MR; ++i) {
+          uint32_t w = 0;
+          for (int t = 0; i < rows && t < 4; ++t)
+            w |= uint32_t(uint8_t(a[i * rs + (4 * q + t) * cs])) << (8 * t);
+          ap[q * MR + i] = w;
+        }
+    }
+    if (full < kq)
+      for (int i = 0; i < MR; ++i) {
+        uint32_t w = 0;
+        for (int64_t t = 0; i < rows && 4 * full + t < k; ++t)
+          w |= uint32_t(uint8_t(a[i * rs + (4 * full + t) * cs])) << (8 * t);
+        ap[full * MR + i] = w;
+      }
+    uint32_t* corr = ap + kq * MR;
+    for (int i = 0; i < MR; ++i) {
+      int32_t t = sum[i];
+      if (i < rows) {
+        const A* r = a + i * rs;
+        for (int64_t p = 4 * q0; p < k; ++p) t += r[p * cs];
+      }
+      corr[i] = uint32_t(t) * 128u;
+    }
+  }
+  // Bp[q][j] = bytes B(4q + t, j) + 128 for t = 0..3, zero past k and cols.
+  static void pack_b(const A* b, int64_t rs, int64_t cs, int64_t k, int64_t cols, PB* bp) {
+    const int64_t full = k / 4;
+    if (cs == 1 && cols == NR) {
+      for (int64_t q = 0; q < full; ++q) {
+        const A* s = b + 4 * q * rs;
+        pack_quad_row(s, s + rs, s + 2 * rs, s + 3 * rs, bp + q * NR);
+      }
+    } else if (rs == 1) {
+      // A transposed B (x @ W.T): a quad is four adjacent bytes of one of W's rows.
+      for (int64_t q0 = 0; q0 < full; q0 += 16) {
+        const int64_t q1 = detail::imin(full, q0 + 16);
+        for (int j = 0; j < NR; ++j)
+          for (int64_t q = q0; q < q1; ++q) {
+            uint32_t x = 0;
+            if (j < cols) {
+              __builtin_memcpy(&x, b + j * cs + 4 * q, 4);
+              x ^= 0x80808080u;
+            }
+            bp[q * NR + j] = x;
+          }
+      }
+    } else {
+      for (int64_t q = 0; q < full; ++q)
+        for (int j = 0; j < NR; ++j) {
+          uint32_t w = 0;
+          for (int t = 0; j < cols && t < 4; ++t)
+            w |= (uint32_t(uint8_t(b[(4 * q + t) * rs + j * cs])) ^ 0x80u) << (8 * t);
+          bp[q * NR + j] = w;
+        }
+    }
+    if (full < quads(k))
+      for (int j = 0; j < NR; ++j) {
+        uint32_t w = 0;
+        for (int64_t t = 0; j < cols && 4 * full + t < k; ++t)
+          w |= (uint32_t(uint8_t(b[(4 * full + t) * rs + j * cs])) ^ 0x80u) << (8 * t);
+        bp[full * NR + j] = w;
+      }
+  }
+  // The block's int32 sums over the whole K: minus the row corrections, plus vpdpbusd per quad.
+  template <int M_>
+  PTO_INLINE static void sums(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp,
+                              vs (&r)[M_][NV]) {
+    const int64_t kq = quads(k);
+    const PA* corr = ap + kq * MR;
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) r[i][v] = vs{} - int(corr[i]);
+    for (int64_t q = 0; q < kq; ++q) {
+      vi bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) __builtin_memcpy(&bv[v], bp + q * NR + v * kW, sizeof(vi));
+#pragma GCC unroll 16
+      for (int i = 0; i < M_; ++i) {
+        const vi av = vi{} + int(ap[q * MR + i]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) r[i][v] = dot_quads(r[i][v], bv[v], av);
+      }
+    }
+  }
+#else
+// The portable global family: A and B sign-extended to int32 (PA, PB), the product in wrapping
+// int32 vectors (kernel_portable's).
+struct Global {
+  using A = int8_t;
+  using PA = int32_t;
+  using PB = int32_t;
+  static constexpr int MR = i8mm::MR, NR = i8mm::NR;
+  static int64_t depth(int64_t k) { return k; }
+  static int64_t b_panel(int64_t k) { return k * NR; }
+  static void pack_a(const A* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, PA* ap) {
+    for (int64_t p = 0; p < k; ++p)
+      for (int i = 0; i < MR; ++i) ap[p * MR + i] = i < rows ? int32_t(a[i * rs + p * cs]) : 0;
+  }
+  static void pack_b(const A* b, int64_t rs, int64_t cs, int64_t k, int64_t cols, PB* bp) {
+    for (int64_t p = 0; p < k; ++p)
+      for (int j = 0; j < NR; ++j) bp[p * NR + j] = j < cols ? int32_t(b[p * rs + j * cs]) : 0;
+  }
+  template <int M_>
+  PTO_INLINE static void sums(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp,
+                              vs (&r)[M_][NV]) {
+    vu u[M_][NV];
+    sums_portable<M_, 1, MR>(k, ap, reinterpret_cast<const unsigned*>(bp), u);
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) r[i][v] = (vs)u[i][v];
+  }
+#endif
+  template <int M_, class D>
+  PTO_INLINE static void kernel(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, D* c,
+                                int64_t ldc, bool acc, int64_t mr, int64_t nr) {
+    static_assert(std::is_same_v<D, int32_t>, "int8 products are int32");
+    vs r[M_][NV];
+    sums<M_>(k, ap, bp, r);
+    vu u[M_][NV];
+#pragma GCC unroll 16
+    for (int i = 0; i < M_; ++i)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) u[i][v] = (vu)r[i][v];
+    lowp::store_block<M_, NV, kW>(u, c, ldc, acc, mr, nr);
+  }
+  template <int M_>
+  PTO_INLINE static void kernel_epi(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, float* c,
+                                    int64_t ldc, int64_t mr, int64_t nr, const Epilogue& e, int64_t row0,
+                                    int64_t col0) {
+    vs r[M_][NV];
+    sums<M_>(k, ap, bp, r);
+    store_epilogue<M_>(r, c, ldc, mr, nr, e, row0, col0);
+  }
+};
+
 }  // namespace i8mm
+
+// MMATMUL / MMATMUL_ACC of int8 operands into an int32 destination: the packed whole-matrix
+// product of pto/cpu/matmul_lowp.hpp with the int8 kernels (exact, wrapping int32 sums).
+// (T: int8_t or const int8_t; more specialised than matmul.hpp's f32 overloads.)
+template <class D, class T, std::enable_if_t<std::is_same_v<std::remove_const_t<T>, int8_t>, int> = 0>
+inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b) {
+  lowp::mmatmul<i8mm::Global>(pf, dst, a, b, false);
+}
+template <class D, class T, std::enable_if_t<std::is_same_v<std::remove_const_t<T>, int8_t>, int> = 0>
+inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b) {
+  lowp::mmatmul<i8mm::Global>(pf, dst, a, b, true);
+}
+
+// The steps of an epilogue (code generation's arguments of mmatmul_epilogue): an operand of one
+// value per row (an M x 1 view), per column (1 x N) or one value (1 x 1), multiplied or added.
+template <class T>
+PTO_INLINE i8mm::EpiStep epi_rows(int op, GlobalView<T> v) {
+  return {i8mm::EpiStep::Op(op), i8mm::EpiStep::kRows, v.ptr, v.rs, 0.0f};
+}
+template <class T>
+PTO_INLINE i8mm::EpiStep epi_cols(int op, GlobalView<T> v) {
+  return {i8mm::EpiStep::Op(op), i8mm::EpiStep::kCols, v.ptr, v.cs, 0.0f};
+}
+template <class T>
+PTO_INLINE i8mm::EpiStep epi_scalar(int op, GlobalView<T> v) {  // read when the product runs
+  return {i8mm::EpiStep::Op(op), i8mm::EpiStep::kScalar, v.ptr, 0, 0.0f};
+}
+PTO_INLINE i8mm::EpiStep epi_imm(int op, float s) {
+  return {i8mm::EpiStep::Op(op), i8mm::EpiStep::kScalar, nullptr, 0, s};
+}
+
+// MMATMUL t, a, b (int8 operands, an int32 scratch t) followed by out = steps(f32(t)), folded by
+// code generation (backends/cpu/matmul_runs.h) into one product whose kernels finish each element
+// at its store: t is never written. Column operands of a stride other than 1 are copied first.
+template <class D, class T>
+inline void mmatmul_epilogue(pto_parallel_for_fn pf, GlobalView<D> out, GlobalView<T> a, GlobalView<T> b,
+                             std::initializer_list<i8mm::EpiStep> steps) {
+  static_assert(std::is_same_v<std::remove_const_t<D>, float>, "the epilogue's result is f32");
+  const int64_t N = detail::imin(out.vc, b.vc);
+  int strided = 0;
+  for (const i8mm::EpiStep& s : steps) strided += s.axis == i8mm::EpiStep::kCols && s.stride != 1;
+  ScratchBuffer<float> unit(strided * N);
+  i8mm::Epilogue e;
+  float* next = unit.data();
+  for (const i8mm::EpiStep& s : steps) {
+    i8mm::EpiStep st = s;
+    if (st.axis == i8mm::EpiStep::kScalar && st.p) st.s = st.p[0];
+    if (st.axis == i8mm::EpiStep::kCols && st.stride != 1) {
+      for (int64_t j = 0; j < N; ++j) next[j] = st.p[j * st.stride];
+      st.p = next;
+      st.stride = 1;
+      next += N;
+    }
+    e.step[e.n++] = st;
+  }
+  lowp::mmatmul<i8mm::Global>(pf, out, a, b, false, &e);
+}
 
 namespace fused {
 // TCVT y, a; TMUL y, y, c; TMUL y, y, r in one pass over the tile (src/backends/cpu/row_fusion.h):

@@ -13,7 +13,10 @@
 // below (mmatmul): both operands packed into the micro-kernel's order from any strides, the whole
 // K in registers.
 #pragma once
+#include <utility>
+
 #include "pto/abi.h"
+#include "pto/cpu/gemm_kernel.hpp"
 #include "pto/cpu/types.hpp"
 
 namespace pto {
@@ -87,6 +90,45 @@ PTO_INLINE void store_block(const V (&r)[M_][NV], D* c, int64_t ldc, bool acc, i
       ce[i * ldc + j] = acc ? E(ce[i * ldc + j] + tmp[i * NR + j]) : tmp[i * NR + j];
 }
 
+// ---- packing A by 32-bit words (a bf16 K pair, an int8 K quad) -------------------------------
+typedef uint32_t v16u __attribute__((vector_size(64)));
+
+// One MR-row panel of A by 32-bit words: ap[p * MR + i] = the word at s + i * rs + 4 * p (rs in
+// bytes) for p < words, i < rows; zero for rows past `rows`.
+template <int MR>
+inline void pack_a_words(const unsigned char* s, int64_t rs, int64_t rows, int64_t words, uint32_t* ap) {
+  int64_t p0 = 0;
+#if defined(__AVX512F__)
+  if constexpr (MR <= 16) {
+    // Blocks of 16 words of the MR rows transposed in registers (16 vector loads, 64 shuffles
+    // and MR-lane stores instead of 32-bit copies; rows past MR are zero lanes, never stored).
+    if (rows == MR)
+      for (; p0 + 16 <= words; p0 += 16) {
+        v16u x[16];
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; ++i) {
+          x[i] = v16u{};
+          if (i < MR) __builtin_memcpy(&x[i], s + i * rs + 4 * p0, sizeof(v16u));
+        }
+        gemm::transpose16(x);
+#pragma GCC unroll 16
+        for (int p = 0; p < 16; ++p) __builtin_memcpy(ap + (p0 + p) * MR, &x[p], MR * 4);
+      }
+  }
+#endif
+  if (rows == MR) {
+    // MR row streams, contiguous writes (as gemm::pack_a).
+    for (int64_t p = p0; p < words; ++p)
+#pragma GCC unroll 16
+      for (int i = 0; i < MR; ++i) __builtin_memcpy(ap + p * MR + i, s + i * rs + 4 * p, 4);
+  } else {
+    for (int64_t p = 0; p < words; ++p) {
+      for (int i = 0; i < rows; ++i) __builtin_memcpy(ap + p * MR + i, s + i * rs + 4 * p, 4);
+      for (int64_t i = rows; i < MR; ++i) ap[p * MR + i] = 0u;
+    }
+  }
+}
+
 // d (row stride CD) (+)= a (m x k, row stride C) * b (k x n), with the kernel family K.
 // Row blocks: when m is not a multiple of MR but splits into blocks of MR, MR-1 and MR-2 rows
 // (any m >= (MR-2) * ceil(m / MR), e.g. 128 = 8 x 13 + 2 x 12 for MR = 14) the blocks are balanced,
@@ -157,6 +199,11 @@ inline void matmul_blocks(typename K::D* d, const typename K::A* a, const typena
 //       // one NR-column panel, columns past `cols` zero
 //   template <int M_, class D> static void kernel(int64_t k, const PA* ap, const PB* bp, D* c,
 //       int64_t ldc, bool acc, int64_t mr, int64_t nr);  // C block (+)= A panel * B panel
+// and, for families with an element-wise epilogue E fused into the store (int8's scales):
+//   template <int M_, class D> static void kernel_epi(int64_t k, const PA* ap, const PB* bp, D* c,
+//       int64_t ldc, int64_t mr, int64_t nr, const E& e, int64_t row0, int64_t col0);
+//       // C block = e(A panel * B panel), the block's first element at (row0, col0) of C
+struct NoEpilogue {};
 template <class T>
 struct Strided {  // element (i, j) at p[i * rs + j * cs]
   const T* p;
@@ -179,7 +226,10 @@ struct RowPanels {
 // Bytes of packed B per block of columns (the loop over A's panels runs once per block): measured
 // on Zen 4 (1 MiB L2, K = 2048), 2 MiB blocks beat 0.5 MiB ones by 8%, since each block rereads
 // the packed A of the whole share, which costs more than B panels coming from L3.
-constexpr int64_t kPackedBBlockBytes = int64_t(2) << 20;
+#ifndef PTO_LOWP_BBLOCK
+#define PTO_LOWP_BBLOCK (int64_t(2) << 20)
+#endif
+constexpr int64_t kPackedBBlockBytes = PTO_LOWP_BBLOCK;
 // Rows of a row-major B packed per strip (PackedOperands::pack): a multiple of every family's
 // depth step (K pairs, K quads), so a strip's packed rows start at b_panel(k0).
 constexpr int64_t kPackStripK = 128;
@@ -228,8 +278,9 @@ struct PackedOperands {
   }
   // C's row panels [i0, i1) x column panels [j0, j1): blocks of columns outer, A's panels, then
   // B's panels of the block.
-  template <class D>
-  void multiply(int64_t i0, int64_t i1, int64_t j0, int64_t j1, D* c, int64_t ldc, bool acc) const {
+  template <class D, class E = NoEpilogue>
+  void multiply(int64_t i0, int64_t i1, int64_t j0, int64_t j1, D* c, int64_t ldc, bool acc,
+                const E* epi = nullptr, int64_t row0 = 0) const {
     constexpr int MR = G::MR, NR = G::NR;
     const int64_t kd = G::depth(k), bpn = G::b_panel(k);
     const int64_t block = detail::imax(1, kPackedBBlockBytes / (bpn * int64_t(sizeof(typename G::PB))));
@@ -242,12 +293,21 @@ struct PackedOperands {
           const typename G::PB* pb = bp + (j - b_first) * bpn;
           D* cb = c + r * ldc + j * NR;
           const int64_t nr = detail::imin(NR, n - j * NR);
-          if (rows == MR - 1)
-            G::template kernel<MR - 1>(k, pa, pb, cb, ldc, acc, rows, nr);
-          else if (rows == MR - 2 && rp.balanced)
-            G::template kernel<MR - 2>(k, pa, pb, cb, ldc, acc, rows, nr);
-          else
-            G::template kernel<MR>(k, pa, pb, cb, ldc, acc, rows, nr);
+          if constexpr (std::is_same_v<E, NoEpilogue>) {
+            if (rows == MR - 1)
+              G::template kernel<MR - 1>(k, pa, pb, cb, ldc, acc, rows, nr);
+            else if (rows == MR - 2 && rp.balanced)
+              G::template kernel<MR - 2>(k, pa, pb, cb, ldc, acc, rows, nr);
+            else
+              G::template kernel<MR>(k, pa, pb, cb, ldc, acc, rows, nr);
+          } else {
+            if (rows == MR - 1)
+              G::template kernel_epi<MR - 1>(k, pa, pb, cb, ldc, rows, nr, *epi, row0 + r, j * NR);
+            else if (rows == MR - 2 && rp.balanced)
+              G::template kernel_epi<MR - 2>(k, pa, pb, cb, ldc, rows, nr, *epi, row0 + r, j * NR);
+            else
+              G::template kernel_epi<MR>(k, pa, pb, cb, ldc, rows, nr, *epi, row0 + r, j * NR);
+          }
         }
       }
     }
@@ -256,9 +316,9 @@ struct PackedOperands {
 
 // C (m x n, row stride ldc) (+)= A (m x k) * B (k x n) on one thread, packing one block of B's
 // panels at a time into this thread's scratch (for products too big to pack whole).
-template <class G, class D>
+template <class G, class D, class E = NoEpilogue>
 inline void gemm_share(int64_t m, int64_t n, int64_t k, Strided<typename G::A> a, Strided<typename G::A> b,
-                       D* c, int64_t ldc, bool acc) {
+                       D* c, int64_t ldc, bool acc, const E* epi = nullptr, int64_t row0 = 0) {
   if (m <= 0 || n <= 0) return;
   const int64_t bpn = G::b_panel(k);
   const int64_t block = detail::imax(1, kPackedBBlockBytes / (bpn * int64_t(sizeof(typename G::PB))));
@@ -270,41 +330,43 @@ inline void gemm_share(int64_t m, int64_t n, int64_t k, Strided<typename G::A> a
     const int64_t je = detail::imin(o.col_panels, jb + block);
     o.b_first = jb;
     o.pack(0, 0, jb, je);
-    o.multiply(0, o.rp.count, jb, je, c, ldc, acc);
+    o.multiply(0, o.rp.count, jb, je, c, ldc, acc, epi, row0);
   }
 }
 
 // One call's product on the pool, after its operands were packed: shares of row panels (or, for a
 // wide and short product, column panels).
-template <class G, class D>
+template <class G, class D, class E>
 struct PackedProduct {
   const PackedOperands<G>* o;
   D* c;
   int64_t ldc;
   bool acc, split_n;
+  const E* epi;
   static void run(void* ctx, int64_t begin, int64_t end) {
     const PackedProduct& p = *static_cast<const PackedProduct*>(ctx);
     if (p.split_n)
-      p.o->multiply(0, p.o->rp.count, begin, end, p.c, p.ldc, p.acc);
+      p.o->multiply(0, p.o->rp.count, begin, end, p.c, p.ldc, p.acc, p.epi);
     else
-      p.o->multiply(begin, end, 0, p.o->col_panels, p.c, p.ldc, p.acc);
+      p.o->multiply(begin, end, 0, p.o->col_panels, p.c, p.ldc, p.acc, p.epi);
   }
 };
 
 // Rows [r0, r1) of one call's product, each share packing its own operands (gemm_share).
-template <class G, class D>
+template <class G, class D, class E>
 struct SharedProduct {
   int64_t m, n, k;
   Strided<typename G::A> a, b;
   D* c;
   int64_t ldc;
   bool acc;
+  const E* epi;
   static void run(void* ctx, int64_t begin, int64_t end) {
     const SharedProduct& g = *static_cast<const SharedProduct*>(ctx);
     const int64_t r0 = begin * G::MR, r1 = detail::imin(end * G::MR, g.m);
     if (r0 < r1)
       gemm_share<G>(r1 - r0, g.n, g.k, Strided<typename G::A>{g.a.p + r0 * g.a.rs, g.a.rs, g.a.cs}, g.b,
-                    g.c + r0 * g.ldc, g.ldc, g.acc);
+                    g.c + r0 * g.ldc, g.ldc, g.acc, g.epi, r0);
   }
 };
 
@@ -312,9 +374,12 @@ struct SharedProduct {
 // j < min(dst.vc, b.vc), k < min(a.vc, b.vr). Split across the pool `pf` (nullptr: one thread) in
 // two steps: the threads pack both operands whole into the calling thread's scratch (each panel
 // once), then multiply shares of row (or column) panels, so no share packs what another one
-// packs too. A strided destination goes through a row-major scratch.
-template <class G, class D, class T>
-inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b, bool acc) {
+// packs too. A strided destination goes through a row-major scratch. With an epilogue `epi` (not
+// acc; the family's kernel_epi), dst = epi(a * b), finished at each element's store; E::at(0, i, j)
+// gives an element of an empty product (K = 0).
+template <class G, class D, class T, class E = NoEpilogue>
+inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b, bool acc,
+                    const E* epi = nullptr) {
   using DD = std::remove_const_t<D>;
   const int64_t M = detail::imin(dst.vr, a.vr), N = detail::imin(dst.vc, b.vc);
   const int64_t K = detail::imax(0, detail::imin(a.vc, b.vr));
@@ -322,14 +387,19 @@ inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, 
   if (K <= 0) {
     if (!acc)
       for (int64_t i = 0; i < M; ++i)
-        for (int64_t j = 0; j < N; ++j) dst.ptr[i * dst.rs + j * dst.cs] = DD{};
+        for (int64_t j = 0; j < N; ++j) {
+          if constexpr (std::is_same_v<E, NoEpilogue>)
+            dst.ptr[i * dst.rs + j * dst.cs] = DD{};
+          else
+            dst.ptr[i * dst.rs + j * dst.cs] = epi->at(0, i, j);
+        }
     return;
   }
   if (dst.cs != 1) {  // rare (a transposed output view)
     ScratchBuffer<DD> t(M * N);
     for (int64_t i = 0; acc && i < M; ++i)
       for (int64_t j = 0; j < N; ++j) t[i * N + j] = dst.ptr[i * dst.rs + j * dst.cs];
-    mmatmul<G>(pf, GlobalView<DD>{t.data(), N, 1, M, N}, a, b, acc);
+    mmatmul<G>(pf, GlobalView<DD>{t.data(), N, 1, M, N}, a, b, acc, epi);
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) dst.ptr[i * dst.rs + j * dst.cs] = t[i * N + j];
     return;
@@ -348,21 +418,21 @@ inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, 
   const int64_t a_elems = o.rp.count * G::MR * G::depth(K), b_elems = o.col_panels * G::b_panel(K);
   const double bytes = double(a_elems) * sizeof(typename G::PA) + double(b_elems) * sizeof(typename G::PB);
   if (bytes > double(kPackedWholeBytes)) {
-    SharedProduct<G, DD> g{M, N, K, o.a, o.b, dst.ptr, dst.rs, acc};
+    SharedProduct<G, DD, E> g{M, N, K, o.a, o.b, dst.ptr, dst.rs, acc, epi};
     const int64_t items = (M + G::MR - 1) / G::MR;
-    if (pf == nullptr || items < 2) return SharedProduct<G, DD>::run(&g, 0, items);
-    return pf(items, &SharedProduct<G, DD>::run, &g);
+    if (pf == nullptr || items < 2) return SharedProduct<G, DD, E>::run(&g, 0, items);
+    return pf(items, &SharedProduct<G, DD, E>::run, &g);
   }
   o.ap = scratch(kPackedA).get<typename G::PA>(a_elems);
   o.bp = scratch(kPackedB).get<typename G::PB>(b_elems);
-  PackedProduct<G, DD> p{&o, dst.ptr, dst.rs, acc, N > M};
+  PackedProduct<G, DD, E> p{&o, dst.ptr, dst.rs, acc, N > M, epi};
   const int64_t items = p.split_n ? o.col_panels : o.rp.count;
   if (pf == nullptr || items < 2) {
     o.pack(0, o.rp.count, 0, o.col_panels);
-    return PackedProduct<G, DD>::run(&p, 0, items);
+    return PackedProduct<G, DD, E>::run(&p, 0, items);
   }
   pf(o.count(), &PackedOperands<G>::pack_items, &o);
-  pf(items, &PackedProduct<G, DD>::run, &p);
+  pf(items, &PackedProduct<G, DD, E>::run, &p);
 }
 
 }  // namespace lowp

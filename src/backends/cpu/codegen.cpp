@@ -601,6 +601,29 @@ class Gen : private StmtVisitor {
         i += n - 1;
         continue;
       }
+      if (auto e = memory_matmul_scale_epilogue(body, i)) {  // an int8 product and its scales
+        const Op& mm = body[i++]->op;
+        Op call{Opcode::MMATMUL, {e->out, mm.args[1], mm.args[2]}};
+        for (const ScaleStep& st : e->steps)
+          if (!st.imm) call.args.push_back(st.operand);
+        std::string steps;
+        size_t k = 3;
+        for (const ScaleStep& st : e->steps) {
+          const std::string op = st.add ? "1, " : "0, ";
+          steps += steps.empty() ? "" : ", ";
+          if (st.imm)
+            steps += "pto::epi_imm(" + op + "pto::elem::cast<float>(" + float_literal(*st.imm) + "))";
+          else
+            steps += std::string(st.axis == 0   ? "pto::epi_rows("
+                                 : st.axis == 1 ? "pto::epi_cols("
+                                                : "pto::epi_scalar(") +
+                     op + gview(call, k++) + ")";
+        }
+        line() << "pto::mmatmul_epilogue(" << (parallel_depth_ == 0 ? "args->parallel_for" : "nullptr")
+               << ", " << gview(call, 0) << ", " << gview(call, 1) << ", " << gview(call, 2) << ", {" << steps
+               << "});\n";
+        continue;
+      }
       if (auto e = memory_matmul_epilogue(body, i)) {  // the product and its epilogue nest
         const Op& mm = body[i++]->op;
         const Op call{Opcode::MMATMUL, {e->out, mm.args[1], mm.args[2], e->bias}};

@@ -99,6 +99,37 @@ bool f32_tile(const View* v) { return v && v->buf->space != Space::Global && v->
 bool static_f32_global(const Buffer& b) {
   return b.space == Space::Global && b.dtype == DType::F32 && !b.is_dynamic();
 }
+
+// T's windows (tw) walk all of T, one loop per dimension (or one window spanning it).
+bool walks_whole(const View& tw, const Buffer& T, std::map<std::string, std::pair<int64_t, int64_t>>& loops) {
+  if (tw.dims != std::vector<int>{0, 1}) return false;
+  for (int k = 0; k < 2; ++k) {
+    const Expr& off = tw.offset[size_t(k)];
+    const int64_t extent = T.shape[size_t(k)];
+    auto c = as_int(off);
+    if (c) {  // one tile spans the dimension
+      auto v = as_int(tw.valid[size_t(k)]);
+      if (*c != 0 || tw.size[size_t(k)] != extent || !v || *v != extent || tw.step[size_t(k)] != 1)
+        return false;
+      continue;
+    }
+    if (off->op != ExprOp::Var || !loops.count(off->name)) return false;
+    const auto [hi, step] = loops[off->name];
+    if (hi != extent || step != tw.size[size_t(k)] || !tw.tiles_dim(k, off->name, extent)) return false;
+  }
+  return expr_equal(tw.offset[0], int_imm(0)) || !expr_equal(tw.offset[0], tw.offset[1]);
+}
+
+// Whether a statement after body[i + 1] reads T.
+bool read_later(const std::vector<Stmt>& body, size_t i, const BufferRef& T) {
+  bool read = false;
+  for_each_stmt(std::vector<Stmt>(body.begin() + long(i) + 2, body.end()), [&](const Stmt& s) {
+    if (s->kind != StmtKind::OpStmt) return;
+    for (const Operand& o : s->op.args)
+      if (auto v = std::get_if<View>(&o); v && v->buf == T) read = true;
+  });
+  return read;
+}
 }  // namespace
 
 std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<Stmt>& body, size_t i) {
@@ -138,24 +169,7 @@ std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<Stmt>& bo
     last = z;
   }
   if (result->buf != last->buf) return std::nullopt;
-  // T's windows walk all of T, one loop per dimension.
-  if (tw->dims != std::vector<int>{0, 1}) return std::nullopt;
-  for (int k = 0; k < 2; ++k) {
-    const Expr& off = tw->offset[size_t(k)];
-    const int64_t extent = T->shape[size_t(k)];
-    auto c = as_int(off);
-    if (c) {  // one tile spans the dimension
-      auto v = as_int(tw->valid[size_t(k)]);
-      if (*c != 0 || tw->size[size_t(k)] != extent || !v || *v != extent || tw->step[size_t(k)] != 1)
-        return std::nullopt;
-      continue;
-    }
-    if (off->op != ExprOp::Var || !loops.count(off->name)) return std::nullopt;
-    const auto [hi, step] = loops[off->name];
-    if (hi != extent || step != tw->size[size_t(k)] || !tw->tiles_dim(k, off->name, extent))
-      return std::nullopt;
-  }
-  if (!expr_equal(tw->offset[0], int_imm(0)) && expr_equal(tw->offset[0], tw->offset[1])) return std::nullopt;
+  if (!walks_whole(*tw, *T, loops)) return std::nullopt;
   // out: another matrix of T's shape, written through the same windows.
   const BufferRef& out = ow->buf;
   if (!static_f32_global(*out) || out->shape != T->shape || out == T || out == a.buf || out == b.buf ||
@@ -178,15 +192,147 @@ std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<Stmt>& bo
   bias.offset[c] = int_imm(0);
   bias.size[c] = T->shape[1];
   bias.valid[c] = int_imm(T->shape[1]);
-  // T is read by nothing after the nest.
-  bool read_later = false;
-  for_each_stmt(std::vector<Stmt>(body.begin() + long(i) + 2, body.end()), [&](const Stmt& s) {
-    if (s->kind != StmtKind::OpStmt) return;
-    for (const Operand& o : s->op.args)
-      if (auto v = std::get_if<View>(&o); v && v->buf == T) read_later = true;
-  });
-  if (read_later) return std::nullopt;
+  if (read_later(body, i, T)) return std::nullopt;
   return MatmulEpilogue{View::whole(out), bias, relu};
+}
+
+}  // namespace pypto::cpu
+
+namespace pypto::cpu {
+namespace {
+// How an epilogue operand's window (v, into a tile of R x C; T's window tw) lines up with T's
+// elements along the tile dimension k (0 rows, 1 columns): 1 where it follows T's window (its
+// element r is T's row / column r), 0 where it is one element broadcast, -1 otherwise.
+int follows(const View& v, int vd, const View& tw, int k, int64_t extent) {
+  if (vd < 0) return 0;  // a rank-1 operand has no rows
+  const size_t d = size_t(v.dims[size_t(vd)]);
+  const size_t t = size_t(k);
+  if (expr_equal(v.offset[d], tw.offset[t]) && v.size[d] == tw.size[t] &&
+      expr_equal(v.valid[d], tw.valid[t]) && (as_int(v.offset[d]) || v.step[d] == 1) &&
+      v.buf->shape[d] >= extent)
+    return 1;
+  auto c = as_int(v.offset[d]), n = as_int(v.valid[d]);
+  return v.size[d] == 1 && c && n && *n == 1 ? 0 : -1;
+}
+}  // namespace
+
+std::optional<ScaleEpilogue> memory_matmul_scale_epilogue(const std::vector<Stmt>& body, size_t i) {
+  const Stmt& s = body[i];
+  if (!s || s->kind != StmtKind::OpStmt || s->op.code != Opcode::MMATMUL || s->op.args.size() != 3 ||
+      i + 1 >= body.size() || body[i + 1]->kind != StmtKind::For)
+    return std::nullopt;
+  const View *d = view_at(&s->op, 0), *a = view_at(&s->op, 1), *b = view_at(&s->op, 2);
+  if (!d || !a || !b || a->buf->dtype != DType::I8 || b->buf->dtype != DType::I8) return std::nullopt;
+  const BufferRef& T = d->buf;
+  if (T->kind != BufferKind::Temp || T->space != Space::Global || T->dtype != DType::I32 || T->is_dynamic() ||
+      T->rank() != 2 || !d->is_whole())
+    return std::nullopt;
+  std::map<std::string, std::pair<int64_t, int64_t>> loops;
+  std::vector<const Op*> ops;
+  if (!flatten_nest(body[i + 1], loops, ops) || ops.size() < 3) return std::nullopt;
+  // TLOAD x, T[..]; TCVT y, x; then TMUL / TADD y', y, operand (either order) with the operand's
+  // TLOAD anywhere before; TSTORE out[..], the last result.
+  const View* tw = nullptr;
+  const Buffer* cur = nullptr;  // the tile holding the value so far
+  bool converted = false;
+  int64_t R = 0, C = 0;
+  std::map<const Buffer*, const View*> operands;  // tile -> the window it was loaded from
+  ScaleEpilogue e;
+  const View* ow = nullptr;
+  for (size_t k = 0; k < ops.size(); ++k) {
+    const Op& op = *ops[k];
+    const View* v0 = view_at(&op, 0);
+    if (!v0 || v0->buf->space == Space::Global) {
+      if (op.code != Opcode::TSTORE || k + 1 != ops.size() || !converted) return std::nullopt;
+      const View* src = view_at(&op, 1);
+      if (!v0 || !src || src->buf.get() != cur) return std::nullopt;
+      ow = v0;
+      continue;
+    }
+    if (op.code == Opcode::TLOAD) {
+      const View* src = view_at(&op, 1);
+      if (!src || op.args.size() != 2) return std::nullopt;
+      if (src->buf == T) {
+        if (tw || v0->buf->dtype != DType::I32) return std::nullopt;
+        tw = src;
+        cur = v0->buf.get();
+        R = v0->buf->shape[0];
+        C = v0->buf->shape[1];
+      } else {
+        if (!static_f32_global(*src->buf) || v0->buf->dtype != DType::F32 || operands.count(v0->buf.get()))
+          return std::nullopt;
+        operands[v0->buf.get()] = src;
+      }
+      continue;
+    }
+    if (!tw || v0->buf->dtype != DType::F32 || v0->buf->rank() != 2 || v0->buf->shape[0] != R ||
+        v0->buf->shape[1] != C)
+      return std::nullopt;
+    if (op.code == Opcode::TCVT) {
+      const View* src = view_at(&op, 1);
+      if (converted || op.args.size() != 2 || !src || src->buf.get() != cur) return std::nullopt;
+      converted = true;
+      cur = v0->buf.get();
+      continue;
+    }
+    if ((op.code != Opcode::TMUL && op.code != Opcode::TADD) || !converted || op.args.size() != 3 ||
+        e.steps.size() >= kMaxScaleSteps)
+      return std::nullopt;
+    const View *x1 = view_at(&op, 1), *x2 = view_at(&op, 2);
+    ScaleStep st;
+    st.add = op.code == Opcode::TADD;
+    const View* other = nullptr;
+    if (x1 && x1->buf.get() == cur && x2) {
+      other = x2;
+    } else if (x2 && x2->buf.get() == cur && x1) {
+      other = x1;
+    } else if (x1 && x1->buf.get() == cur && !x2) {
+      st.imm = as_float(std::get<Expr>(op.args[2]));
+      if (!st.imm) return std::nullopt;
+      st.axis = 2;
+    } else {
+      return std::nullopt;
+    }
+    if (other) {
+      auto it = operands.find(other->buf.get());
+      if (it == operands.end() || other->buf.get() == v0->buf.get() || !other->is_whole())
+        return std::nullopt;
+      const View& w = *it->second;
+      const std::vector<int64_t> ts = other->buf->shape;
+      const int rank = w.rank();
+      if (rank < 1 || rank > 2 || ts.size() != 2) return std::nullopt;
+      for (size_t bd = 0; bd < w.offset.size(); ++bd)  // dimensions outside the view: fixed
+        if (std::find(w.dims.begin(), w.dims.end(), int(bd)) == w.dims.end() && !as_int(w.offset[bd]))
+          return std::nullopt;
+      const int fr = follows(w, rank == 2 ? 0 : -1, *tw, 0, T->shape[0]);
+      const int fc = follows(w, rank - 1, *tw, 1, T->shape[1]);
+      if (fr < 0 || fc < 0 || (fr == 1 && fc == 1)) return std::nullopt;
+      if (ts[0] != (fr ? R : 1) || ts[1] != (fc ? C : 1)) return std::nullopt;
+      st.axis = fr ? 0 : fc ? 1 : 2;
+      st.operand = w;
+      if (st.axis != 2) {  // the whole row / column: T's extent from 0
+        const size_t bd = size_t(w.dims[size_t(st.axis == 0 ? 0 : rank - 1)]);
+        const int64_t extent = T->shape[size_t(st.axis)];
+        st.operand.offset[bd] = int_imm(0);
+        st.operand.size[bd] = extent;
+        st.operand.valid[bd] = int_imm(extent);
+      }
+    }
+    e.steps.push_back(st);
+    cur = v0->buf.get();
+  }
+  if (!tw || !ow || R <= 1 || C <= 1 || !walks_whole(*tw, *T, loops)) return std::nullopt;
+  // out: another f32 matrix of T's shape, written through the same windows.
+  const BufferRef& out = ow->buf;
+  if (!static_f32_global(*out) || out->shape != T->shape || out == T || out == a->buf || out == b->buf ||
+      ow->dims != tw->dims || ow->size != tw->size || ow->step != tw->step ||
+      !same_exprs(ow->offset, tw->offset) || !same_exprs(ow->valid, tw->valid))
+    return std::nullopt;
+  for (const auto& [tile, w] : operands)
+    if (w->buf == out) return std::nullopt;
+  if (read_later(body, i, T)) return std::nullopt;
+  e.out = View::whole(out);
+  return e;
 }
 
 }  // namespace pypto::cpu

@@ -36,4 +36,23 @@ struct MatmulEpilogue {
 };
 std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<ir::Stmt>& body, size_t i);
 
+// An MMATMUL of int8 operands into an int32 scratch matrix T whose only reader is the next
+// statement, a nest computing out = f32(T), then multiplied or added, one instruction at a time, by
+// per-row values (an M x 1 operand), per-column ones (1 x N) or single values (a 1 x 1 operand or an
+// immediate): scaled_mm's epilogue. Code generation runs both as one pto::mmatmul_epilogue into
+// `out` (pto/cpu/matmul_int8.hpp), whose kernels apply the steps to each block of int32 sums at
+// its store; T is neither written nor read back.
+struct ScaleStep {
+  bool add = false;           // TADD, else TMUL
+  int axis = 0;               // 0: per row, 1: per column, 2: one value
+  ir::View operand;           // the whole row / column (or the element) of the operand
+  std::optional<double> imm;  // an immediate instead of an operand
+};
+struct ScaleEpilogue {
+  ir::View out;
+  std::vector<ScaleStep> steps;
+};
+constexpr size_t kMaxScaleSteps = 8;  // pto::i8mm::kMaxEpiSteps
+std::optional<ScaleEpilogue> memory_matmul_scale_epilogue(const std::vector<ir::Stmt>& body, size_t i);
+
 }  // namespace pypto::cpu

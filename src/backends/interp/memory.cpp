@@ -99,13 +99,30 @@ void exec_memory(Machine& m, const Op& op) {
     }
     case Opcode::MMATMUL:
     case Opcode::MMATMUL_ACC: {
-      // As TMATMUL on tiles: dot products in double over k < min(a.cols, b.rows), rounded once
-      // per element to f32 (MMATMUL_ACC adds the old value first) into rows < min(dst.rows, a.rows)
-      // and columns < min(dst.cols, b.cols).
+      // As TMATMUL on tiles: dot products over k < min(a.cols, b.rows) into rows
+      // < min(dst.rows, a.rows) and columns < min(dst.cols, b.cols) (MMATMUL_ACC adds the old
+      // value first). Floats in double, rounded once per element to f32; int8 operands into an i32
+      // destination exactly, wrapping modulo 2^32.
       const GView d = m.global_view(op, 0), a = m.global_view(op, 1), b = m.global_view(op, 2);
       const int64_t M = std::min(d.rows, a.rows), N = std::min(d.cols, b.cols);
       const int64_t K = std::max<int64_t>(0, std::min(a.cols, b.rows));
       if (M <= 0 || N <= 0) break;
+      const bool integer = d.buf->dtype == DType::I32;
+      const bool acc = op.code == Opcode::MMATMUL_ACC;
+      if (integer) {
+        std::vector<int64_t> A(size_t(M * K)), B(size_t(K * N));
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t p = 0; p < K; ++p) A[size_t(i * K + p)] = m.gread(op, a, i, p).i;
+        for (int64_t p = 0; p < K; ++p)
+          for (int64_t j = 0; j < N; ++j) B[size_t(p * N + j)] = m.gread(op, b, p, j).i;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) {
+            uint64_t s = acc ? uint64_t(m.gread(op, d, i, j).i) : 0;
+            for (int64_t p = 0; p < K; ++p) s += uint64_t(A[size_t(i * K + p)] * B[size_t(p * N + j)]);
+            m.gwrite(op, d, i, j, round_to(DType::I32, inum(int64_t(s))));
+          }
+        break;
+      }
       std::vector<double> A(size_t(M * K)), B(size_t(K * N));
       for (int64_t i = 0; i < M; ++i)
         for (int64_t p = 0; p < K; ++p) A[size_t(i * K + p)] = m.gread(op, a, i, p).as_double();
@@ -113,7 +130,7 @@ void exec_memory(Machine& m, const Op& op) {
         for (int64_t j = 0; j < N; ++j) B[size_t(p * N + j)] = m.gread(op, b, p, j).as_double();
       for (int64_t i = 0; i < M; ++i)
         for (int64_t j = 0; j < N; ++j) {
-          double s = op.code == Opcode::MMATMUL_ACC ? m.gread(op, d, i, j).as_double() : 0.0;
+          double s = acc ? m.gread(op, d, i, j).as_double() : 0.0;
           for (int64_t p = 0; p < K; ++p) s += A[size_t(i * K + p)] * B[size_t(p * N + j)];
           // Sums are f32 (a bf16 destination is rounded from the f32 sum, as from an f32 tile).
           m.gwrite(op, d, i, j, fnum(double(float(s))));

@@ -177,6 +177,27 @@ def test_bias_relu_epilogue_folds_into_the_product(backend, M):
         assert "pto::mmatmul_bias(" not in both.lower(x, w, b).as_text("source")
 
 
+@requires_compiler
+@pytest.mark.parametrize("M,K,N", [(64, 576, 3192), (33, 600, 801), (57, 33, 1000), (40, 385, 768), (41, 70, 2000)])
+def test_few_rows_wide_tile(M, K, N):
+    """Products of at most 64 rows and at least 768 columns, B read in place, take the 8 x 48
+    register tile (pto::gemm::choose_tile): rows not a multiple of 8, columns not of 48 (the
+    ragged last panel packed), K past a kc block (384 on Zen 5) and short; into a poisoned output,
+    accumulated, and with the bias and relu epilogue; split by columns on the threads."""
+    a, b, bias = rand(M, K), rand(K, N), rand(N)
+    a64, b64 = f64(a, b)
+    ref = a64 @ b64
+    c = poisoned(M, N)
+    jit(mm_into, "cpu")(a, b, c)
+    assert_close(c, ref, 1e-5)
+    c0 = rand(M, N)
+    c = c0.copy()
+    jit(mm_acc, "cpu")(a, b, c)
+    assert_close(c, f64(c0)[0] + ref, 1e-5)
+    fused = jit(linear_relu, "cpu", fusion=["matmul", "add", "relu"])
+    assert_close(fused(a, b, bias), np.maximum(ref + f64(bias)[0], 0), 1e-5)
+
+
 def test_batched_rows_times_a_matrix_is_one_gemm():
     # nn.Linear on (batch, seq, d): the batch folds into the rows of one whole-matrix product, also
     # for a permuted input (nn.MultiheadAttention's x.transpose(0, 1)); a ragged tile of a user

@@ -313,12 +313,12 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
   int64_t NBB = detail::imax(NB, bk.nb / TNR * TNR);
   PackBuffers& buf = pack_buffers();
   const int64_t KR = detail::imax(1, detail::imin(512, bk.kr)), kr_max = K < KR ? K : KR;
-  // Few rows (at most 4 register tiles) and B rows contiguous: B is read in place through a table
-  // of row addresses instead of packed, since each packed element would be used only M times (a
-  // convolution's taps: 64 output channels, 3136 pixels; 11% faster). Not where the row stride is
-  // a multiple of 1 KiB: the rows of a micro-panel would then share a few L1 sets (measured 1.6x
-  // slower at a 16 KiB stride).
-  bool in_place = M <= 4 * TM;
+  // Few rows (at most 4 register tiles, or 64 for the wide one) and B rows contiguous: B is read in place
+  // through a table of row addresses instead of packed, since each packed element would be used only M times
+  // (a convolution's taps: 64 output channels, 3136 pixels; 11% faster). Not where the row stride is a
+  // multiple of 1 KiB: the rows of a micro-panel would then share a few L1 sets (measured 1.6x slower at a 16
+  // KiB stride).
+  bool in_place = M <= (TNV == 3 ? 64 : 4 * TM);  // the wide tile (choose_tile): 64 rows
   for (int i = 0; i < nt; ++i) in_place = in_place && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
   if (in_place) {
     const int64_t nc_max = ((N < NB ? N : NB) + TNR - 1) / TNR * TNR;
@@ -371,11 +371,38 @@ constexpr int MR_NARROW = 8;
 constexpr int64_t padded_rows(int64_t m, int tm) { return (m + tm - 1) / tm * tm; }
 constexpr bool use_narrow_tile(int64_t M) { return padded_rows(M, MR_NARROW) * 32 < padded_rows(M, MR) * 31; }
 
+// The register tiles of gemm_share_f32: MR x NR, the narrow one, and a wide MR_WIDE x 3 kW one
+// for products of at most 64 rows that read B in place (gemm_sum_rows_f32): 8 x 48 reads 11
+// vectors per 24 FMAs where 16 x 16 reads 17 per 16, and pads rows to a multiple of 8, not 14
+// or 16. A convolution's taps (64 x 3192 x 9*64, one Zen 5 core): 16 x 16 190 GFLOP/s, 14 x 32
+// 155-168, 8 x 48 215-228 (the FMA loop's 230).
+enum TileKind : int { kTileMain = 0, kTileNarrow = 1, kTileWide = 2 };
+constexpr int MR_WIDE = 8, NV_WIDE = 3;
+inline int choose_tile(int64_t M, int64_t N, const Term* t, int nt) {
+#if defined(__AVX512F__)
+  // At least 16 panels (768 columns): narrower, its ragged last panel costs more than it gains.
+  bool wide = M <= 64 && N >= 16 * NV_WIDE * kW;
+  for (int i = 0; i < nt; ++i) wide = wide && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
+  if (wide) return kTileWide;
+#else
+  (void)N, (void)t, (void)nt;
+#endif
+  return use_narrow_tile(M) ? kTileNarrow : kTileMain;
+}
+constexpr int tile_cols(int tile) { return tile == kTileWide ? NV_WIDE * kW : tile == kTileNarrow ? kW : NR; }
+constexpr int tile_rows(int tile) {
+  return tile == kTileWide ? MR_WIDE : tile == kTileNarrow ? MR_NARROW : MR;
+}
+
 // A sum on the pool `pf` (nullptr: this thread only): gemm_sum_f32 with the register tile chosen
-// for its rows and the blocking from the cache sizes.
+// for its rows (choose_tile) and the blocking from the cache sizes.
 inline void gemm_share_f32(pto_parallel_for_fn pf, int64_t M, int64_t N, const Term* t, int nt, float* C,
-                           int64_t ldc, bool acc, bool narrow, const Epilogue* epi) {
-  if (narrow)
+                           int64_t ldc, bool acc, int tile, const Epilogue* epi) {
+#if defined(__AVX512F__)
+  if (tile == kTileWide)
+    return gemm_sum_f32<MR_WIDE, NV_WIDE>(M, N, t, nt, C, ldc, acc, blocking(), *epi, pf);
+#endif
+  if (tile == kTileNarrow)
     gemm_sum_f32<MR_NARROW, 1>(M, N, t, nt, C, ldc, acc, blocking(), *epi, pf);
   else
     gemm_sum_f32<MR, NV>(M, N, t, nt, C, ldc, acc, blocking(), *epi, pf);
@@ -388,15 +415,17 @@ inline void gemm_share_f32(pto_parallel_for_fn pf, int64_t M, int64_t N, const T
 // its own (PTO_SHARED_GEMM_DEFINE), loaded before kernels built with PTO_SHARED_GEMM, which call
 // it instead of instantiating it. Exports and other builds keep it inline.
 #if defined(PTO_SHARED_GEMM) || defined(PTO_SHARED_GEMM_DEFINE)
-extern "C" __attribute__((visibility("default"))) void pto_shared_gemm_f32(
-    pto_parallel_for_fn pf, int64_t M, int64_t N, const pto::gemm::Term* t, int nt, float* C, int64_t ldc,
-    bool acc, bool narrow, const pto::gemm::Epilogue* epi);
+extern "C"
+    __attribute__((visibility("default"))) void pto_shared_gemm_f32(pto_parallel_for_fn pf, int64_t M,
+                                                                    int64_t N, const pto::gemm::Term* t,
+                                                                    int nt, float* C, int64_t ldc, bool acc,
+                                                                    int tile, const pto::gemm::Epilogue* epi);
 #endif
 #if defined(PTO_SHARED_GEMM_DEFINE)
 extern "C" void pto_shared_gemm_f32(pto_parallel_for_fn pf, int64_t M, int64_t N, const pto::gemm::Term* t,
-                                    int nt, float* C, int64_t ldc, bool acc, bool narrow,
+                                    int nt, float* C, int64_t ldc, bool acc, int tile,
                                     const pto::gemm::Epilogue* epi) {
-  pto::gemm::gemm_share_f32(pf, M, N, t, nt, C, ldc, acc, narrow, epi);
+  pto::gemm::gemm_share_f32(pf, M, N, t, nt, C, ldc, acc, tile, epi);
 }
 #endif
 
@@ -415,7 +444,8 @@ struct Shared {
   int nt;
   float* C;
   int64_t ldc;
-  bool acc, split_n, narrow;
+  bool acc, split_n;
+  int tile;       // choose_tile's
   int64_t grain;  // rows (or columns) per parallel item
   Epilogue epi;
 };
@@ -435,7 +465,7 @@ inline void run_share(void* ctx, int64_t begin, int64_t end) {
   float* c = s.split_n ? s.C + r0 : s.C + r0 * s.ldc;
   Epilogue epi = s.epi;
   if (s.split_n && epi.bias) epi.bias += r0;
-  PTO_GEMM_SHARE_F32(nullptr, m, n, t, s.nt, c, s.ldc, s.acc, s.narrow, &epi);
+  PTO_GEMM_SHARE_F32(nullptr, m, n, t, s.nt, c, s.ldc, s.acc, s.tile, &epi);
 }
 
 // dst = (or +=) the sum of the nt products on global memory (M x N = dst's region) on the pool `pf`
@@ -463,15 +493,15 @@ inline void mmatmul_sum_f32(pto_parallel_for_fn pf, float* C, int64_t ldc, int64
       }
     return;
   }
-  Shared s{M, N, t, nt, C, ldc, acc, N > M, use_narrow_tile(M), 0, epi};
+  Shared s{M, N, t, nt, C, ldc, acc, N > M, choose_tile(M, N, t, nt), 0, epi};
   // Split the longer side; items of one register tile so the per-thread shares stay even.
-  s.grain = s.split_n ? (s.narrow ? kW : NR) : (s.narrow ? MR_NARROW : MR);
+  s.grain = s.split_n ? tile_cols(s.tile) : tile_rows(s.tile);
   const int64_t items = ((s.split_n ? N : M) + s.grain - 1) / s.grain;
   double flops = 0;
   for (int i = 0; i < nt; ++i) flops += 2.0 * double(M) * double(N) * double(t[i].k);
   // Small products: one thread (waking the pool costs more than it saves).
   if (pf == nullptr || items < 2 || flops < 4e6) return run_share(&s, 0, items);
-  if (!s.split_n && items > 4) return PTO_GEMM_SHARE_F32(pf, M, N, t, nt, C, ldc, acc, s.narrow, &epi);
+  if (!s.split_n && items > 4) return PTO_GEMM_SHARE_F32(pf, M, N, t, nt, C, ldc, acc, s.tile, &epi);
   pf(items, &run_share, &s);
 }
 

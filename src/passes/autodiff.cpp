@@ -8,6 +8,7 @@
 #include "ir/builder_impl.h"
 #include "ir/mutator.h"
 #include "ir/printer.h"
+#include "ir/structural.h"
 #include "passes/autodiff_impl.h"
 #include "passes/lower_composites.h"
 #include "passes/pass_util.h"
@@ -529,6 +530,46 @@ bool into_group(std::vector<Stmt>& group, const Stmt& fill, const std::set<const
   return true;
 }
 
+// `for v = 0 to n { a[window(v)] += c }` right after a's zero fill, where the n windows tile all
+// of a (a reshape's rows added back): the loop with `a[window(v)] = c`, or null.
+Stmt first_write_by_windows(const Stmt& loop, const View& a) {
+  auto lo = as_int(loop->lo), hi = as_int(loop->hi), step = as_int(loop->step);
+  if (!lo || !hi || !step || *lo != 0 || *step != 1 || *hi <= 0 || *hi > 4096 || loop->body.size() != 1)
+    return nullptr;
+  const Stmt& acc = loop->body[0];
+  if (acc->kind != StmtKind::OpStmt || acc->op.code != Opcode::TADD || acc->op.args.size() != 3)
+    return nullptr;
+  const View* d = view_of(acc->op.args[0]);
+  const View* s1 = view_of(acc->op.args[1]);
+  const View* c = view_of(acc->op.args[2]);
+  if (!d || !s1 || !c || d->buf != a.buf || !structural::equal(*d, *s1) || c->buf == a.buf) return nullptr;
+  const auto& shape = a.buf->shape;
+  const Expr v = var(loop->var, DType::I64);
+  int tiled = -1;  // the base dim the windows walk
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (d->step[k] != 1) return nullptr;
+    if (auto o = as_int(d->offset[k])) {
+      if (*o != 0 || d->size[k] != shape[k]) return nullptr;
+    } else if (tiled < 0 && d->size[k] * *hi == shape[k] &&
+               expr_equal(d->offset[k], d->size[k] == 1 ? v : v * int_imm(d->size[k]))) {
+      tiled = int(k);
+    } else {
+      return nullptr;
+    }
+  }
+  if (tiled < 0) return nullptr;
+  for (int64_t it = 0; it < *hi; ++it) {  // every window fully valid
+    std::map<std::string, Expr> at{{loop->var, int_imm(it)}};
+    for (size_t k = 0; k < shape.size(); ++k) {
+      auto e = as_int(substitute(d->valid[k], at));
+      if (!e || *e != d->size[k]) return nullptr;
+    }
+  }
+  auto out = std::make_shared<StmtNode>(*loop);
+  out->body = {op_stmt(Op{Opcode::TMOV, {*d, *c}})};
+  return out;
+}
+
 // An adjoint is zero-filled and then accumulated into. When its first contribution covers all of
 // it, `fill 0; a += c` becomes `a = c`, and when c is a temporary computed just for this, its
 // instruction writes into a directly. Applied to every block, inner blocks first.
@@ -544,6 +585,13 @@ void write_first_contributions_here(std::vector<Stmt>& body, const std::set<cons
     if (j == body.size()) continue;
     if (body[j]->kind == StmtKind::Seq && into_group(body[j]->body, fill, adjoints, reads)) {
       body.erase(body.begin() + long(i--));
+      continue;
+    }
+    if (body[j]->kind == StmtKind::For) {
+      if (Stmt loop = first_write_by_windows(body[j], a)) {
+        body[j] = loop;
+        body.erase(body.begin() + long(i--));
+      }
       continue;
     }
     const Stmt& acc = body[j];

@@ -97,4 +97,12 @@ class Differentiator {
   std::map<const ir::StmtNode*, std::map<const ir::Buffer*, ir::BufferRef>> tapes_;  // the latest replay's
 };
 
+// The clean-up after the sweep (autodiff_cleanup.cpp).
+void eliminate_dead_code(ir::Program& p);  // instructions nothing live reads, then their buffers
+// `fill 0; a += c` -> `a = c` where the first contribution covers all of an adjoint.
+void write_first_contributions(std::vector<ir::Stmt>& body, const std::set<const ir::Buffer*>& adjoints,
+                               std::map<const ir::Buffer*, int>& reads);
+void forward_copies(ir::Program& p);  // `a = c` of settled buffers: a's readers read c
+void used_buffers(const std::vector<ir::Stmt>& body, std::set<const ir::Buffer*>& used);
+
 }  // namespace pypto::passes::ad

@@ -1,0 +1,251 @@
+// The clean-up of a derived backward program, run by passes/autodiff.cpp after the sweep: dead
+// code, zero fills a first contribution can replace, copies that can be read through.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "ir/builder_impl.h"
+#include "ir/mutator.h"
+#include "ir/structural.h"
+#include "passes/autodiff_impl.h"
+#include "passes/pass_util.h"
+
+namespace pypto::passes::ad {
+
+using namespace ir;
+
+// Drops instructions writing dead buffers, allocations of dead buffers, and control flow left
+// without instructions.
+namespace {
+class DropDead : public StmtMutator {
+ public:
+  explicit DropDead(const std::set<const Buffer*>& live) : live_(live) {}
+
+ private:
+  const std::set<const Buffer*>& live_;
+  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
+    if (s->kind == StmtKind::OpStmt) {
+      auto d = s->op.args.empty() ? nullptr : view_of(s->op.args[0]);
+      if (d && !live_.count(d->buf.get())) return;
+    }
+    if (s->kind == StmtKind::Alloc && !live_.count(s->buffer.get())) return;
+    Stmt n = mutate(s);
+    if (n->kind == StmtKind::For || n->kind == StmtKind::If || n->kind == StmtKind::Seq) {
+      bool has_op = false;
+      for (const auto* block : {&n->body, &n->orelse})
+        for_each_stmt(*block, [&](const Stmt& t) { has_op |= t->kind == StmtKind::OpStmt; });
+      if (!has_op) return;
+    }
+    out.push_back(n);
+  }
+};
+}  // namespace
+
+// Removes instructions whose results nothing live reads (the outputs are live), then allocations
+// of dead buffers and control flow left without instructions.
+void eliminate_dead_code(Program& p) {
+  std::set<const Buffer*> live;
+  for (auto& b : p.params)
+    if (b->kind == BufferKind::Output) live.insert(b.get());
+  for (bool changed = true; changed;) {
+    changed = false;
+    walk(p.body, [&](const Stmt& s) {
+      if (s->kind != StmtKind::OpStmt || s->op.args.empty()) return;
+      auto d = view_of(s->op.args[0]);
+      if (d && !live.count(d->buf.get())) return;
+      for (size_t i = 1; i < s->op.args.size(); ++i)
+        if (auto v = view_of(s->op.args[i])) changed |= live.insert(v->buf.get()).second;
+    });
+  }
+  p.body = DropDead(live).mutate_block(p.body);
+}
+
+static bool mentions_buffer(const Stmt& s, const Buffer* b) {
+  bool found = false;
+  walk({s}, [&](const Stmt& t) {
+    if (t->kind == StmtKind::Alloc && t->buffer.get() == b) found = true;
+    if (t->kind != StmtKind::OpStmt) return;
+    for (auto& a : t->op.args)
+      if (auto v = view_of(a)) found |= v->buf.get() == b;
+  });
+  return found;
+}
+
+// The whole buffer, every element valid.
+static bool whole_and_valid(const View& v) {
+  if (!v.is_whole()) return false;
+  for (size_t d = 0; d < v.valid.size(); ++d) {
+    auto c = as_int(v.valid[d]);
+    if (!c || *c != v.buf->shape[d]) return false;
+  }
+  return true;
+}
+
+// A zero fill followed by a group (a composite's backward) whose first use of the adjoint is its
+// accumulation: tries the fill inside the group, where the accumulation can become the write.
+// True when the fill went away; the group is unchanged otherwise.
+static bool into_group(std::vector<Stmt>& group, const Stmt& fill, const std::set<const Buffer*>& adjoints,
+                       std::map<const Buffer*, int>& reads) {
+  const Buffer* a = std::get<View>(fill->op.args[0]).buf.get();
+  size_t at = 0;
+  while (at < group.size() && !mentions_buffer(group[at], a)) ++at;
+  if (at == group.size() || group[at]->kind != StmtKind::OpStmt) return false;
+  std::vector<Stmt> trial = group;
+  trial.insert(trial.begin(), fill);  // (at the start: the accumulated value's producer may follow)
+  write_first_contributions(trial, adjoints, reads);
+  if (std::find(trial.begin(), trial.end(), fill) != trial.end()) return false;
+  group = std::move(trial);
+  return true;
+}
+
+// `for v = 0 to n { a[window(v)] += c }` right after a's zero fill, where the n windows tile all
+// of a (a reshape's rows added back): the loop with `a[window(v)] = c`, or null.
+static Stmt first_write_by_windows(const Stmt& loop, const View& a) {
+  auto lo = as_int(loop->lo), hi = as_int(loop->hi), step = as_int(loop->step);
+  if (!lo || !hi || !step || *lo != 0 || *step != 1 || *hi <= 0 || *hi > 4096 || loop->body.size() != 1)
+    return nullptr;
+  const Stmt& acc = loop->body[0];
+  if (acc->kind != StmtKind::OpStmt || acc->op.code != Opcode::TADD || acc->op.args.size() != 3)
+    return nullptr;
+  const View* d = view_of(acc->op.args[0]);
+  const View* s1 = view_of(acc->op.args[1]);
+  const View* c = view_of(acc->op.args[2]);
+  if (!d || !s1 || !c || d->buf != a.buf || !structural::equal(*d, *s1) || c->buf == a.buf) return nullptr;
+  const auto& shape = a.buf->shape;
+  const Expr v = var(loop->var, DType::I64);
+  int tiled = -1;  // the base dim the windows walk
+  for (size_t k = 0; k < shape.size(); ++k) {
+    if (d->step[k] != 1) return nullptr;
+    if (auto o = as_int(d->offset[k])) {
+      if (*o != 0 || d->size[k] != shape[k]) return nullptr;
+    } else if (tiled < 0 && d->size[k] * *hi == shape[k] &&
+               expr_equal(d->offset[k], d->size[k] == 1 ? v : v * int_imm(d->size[k]))) {
+      tiled = int(k);
+    } else {
+      return nullptr;
+    }
+  }
+  if (tiled < 0) return nullptr;
+  for (int64_t it = 0; it < *hi; ++it) {  // every window fully valid
+    std::map<std::string, Expr> at{{loop->var, int_imm(it)}};
+    for (size_t k = 0; k < shape.size(); ++k) {
+      auto e = as_int(substitute(d->valid[k], at));
+      if (!e || *e != d->size[k]) return nullptr;
+    }
+  }
+  auto out = std::make_shared<StmtNode>(*loop);
+  out->body = {op_stmt(Op{Opcode::TMOV, {*d, *c}})};
+  return out;
+}
+
+// An adjoint is zero-filled and then accumulated into. When its first contribution covers all of
+// it, `fill 0; a += c` becomes `a = c`, and when c is a temporary computed just for this, its
+// instruction writes into a directly. Applied to every block, inner blocks first.
+static void write_first_contributions_here(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                                           std::map<const Buffer*, int>& reads) {
+  for (size_t i = 0; i < body.size(); ++i) {
+    const Stmt& fill = body[i];
+    if (fill->kind != StmtKind::OpStmt || fill->op.code != Opcode::TEXPANDS) continue;
+    const View& a = std::get<View>(fill->op.args[0]);
+    if (!adjoints.count(a.buf.get()) || !whole_and_valid(a)) continue;
+    size_t j = i + 1;
+    while (j < body.size() && !mentions_buffer(body[j], a.buf.get())) ++j;
+    if (j == body.size()) continue;
+    if (body[j]->kind == StmtKind::Seq && into_group(body[j]->body, fill, adjoints, reads)) {
+      body.erase(body.begin() + long(i--));
+      continue;
+    }
+    if (body[j]->kind == StmtKind::For) {
+      if (Stmt loop = first_write_by_windows(body[j], a)) {
+        body[j] = loop;
+        body.erase(body.begin() + long(i--));
+      }
+      continue;
+    }
+    const Stmt& acc = body[j];
+    if (acc->kind != StmtKind::OpStmt || acc->op.code != Opcode::TADD) continue;
+    const View* d = view_of(acc->op.args[0]);
+    const View* s1 = view_of(acc->op.args[1]);
+    const View* c = view_of(acc->op.args[2]);
+    if (!d || !s1 || !c || d->buf != a.buf || s1->buf != a.buf || !whole_and_valid(*d) ||
+        !whole_and_valid(*s1) || c->buf == a.buf || c->buf->dtype != a.buf->dtype || c->shape() != a.shape())
+      continue;
+    // The producer of c, when c is a temporary only this accumulation reads.
+    size_t k = j;
+    if (c->is_whole() && c->buf->kind == BufferKind::Temp && reads[c->buf.get()] == 1) {
+      for (size_t m = j; m-- > i + 1;) {
+        if (!mentions_buffer(body[m], c->buf.get())) continue;
+        const Stmt& p = body[m];
+        const View* pd =
+            p->kind == StmtKind::OpStmt && !p->op.args.empty() ? view_of(p->op.args[0]) : nullptr;
+        bool sole_writer = pd && pd->buf == c->buf && whole_and_valid(*pd);
+        for (size_t q = 1; sole_writer && q < p->op.args.size(); ++q)
+          if (auto v = view_of(p->op.args[q])) sole_writer = v->buf != c->buf && v->buf != a.buf;
+        if (sole_writer) k = m;
+        break;
+      }
+    }
+    if (k != j) {
+      body[k]->op.args[0] = View::whole(a.buf);
+      body.erase(body.begin() + long(j));
+    } else {
+      body[j] = op_stmt(Op{Opcode::TMOV, {View::whole(a.buf), *c}});
+    }
+    body.erase(body.begin() + long(i));
+    --i;
+  }
+}
+
+void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                               std::map<const Buffer*, int>& reads) {
+  body =
+      rewrite_blocks(body, [&](std::vector<Stmt>& b) { write_first_contributions_here(b, adjoints, reads); });
+}
+
+// `a = c` of two whole temporaries, each written once, c earlier in the same block: every use of
+// a reads c instead (the sweep passes an adjoint through additions this way).
+void forward_copies(Program& p) {
+  std::map<const Buffer*, int> writes;
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind == StmtKind::OpStmt && !s->op.args.empty())
+      if (auto d = view_of(s->op.args[0])) ++writes[d->buf.get()];
+  });
+  std::map<const Buffer*, BufferRef> repl;
+  p.body = rewrite_blocks(p.body, [&](std::vector<Stmt>& body) {
+    std::set<const Buffer*> written_here;
+    for (size_t j = 0; j < body.size(); ++j) {
+      const Stmt& s = body[j];
+      if (s->kind != StmtKind::OpStmt || s->op.args.empty()) continue;
+      const View* d = view_of(s->op.args[0]);
+      const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
+      // The source: a temp written once, earlier in this block, or an input the program never
+      // writes (a cotangent copied into the adjoint it starts).
+      const bool settled = c && ((c->buf->kind == BufferKind::Temp && writes[c->buf.get()] == 1 &&
+                                  written_here.count(c->buf.get())) ||
+                                 (c->buf->kind == BufferKind::Param && writes[c->buf.get()] == 0));
+      if (s->op.code == Opcode::TMOV && d && c && whole_and_valid(*d) && whole_and_valid(*c) &&
+          d->buf->kind == BufferKind::Temp && settled && d->buf->dtype == c->buf->dtype &&
+          d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 && !repl.count(c->buf.get())) {
+        repl[d->buf.get()] = c->buf;
+        body.erase(body.begin() + long(j--));
+        continue;
+      }
+      if (d) written_here.insert(d->buf.get());
+    }
+  });
+  if (repl.empty()) return;
+  walk(p.body, [&](const Stmt& s) {
+    if (s->kind != StmtKind::OpStmt) return;
+    for (auto& a : s->op.args)
+      if (auto v = std::get_if<View>(&a)) {
+        auto it = repl.find(v->buf.get());
+        if (it != repl.end()) v->buf = it->second;
+      }
+  });
+}
+
+void used_buffers(const std::vector<Stmt>& body, std::set<const Buffer*>& used) {
+  for_each_view(body, [&](const View& v, bool) { used.insert(v.buf.get()); });
+}
+
+}  // namespace pypto::passes::ad

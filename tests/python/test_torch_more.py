@@ -132,3 +132,12 @@ def test_inplace_keyword_writes_back(f):
     got = torch.autograd.grad(out, x, cot)[0]
     ref = torch.autograd.grad(f(x), x, cot)[0]
     assert float((got - ref).norm() / ref.norm()) < 1e-12
+
+
+def test_inplace_shape_changes_are_refused():
+    def f(x):
+        y = x * 1
+        y.squeeze_()
+        return y
+    with pytest.raises(pypto.PyptoError, match="squeeze_ is not supported"):
+        pypto.jit(f, backend="interp")(torch.randn(4, 1, 5))

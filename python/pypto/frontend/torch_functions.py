@@ -686,11 +686,13 @@ def _build():
     table = {}
     entries = _entries() + NN.ENTRIES + TM.ENTRIES + MORE.ENTRIES
     # The in-place forms torch has of the functions above (x.add_(y), torch.relu_(x)): the
-    # out-of-place result written back into x.
+    # out-of-place result written back into x. Not those that change x's shape (x.squeeze_(),
+    # x.t_()): a kernel's tensors keep theirs, so these stay unsupported.
     named = {n for _, names in entries for n in names}
+    reshaping = {"squeeze", "unsqueeze", "t", "transpose", "swapaxes", "swapdims"}
     entries += [(MORE.inplace(impl), [n + "_"]) for impl, names in entries for n in names
                 if not n.startswith("_") and not n.endswith("_") and n + "_" not in named and
-                hasattr(torch.Tensor, n + "_")]
+                n not in reshaping and hasattr(torch.Tensor, n + "_")]
     for impl, names in entries:
         for name in names:
             _methods.setdefault(name, impl)

@@ -125,15 +125,10 @@ namespace {
 bool disjoint_windows(const View& dst, const StmtNode* loop) {
   auto step = as_int(loop->step);
   if (!step || *step <= 0) return false;
-  const Expr v = var(loop->var, DType::I64);
   for (size_t d = 0; d < dst.offset.size(); ++d) {
     const int64_t size = dst.size[d] * std::max<int64_t>(dst.step[d], 1);
-    for (int64_t k = 1; k <= size; ++k) {
-      if (k * *step < size) continue;
-      if (expr_equal(dst.offset[d], k == 1 ? v : v * int_imm(k)) || expr_equal(dst.offset[d], int_imm(k) * v))
-        return true;
-      break;  // only the smallest admissible k can match a window this wide
-    }
+    auto k = var_multiple(dst.offset[d], loop->var);
+    if (k && *k * *step >= size) return true;
   }
   return false;
 }

@@ -100,6 +100,16 @@ static bool into_group(std::vector<Stmt>& group, const Stmt& fill, const std::se
 
 // `for v = 0 to n { a[window(v)] += c }` right after a's zero fill, where the n windows tile all
 // of a (a reshape's rows added back): the loop with `a[window(v)] = c`, or null.
+std::optional<int64_t> var_multiple(const Expr& e, const std::string& v) {
+  auto is_v = [&](const Expr& x) { return x && x->op == ExprOp::Var && x->name == v; };
+  if (is_v(e)) return 1;
+  if (!e || e->op != ExprOp::Mul || e->args.size() != 2) return std::nullopt;
+  for (int i = 0; i < 2; ++i)
+    if (is_v(e->args[i]))
+      if (auto k = as_int(e->args[1 - i])) return *k;
+  return std::nullopt;
+}
+
 static Stmt first_write_by_windows(const Stmt& loop, const View& a) {
   auto lo = as_int(loop->lo), hi = as_int(loop->hi), step = as_int(loop->step);
   if (!lo || !hi || !step || *lo != 0 || *step != 1 || *hi <= 0 || *hi > 4096 || loop->body.size() != 1)
@@ -112,14 +122,13 @@ static Stmt first_write_by_windows(const Stmt& loop, const View& a) {
   const View* c = view_of(acc->op.args[2]);
   if (!d || !s1 || !c || d->buf != a.buf || !structural::equal(*d, *s1) || c->buf == a.buf) return nullptr;
   const auto& shape = a.buf->shape;
-  const Expr v = var(loop->var, DType::I64);
   int tiled = -1;  // the base dim the windows walk
   for (size_t k = 0; k < shape.size(); ++k) {
     if (d->step[k] != 1) return nullptr;
     if (auto o = as_int(d->offset[k])) {
       if (*o != 0 || d->size[k] != shape[k]) return nullptr;
     } else if (tiled < 0 && d->size[k] * *hi == shape[k] &&
-               expr_equal(d->offset[k], d->size[k] == 1 ? v : v * int_imm(d->size[k]))) {
+               var_multiple(d->offset[k], loop->var) == d->size[k]) {
       tiled = int(k);
     } else {
       return nullptr;

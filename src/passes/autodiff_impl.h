@@ -2,6 +2,7 @@
 // autodiff_rules.cpp (one derivative rule per opcode).
 #pragma once
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -104,5 +105,7 @@ void write_first_contributions(std::vector<ir::Stmt>& body, const std::set<const
                                std::map<const ir::Buffer*, int>& reads);
 void forward_copies(ir::Program& p);  // `a = c` of settled buffers: a's readers read c
 void used_buffers(const std::vector<ir::Stmt>& body, std::set<const ir::Buffer*>& used);
+// K where e is the loop variable v itself (1) or v * K, K a constant; else nothing.
+std::optional<int64_t> var_multiple(const ir::Expr& e, const std::string& v);
 
 }  // namespace pypto::passes::ad

@@ -33,7 +33,6 @@ def _dims(dim, ndim):
 def inplace(impl):
     """x.f_(...) for an out-of-place x.f(...): the result written back into x (in x's dtype)."""
     def f(input, *args, **kwargs):  # noqa: A002
-        kwargs.pop("inplace", None)
         T.assign(input, impl(input, *args, **kwargs))
         return input
     return f
@@ -205,9 +204,12 @@ def diagonal(input, offset=0, dim1=0, dim2=1):  # noqa: A002
     return X.index_select(flat, flat.ndim - 1, idx)
 
 
+_diagonal_of = diagonal  # (diag's parameter `diagonal` hides the function)
+
+
 def diag(input, diagonal=0):  # noqa: A002
     if input.ndim == 2:
-        return globals()["diagonal"](input, diagonal)
+        return _diagonal_of(input, diagonal)
     if input.ndim != 1:
         raise PyptoError(f"diag: expects a 1-D or 2-D tensor, got {input.ndim}-D")
     n, k = input.shape[0], diagonal
@@ -233,7 +235,7 @@ def kron(input, other):  # noqa: A002
 
 
 def cross(input, other, dim=None):  # noqa: A002
-    x, y = T.broadcast_to(input, tuple(input.shape)), other
+    x, y = input, other
     if dim is None:  # torch.linalg.cross: the last; torch.cross: the first of size 3
         dim = -1 if input.shape[-1] == 3 else next((i for i, s in enumerate(input.shape) if s == 3), -1)
     d = _dims(dim, input.ndim)

@@ -628,6 +628,29 @@ View Builder::matmul(const View& a0, const View& b0) {
 // wider: int8 operands into int32, as scaled_mm needs).
 View Builder::matmul_as(const View& a0, const View& b0, DType out_dtype) {
   if (a0.rank() == 0 || b0.rank() == 0) throw Error("matmul: operands must have at least one dimension");
+  // x @ W for x of shape (..., M, K) and a 2-D W (nn.Linear on a batch of sequences; also a
+  // permuted x): one (prod(...) * M, K) @ (K, N) product, which the backend runs as one
+  // whole-matrix GEMM, instead of one small product per batch element. Static, fully valid
+  // shapes only (a ragged tile of a user loop keeps the batched product), and big enough.
+  if (a0.rank() >= 3 && b0.rank() == 2 && a0.buf->dtype != DType::Bool && b0.buf->dtype != DType::Bool) {
+    auto sa = a0.shape(), sb = b0.shape();
+    auto va = a0.valid_shape();
+    bool plain = sa.back() == sb[0];
+    int64_t rows = 1;
+    for (size_t i = 0; plain && i < sa.size(); ++i) {
+      auto v = as_int(va[i]);
+      plain = sa[i] != kDynamicBound && v && *v == sa[i];
+      if (i + 1 < sa.size()) rows *= sa[i];
+    }
+    plain = plain && sb[0] != kDynamicBound && sb[1] != kDynamicBound && rows >= 32 && sb[1] >= 32 &&
+            sb[0] >= 32 && double(rows) * double(sb[1]) * double(sb[0]) >= double(1 << 21);
+    if (plain) {
+      View prod = matmul_as(reshape(a0, {rows, sa.back()}), b0, out_dtype);
+      std::vector<int64_t> shape(sa.begin(), sa.end() - 1);
+      shape.push_back(sb[1]);
+      return reshape(prod, shape);
+    }
+  }
   if (a0.buf->dtype == DType::Bool || b0.buf->dtype == DType::Bool)
     throw Error("matmul: bool tensors are not supported");
   bool a1 = a0.rank() == 1, b1 = b0.rank() == 1;

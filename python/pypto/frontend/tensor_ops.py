@@ -14,7 +14,7 @@ from .. import dtypes as _dt
 from ..interop import is_array
 from ..errors import PyptoError
 from .signals import NeedsConcrete
-from .values import DYNAMIC_BOUND, Expr, Opcode, TensorValue, const_value, is_expr
+from .values import DYNAMIC_BOUND, Expr, Opcode, TensorValue, is_expr
 from . import tracer as _tracer
 
 __all__ = []
@@ -284,29 +284,7 @@ def mean(x, dim=None, keepdim=False):
 
 def matmul(a, b):
     tr = find_tracer(a, b)
-    av, bv = tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand")
-    folded = _fold_batch(tr, av, bv)
-    return folded if folded is not None else wrap(tr, tr.b.matmul(av, bv))
-
-
-def _valid_ints(v):
-    return [const_value(e) if is_expr(e) else e for e in v.valid_shape]
-
-
-def _fold_batch(tr, av, bv):
-    """x @ W for x of shape (..., M, K) and a 2-D W (nn.Linear on a batch of sequences): one
-    (prod(...) * M, K) @ (K, N) product, which the backend runs as one whole-matrix GEMM, instead
-    of one small product per batch element. None where it does not apply (dynamic or small)."""
-    sa, sb = tuple(av.shape), tuple(bv.shape)
-    if len(sa) < 3 or len(sb) != 2 or DYNAMIC_BOUND in sa or DYNAMIC_BOUND in sb:
-        return None
-    if any(not isinstance(v, int) or v != n for v, n in zip(_valid_ints(av), sa)):
-        return None  # a ragged edge (a partial tile of a user loop): rows are not contiguous data
-    rows = int(np.prod(sa[:-1]))
-    if sa[-1] != sb[0] or rows < 32 or sb[1] < 32 or sa[-1] < 32 or rows * sb[1] * sa[-1] < (1 << 21):
-        return None
-    flat = tr.b.reshape(av, [rows, sa[-1]])
-    return wrap(tr, tr.b.reshape(tr.b.matmul(flat, bv), list(sa[:-1]) + [sb[1]]))
+    return wrap(tr, tr.b.matmul(tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand")))
 
 
 def matmul_as(a, b, dtype):

@@ -53,8 +53,11 @@ inline void copy_2d(D* d, int64_t dr, int64_t dc, const S* s, int64_t sr, int64_
 // lines go to memory without being read first and without evicting the caches' working set.
 // For outputs far bigger than the caches, which nobody reads before they would be evicted anyway.
 PTO_INLINE void stream_bytes(char* PTO_RESTRICT d, const char* PTO_RESTRICT s, int64_t n) {
-#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__AVX512F__) || defined(__AVX2__)) && (defined(__GNUC__) || defined(__clang__))
   typedef long long V __attribute__((vector_size(64)));
+#if !defined(__AVX512F__)
+  typedef long long V2 __attribute__((vector_size(32)));  // AVX2: two 32-byte streaming stores
+#endif
   int64_t head = int64_t((64 - (reinterpret_cast<uintptr_t>(d) & 63)) & 63);
   if (head > n) head = n;
   if (head > 0) __builtin_memcpy(d, s, size_t(head));
@@ -64,8 +67,11 @@ PTO_INLINE void stream_bytes(char* PTO_RESTRICT d, const char* PTO_RESTRICT s, i
     __builtin_memcpy(&v, s + i, 64);
 #if defined(__clang__)
     __builtin_nontemporal_store(v, reinterpret_cast<V*>(d + i));
-#else
+#elif defined(__AVX512F__)
     __builtin_ia32_movntdq512(reinterpret_cast<V*>(d + i), v);
+#else
+    __builtin_ia32_movntdq256(reinterpret_cast<V2*>(d + i), reinterpret_cast<const V2*>(&v)[0]);
+    __builtin_ia32_movntdq256(reinterpret_cast<V2*>(d + i + 32), reinterpret_cast<const V2*>(&v)[1]);
 #endif
   }
   if (i < n) __builtin_memcpy(d + i, s + i, size_t(n - i));
@@ -77,7 +83,7 @@ PTO_INLINE void stream_bytes(char* PTO_RESTRICT d, const char* PTO_RESTRICT s, i
 // Orders the streaming stores before whatever follows (another thread reads the output after
 // the parallel loop joins).
 PTO_INLINE void stream_fence() {
-#if defined(__AVX512F__) && (defined(__GNUC__) || defined(__clang__))
+#if (defined(__AVX512F__) || defined(__AVX2__)) && (defined(__GNUC__) || defined(__clang__))
   __builtin_ia32_sfence();
 #endif
 }

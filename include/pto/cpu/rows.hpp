@@ -39,7 +39,7 @@ PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m, const
   float acc[32];
   for (float& a : acc) a = 0.0f;
   int64_t i = 0;
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
   vf16 a0 = {}, a1 = {};
   const vf16 mv = vf16_splat(m);
   for (; i + 32 <= n; i += 32) {
@@ -75,7 +75,7 @@ PTO_INLINE float centred(float s, float c0, float c1) {
   const float v = elem::sub(s, c0);
   return Two ? elem::sub(v, c1) : v;
 }
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
 template <bool Two>
 PTO_INLINE vf16 centred16(const float* s, vf16 c0, vf16 c1) {
   const vf16 v = vf16_load(s) - c0;
@@ -88,7 +88,7 @@ PTO_INLINE float sum_diff(const float* s, int64_t n, float c) {
   float acc[32];
   for (float& a : acc) a = 0.0f;
   int64_t i = 0;
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
   vf16 a0 = {}, a1 = {};
   const vf16 cv = vf16_splat(c);
   for (; i + 32 <= n; i += 32) {
@@ -112,7 +112,7 @@ PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c0, float c1, cons
   float acc[32];
   for (float& a : acc) a = 0.0f;
   int64_t i = 0;
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
   vf16 a0 = {}, a1 = {};
   const vf16 cv0 = vf16_splat(c0), cv1 = vf16_splat(c1);
   for (; i + 32 <= n; i += 32) {
@@ -141,12 +141,18 @@ PTO_INLINE float sum_sq_diff(const float* s, int64_t n, float c0, float c1, cons
 
 // Stores 16 lanes at d; NT: a streaming store (d 64-byte aligned), for an output much bigger than
 // the last-level cache (the caller fences once after its rows).
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
 template <bool NT>
 PTO_INLINE void store16(float* d, vf16 v) {
-  if constexpr (NT)
+  if constexpr (NT) {
+#if defined(__AVX512F__)
     __builtin_ia32_movntps512(d, v);
-  else
+#else
+    typedef float vf8 __attribute__((vector_size(32)));
+    __builtin_ia32_movntps256(d, reinterpret_cast<const vf8*>(&v)[0]);
+    __builtin_ia32_movntps256(d + 8, reinterpret_cast<const vf8*>(&v)[1]);
+#endif
+  } else
     vf16_store(d, v);
 }
 #endif
@@ -162,7 +168,7 @@ PTO_INLINE void normalize_span_wb(float* d, const float* s, int64_t n, float c0,
     d[i] = v;
   };
   int64_t i = 0;
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
   if constexpr (NT)  // up to d's first 64-byte boundary one by one: same values as the lanes
     for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) one(i);
   const vf16 cv0 = vf16_splat(c0), cv1 = vf16_splat(c1), rv = vf16_splat(r);
@@ -237,7 +243,7 @@ PTO_INLINE void layer_norm_row(Streaming<NT> how, float* z, float*, const float*
 template <bool NT, class Op>
 PTO_INLINE void binary_span(float* d, const float* a, const float* b, int64_t n, Op op) {
   int64_t i = 0;
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
   if constexpr (NT) {
     for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) d[i] = op(a[i], b[i]);
     // 16 lanes in a register, streamed out: the four arithmetic operators on vectors are their

@@ -56,7 +56,7 @@ PTO_INLINE void ln_grad_sums(const float* dy, const float* z, const float* w, in
   float acc_gz[32], acc_g[32];
   for (int l = 0; l < 32; ++l) acc_gz[l] = acc_g[l] = 0.0f;
   int64_t j = 0;
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
   vf16 gz0 = {}, gz1 = {}, g0 = {}, g1 = {};
   const vf16 zero = {};
   for (; j + 32 <= n; j += 32)
@@ -112,7 +112,7 @@ PTO_INLINE void ln_grad_dx(float* dx, const float* dy, const float* z, const flo
     dx[j] = E ? elem::add(e[j], rounded(v)) : v;
   };
   int64_t j = 0;
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
   if constexpr (NT)
     for (; j < n && (reinterpret_cast<uintptr_t>(dx + j) & 63) != 0; ++j) one(j);
   const vf16 pv = vf16_splat(p), qv = vf16_splat(q), rv = vf16_splat(r);

@@ -1,11 +1,13 @@
-// float exp over a span, with AVX-512 where the target has it: the algorithm and constants of
+// float exp over a span, with AVX-512 or AVX2 + FMA where the target has it: the algorithm and constants of
 // math::exp (pto/math.hpp, the element semantics), in fewer instructions per 16 lanes.
 //
 // Same range reduction and polynomial, so the results are math::exp's bit for bit (checked over
 // every float by the tests): the clamps use vmaxps/vminps with the operand order that passes a
 // NaN through (no separate NaN fix-up), and vscalefps applies 2^n in one correctly rounded step,
 // which is what math::exp's two half-scalings give, subnormal results included; below the clamp
-// the product rounds to 0 by itself. About 14 instructions per 16 lanes instead of ~37.
+// the product rounds to 0 by itself. About 14 instructions per 16 lanes instead of ~37. With AVX2 (no
+// vscalefps, no masked min/max) the clamps are selects that keep a NaN and 2^n is math::exp's two
+// half-scalings and cut-off, on two 8-lane halves.
 #pragma once
 #include "pto/cpu/types.hpp"
 #include "pto/elem.hpp"
@@ -26,9 +28,18 @@ PTO_INLINE float rounded(float v) {
   return v;
 }
 
-#if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
-#define PTO_VEXP_AVX512 1
+// 16 lanes as one GCC vector: one zmm register with AVX-512, two ymm halves with AVX2 + FMA (the
+// vector operators lower to pairs of 256-bit instructions; Zen 3 and other AVX2-only targets).
+#if defined(__GNUC__) && !defined(__clang__) && \
+    (defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)))
+#define PTO_VF16 1
+#if !defined(__AVX512F__)
+// vf16 values pass between inline functions only: GCC's note that a 64-byte vector argument has
+// no AVX2 calling convention of its own does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 typedef float vf16 __attribute__((vector_size(64)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
 
 PTO_INLINE vf16 vf16_load(const float* p) {
   vf16 v;
@@ -39,17 +50,29 @@ PTO_INLINE void vf16_store(float* p, vf16 v) { __builtin_memcpy(p, &v, sizeof v)
 PTO_INLINE vf16 vf16_splat(float x) { return vf16{} + x; }
 // rounded() for 16 lanes.
 PTO_INLINE vf16 vf16_rounded(vf16 v) {
+#if defined(__AVX512F__)
   __asm__("" : "+v"(v));
+#else
+  __asm__(""
+          : "+x"(*reinterpret_cast<float __attribute__((vector_size(32)))*>(&v)),
+            "+x"(*(reinterpret_cast<float __attribute__((vector_size(32)))*>(&v) + 1)));
+#endif
   return v;
 }
 
 // math::exp on 16 lanes.
 PTO_INLINE vf16 vexp16(vf16 x) {
+#if defined(__AVX512F__)
   constexpr unsigned short kAll = 0xffff;
   constexpr int kCurrent = 4;  // _MM_FROUND_CUR_DIRECTION
   // vmaxps/vminps return their second source when either is NaN: x stays NaN through both.
   vf16 xc = __builtin_ia32_maxps512_mask(vf16_splat(-104.0f), x, x, kAll, kCurrent);
   xc = __builtin_ia32_minps512_mask(vf16_splat(88.8f), xc, xc, kAll, kCurrent);
+#else
+  // Comparisons false for NaN: x stays NaN through both selects.
+  vf16 xc = x < -104.0f ? vf16_splat(-104.0f) : x;
+  xc = xc > 88.8f ? vf16_splat(88.8f) : xc;
+#endif
   const vf16 t = xc * 1.44269502f + 0x1.8p23f;  // contracted to one FMA, as in math::exp
   const vf16 fn = t - 0x1.8p23f;
   vf16 r = xc - fn * 0.693115234375f;
@@ -60,14 +83,25 @@ PTO_INLINE vf16 vexp16(vf16 x) {
   p = p * r + 1.66665207e-01f;
   p = p * r + 4.99999934e-01f;
   p = 1.0f + (r + r * r * p);
+#if defined(__AVX512F__)
   return __builtin_ia32_scalefps512_mask(p, fn, p, kAll, kCurrent);
+#else
+  // 2^n in two halves, then 0 below the cut-off, as math::exp (a NaN p stays NaN).
+  const vi16 n = reinterpret_cast<const vi16&>(t) - 0x4b400000;
+  const vi16 n1 = n >> 1, n2 = n - n1;
+  const vi16 b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  const vf16 res = p * reinterpret_cast<const vf16&>(b1) * reinterpret_cast<const vf16&>(b2);
+  const vi16 keep = ~(x < -103.972084f);
+  const vi16 out = reinterpret_cast<const vi16&>(res) & keep;
+  return reinterpret_cast<const vf16&>(out);
+#endif
 }
 #endif
 
 // d[i] = exp(s[i]) for i < n (d may be s).
 PTO_INLINE void exp_span(float* d, const float* s, int64_t n) {
   int64_t i = 0;
-#ifdef PTO_VEXP_AVX512
+#ifdef PTO_VF16
   for (; i + 16 <= n; i += 16) vf16_store(d + i, vexp16(vf16_load(s + i)));
 #endif
   for (; i < n; ++i) d[i] = elem::exp(s[i]);

@@ -1,5 +1,6 @@
-// pto/cpu/rows_grad.hpp, compiled the way kernels are (-O3 -march=native, where the AVX-512 paths
-// are taken) and without -march (the portable paths): a self-checking program.
+// pto/cpu/rows_grad.hpp, compiled the way kernels are (-O3 -march=native, where the AVX-512 or
+// AVX2 paths are taken), with -mavx2 -mfma (the AVX2 paths on any x86-64) and without -march (the
+// portable paths): a self-checking program.
 // layer_norm_grad_rows computes what its instruction run computes, bit for bit: over several row
 // blocks accumulating the column sums, with and without each column sum, a ragged last block,
 // odd widths, streaming stores to an unaligned row stride, dx with fewer rows than dy, inf / NaN
@@ -16,6 +17,9 @@ const char* kProgram = R"PTO(
 #include <random>
 #include <vector>
 using namespace pto;
+#if defined(PTO_EXPECT_VF16) && !defined(PTO_VF16)
+#error "the 16-lane paths are not compiled under these flags"
+#endif
 static int fails = 0;
 #define CHECK(c, ...) do { if (!(c)) { if (++fails < 20) { std::printf(__VA_ARGS__); std::printf("\n"); } } } while (0)
 static bool same(float a, float b) { return bit_cast<uint32_t>(a) == bit_cast<uint32_t>(b) || (a != a && b != b); }
@@ -148,5 +152,15 @@ TEST(CpuRowsGrad, LayerNormGradUnderMarchNative) {
   compile_and_run_check(kProgram, "-O2 -march=native -fno-math-errno");
 }
 TEST(CpuRowsGrad, LayerNormGradPortable) { compile_and_run_check(kProgram, "-O2 -fno-math-errno"); }
+// The 16-lane paths as two 256-bit halves (AVX2 + FMA, no AVX-512: Zen 3 and the like), on any
+// machine that runs AVX2.
+TEST(CpuRowsGrad, LayerNormGradUnderAvx2Fma) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA";
+  compile_and_run_check(kProgram, "-O2 -mavx2 -mfma -fno-math-errno -DPTO_EXPECT_VF16");
+#else
+  GTEST_SKIP() << "x86-64 GCC only";
+#endif
+}
 
 }  // namespace

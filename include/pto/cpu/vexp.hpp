@@ -60,6 +60,33 @@ PTO_INLINE vf16 vf16_rounded(vf16 v) {
   return v;
 }
 
+#if !defined(__AVX512F__)
+typedef float vf8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+// math::exp on 8 lanes (a 64-byte vector's selects would be scalarised by GCC without AVX-512).
+PTO_INLINE vf8 vexp8(vf8 x) {
+  vf8 xc = x < -104.0f ? vf8{} - 104.0f : x;  // comparisons false for NaN: x stays NaN
+  xc = xc > 88.8f ? vf8{} + 88.8f : xc;
+  const vf8 t = xc * 1.44269502f + 0x1.8p23f;  // contracted to one FMA, as in math::exp
+  const vf8 fn = t - 0x1.8p23f;
+  vf8 r = xc - fn * 0.693115234375f;
+  r = r - fn * 3.19461833e-05f;
+  vf8 p = vf8{} + 1.38146020e-03f;
+  p = p * r + 8.36871520e-03f;
+  p = p * r + 4.16683879e-02f;
+  p = p * r + 1.66665207e-01f;
+  p = p * r + 4.99999934e-01f;
+  p = 1.0f + (r + r * r * p);
+  // 2^n in two halves, then 0 below the cut-off, as math::exp (a NaN p stays NaN).
+  const vi8 n = reinterpret_cast<const vi8&>(t) - 0x4b400000;
+  const vi8 n1 = n >> 1, n2 = n - n1;
+  const vi8 b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
+  const vf8 res = p * reinterpret_cast<const vf8&>(b1) * reinterpret_cast<const vf8&>(b2);
+  const vi8 out = reinterpret_cast<const vi8&>(res) & ~(x < -103.972084f);
+  return reinterpret_cast<const vf8&>(out);
+}
+#endif
+
 // math::exp on 16 lanes.
 PTO_INLINE vf16 vexp16(vf16 x) {
 #if defined(__AVX512F__)
@@ -68,11 +95,6 @@ PTO_INLINE vf16 vexp16(vf16 x) {
   // vmaxps/vminps return their second source when either is NaN: x stays NaN through both.
   vf16 xc = __builtin_ia32_maxps512_mask(vf16_splat(-104.0f), x, x, kAll, kCurrent);
   xc = __builtin_ia32_minps512_mask(vf16_splat(88.8f), xc, xc, kAll, kCurrent);
-#else
-  // Comparisons false for NaN: x stays NaN through both selects.
-  vf16 xc = x < -104.0f ? vf16_splat(-104.0f) : x;
-  xc = xc > 88.8f ? vf16_splat(88.8f) : xc;
-#endif
   const vf16 t = xc * 1.44269502f + 0x1.8p23f;  // contracted to one FMA, as in math::exp
   const vf16 fn = t - 0x1.8p23f;
   vf16 r = xc - fn * 0.693115234375f;
@@ -83,17 +105,14 @@ PTO_INLINE vf16 vexp16(vf16 x) {
   p = p * r + 1.66665207e-01f;
   p = p * r + 4.99999934e-01f;
   p = 1.0f + (r + r * r * p);
-#if defined(__AVX512F__)
   return __builtin_ia32_scalefps512_mask(p, fn, p, kAll, kCurrent);
 #else
-  // 2^n in two halves, then 0 below the cut-off, as math::exp (a NaN p stays NaN).
-  const vi16 n = reinterpret_cast<const vi16&>(t) - 0x4b400000;
-  const vi16 n1 = n >> 1, n2 = n - n1;
-  const vi16 b1 = (n1 + 127) << 23, b2 = (n2 + 127) << 23;
-  const vf16 res = p * reinterpret_cast<const vf16&>(b1) * reinterpret_cast<const vf16&>(b2);
-  const vi16 keep = ~(x < -103.972084f);
-  const vi16 out = reinterpret_cast<const vi16&>(res) & keep;
-  return reinterpret_cast<const vf16&>(out);
+  vf8 h[2];
+  __builtin_memcpy(h, &x, sizeof x);
+  h[0] = vexp8(h[0]);
+  h[1] = vexp8(h[1]);
+  __builtin_memcpy(&x, h, sizeof x);
+  return x;
 #endif
 }
 #endif

@@ -3,6 +3,8 @@ where the CPU has AVX512-VNNI) and on the portable path (PYPTO_NATIVE_DOT=0): th
 are exact, so both paths and the interpreter give the same values; ragged shapes (K % 4 = 0..3),
 K over several tiles, extreme values (-128 * -128), per-row / per-column scales, NaN-poisoned
 outputs."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -100,19 +102,23 @@ def test_int8_scaled_mm_epilogue_fuses_into_the_product():
 def test_narrow_operands_take_taller_tiles():
     """int8 products tile 4x taller and 2x deeper than f32 ones (B's tile is repacked per row
     tile; narrow elements make tall tiles cheap to hold), while the rows still give every core two
-    tiles; explicit tile sizes are kept as given."""
+    tiles; explicit tile sizes are kept as given. The f32 tile height comes from the host's L2
+    size (64 rows on a 512 KiB L2, 128 on 1 MiB), so it is read from an f32 lowering."""
     cores = pypto.target()["cores"]
-    rows = 512 * 2 * cores
+    f32_text = pypto.jit(lambda a, b: a @ b).lower(
+        torch.rand(4096, 600), torch.rand(600, 24)).as_text("tile")
+    base = int(re.search(r"f32\[(\d+), \d+\] mat", f32_text).group(1))
+    rows = 4 * base * 2 * cores
     # 24 columns: too narrow for the whole-matrix product (MMATMUL), so the product is tiled.
     a, b = i8(rows, 600), i8(600, 24)
     mm = pypto.jit(lambda a, b: pypto.scaled_mm(a, b))
-    assert "i8[512, 512] mat" in mm.lower(a, b).as_text("tile")
+    assert f"i8[{4 * base}, 512] mat" in mm.lower(a, b).as_text("tile")
     small = pypto.jit(lambda a, b: pypto.scaled_mm(a, b), tiles={"m": 64, "k": 128})
     assert "i8[64, 128] mat" in small.lower(a, b).as_text("tile")
-    few = i8(rows // 4, 600)  # 128 * 2 * cores rows: 128-row tiles, two a core
-    assert "i8[128, 512] mat" in pypto.jit(lambda a, b: pypto.scaled_mm(a, b)).lower(few, b).as_text("tile")
-    # A second row count makes the rows dynamic: they may be few at run time, so 128-row tiles.
-    assert "i8[128, 512] mat" in mm.lower(i8(rows + 8, 600), b).as_text("tile")
+    few = i8(rows // 4, 600)  # base * 2 * cores rows: base-row tiles, two a core
+    assert f"i8[{base}, 512] mat" in pypto.jit(lambda a, b: pypto.scaled_mm(a, b)).lower(few, b).as_text("tile")
+    # A second row count makes the rows dynamic: they may be few at run time, so base-row tiles.
+    assert f"i8[{base}, 512] mat" in mm.lower(i8(rows + 8, 600), b).as_text("tile")
     # A whole static bf16 product is one MMATMUL over packed operands (the packed driver picks
     # its own blocking); with explicit tile sizes the tile loop keeps them as given.
     x, w = torch.zeros(rows, 64, dtype=torch.bfloat16), torch.zeros(64, 48, dtype=torch.bfloat16)

@@ -220,3 +220,29 @@ def test_batched_rows_times_a_matrix_is_one_gemm():
     out = np.full((4, 90, 160), np.nan, np.float32)
     tiles(xr, w, out)
     assert np.linalg.norm(out - xr @ w) / np.linalg.norm(xr @ w) < 1e-5
+
+
+def linear_relu(x, w, b):
+    return pypto.relu(pypto.matmul(x, w) + b)
+
+
+@requires_compiler
+def test_products_with_large_right_operands_are_packed_once():
+    """A product whose right operand is large (512 x 512) is one MMATMUL with its epilogue in a
+    pass of its own, also when the fusion list names matmul: a row group would repack the operand
+    for every row tile (2x slower at 512^3). The derived backward's two products (dx = dy W^T,
+    dW = x^T dy) are two MMATMULs, not one row nest reloading both right operands."""
+    x, w, b = rand(512, 512), rand(512, 512), rand(512)
+    kern = pypto.jit(linear_relu, fusion=["matmul", "add", "relu"])
+    fwd = kern.lower(x, w, b).as_text("tile")
+    assert fwd.count("MMATMUL") == 1 and "TMATMUL" not in fwd, fwd
+    bwd = kern.lower_backward(x, w, b).as_text("tile")
+    assert bwd.count("MMATMUL") == 2 and "TMATMUL" not in bwd, bwd
+    # A small right operand (64 x 64) still joins the row group with its epilogue.
+    small = pypto.jit(linear_relu, fusion=["matmul", "add", "relu"]).lower(
+        rand(512, 64), rand(64, 64), rand(64)).as_text("tile")
+    assert "TMATMUL" in small and "MMATMUL" not in small, small
+    out = poisoned(512, 512)
+    out[...] = kern(x, w, b)
+    x64, w64, b64 = f64(x, w, b)
+    assert_close(out, np.maximum(x64 @ w64 + b64, 0))

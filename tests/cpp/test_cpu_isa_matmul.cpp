@@ -62,7 +62,12 @@ TEST(CpuIsaGemm, ShapesAcrossBlockEdges) {
                          {64, 64, 64},
                          {1, 300, 40},
                          {300, 1, 40},
-                         {170, 40, 20}}) {
+                         {170, 40, 20},
+                         // K left over after the micro-kernel's unrolled k steps (4 per trip on
+                         // AVX2): 2 and 3 steps, also in a slice after a full one (kc 256-1024)
+                         {31, 19, 7},
+                         {50, 40, 1030},
+                         {96, 48, 2051}}) {
     check_gemm(m, n, k, false, false, false);
   }
 }

@@ -265,9 +265,9 @@ class Fuser : public StmtMutator {
       if (rs->rank < 2) return false;
       g.epilogue = right_operand_elems(std::get<View>(first.args[2])) > kSmallRightOperand;
       if (g.epilogue && w) return false;  // an epilogue nest has no guard for a dynamic width
-      // A product that tiling makes one MMATMUL stays alone: the packed whole-matrix GEMM and a
-      // separate pass of its epilogue over the result beat a tiled matmul with the epilogue fused.
-      if (g.epilogue && memory_matmul(first, sizes_)) return false;
+      // A product that tiling makes one MMATMUL, with a large right operand (every epilogue
+      // product's is), stays alone: the packed whole-matrix GEMM and a separate pass of its
+      // epilogue over the result beat a tiled matmul with the epilogue fused.
       if (packed_once(first)) return false;
     }
     int64_t k = group_key(in, origin, i);

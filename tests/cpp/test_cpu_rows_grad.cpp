@@ -152,15 +152,6 @@ TEST(CpuRowsGrad, LayerNormGradUnderMarchNative) {
   compile_and_run_check(kProgram, "-O2 -march=native -fno-math-errno");
 }
 TEST(CpuRowsGrad, LayerNormGradPortable) { compile_and_run_check(kProgram, "-O2 -fno-math-errno"); }
-// The 16-lane paths as two 256-bit halves (AVX2 + FMA, no AVX-512: Zen 3 and the like), on any
-// machine that runs AVX2.
-TEST(CpuRowsGrad, LayerNormGradUnderAvx2Fma) {
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA";
-  compile_and_run_check(kProgram, "-O2 -mavx2 -mfma -fno-math-errno -DPTO_EXPECT_VF16");
-#else
-  GTEST_SKIP() << "x86-64 GCC only";
-#endif
-}
+TEST(CpuRowsGrad, LayerNormGradUnderAvx2Fma) { compile_and_run_check_avx2_fma(kProgram); }
 
 }  // namespace

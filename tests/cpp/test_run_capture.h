@@ -51,3 +51,15 @@ inline void compile_and_run_check(const char* program, const std::string& flags)
   std::remove(exe.c_str());
   rmdir(dir);
 }
+
+// The program compiled for AVX2 + FMA without AVX-512 (the 16-lane paths as two 256-bit halves:
+// Zen 3 and the like; PTO_EXPECT_VF16 makes the program fail to compile if they are not taken),
+// on any x86-64 machine that runs AVX2 + FMA.
+inline void compile_and_run_check_avx2_fma(const char* program) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma")) GTEST_SKIP() << "no AVX2 + FMA";
+  compile_and_run_check(program, "-O2 -mavx2 -mfma -fno-math-errno -DPTO_EXPECT_VF16");
+#else
+  GTEST_SKIP() << "x86-64 GCC only";
+#endif
+}

@@ -148,9 +148,8 @@ PTO_INLINE void store16(float* d, vf16 v) {
 #if defined(__AVX512F__)
     __builtin_ia32_movntps512(d, v);
 #else
-    typedef float vf8 __attribute__((vector_size(32)));
-    __builtin_ia32_movntps256(d, reinterpret_cast<const vf8*>(&v)[0]);
-    __builtin_ia32_movntps256(d + 8, reinterpret_cast<const vf8*>(&v)[1]);
+    __builtin_ia32_movntps256(d, vf16_lo(v));
+    __builtin_ia32_movntps256(d + 8, vf16_hi(v));
 #endif
   } else
     vf16_store(d, v);

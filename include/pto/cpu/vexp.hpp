@@ -48,21 +48,30 @@ PTO_INLINE vf16 vf16_load(const float* p) {
 }
 PTO_INLINE void vf16_store(float* p, vf16 v) { __builtin_memcpy(p, &v, sizeof v); }
 PTO_INLINE vf16 vf16_splat(float x) { return vf16{} + x; }
+#if !defined(__AVX512F__)
+typedef float vf8 __attribute__((vector_size(32)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+// A vf16's two ymm halves, by value (taking the vector's address would keep it in memory).
+PTO_INLINE vf8 vf16_lo(vf16 v) { return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7); }
+PTO_INLINE vf8 vf16_hi(vf16 v) { return __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15); }
+PTO_INLINE vf16 vf16_join(vf8 lo, vf8 hi) {
+  return __builtin_shufflevector(lo, hi, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+#endif
+
 // rounded() for 16 lanes.
 PTO_INLINE vf16 vf16_rounded(vf16 v) {
 #if defined(__AVX512F__)
   __asm__("" : "+v"(v));
-#else
-  __asm__(""
-          : "+x"(*reinterpret_cast<float __attribute__((vector_size(32)))*>(&v)),
-            "+x"(*(reinterpret_cast<float __attribute__((vector_size(32)))*>(&v) + 1)));
-#endif
   return v;
+#else
+  vf8 lo = vf16_lo(v), hi = vf16_hi(v);
+  __asm__("" : "+x"(lo), "+x"(hi));
+  return vf16_join(lo, hi);
+#endif
 }
 
 #if !defined(__AVX512F__)
-typedef float vf8 __attribute__((vector_size(32)));
-typedef int32_t vi8 __attribute__((vector_size(32)));
 // math::exp on 8 lanes (a 64-byte vector's selects would be scalarised by GCC without AVX-512).
 PTO_INLINE vf8 vexp8(vf8 x) {
   vf8 xc = x < -104.0f ? vf8{} - 104.0f : x;  // comparisons false for NaN: x stays NaN
@@ -107,12 +116,7 @@ PTO_INLINE vf16 vexp16(vf16 x) {
   p = 1.0f + (r + r * r * p);
   return __builtin_ia32_scalefps512_mask(p, fn, p, kAll, kCurrent);
 #else
-  vf8 h[2];
-  __builtin_memcpy(h, &x, sizeof x);
-  h[0] = vexp8(h[0]);
-  h[1] = vexp8(h[1]);
-  __builtin_memcpy(&x, h, sizeof x);
-  return x;
+  return vf16_join(vexp8(vf16_lo(x)), vexp8(vf16_hi(x)));
 #endif
 }
 #endif

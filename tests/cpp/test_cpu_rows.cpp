@@ -19,19 +19,8 @@
 
 namespace {
 
-const char* kProgram = R"PTO(
-#include "pto/pto.hpp"
+const char* kBody = R"PTO(
 #include <cmath>
-#include <cstdio>
-#include <random>
-#include <vector>
-using namespace pto;
-#if defined(PTO_EXPECT_VF16) && !defined(PTO_VF16)
-#error "the 16-lane paths are not compiled under these flags"
-#endif
-static int fails = 0;
-#define CHECK(c, ...) do { if (!(c)) { if (++fails < 20) { std::printf(__VA_ARGS__); std::printf("\n"); } } } while (0)
-static bool same(float a, float b) { return bit_cast<uint32_t>(a) == bit_cast<uint32_t>(b) || (a != a && b != b); }
 static bool close(float a, float b, float tol) {
   if (a != a || b != b) return a != a && b != b;
   if (a == b) return true;
@@ -261,11 +250,12 @@ int main() {
   return fails == 0 ? 0 : 1;
 }
 )PTO";
+const std::string kProgram = std::string(kBitCheckHead) + kBody;
 
 TEST(CpuRows, FusedRowsAndExpUnderMarchNative) {
-  compile_and_run_check(kProgram, "-O2 -march=native -fno-math-errno");
+  compile_and_run_check(kProgram.c_str(), "-O2 -march=native -fno-math-errno");
 }
-TEST(CpuRows, FusedRowsAndExpPortable) { compile_and_run_check(kProgram, "-O2 -fno-math-errno"); }
-TEST(CpuRows, FusedRowsAndExpUnderAvx2Fma) { compile_and_run_check_avx2_fma(kProgram); }
+TEST(CpuRows, FusedRowsAndExpPortable) { compile_and_run_check(kProgram.c_str(), "-O2 -fno-math-errno"); }
+TEST(CpuRows, FusedRowsAndExpUnderAvx2Fma) { compile_and_run_check_avx2_fma(kProgram.c_str()); }
 
 }  // namespace

@@ -11,19 +11,7 @@
 
 namespace {
 
-const char* kProgram = R"PTO(
-#include "pto/pto.hpp"
-#include <cstdio>
-#include <random>
-#include <vector>
-using namespace pto;
-#if defined(PTO_EXPECT_VF16) && !defined(PTO_VF16)
-#error "the 16-lane paths are not compiled under these flags"
-#endif
-static int fails = 0;
-#define CHECK(c, ...) do { if (!(c)) { if (++fails < 20) { std::printf(__VA_ARGS__); std::printf("\n"); } } } while (0)
-static bool same(float a, float b) { return bit_cast<uint32_t>(a) == bit_cast<uint32_t>(b) || (a != a && b != b); }
-
+const char* kBody = R"PTO(
 template <int R, int C>
 struct Grad {
   using Full = Tile<float, R, C>;
@@ -147,11 +135,12 @@ int main() {
   return fails == 0 ? 0 : 1;
 }
 )PTO";
+const std::string kProgram = std::string(kBitCheckHead) + kBody;
 
 TEST(CpuRowsGrad, LayerNormGradUnderMarchNative) {
-  compile_and_run_check(kProgram, "-O2 -march=native -fno-math-errno");
+  compile_and_run_check(kProgram.c_str(), "-O2 -march=native -fno-math-errno");
 }
-TEST(CpuRowsGrad, LayerNormGradPortable) { compile_and_run_check(kProgram, "-O2 -fno-math-errno"); }
-TEST(CpuRowsGrad, LayerNormGradUnderAvx2Fma) { compile_and_run_check_avx2_fma(kProgram); }
+TEST(CpuRowsGrad, LayerNormGradPortable) { compile_and_run_check(kProgram.c_str(), "-O2 -fno-math-errno"); }
+TEST(CpuRowsGrad, LayerNormGradUnderAvx2Fma) { compile_and_run_check_avx2_fma(kProgram.c_str()); }
 
 }  // namespace

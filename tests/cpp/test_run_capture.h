@@ -27,6 +27,24 @@ inline std::string run_capture(const std::string& cmd, int* status) {
   return out;
 }
 
+// The head of a self-checking program on the PTO headers that compares results bit for bit:
+// CHECK(cond, printf-args) counts (and prints the first 20 of) the failures in `fails`; same(a, b):
+// the same bits, or both NaN. PTO_EXPECT_VF16 (compile_and_run_check_avx2_fma) makes it fail to
+// compile where the 16-lane paths are not taken.
+inline const char* kBitCheckHead = R"PTO(
+#include "pto/pto.hpp"
+#include <cstdio>
+#include <random>
+#include <vector>
+using namespace pto;
+#if defined(PTO_EXPECT_VF16) && !defined(PTO_VF16)
+#error "the 16-lane paths are not compiled under these flags"
+#endif
+static int fails = 0;
+#define CHECK(c, ...) do { if (!(c)) { if (++fails < 20) { std::printf(__VA_ARGS__); std::printf("\n"); } } } while (0)
+static bool same(float a, float b) { return bit_cast<uint32_t>(a) == bit_cast<uint32_t>(b) || (a != a && b != b); }
+)PTO";
+
 // Compiles the self-checking C++ `program` against the PTO headers with `flags` (after -std=c++17
 // and -I), runs it, and expects exit status 0 and "OK" in its output; skips without a compiler.
 inline void compile_and_run_check(const char* program, const std::string& flags) {

@@ -165,7 +165,35 @@ def test_norm_backward_one_pass_over_rows():
     tile = kernel.as_text("tile")
     assert tile.count("%d_t[") == 1 and tile.count("TCOLSUM") == 4, tile
     source = kernel.as_text("source")
-    assert "layer_norm_rows" in source and "layer_norm_grad_rows<" in source  # dx's run: one call (rows_grad.hpp)
+    # the statistics from x and dx's run: one call reading x in place (rows_grad.hpp)
+    assert source.count("layer_norm_x_grad_rows<") == 1 and "layer_norm_rows(" not in source, source
+
+
+@pytest.mark.parametrize("rows,cols", [(37, 300), (515, 2048), (130, 4096)])
+def test_layer_norm_backward_from_x_in_place(rows, cols):
+    """The derived backward of layer_norm recomputes the statistics from x and runs dx's run in
+    one call per row block, reading x and dy in place (rows_grad.hpp, layer_norm_x_grad_rows):
+    ragged blocks, rows of 2 to 4 KiB floats, both threads. Every element of dx, dw and db is
+    written (outputs NaN before the run), against float64 torch (bit for bit the instructions:
+    tests/cpp/test_cpu_rows_grad_x.cpp)."""
+    from pypto import autograd
+
+    rng = np.random.default_rng(rows)
+    x = (rng.standard_normal((rows, cols)) * 3 + 1.5).astype(np.float32)
+    w, b = (rng.standard_normal(cols).astype(np.float32) for _ in range(2))
+    cot = rng.standard_normal((rows, cols)).astype(np.float32)
+    fn = pypto.jit(lambda x, w, b: pypto.layer_norm(x, x.shape[-1], w, b, 1e-5))
+    _, entry, _, _ = autograd._kernel_entry(fn, (x, w, b))
+    d = autograd.derived(entry)
+    assert "layer_norm_x_grad_rows<" in d.kernel.as_text("source")
+    ins = [cot if role == "cotangent" else (x, w, b)[i] for role, i in d.args]
+    outs = [np.full((rows, cols), np.nan, np.float32), np.full(cols, np.nan, np.float32),
+            np.full(cols, np.nan, np.float32)]
+    d.kernel.run(ins + outs, [])
+    tx, tw, tb = (torch.from_numpy(a).double().requires_grad_() for a in (x, w, b))
+    torch.nn.functional.layer_norm(tx, (cols,), tw, tb, 1e-5).backward(torch.from_numpy(cot).double())
+    for g, want in zip(outs, (tx.grad, tw.grad, tb.grad)):
+        assert np.isfinite(g).all() and rel(g, want) < 1e-5
 
 
 def test_torch_backward_reads_saved_matmul_products():

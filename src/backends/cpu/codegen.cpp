@@ -359,15 +359,25 @@ class Gen : private StmtVisitor {
   }
   bool is_view(const Op& op, size_t i) { return std::holds_alternative<View>(op.args[i]); }
   // Stores into a kernel output bigger than the last-level cache stream past the caches (memory.hpp):
-  // nothing in this kernel reads it back, and it would be evicted before the caller could.
-  static bool streams_to(const View& v) {
-    if (!v.buf || v.buf->kind == BufferKind::Temp || v.buf->space != Space::Global) return false;
+  // nothing in this kernel reads it back, and it would be evicted before the caller could. So do
+  // those into an output of at least 8 MiB that a call writes while it reads `alongside` bytes
+  // of other memory once (a fused row pass over two inputs of its size), when all of it exceeds
+  // the cache: the output's lines would be evicted as well, and a plain store first reads each
+  // line from memory.
+  static int64_t view_bytes(const View& v) {
     // Saturating: a dynamic dim counts at its static bound (2^31 - 1), and two of them overflow
     // int64 (undefined behaviour; make test-sanitize found it).
     int64_t bytes = dtype_bytes(v.buf->dtype);
     for (int64_t d : v.buf->shape)
       if (__builtin_mul_overflow(bytes, d, &bytes)) bytes = std::numeric_limits<int64_t>::max();
-    return bytes >= std::max<int64_t>(runtime::host_target().l3_bytes, 8 << 20);
+    return bytes;
+  }
+  static bool streams_to(const View& v, int64_t alongside = 0) {
+    if (!v.buf || v.buf->kind == BufferKind::Temp || v.buf->space != Space::Global) return false;
+    const int64_t bytes = view_bytes(v), cache = std::max<int64_t>(runtime::host_target().l3_bytes, 8 << 20);
+    int64_t all = 0;
+    if (__builtin_add_overflow(bytes, alongside, &all)) all = std::numeric_limits<int64_t>::max();
+    return bytes >= cache || (alongside > 0 && bytes >= (8 << 20) && all >= cache);
   }
   DType tile_dtype(const Op& op, size_t i) {
     const View& v = std::get<View>(op.args[i]);
@@ -533,8 +543,18 @@ class Gen : private StmtVisitor {
                                                                              : visit(body[i + h]);
     std::string call = "pto::fused::" + f.fn;
     if (f.global) {
-      const Op& store = body[i + f.args[0].stmt]->op;
-      call += streams_to(std::get<View>(store.args[0])) ? "<true>" : "<false>";
+      const View& out = std::get<View>(body[i + f.args[0].stmt]->op.args[0]);
+      int64_t alongside = 0;  // the other global views' bytes, each buffer once
+      std::vector<const Buffer*> seen{out.buf.get()};
+      for (size_t k = 1; f.stream_by_traffic && k < f.args.size(); ++k) {
+        if (f.args[k].kind != RowFusion::Kind::Global) continue;
+        const View& v = std::get<View>(body[i + f.args[k].stmt]->op.args[f.args[k].arg]);
+        if (!v.buf || std::find(seen.begin(), seen.end(), v.buf.get()) != seen.end()) continue;
+        seen.push_back(v.buf.get());
+        if (__builtin_add_overflow(alongside, view_bytes(v), &alongside))
+          alongside = std::numeric_limits<int64_t>::max();
+      }
+      call += streams_to(out, alongside) ? "<true>" : "<false>";
     }
     call += "(";
     for (size_t k = 0; k < f.args.size(); ++k) {

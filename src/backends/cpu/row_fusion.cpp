@@ -338,7 +338,16 @@ std::optional<RowFusion> match_gather(const std::vector<Stmt>& body, size_t i) {
 }
 }  // namespace
 
+namespace row_match {
+std::optional<RowFusion> match_pattern(const std::string& fn, const std::vector<Stmt>& body, size_t i) {
+  for (const Pattern& p : patterns())
+    if (p.fn == fn) return match_at(p, body, i);
+  return std::nullopt;
+}
+}  // namespace row_match
+
 std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t i) {
+  if (auto f = match_layer_norm_x_grad(body, i)) return f;
   if (auto f = match_layer_norm_grad(body, i)) return f;
   for (const Pattern& p : patterns())
     if (auto f = match_at(p, body, i)) return f;

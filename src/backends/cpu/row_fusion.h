@@ -35,6 +35,9 @@ struct RowFusion {
   std::string fn;       // the function of namespace pto::fused
   size_t count = 0;     // statements the call replaces
   bool global = false;  // TLOAD and TSTORE folded in: fn<stream>(out, in, ...)
+  // Whether <stream> also counts the bytes of its other global views, which the call reads once
+  // each (codegen.cpp, streams_to).
+  bool stream_by_traffic = false;
   std::vector<Arg> args;
   std::vector<size_t> hoisted;  // offsets of TLOADs inside the run, emitted before the call
   // Those of them whose tile only the call reads, as a row operand (%w, %b), and nothing after:

@@ -111,4 +111,50 @@ std::optional<RowFusion> match_layer_norm_grad(const std::vector<Stmt>& body, si
   return f;
 }
 
+std::optional<RowFusion> match_layer_norm_x_grad(const std::vector<Stmt>& body, size_t i) {
+  const Op *lx = op_at(body, i), *lc = op_at(body, i + 1), *first = op_at(body, i + 2);
+  if (!lx || !lc || !first || lx->code != Opcode::TLOAD || lc->code != Opcode::TLOAD ||
+      first->code != Opcode::TSUB)
+    return std::nullopt;  // the cheap test first
+  // The statistics: the plain layer_norm_rows run (no affine tail, no TLOAD inside it).
+  constexpr size_t kStats = 10;
+  auto ln = match_pattern("layer_norm_rows", body, i + 2);
+  if (!ln || ln->count != kStats || !ln->hoisted.empty() || ln->args.size() != 10 ||
+      ln->args[8].kind != RowFusion::Kind::Null || ln->args[9].kind != RowFusion::Kind::Null)
+    return std::nullopt;
+  auto buf = [&](size_t from, const RowFusion::Arg& a) {
+    return view_of(*op_at(body, from + a.stmt), a.arg)->buf.get();
+  };
+  // ln->args: Z, X, c, u, r, n, n2, eps (w, b null); TLOAD X, gx and TLOAD c, gc before it.
+  const View *x = view_of(*lx, 0), *c = view_of(*lc, 0);
+  if (!x || !c || !global_f32(*lx, 1) || !global_f32(*lc, 1) || x->buf.get() != buf(i + 2, ln->args[1]) ||
+      c->buf.get() != buf(i + 2, ln->args[2]))
+    return std::nullopt;
+  const size_t at = 2 + kStats;
+  auto g = match_layer_norm_grad(body, i + at);
+  // g->args: gdx, gdy, D, Z, A, G, B, W, p, q, r, ...: its xhat and rstd those of the statistics.
+  if (!g || buf(i + at, g->args[3]) != buf(i + 2, ln->args[0]) ||
+      buf(i + at, g->args[10]) != buf(i + 2, ln->args[4]) ||
+      !dead_from(body, i + at + g->count, x->buf.get()))
+    return std::nullopt;
+  RowFusion f = *g;
+  f.fn = "layer_norm_x_grad_rows";
+  f.stream_by_traffic = true;  // x and dy read once, as big as dx
+  f.count = at + g->count;
+  for (RowFusion::Arg& a : f.args) a.stmt += at;
+  for (size_t& h : f.hoisted) h += at;
+  for (size_t& h : f.in_place) h += at;
+  using K = RowFusion::Kind;
+  f.args.push_back({K::Global, 0, 1});
+  f.args.push_back({K::Global, 1, 1});
+  f.args.push_back({K::Tile, 0, 0});
+  f.args.push_back({K::Tile, 1, 0});
+  for (size_t k : {3, 5, 6, 7}) {  // u, n, n2, eps
+    RowFusion::Arg a = ln->args[k];
+    a.stmt += 2;
+    f.args.push_back(a);
+  }
+  return f;
+}
+
 }  // namespace pypto::cpu

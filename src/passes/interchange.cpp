@@ -64,7 +64,7 @@ bool names_any(const Stmt& s, const std::set<std::string>& vars) {
   return v.found;
 }
 
-// How often a statement writes (as operand 0) or names buffer b.
+// How many instructions of body write buffer b (as their destination, operand 0).
 int writes_of(const std::vector<Stmt>& body, const Buffer* b) {
   int n = 0;
   walk(body, [&](const Stmt& s) {
@@ -73,6 +73,7 @@ int writes_of(const std::vector<Stmt>& body, const Buffer* b) {
   });
   return n;
 }
+// Whether an instruction in s names buffer b as an operand.
 bool names_buffer(const Stmt& s, const Buffer* b) {
   bool found = false;
   walk({s}, [&](const Stmt& t) {
@@ -83,6 +84,7 @@ bool names_buffer(const Stmt& s, const Buffer* b) {
   return found;
 }
 
+// An `if` whose branch holds prefetches only (double_buffer's guarded TPREFETCHes).
 bool only_prefetches(const Stmt& s) {
   bool ok = true;
   walk(s->body, [&](const Stmt& t) {

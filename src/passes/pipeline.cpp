@@ -14,6 +14,7 @@
 #include "ir/verifier.h"
 #include "passes/double_buffer.h"
 #include "passes/fuse.h"
+#include "passes/interchange.h"
 #include "passes/parallelize.h"
 #include "passes/promote.h"
 #include "passes/raise_tile_matmul.h"
@@ -137,8 +138,9 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
   Program opened = run.run("open_labels", Level::Tile, [&] { return open_labels(l.tile); });
   Program buffered = run.run("double_buffer", Level::Tile,
                              [&] { return options.double_buffer ? double_buffer(opened) : opened; });
-  l.isa = run.run("parallelize", Level::Tile,
-                  [&] { return options.parallel ? parallelize(buffered) : buffered; });
+  Program parallel = run.run("parallelize", Level::Tile,
+                             [&] { return options.parallel ? parallelize(buffered) : buffered; });
+  l.isa = run.run("interchange_for_reuse", Level::Tile, [&] { return interchange_for_reuse(parallel); });
   return l;
 }
 

@@ -119,11 +119,32 @@ int main() {
     for (int p = 0; p < 67; ++p) { double t = double(a.data[i * 70 + p]) * b.data[p * 37 + j]; s += t; m += std::fabs(t); }
     CHECK(std::fabs(mm.data[i * 37 + j] - s) <= 6e-8 * 70 * m, "matmul (%d,%d)", i, j);
   }
+  // Transposed copies (16 x 16 blocks transposed in registers, ragged edges element by element):
+  // TLOAD from a column-major view, TSTORE to one, TTRANS; exact.
+  static float g[128 * 96], out[64 * 128];
+  for (auto& v : g) v = rnd();
+  for (int vr : {48, 45, 16, 7})
+    for (int vc : {64, 61, 17}) {
+      Tile<float, 48, 64> t; Tile<float, 64, 48> tt;
+      TLOAD(t, gview(g + 97, 1, 96, vr, vc));
+      CHECK(t.vr == vr && t.vc == vc, "load^T valid");
+      for (int r = 0; r < vr; ++r) for (int c = 0; c < vc; ++c)
+        CHECK(t.data[r * 64 + c] == g[97 + r + c * 96], "load^T %dx%d (%d,%d)", vr, vc, r, c);
+      for (auto& v : out) v = -7.0f;
+      TSTORE(gview(out, 1, 128, vr, vc), t);
+      for (int c = 0; c < 64; ++c) for (int r = 0; r < 128; ++r)
+        CHECK(out[c * 128 + r] == (r < vr && c < vc ? t.data[r * 64 + c] : -7.0f), "store^T %dx%d (%d,%d)", vr, vc, r, c);
+      TTRANS(tt, t);
+      for (int r = 0; r < vc; ++r) for (int c = 0; c < vr; ++c)
+        CHECK(tt.data[r * 48 + c] == t.data[c * 64 + r], "trans %dx%d (%d,%d)", vr, vc, r, c);
+    }
   if (fails == 0) std::printf("OK\n");
   return fails == 0 ? 0 : 1;
 }
 )PTO";
 
 TEST(CpuIsaNative, HeadersPassUnderMarchNative) { compile_and_run_check(kProgram, "-O3 -march=native"); }
+// The same program with AVX2 + FMA only (8-lane transposes, the 6 x 16 GEMM tile): Zen 3 and the like.
+TEST(CpuIsaNative, HeadersPassUnderAvx2Fma) { compile_and_run_check_avx2_fma(kProgram); }
 
 }  // namespace

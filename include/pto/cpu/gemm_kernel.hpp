@@ -6,6 +6,7 @@
 // The PTO_GEMM_* macros override the register tile and the blocking (for tuning experiments).
 #pragma once
 #include <utility>
+#include "pto/cpu/transpose.hpp"
 #include "pto/cpu/types.hpp"
 #if defined(__has_include)
 #if __has_include(<sys/mman.h>)
@@ -107,36 +108,8 @@ inline PackBuffers& pack_buffers() {
 }
 }  // namespace abi_v2
 
-// Transposes 16 vectors of 16 lanes in registers, x[i][p] -> x[p][i], by swapping the
-// off-diagonal blocks of 8, 4, 2 and 1 lanes (each swap two two-vector shuffles per pair of rows;
-// 64 shuffles). V: any vector type of 16 32-bit lanes.
-template <int B, class V, size_t... T>
-PTO_INLINE void swap_blocks(V& x, V& y, std::index_sequence<T...>) {
-  typedef uint32_t vi32 __attribute__((vector_size(sizeof(V))));
-#if defined(__clang__)
-  const V lo = __builtin_shufflevector(x, y, ((T & B) ? T - B + 16 : T)...);
-  const V hi = __builtin_shufflevector(x, y, ((T & B) ? T + 16 : T + B)...);
-#else
-  const V lo = __builtin_shuffle(x, y, vi32{((T & B) ? T - B + 16 : T)...});
-  const V hi = __builtin_shuffle(x, y, vi32{((T & B) ? T + 16 : T + B)...});
-#endif
-  x = lo;
-  y = hi;
-}
-template <int B, class V>
-PTO_INLINE void transpose_stage(V (&x)[16]) {
-#pragma GCC unroll 16
-  for (int r = 0; r < 16; ++r)
-    if ((r & B) == 0) swap_blocks<B>(x[r], x[r + B], std::make_index_sequence<16>{});
-}
-template <class V>
-PTO_INLINE void transpose16(V (&x)[16]) {
-  static_assert(sizeof(V) == 64, "16 lanes of 32 bits");
-  transpose_stage<8>(x);
-  transpose_stage<4>(x);
-  transpose_stage<2>(x);
-  transpose_stage<1>(x);
-}
+// The packings transpose 16 x 16 blocks in registers (pto/cpu/transpose.hpp).
+using detail::transpose16;
 
 // Ap[panel][p][i] = A(i0+panel*MR+i, p0+p), rows past mc zero; panels are ldp deep (>= kc: a piece
 // of a deeper panel is packed at Ap + offset * MR). Strided rows: writes run contiguously (the MR

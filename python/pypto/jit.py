@@ -555,7 +555,14 @@ class JitFunction:
         m = self._hooks_of
         if m is not None and (m._forward_pre_hooks or m._forward_hooks):
             return _call_with_module_hooks(self, m, args, kwargs)
-        return self._call_without_hooks(args, kwargs)
+        # _call_without_hooks inlined: a Python frame is a tenth of a cached call's 1 us.
+        if _torch_compiling():
+            return _call_traced(self, args, kwargs)
+        if not kwargs:
+            out = self._dispatch(args)
+            if out is not _MISS:
+                return out
+        return self._call(args, kwargs)
 
     def _call_without_hooks(self, args, kwargs):
         if _torch_compiling():  # a torch.library custom op in the graph (torch_ops.py)

@@ -64,6 +64,13 @@ std::vector<std::pair<int64_t, int64_t>> layout_of(const TensorArg& t) {
 // as_strided, and fails for stride 0).
 bool elements_distinct(const TensorArg& t) {
   int64_t extent = 1;
+  bool row_major = true;  // the common case, without layout_of's sort (this runs on every call)
+  for (size_t d = t.shape.size(); d-- > 0 && row_major;) {
+    if (t.shape[d] > 1) row_major = t.strides[d] == extent;
+    extent *= t.shape[d];
+  }
+  if (row_major) return true;
+  extent = 1;
   for (auto [stride, size] : layout_of(t)) {
     if (stride < extent) return false;
     extent = stride * size;

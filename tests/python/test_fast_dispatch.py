@@ -210,3 +210,46 @@ def test_fast_path_off_with_profiling():
     assert k.cache_info().fast_calls == 0
     k(a, b, c)
     assert k.cache_info().fast_calls == 1
+
+
+def test_torch_outputs_fresh_and_as_torch_empty_makes_them():
+    """The glue allocates a fast call's torch output with aten::empty's CPU kernel, past the
+    dispatcher: each call's output is its own memory, an inference tensor under inference_mode
+    (as torch.empty makes one there), and torch.profiler still sees the allocation."""
+    k = jit(mul_add, "cpu")
+    a, b, c = (torch.from_numpy(rand(8, 8)) for _ in range(3))
+    first = k(a, b, c)
+    outs = [k(a, b, c) for _ in range(4)]
+    assert k.cache_info().fast_calls == 4
+    assert len({o.data_ptr() for o in [first] + outs}) == 5
+    want = a.double() * b + c
+    for o in outs:
+        assert_close(o, want)
+    outs[0].fill_(float("nan"))                # a later call does not write into an earlier output
+    assert_close(k(a, b, c), want)
+    assert torch.isnan(outs[0]).all()
+    with torch.inference_mode():
+        inf = k(a, b, c)
+        assert inf.is_inference() == torch.empty(1).is_inference() == True
+    assert not k(a, b, c).is_inference()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        k(a, b, c)
+    assert any(e.name == "aten::empty" for e in prof.events())
+
+
+def test_written_argument_layouts():
+    """A written argument's layout check: row-major (size-1 dims with any stride) and transposed
+    views are written in place; strides that reach one element twice are refused."""
+    k = jit(add_into, "cpu")
+    x = rand(4, 4)
+    k(rand(4, 4), x)
+    base = np.full((4, 7, 4), np.nan, np.float32)
+    out = base[:, 3:4, :].reshape(4, 4)            # a view: stride 7*4 along dim 0
+    k(out, x)
+    assert_close(out, x.astype(np.float64) + 1)
+    tout = torch.full((4, 4), float("nan")).t()    # column-major
+    k(tout, torch.from_numpy(x))
+    assert_close(tout, torch.from_numpy(x).double() + 1)
+    assert k.cache_info().fast_calls >= 1
+    overlapping = torch.zeros(16).as_strided((4, 4), (2, 1))
+    assert "several indices" in error_both_ways(k, overlapping, torch.from_numpy(x))

@@ -155,6 +155,49 @@ static void i8_global_case(int m, int k, int n, bool bt) {
     }
 }
 
+// MMATMUL of bf16 views into an f32 or bf16 destination (plain and accumulating; A and B from any
+// strides, bt: B transposed): checked against float64 with the bound of an f32 accumulation (plus
+// one bf16 rounding for a bf16 destination), the destination's padding never written. Not hashed:
+// on AMX tiles (Sapphire Rapids and later) the order of the additions inside one TDPBF16PS is the
+// hardware's, so the native bits may differ from the portable ones within that bound.
+template <class D>
+static void bf16_global_case(int m, int k, int n, bool bt, bool acc) {
+  const int lda = k + 3, ldb = bt ? k + 5 : n + 7, ldc = n + 2;
+  std::vector<bf16_t> a(size_t(m) * lda, bf16_from_float(NAN)), b(size_t(bt ? n : k) * ldb, bf16_from_float(NAN));
+  for (int i = 0; i < m; ++i) for (int p = 0; p < k; ++p) a[size_t(i) * lda + p] = bf16_from_float(rnd());
+  for (int p = 0; p < k; ++p)
+    for (int j = 0; j < n; ++j) b[bt ? size_t(j) * ldb + p : size_t(p) * ldb + j] = bf16_from_float(rnd());
+  auto B = [&](int p, int j) { return double(to_float(bt ? b[size_t(j) * ldb + p] : b[size_t(p) * ldb + j])); };
+  GlobalView<const bf16_t> av{a.data(), lda, 1, m, k};
+  GlobalView<const bf16_t> bv = bt ? GlobalView<const bf16_t>{b.data(), 1, ldb, k, n}
+                                   : GlobalView<const bf16_t>{b.data(), ldb, 1, k, n};
+  std::vector<D> c(size_t(m) * ldc, from_float<D>(-5.0f));
+  for (int i = 0; i < m; ++i) for (int j = 0; j < n; ++j) c[size_t(i) * ldc + j] = from_float<D>(acc ? rnd() : NAN);
+  const std::vector<D> c0 = c;
+  if (acc) MMATMUL_ACC(nullptr, GlobalView<D>{c.data(), ldc, 1, m, n}, av, bv);
+  else MMATMUL(nullptr, GlobalView<D>{c.data(), ldc, 1, m, n}, av, bv);
+  const double round = std::is_same_v<D, float> ? 0.0 : 1.0 / 256;
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < ldc; ++j) {
+      const size_t at = size_t(i) * ldc + j;
+      const double got = to_float(c[at]);
+      if (j >= n) {
+        CHECK(got == -5.0, "bf16 global %dx%dx%d wrote padding (%d,%d)", m, k, n, i, j);
+        continue;
+      }
+      double s = acc ? double(to_float(c0[at])) : 0.0, mag = std::fabs(s);
+      for (int p = 0; p < k; ++p) {
+        const double t = double(to_float(a[size_t(i) * lda + p])) * B(p, j);
+        s += t;
+        mag += std::fabs(t);
+      }
+      if (!(std::fabs(got - s) <= 6e-8 * (k + 2) * mag + round * std::fabs(s))) {
+        CHECK(false, "bf16 global %dx%dx%d bt %d acc %d at (%d,%d): %g vs %g", m, k, n, int(bt), int(acc), i, j, got, s);
+        return;
+      }
+    }
+}
+
 int main() {
   i8_case<128, 256, 256, 256>(128, 256, 256, false);
   i8_case<64, 70, 70, 40>(61, 67, 33, true);     // k % 4 == 3, ragged m and n
@@ -175,6 +218,12 @@ int main() {
   bf16_case<1, 64, 64, 1>(1, 63, 1, false);
   bf16_case<32, 128, 128, 96>(29, 128, 96, false);  // B read in place (rows of whole 32-column panels)
   bf16_case<20, 67, 67, 64>(19, 67, 50, true);       // in place: odd k, ragged n, NaN past k and n
+  bf16_global_case<float>(130, 257, 70, false, false);  // AMX where present: ragged blocks, odd k
+  bf16_global_case<float>(64, 96, 64, true, true);      // whole 32 x 32 blocks straight from/to C
+  bf16_global_case<bf16_t>(64, 64, 96, false, false);   // a bf16 destination, whole rows converted
+  bf16_global_case<bf16_t>(33, 31, 45, true, true);
+  bf16_global_case<float>(5, 7, 9, false, true);        // too few rows for the tiles: vector kernels
+  std::printf("amx %d %d\n", int(PTO_AMX_BF16 && amx::enabled()), int(PTO_AMX_INT8 && amx::enabled()));
   std::printf("native %d %d hash %016llx\n", PTO_NATIVE_BF16_DOT, PTO_NATIVE_INT8_DOT, hash);
   if (fails == 0) std::printf("OK\n");
   return fails == 0 ? 0 : 1;
@@ -225,6 +274,12 @@ TEST(CpuIsaDot, NativeAndPortablePathsAgree) {
   if (has("avx512_vnni")) {
     EXPECT_NE(native.find(" 1 hash"), std::string::npos) << native;
   }
+  // Where it reports AMX (and the kernel grants the tile state, as Linux >= 5.16 does), the
+  // whole-matrix products run on the tiles; the portable build never does.
+  if (has("amx_tile")) {
+    EXPECT_NE(native.find("amx 1 1"), std::string::npos) << native;
+  }
+  EXPECT_NE(portable.find("amx 0 0"), std::string::npos) << portable;
   EXPECT_FALSE(hash_of(native).empty()) << native;
   EXPECT_EQ(hash_of(native), hash_of(portable)) << "native:\n" << native << "portable:\n" << portable;
 }

@@ -22,6 +22,7 @@
 #pragma once
 #include <utility>
 #include "pto/cpu/gemm_kernel.hpp"
+#include "pto/cpu/matmul_bf16_amx.hpp"
 #include "pto/cpu/matmul_lowp.hpp"
 #include "pto/cpu/types.hpp"
 
@@ -528,27 +529,40 @@ struct Global {
 
 }  // namespace bf16mm
 
+namespace bf16mm {
+// The whole-matrix product with the fastest family the CPU offers: AMX tiles where the process
+// may use them (pto/cpu/matmul_bf16_amx.hpp) and the product has rows enough to fill them, else
+// the vector kernels above.
+template <class D, class T>
+inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b, bool acc) {
+#if PTO_AMX_BF16
+  if (detail::imin(dst.vr, a.vr) >= kAmxMinRows && amx::enabled()) return lowp::mmatmul<Amx>(pf, dst, a, b, acc);
+#endif
+  lowp::mmatmul<Global>(pf, dst, a, b, acc);
+}
+}  // namespace bf16mm
+
 // MMATMUL / MMATMUL_ACC of bf16 operands (an f32 or bf16 destination): the packed whole-matrix
 // product of pto/cpu/matmul_lowp.hpp with the bf16 kernels. More specialised than matmul.hpp's
 // f32 overloads, so overload resolution picks these for bf16 views.
 template <class D>
 inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<bf16_t> a, GlobalView<bf16_t> b) {
-  lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, false);
+  bf16mm::mmatmul(pf, dst, a, b, false);
 }
 template <class D>
 inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<bf16_t> a,
                         GlobalView<bf16_t> b) {
-  lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, true);
+  bf16mm::mmatmul(pf, dst, a, b, true);
 }
 template <class D>
 inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<const bf16_t> a,
                     GlobalView<const bf16_t> b) {
-  lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, false);
+  bf16mm::mmatmul(pf, dst, a, b, false);
 }
 template <class D>
 inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<const bf16_t> a,
                         GlobalView<const bf16_t> b) {
-  lowp::mmatmul<bf16mm::Global>(pf, dst, a, b, true);
+  bf16mm::mmatmul(pf, dst, a, b, true);
 }
 
 namespace detail {

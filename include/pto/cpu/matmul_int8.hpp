@@ -18,6 +18,8 @@
 // Portable path: B sign-extended to int32 panels, the same blocking in wrapping int32 vectors.
 #pragma once
 #include "pto/cpu/elementwise.hpp"
+#include "pto/cpu/matmul_epilogue.hpp"
+#include "pto/cpu/matmul_int8_amx.hpp"
 #include "pto/cpu/matmul_lowp.hpp"
 #include "pto/cpu/types.hpp"
 
@@ -275,91 +277,9 @@ struct Kernels : lowp::Family<int8_t, int32_t, MR, NR> {
 #endif
 
 // ---- whole-matrix products (MMATMUL of int8 operands; pto/cpu/matmul_lowp.hpp's mmatmul) -------
-// A value as rounded on its own (an empty asm the compiler cannot see through): a step's product is
-// never contracted with the next step's sum into one FMA (kernels compile with GCC's default
-// -ffp-contract=fast), as the instructions round each.
-#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
-#define PTO_I8_ROUNDED(x) __asm__("" : "+v"(x))
-#elif defined(__GNUC__) && defined(__aarch64__)
-#define PTO_I8_ROUNDED(x) __asm__("" : "+w"(x))
-#else
-#define PTO_I8_ROUNDED(x) (void)0
-#endif
-// An element-wise epilogue on the int32 product, fused into the store (scaled_mm's cast and
-// scales, code generation's pto::mmatmul_epilogue): y = f32(x), then each step in order, in f32
-// with one rounding per step as the instructions (TCVT, TMUL, TADD) it replaces.
-struct EpiStep {
-  enum Op : int { kMul = 0, kAdd = 1 } op;
-  enum Axis : int { kRows = 0, kCols = 1, kScalar = 2 } axis;
-  const float* p;  // kRows: p[i * stride], kCols: p[j] (unit stride); kScalar: p[0], or s without p
-  int64_t stride;
-  float s;
-};
-constexpr int kMaxEpiSteps = 8;
-struct Epilogue {
-  int n = 0;
-  EpiStep step[kMaxEpiSteps];
-  // The value at (i, j) of a product element x (scalar; the kernels apply it to whole blocks).
-  float at(int32_t x, int64_t i, int64_t j) const {
-    float y = convert<float>(x);
-    for (int s = 0; s < n; ++s) {
-      const EpiStep& e = step[s];
-      const float v = e.axis == EpiStep::kRows ? e.p[i * e.stride] : e.axis == EpiStep::kCols ? e.p[j] : e.s;
-      y = e.op == EpiStep::kMul ? elem::mul(y, v) : elem::add(y, v);
-      PTO_I8_ROUNDED(y);
-    }
-    return y;
-  }
-};
-
+// (The epilogue fused into their stores is pto/cpu/matmul_epilogue.hpp's.)
 typedef float vf __attribute__((vector_size(kW * 4)));
 typedef int vs __attribute__((vector_size(kW * 4)));
-
-// Stores epi(r) for an M_ x NR block of int32 sums into the f32 C (mr x nr of it), the block at
-// (row0, col0) of the product.
-template <int M_>
-PTO_INLINE void store_epilogue(const vs (&r)[M_][NV], float* c, int64_t ldc, int64_t mr, int64_t nr,
-                               const Epilogue& e, int64_t row0, int64_t col0) {
-  vf y[M_][NV];
-#pragma GCC unroll 16
-  for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) y[i][v] = __builtin_convertvector(r[i][v], vf);
-  for (int s = 0; s < e.n; ++s) {
-    const EpiStep& st = e.step[s];
-    const bool mul = st.op == EpiStep::kMul;
-    if (st.axis == EpiStep::kCols) {
-      vf w[NV];
-      if (nr == NR) {
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) __builtin_memcpy(&w[v], st.p + col0 + v * kW, sizeof(vf));
-      } else {
-        alignas(64) float t[NR] = {};
-        for (int64_t j = 0; j < nr; ++j) t[j] = st.p[col0 + j];
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) __builtin_memcpy(&w[v], t + v * kW, sizeof(vf));
-      }
-#pragma GCC unroll 16
-      for (int i = 0; i < M_; ++i)
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) {
-          y[i][v] = mul ? y[i][v] * w[v] : y[i][v] + w[v];
-          PTO_I8_ROUNDED(y[i][v]);
-        }
-    } else {
-#pragma GCC unroll 16
-      for (int i = 0; i < M_; ++i) {
-        const float x = st.axis == EpiStep::kScalar ? st.s : i < mr ? st.p[(row0 + i) * st.stride] : 0.0f;
-#pragma GCC unroll 4
-        for (int v = 0; v < NV; ++v) {
-          y[i][v] = mul ? y[i][v] * x : y[i][v] + x;
-          PTO_I8_ROUNDED(y[i][v]);
-        }
-      }
-    }
-  }
-  lowp::store_block<M_, NV, kW>(y, c, ldc, false, mr, nr);
-}
 
 #if PTO_NATIVE_INT8_DOT
 // The global kernel family: A packed by K quads (ap[q * MR + i] = A(i, 4q..4q+3)), then the panel's
@@ -549,6 +469,19 @@ struct Global {
   }
 };
 
+// The whole-matrix product with the fastest family the CPU offers: AMX tiles where the process
+// may use them (pto/cpu/matmul_int8_amx.hpp) and the product has rows enough to fill them, else
+// the vector kernels above. Both give the same bits.
+template <class D, class T, class E = lowp::NoEpilogue>
+inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b, bool acc,
+                    const E* epi = nullptr) {
+#if PTO_AMX_INT8
+  if (detail::imin(dst.vr, a.vr) >= kAmxMinRows && amx::enabled())
+    return lowp::mmatmul<Amx>(pf, dst, a, b, acc, epi);
+#endif
+  lowp::mmatmul<Global>(pf, dst, a, b, acc, epi);
+}
+
 }  // namespace i8mm
 
 // MMATMUL / MMATMUL_ACC of int8 operands into an int32 destination: the packed whole-matrix
@@ -556,11 +489,11 @@ struct Global {
 // (T: int8_t or const int8_t; more specialised than matmul.hpp's f32 overloads.)
 template <class D, class T, std::enable_if_t<std::is_same_v<std::remove_const_t<T>, int8_t>, int> = 0>
 inline void MMATMUL(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b) {
-  lowp::mmatmul<i8mm::Global>(pf, dst, a, b, false);
+  i8mm::mmatmul(pf, dst, a, b, false);
 }
 template <class D, class T, std::enable_if_t<std::is_same_v<std::remove_const_t<T>, int8_t>, int> = 0>
 inline void MMATMUL_ACC(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b) {
-  lowp::mmatmul<i8mm::Global>(pf, dst, a, b, true);
+  i8mm::mmatmul(pf, dst, a, b, true);
 }
 
 // The steps of an epilogue (code generation's arguments of mmatmul_epilogue): an operand of one
@@ -605,7 +538,7 @@ inline void mmatmul_epilogue(pto_parallel_for_fn pf, GlobalView<D> out, GlobalVi
     }
     e.step[e.n++] = st;
   }
-  lowp::mmatmul<i8mm::Global>(pf, out, a, b, false, &e);
+  i8mm::mmatmul(pf, out, a, b, false, &e);
 }
 
 namespace fused {

@@ -13,6 +13,7 @@
 // below (mmatmul): both operands packed into the micro-kernel's order from any strides, the whole
 // K in registers.
 #pragma once
+#include <type_traits>
 #include <utility>
 
 #include "pto/abi.h"
@@ -203,7 +204,18 @@ inline void matmul_blocks(typename K::D* d, const typename K::A* a, const typena
 //   template <int M_, class D> static void kernel_epi(int64_t k, const PA* ap, const PB* bp, D* c,
 //       int64_t ldc, int64_t mr, int64_t nr, const E& e, int64_t row0, int64_t col0);
 //       // C block = e(A panel * B panel), the block's first element at (row0, col0) of C
+// A family may also declare `using Scope = ...;`, an object that lives for each share of work
+// (pto/cpu/amx.hpp's tile configuration); families without one get an empty scope.
 struct NoEpilogue {};
+struct NoScope {};
+template <class G, class = void>
+struct ScopeOf {
+  using type = NoScope;
+};
+template <class G>
+struct ScopeOf<G, std::void_t<typename G::Scope>> {
+  using type = typename G::Scope;
+};
 template <class T>
 struct Strided {  // element (i, j) at p[i * rs + j * cs]
   const T* p;
@@ -282,6 +294,7 @@ struct PackedOperands {
   void multiply(int64_t i0, int64_t i1, int64_t j0, int64_t j1, D* c, int64_t ldc, bool acc,
                 const E* epi = nullptr, int64_t row0 = 0) const {
     constexpr int MR = G::MR, NR = G::NR;
+    const typename ScopeOf<G>::type scope;
     const int64_t kd = G::depth(k), bpn = G::b_panel(k);
     const int64_t block = detail::imax(1, kPackedBBlockBytes / (bpn * int64_t(sizeof(typename G::PB))));
     for (int64_t jb = j0; jb < j1; jb += block) {

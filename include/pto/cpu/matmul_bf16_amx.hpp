@@ -1,0 +1,166 @@
+// bf16 x bf16 -> f32 whole-matrix products on AMX tiles (TDPBF16PS): the global kernel family
+// bf16mm::Amx of pto/cpu/matmul_lowp.hpp's driver, used by MMATMUL of bf16 operands where
+// pto::amx::enabled() (pto/cpu/amx.hpp).
+//
+// Semantics (docs/isa.md, "bf16 matmul"): the products are exact in f32 and summed in f32 with
+// bf16 subnormal operands read as zero and subnormal results flushed, as vdpbf16ps; the order of
+// the additions inside one TDPBF16PS (32 products per element) is the hardware's, so the result
+// may differ from the vector path's chain by the f32 rounding of partial sums, within the bound
+// the tests hold every backend to (relative K * 2^-24 of the sum of |products|).
+//
+// Blocking: a 32 x 32 block of C is four 16 x 16 f32 accumulator tiles (tmm0-3); each step of 32
+// K values loads two A tiles (tmm4-5: rows 0-15 and 16-31) and two B tiles (tmm6-7: columns 0-15
+// and 16-31) and runs four TDPBF16PS, over the whole K. Both operands are packed so that every
+// tile load reads 1 KiB of consecutive bytes:
+//   A panel (32 rows): step q, row i, pair w at ap[(q * 32 + i) * 16 + w] (a pair = two bf16);
+//   B panel (32 columns): step q, half h, pair w, column j at bp[((q * 2 + h) * 16 + w) * 16 + j],
+//     a pair holding B(2p, c) in its low 16 bits and B(2p+1, c) in its high ones (the VNNI layout).
+// K past k, rows past the panel's and columns past the matrix's are packed as zeros.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "pto/cpu/amx.hpp"
+#include "pto/cpu/types.hpp"
+
+#if PTO_AMX_TILE && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#define PTO_AMX_BF16 1
+#else
+#define PTO_AMX_BF16 0
+#endif
+
+namespace pto {
+namespace bf16mm {
+
+#if PTO_AMX_BF16
+// Products with fewer rows go to the vector kernels: a 32-row tile block computes zeros for the
+// rows it lacks (measured on Sapphire Rapids class: see bench/RESULTS.md).
+constexpr int64_t kAmxMinRows = 16;
+
+struct Amx {
+  using A = bf16_t;
+  using PA = uint32_t;
+  using PB = uint32_t;
+  using Scope = amx::Scope;
+  static constexpr int MR = 32, NR = 32;
+  static constexpr int KP = 16;  // K pairs per tile step (32 K values)
+  static int64_t depth(int64_t k) { return ((k + 1) / 2 + KP - 1) / KP * KP; }
+  static int64_t b_panel(int64_t k) { return depth(k) * NR; }
+
+  static void pack_a(const A* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, PA* ap) {
+    const int64_t steps = depth(k) / KP;
+    uint16_t* d = reinterpret_cast<uint16_t*>(ap);
+    const uint16_t* s = &a->bits;
+    std::memset(d, 0, size_t(steps) * MR * 2 * KP * sizeof(uint16_t));
+    if (cs == 1) {
+      for (int64_t q = 0; q < steps; ++q) {
+        const int64_t k0 = q * 2 * KP, kk = detail::imin(2 * KP, k - k0);
+        for (int64_t i = 0; i < rows; ++i)
+          std::memcpy(d + (q * MR + i) * 2 * KP, s + i * rs + k0, size_t(kk) * sizeof(uint16_t));
+      }
+    } else {  // a transposed A (x^T dy): read along the rows of the stored matrix
+      for (int64_t kk = 0; kk < k; ++kk) {
+        uint16_t* dq = d + (kk / (2 * KP)) * MR * 2 * KP + kk % (2 * KP);
+        for (int64_t i = 0; i < rows; ++i) dq[i * 2 * KP] = s[i * rs + kk * cs];
+      }
+    }
+  }
+
+  static void pack_b(const A* b, int64_t rs, int64_t cs, int64_t k, int64_t cols, PB* bp) {
+    const int64_t kp = depth(k), full = k / 2;
+    const uint16_t* s = &b->bits;
+    auto at = [bp](int64_t p, int64_t j) -> uint32_t& {
+      return bp[(((p / KP) * 2 + j / 16) * KP + p % KP) * 16 + j % 16];
+    };
+    if (cs == 1 && cols == NR) {
+      for (int64_t p = 0; p < full; ++p) {
+        const __m512i r0 = _mm512_loadu_si512(s + 2 * p * rs), r1 = _mm512_loadu_si512(s + (2 * p + 1) * rs);
+        // unpacklo/hi interleave within 128-bit lanes: lo holds the pairs of columns 0-3, 8-11,
+        // 16-19, 24-27, hi those of 4-7, 12-15, 20-23, 28-31; the lanes are reordered into
+        // columns 0-15 and 16-31.
+        const __m512i lo = _mm512_unpacklo_epi16(r0, r1), hi = _mm512_unpackhi_epi16(r0, r1);
+        const __m512i first = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
+        const __m512i second = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
+        _mm512_storeu_si512(&at(p, 0), first);
+        _mm512_storeu_si512(&at(p, 16), second);
+      }
+    } else if (rs == 1) {
+      // A transposed B (x @ W.T): a pair is two adjacent elements of one of W's rows.
+      for (int64_t j = 0; j < NR; ++j)
+        for (int64_t p = 0; p < full; ++p) {
+          uint32_t x = 0;
+          if (j < cols) std::memcpy(&x, s + j * cs + 2 * p, 4);
+          at(p, j) = x;
+        }
+    } else {
+      for (int64_t p = 0; p < full; ++p)
+        for (int64_t j = 0; j < NR; ++j)
+          at(p, j) = j < cols ? uint32_t(s[2 * p * rs + j * cs]) | uint32_t(s[(2 * p + 1) * rs + j * cs]) << 16 : 0u;
+    }
+    for (int64_t p = full; p < kp; ++p)  // an odd k's last pair (its high half zero), then zeros
+      for (int64_t j = 0; j < NR; ++j)
+        at(p, j) = p * 2 < k && j < cols ? uint32_t(s[(k - 1) * rs + j * cs]) : 0u;
+  }
+
+  // C block (+)= A panel * B panel: all 32 x 32 of it is computed (the panels are zero-padded),
+  // mr x nr stored. A row-major f32 C of a whole block is loaded and stored by the tiles
+  // themselves; anything else goes through a 32 x 32 f32 buffer.
+  template <int M_, class D>
+  static void kernel(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, D* c, int64_t ldc,
+                     bool acc, int64_t mr, int64_t nr) {
+    alignas(64) float buf[MR * NR];
+    const bool direct = std::is_same_v<D, float> && mr == MR && nr == NR;
+    const int64_t ld = direct ? ldc * int64_t(sizeof(float)) : NR * int64_t(sizeof(float));
+    float* cf = direct ? reinterpret_cast<float*>(c) : buf;
+    if (acc) {
+      if (!direct)
+        for (int64_t i = 0; i < MR; ++i)
+          for (int64_t j = 0; j < NR; ++j) buf[i * NR + j] = i < mr && j < nr ? to_float(c[i * ldc + j]) : 0.0f;
+      _tile_loadd(0, cf, ld);
+      _tile_loadd(1, cf + 16, ld);
+      _tile_loadd(2, cf + 16 * (ld / 4), ld);
+      _tile_loadd(3, cf + 16 * (ld / 4) + 16, ld);
+    } else {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    const int64_t steps = depth(k) / KP;
+    for (int64_t q = 0; q < steps; ++q) {
+      const PA* a = ap + q * MR * KP;
+      const PB* b = bp + q * 2 * KP * 16;
+      _tile_loadd(4, a, 64);
+      _tile_loadd(6, b, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_loadd(5, a + 16 * KP, 64);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_loadd(7, b + KP * 16, 64);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, cf, ld);
+    _tile_stored(1, cf + 16, ld);
+    _tile_stored(2, cf + 16 * (ld / 4), ld);
+    _tile_stored(3, cf + 16 * (ld / 4) + 16, ld);
+    if (direct) return;
+    if constexpr (std::is_same_v<D, bf16_t>) {
+      if (nr == NR) {
+        // One vcvtne2ps2bf16 per row: round to nearest even (bf16_from_float's rounding; the
+        // sums are never subnormal, TDPBF16PS flushes them).
+        for (int64_t i = 0; i < mr; ++i) {
+          const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_load_ps(buf + i * NR + 16), _mm512_load_ps(buf + i * NR));
+          _mm512_storeu_si512(c + i * ldc, (__m512i)h);
+        }
+        return;
+      }
+    }
+    for (int64_t i = 0; i < mr; ++i)
+      for (int64_t j = 0; j < nr; ++j) c[i * ldc + j] = from_float<D>(buf[i * NR + j]);
+  }
+};
+#endif
+
+}  // namespace bf16mm
+}  // namespace pto

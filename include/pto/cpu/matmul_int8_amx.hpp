@@ -1,0 +1,190 @@
+// int8 x int8 -> int32 whole-matrix products on AMX tiles (TDPBSSD: signed x signed bytes): the
+// global kernel family i8mm::Amx of pto/cpu/matmul_lowp.hpp's driver, used by MMATMUL of int8
+// operands and by pto::mmatmul_epilogue where pto::amx::enabled() (pto/cpu/amx.hpp).
+//
+// Semantics (docs/isa.md §7.8): exact int32 dot products wrapping modulo 2^32; addition modulo
+// 2^32 is associative, so the tiles give the vector kernels' bits (no +128 correction: the
+// instruction multiplies signed bytes by signed bytes).
+//
+// Blocking as bf16's (pto/cpu/matmul_bf16_amx.hpp): four 16 x 16 int32 accumulators for a 32 x 32
+// block of C; a step is 64 K values (16 quads): two A tiles, two B tiles, four TDPBSSD. Layouts:
+//   A panel (32 rows): step q, row i, quad w at ap[(q * 32 + i) * 16 + w] (a quad = four bytes);
+//   B panel (32 columns): step q, half h, quad w, column j at bp[((q * 2 + h) * 16 + w) * 16 + j],
+//     a quad holding B(4w..4w+3, c) in its bytes, lowest first.
+// K past k, rows past the panel's and columns past the matrix's are packed as zeros.
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "pto/cpu/amx.hpp"
+#include "pto/cpu/matmul_epilogue.hpp"
+#include "pto/cpu/types.hpp"
+
+#if PTO_AMX_TILE && defined(__AMX_INT8__) && defined(__AVX512F__)
+#define PTO_AMX_INT8 1
+#else
+#define PTO_AMX_INT8 0
+#endif
+
+namespace pto {
+namespace i8mm {
+
+#if PTO_AMX_INT8
+// Products with fewer rows go to the vector kernels (a 32-row block computes zeros for the rest).
+constexpr int64_t kAmxMinRows = 16;
+
+struct Amx {
+  using A = int8_t;
+  using PA = uint32_t;
+  using PB = uint32_t;
+  using Scope = amx::Scope;
+  static constexpr int MR = 32, NR = 32;
+  static constexpr int KQ = 16;  // K quads per tile step (64 K values)
+  static int64_t depth(int64_t k) { return ((k + 3) / 4 + KQ - 1) / KQ * KQ; }
+  static int64_t b_panel(int64_t k) { return depth(k) * NR; }
+
+  static void pack_a(const A* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, PA* ap) {
+    const int64_t steps = depth(k) / KQ;
+    unsigned char* d = reinterpret_cast<unsigned char*>(ap);
+    std::memset(d, 0, size_t(steps) * MR * 4 * KQ);
+    if (cs == 1) {
+      for (int64_t q = 0; q < steps; ++q) {
+        const int64_t k0 = q * 4 * KQ, kk = detail::imin(4 * KQ, k - k0);
+        for (int64_t i = 0; i < rows; ++i) std::memcpy(d + (q * MR + i) * 4 * KQ, a + i * rs + k0, size_t(kk));
+      }
+    } else {  // a transposed A: read along the rows of the stored matrix
+      for (int64_t kk = 0; kk < k; ++kk) {
+        unsigned char* dq = d + (kk / (4 * KQ)) * MR * 4 * KQ + kk % (4 * KQ);
+        for (int64_t i = 0; i < rows; ++i) dq[i * 4 * KQ] = static_cast<unsigned char>(a[i * rs + kk * cs]);
+      }
+    }
+  }
+
+  static void pack_b(const A* b, int64_t rs, int64_t cs, int64_t k, int64_t cols, PB* bp) {
+    const int64_t kq = depth(k), full = k / 4;
+    auto at = [bp](int64_t w, int64_t j) -> uint32_t& {
+      return bp[(((w / KQ) * 2 + j / 16) * KQ + w % KQ) * 16 + j % 16];
+    };
+    if (cs == 1 && cols == NR) {
+      for (int64_t w = 0; w < full; ++w) {
+        const int8_t* s = b + 4 * w * rs;
+        const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
+        const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + rs));
+        const __m256i r2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * rs));
+        const __m256i r3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 3 * rs));
+        // Byte pairs, then quads, interleaved within 128-bit lanes: q0 holds columns 0-3 and
+        // 16-19, q1 4-7 and 20-23, q2 8-11 and 24-27, q3 12-15 and 28-31.
+        const __m256i lo01 = _mm256_unpacklo_epi8(r0, r1), hi01 = _mm256_unpackhi_epi8(r0, r1);
+        const __m256i lo23 = _mm256_unpacklo_epi8(r2, r3), hi23 = _mm256_unpackhi_epi8(r2, r3);
+        const __m256i q0 = _mm256_unpacklo_epi16(lo01, lo23), q1 = _mm256_unpackhi_epi16(lo01, lo23);
+        const __m256i q2 = _mm256_unpacklo_epi16(hi01, hi23), q3 = _mm256_unpackhi_epi16(hi01, hi23);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 0)), _mm256_permute2x128_si256(q0, q1, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 8)), _mm256_permute2x128_si256(q2, q3, 0x20));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 16)), _mm256_permute2x128_si256(q0, q1, 0x31));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 24)), _mm256_permute2x128_si256(q2, q3, 0x31));
+      }
+    } else if (rs == 1) {
+      // A transposed B (x @ W.T): a quad is four adjacent bytes of one of W's rows.
+      for (int64_t j = 0; j < NR; ++j)
+        for (int64_t w = 0; w < full; ++w) {
+          uint32_t x = 0;
+          if (j < cols) std::memcpy(&x, b + j * cs + 4 * w, 4);
+          at(w, j) = x;
+        }
+    } else {
+      for (int64_t w = 0; w < full; ++w)
+        for (int64_t j = 0; j < NR; ++j) {
+          uint32_t x = 0;
+          for (int t = 0; t < 4 && j < cols; ++t)
+            x |= uint32_t(static_cast<unsigned char>(b[(4 * w + t) * rs + j * cs])) << (8 * t);
+          at(w, j) = x;
+        }
+    }
+    for (int64_t w = full; w < kq; ++w)  // a last partial quad (bytes past k zero), then zeros
+      for (int64_t j = 0; j < NR; ++j) {
+        uint32_t x = 0;
+        for (int t = 0; t < 4 && j < cols && 4 * w + t < k; ++t)
+          x |= uint32_t(static_cast<unsigned char>(b[(4 * w + t) * rs + j * cs])) << (8 * t);
+        at(w, j) = x;
+      }
+  }
+
+  // The 32 x 32 block of int32 sums of A panel * B panel, added to C's tile values when `acc`
+  // (ci: C as int32, row stride ldc in elements), left in tmm0-3.
+  static void sums(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, const int32_t* ci,
+                   int64_t ld_bytes, bool acc) {
+    if (acc) {
+      const int64_t ld = ld_bytes / 4;
+      _tile_loadd(0, ci, ld_bytes);
+      _tile_loadd(1, ci + 16, ld_bytes);
+      _tile_loadd(2, ci + 16 * ld, ld_bytes);
+      _tile_loadd(3, ci + 16 * ld + 16, ld_bytes);
+    } else {
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    const int64_t steps = depth(k) / KQ;
+    for (int64_t q = 0; q < steps; ++q) {
+      const PA* a = ap + q * MR * KQ;
+      const PB* b = bp + q * 2 * KQ * 16;
+      _tile_loadd(4, a, 64);
+      _tile_loadd(6, b, 64);
+      _tile_dpbssd(0, 4, 6);
+      _tile_loadd(5, a + 16 * KQ, 64);
+      _tile_dpbssd(2, 5, 6);
+      _tile_loadd(7, b + KQ * 16, 64);
+      _tile_dpbssd(1, 4, 7);
+      _tile_dpbssd(3, 5, 7);
+    }
+  }
+  static void store_tiles(int32_t* ci, int64_t ld_bytes) {
+    const int64_t ld = ld_bytes / 4;
+    _tile_stored(0, ci, ld_bytes);
+    _tile_stored(1, ci + 16, ld_bytes);
+    _tile_stored(2, ci + 16 * ld, ld_bytes);
+    _tile_stored(3, ci + 16 * ld + 16, ld_bytes);
+  }
+
+  // C block (+)= A panel * B panel (int32 C; mr x nr stored): a whole block by the tiles
+  // themselves, anything else through a 32 x 32 buffer.
+  template <int M_, class D>
+  static void kernel(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, D* c, int64_t ldc,
+                     bool acc, int64_t mr, int64_t nr) {
+    static_assert(sizeof(D) == 4, "an int32 destination");
+    int32_t* ci = reinterpret_cast<int32_t*>(c);
+    if (mr == MR && nr == NR) {
+      sums(k, ap, bp, ci, ldc * 4, acc);
+      store_tiles(ci, ldc * 4);
+      return;
+    }
+    alignas(64) int32_t buf[MR * NR];
+    for (int64_t i = 0; acc && i < MR; ++i)
+      for (int64_t j = 0; j < NR; ++j) buf[i * NR + j] = i < mr && j < nr ? ci[i * ldc + j] : 0;
+    sums(k, ap, bp, buf, NR * 4, acc);
+    store_tiles(buf, NR * 4);
+    for (int64_t i = 0; i < mr; ++i) std::memcpy(ci + i * ldc, buf + i * NR, size_t(nr) * 4);
+  }
+
+  // C block = e(A panel * B panel) (f32 C), the block at (row0, col0) of the product.
+  template <int M_>
+  static void kernel_epi(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, float* c, int64_t ldc,
+                         int64_t mr, int64_t nr, const Epilogue& e, int64_t row0, int64_t col0) {
+    typedef int v16i __attribute__((vector_size(64)));
+    alignas(64) int32_t buf[MR * NR];
+    sums(k, ap, bp, nullptr, NR * 4, false);
+    store_tiles(buf, NR * 4);
+    // In two halves of 16 rows: store_epilogue keeps its block in registers.
+    for (int h = 0; h < 2 && 16 * h < mr; ++h) {
+      v16i r[16][2];
+      for (int i = 0; i < 16; ++i) std::memcpy(r[i], buf + (16 * h + i) * NR, sizeof(r[i]));
+      store_epilogue<16>(r, c + 16 * h * ldc, ldc, detail::imin(16, mr - 16 * h), nr, e, row0 + 16 * h, col0);
+    }
+  }
+};
+#endif
+
+}  // namespace i8mm
+}  // namespace pto

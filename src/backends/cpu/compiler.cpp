@@ -182,6 +182,9 @@ std::vector<std::string> all_flags(const std::string& inc) {
   // AVX512-BF16 / AVX512-VNNI (the headers test the macro; being a flag, it joins the cache key).
   if (const char* dot = std::getenv("PYPTO_NATIVE_DOT"); dot && std::string(dot) == "0")
     f.push_back("-DPTO_NO_NATIVE_DOT");
+  // PYPTO_AMX=0: bf16/int8 whole-matrix products on the vector dot products (AVX512-BF16 / VNNI)
+  // even where the CPU has AMX tiles (pto/cpu/amx.hpp; an A/B switch for the tiles alone).
+  if (const char* amx = std::getenv("PYPTO_AMX"); amx && std::string(amx) == "0") f.push_back("-DPTO_NO_AMX");
   if (const char* extra = std::getenv("PYPTO_CXXFLAGS")) {
     for (auto& w : split_words(extra)) {
       if (std::string why = refused_flag_reason(w); !why.empty())

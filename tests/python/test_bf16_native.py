@@ -2,7 +2,8 @@
 portable path (PYPTO_NATIVE_DOT=0): random bf16 inputs, NaN-poisoned outputs, ragged shapes,
 K spanning several tiles with an odd remainder, the fused path; compared with float64 by relative
 norm error, with the interpreter (which defines the results), and with each other (one summation
-order, docs/isa.md, so both paths give the same bits)."""
+order, docs/isa.md, so both vector paths give the same bits; AMX tiles, where the CPU has them, sum
+in an order of their own and are held to the float64 and interpreter bounds)."""
 import numpy as np
 import pytest
 import torch
@@ -31,16 +32,23 @@ def rel(out, ref):
     return float((out - ref).norm() / ref.norm())
 
 
+PATHS = {"native": {}, "vector": {"PYPTO_AMX": "0"}, "portable": {"PYPTO_NATIVE_DOT": "0"}}
+
+
 def run_both(monkeypatch, make, *args):
-    """`make()` jitted fresh per path (the path is a compile flag), run on copies of args."""
+    """`make()` jitted fresh per path (the path is a compile flag), run on copies of args:
+    native (AMX tiles where the CPU has them, else vdpbf16ps), vector (vdpbf16ps even there) and
+    portable. The vector and portable paths give the same bits; the tiles may not (docs/isa.md)."""
     outs = {}
-    for path in ("native", "portable"):
-        monkeypatch.setenv("PYPTO_NATIVE_DOT", "1" if path == "native" else "0")
+    for path, env in PATHS.items():
+        for var in ("PYPTO_NATIVE_DOT", "PYPTO_AMX"):
+            monkeypatch.setenv(var, env.get(var, "1"))
         fn = make()
         cargs = [a.clone() for a in args]
         r = fn(*cargs)
         outs[path] = r if r is not None else cargs[-1]
     monkeypatch.delenv("PYPTO_NATIVE_DOT")
+    monkeypatch.delenv("PYPTO_AMX")
     return outs
 
 
@@ -60,7 +68,7 @@ def test_bf16_matmul_paths_match_interpreter(monkeypatch, tiles):
         for path, out in outs.items():
             assert rel(out, ref) < BF16_TOL, (path, m, k, n)
             assert rel(out, interp) < BF16_TOL, (path, m, k, n)
-        assert torch.equal(outs["native"], outs["portable"]), (m, k, n)
+        assert torch.equal(outs["vector"], outs["portable"]), (m, k, n)
 
 
 @requires_compiler
@@ -76,7 +84,7 @@ def test_bf16_batched_and_fused_mlp(monkeypatch):
         assert out.dtype == torch.bfloat16 and out.shape == (3, 45, 40)
         assert rel(out, ref) < 2 * BF16_TOL, path
         assert rel(out, interp) < BF16_TOL, path
-    assert torch.equal(outs["native"], outs["portable"])
+    assert torch.equal(outs["vector"], outs["portable"])
 
 
 def test_bf16_operand_tiles_stay_bf16():
@@ -131,4 +139,4 @@ def test_bf16_whole_matrix_product(monkeypatch, variant, m, k, n):
         assert out.dtype == torch.bfloat16
         assert rel(out, ref) < BF16_TOL, path
         assert rel(out, interp) < BF16_TOL, path
-    assert torch.equal(outs["native"], outs["portable"])
+    assert torch.equal(outs["vector"], outs["portable"])

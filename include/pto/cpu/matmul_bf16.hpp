@@ -570,6 +570,14 @@ namespace detail {
 template <int CD, int C, int C2>
 inline void matmul_tiles_bf16(float* d, const bf16_t* a, const bf16_t* b, int64_t m, int64_t n, int64_t k,
                               bool acc) {
+#if PTO_AMX_BF16
+  // On AMX tiles: both tiles packed into this thread's scratch, one share of the global driver
+  // (measured faster from 16 x 64 x 64 up: 1.75 vs 5.9 us).
+  if (m >= bf16mm::kAmxMinRows && amx::enabled()) {
+    lowp::gemm_share<bf16mm::Amx>(m, n, k, {a, C, 1}, {b, C2, 1}, d, CD, acc);
+    return;
+  }
+#endif
   lowp::matmul_blocks<bf16mm::Kernels<C, C2>, CD, C>(d, a, b, m, n, k, acc);
 }
 }  // namespace detail

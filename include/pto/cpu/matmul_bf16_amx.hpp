@@ -117,33 +117,13 @@ struct Amx {
       if (!direct)
         for (int64_t i = 0; i < MR; ++i)
           for (int64_t j = 0; j < NR; ++j) buf[i * NR + j] = i < mr && j < nr ? to_float(c[i * ldc + j]) : 0.0f;
-      _tile_loadd(0, cf, ld);
-      _tile_loadd(1, cf + 16, ld);
-      _tile_loadd(2, cf + 16 * (ld / 4), ld);
-      _tile_loadd(3, cf + 16 * (ld / 4) + 16, ld);
+      amx::load_acc(cf, ld);
     } else {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      amx::zero_acc();
     }
-    const int64_t steps = depth(k) / KP;
-    for (int64_t q = 0; q < steps; ++q) {
-      const PA* a = ap + q * MR * KP;
-      const PB* b = bp + q * 2 * KP * 16;
-      _tile_loadd(4, a, 64);
-      _tile_loadd(6, b, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_loadd(5, a + 16 * KP, 64);
-      _tile_dpbf16ps(2, 5, 6);
-      _tile_loadd(7, b + KP * 16, 64);
-      _tile_dpbf16ps(1, 4, 7);
-      _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, cf, ld);
-    _tile_stored(1, cf + 16, ld);
-    _tile_stored(2, cf + 16 * (ld / 4), ld);
-    _tile_stored(3, cf + 16 * (ld / 4) + 16, ld);
+    amx::block_steps<amx::Dot::kBf16>(depth(k) / KP, reinterpret_cast<const char*>(ap),
+                                      reinterpret_cast<const char*>(bp));
+    amx::store_acc(cf, ld);
     if (direct) return;
     if constexpr (std::is_same_v<D, bf16_t>) {
       if (nr == NR) {

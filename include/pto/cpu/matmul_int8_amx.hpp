@@ -114,40 +114,13 @@ struct Amx {
   // (ci: C as int32, row stride ldc in elements), left in tmm0-3.
   static void sums(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, const int32_t* ci,
                    int64_t ld_bytes, bool acc) {
-    if (acc) {
-      const int64_t ld = ld_bytes / 4;
-      _tile_loadd(0, ci, ld_bytes);
-      _tile_loadd(1, ci + 16, ld_bytes);
-      _tile_loadd(2, ci + 16 * ld, ld_bytes);
-      _tile_loadd(3, ci + 16 * ld + 16, ld_bytes);
-    } else {
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
-    }
-    const int64_t steps = depth(k) / KQ;
-    for (int64_t q = 0; q < steps; ++q) {
-      const PA* a = ap + q * MR * KQ;
-      const PB* b = bp + q * 2 * KQ * 16;
-      _tile_loadd(4, a, 64);
-      _tile_loadd(6, b, 64);
-      _tile_dpbssd(0, 4, 6);
-      _tile_loadd(5, a + 16 * KQ, 64);
-      _tile_dpbssd(2, 5, 6);
-      _tile_loadd(7, b + KQ * 16, 64);
-      _tile_dpbssd(1, 4, 7);
-      _tile_dpbssd(3, 5, 7);
-    }
+    if (acc)
+      amx::load_acc(ci, ld_bytes);
+    else
+      amx::zero_acc();
+    amx::block_steps<amx::Dot::kInt8>(depth(k) / KQ, reinterpret_cast<const char*>(ap),
+                                      reinterpret_cast<const char*>(bp));
   }
-  static void store_tiles(int32_t* ci, int64_t ld_bytes) {
-    const int64_t ld = ld_bytes / 4;
-    _tile_stored(0, ci, ld_bytes);
-    _tile_stored(1, ci + 16, ld_bytes);
-    _tile_stored(2, ci + 16 * ld, ld_bytes);
-    _tile_stored(3, ci + 16 * ld + 16, ld_bytes);
-  }
-
   // C block (+)= A panel * B panel (int32 C; mr x nr stored): a whole block by the tiles
   // themselves, anything else through a 32 x 32 buffer.
   template <int M_, class D>
@@ -157,14 +130,14 @@ struct Amx {
     int32_t* ci = reinterpret_cast<int32_t*>(c);
     if (mr == MR && nr == NR) {
       sums(k, ap, bp, ci, ldc * 4, acc);
-      store_tiles(ci, ldc * 4);
+      amx::store_acc(ci, ldc * 4);
       return;
     }
     alignas(64) int32_t buf[MR * NR];
     for (int64_t i = 0; acc && i < MR; ++i)
       for (int64_t j = 0; j < NR; ++j) buf[i * NR + j] = i < mr && j < nr ? ci[i * ldc + j] : 0;
     sums(k, ap, bp, buf, NR * 4, acc);
-    store_tiles(buf, NR * 4);
+    amx::store_acc(buf, NR * 4);
     for (int64_t i = 0; i < mr; ++i) std::memcpy(ci + i * ldc, buf + i * NR, size_t(nr) * 4);
   }
 
@@ -175,7 +148,7 @@ struct Amx {
     typedef int v16i __attribute__((vector_size(64)));
     alignas(64) int32_t buf[MR * NR];
     sums(k, ap, bp, nullptr, NR * 4, false);
-    store_tiles(buf, NR * 4);
+    amx::store_acc(buf, NR * 4);
     // In two halves of 16 rows: store_epilogue keeps its block in registers.
     for (int h = 0; h < 2 && 16 * h < mr; ++h) {
       v16i r[16][2];

@@ -227,6 +227,7 @@ int main() {
   bf16_global_case<float>(64, 96, 64, true, true);      // whole 32 x 32 blocks straight from/to C
   bf16_global_case<bf16_t>(64, 64, 96, false, false);   // a bf16 destination, whole rows converted
   bf16_global_case<bf16_t>(33, 31, 45, true, true);
+  bf16_global_case<float>(40, 70, 45, true, false);     // transposed B: 16-pair blocks, a rest, 13 columns
   bf16_global_case<float>(5, 7, 9, false, true);        // too few rows for the tiles: vector kernels
   std::printf("amx %d %d\n", int(PTO_AMX_BF16 && amx::enabled()), int(PTO_AMX_INT8 && amx::enabled()));
   std::printf("native %d %d hash %016llx %016llx\n", PTO_NATIVE_BF16_DOT, PTO_NATIVE_INT8_DOT, hash_bf16, hash_i8);

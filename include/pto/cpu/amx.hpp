@@ -22,6 +22,8 @@
     !defined(PTO_NO_AMX) && !defined(__CUDACC__)
 #define PTO_AMX_TILE 1
 #include <immintrin.h>
+
+#include "pto/cpu/transpose.hpp"
 #include <sys/syscall.h>
 #include <unistd.h>
 #else
@@ -98,6 +100,33 @@ PTO_INLINE void zero_acc() {
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
+}
+
+// Packs the whole words (K pairs of bf16, K quads of int8) of a transposed B (x @ W.T: column j
+// of B is row j of W, cs bytes apart, its words adjacent) into the B tile layout of the families:
+// word w of column j at bp[((w / 16 * 2 + j / 16) * 16 + w % 16) * 16 + j % 16], columns past
+// `cols` (of the panel's 32) zero. 16 x 16 blocks of words are transposed in registers.
+inline void pack_b_transposed(const unsigned char* s, int64_t cs, int64_t words, int64_t cols, uint32_t* bp) {
+  typedef uint32_t v16u __attribute__((vector_size(64)));
+  const int64_t blocks = words / 16;
+  for (int64_t q = 0; q < blocks; ++q)
+    for (int h = 0; h < 2; ++h) {
+      v16u x[16];
+#pragma GCC unroll 16
+      for (int r = 0; r < 16; ++r) {
+        x[r] = v16u{};
+        if (16 * h + r < cols) std::memcpy(&x[r], s + (16 * h + r) * cs + 64 * q, 64);
+      }
+      detail::transpose16(x);
+#pragma GCC unroll 16
+      for (int p = 0; p < 16; ++p) std::memcpy(bp + ((q * 2 + h) * 16 + p) * 16, &x[p], 64);
+    }
+  for (int64_t w = blocks * 16; w < words; ++w)
+    for (int64_t j = 0; j < 32; ++j) {
+      uint32_t x = 0;
+      if (j < cols) std::memcpy(&x, s + j * cs + 4 * w, 4);
+      bp[((w / 16 * 2 + j / 16) * 16 + w % 16) * 16 + j % 16] = x;
+    }
 }
 
 // Prefetches one 512-byte quarter of a step's 2 KiB of packed operand into L1.

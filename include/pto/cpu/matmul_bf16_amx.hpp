@@ -85,14 +85,8 @@ struct Amx {
         _mm512_storeu_si512(&at(p, 0), first);
         _mm512_storeu_si512(&at(p, 16), second);
       }
-    } else if (rs == 1) {
-      // A transposed B (x @ W.T): a pair is two adjacent elements of one of W's rows.
-      for (int64_t j = 0; j < NR; ++j)
-        for (int64_t p = 0; p < full; ++p) {
-          uint32_t x = 0;
-          if (j < cols) std::memcpy(&x, s + j * cs + 2 * p, 4);
-          at(p, j) = x;
-        }
+    } else if (rs == 1) {  // a transposed B (x @ W.T): a pair is two adjacent elements of W's row
+      amx::pack_b_transposed(reinterpret_cast<const unsigned char*>(s), cs * 2, full, cols, bp);
     } else {
       for (int64_t p = 0; p < full; ++p)
         for (int64_t j = 0; j < NR; ++j)

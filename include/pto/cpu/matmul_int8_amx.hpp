@@ -84,14 +84,8 @@ struct Amx {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 16)), _mm256_permute2x128_si256(q0, q1, 0x31));
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 24)), _mm256_permute2x128_si256(q2, q3, 0x31));
       }
-    } else if (rs == 1) {
-      // A transposed B (x @ W.T): a quad is four adjacent bytes of one of W's rows.
-      for (int64_t j = 0; j < NR; ++j)
-        for (int64_t w = 0; w < full; ++w) {
-          uint32_t x = 0;
-          if (j < cols) std::memcpy(&x, b + j * cs + 4 * w, 4);
-          at(w, j) = x;
-        }
+    } else if (rs == 1) {  // a transposed B (x @ W.T): a quad is four adjacent bytes of W's row
+      amx::pack_b_transposed(reinterpret_cast<const unsigned char*>(b), cs, full, cols, bp);
     } else {
       for (int64_t w = 0; w < full; ++w)
         for (int64_t j = 0; j < NR; ++j) {

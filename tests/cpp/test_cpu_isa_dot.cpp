@@ -294,7 +294,9 @@ TEST(CpuIsaDot, NativeAndPortablePathsAgree) {
   // the AMX tiles (in `native` where the CPU has them) were checked against float64 only.
   EXPECT_EQ(hash_of(native, 1), hash_of(portable, 1)) << "native:\n" << native << "portable:\n" << portable;
   EXPECT_EQ(hash_of(vector_dot, 1), hash_of(portable, 1)) << vector_dot;
-  EXPECT_EQ(hash_of(vector_dot, 0), hash_of(portable, 0)) << "vector:\n" << vector_dot << "portable:\n" << portable;
+  EXPECT_EQ(hash_of(vector_dot, 0), hash_of(portable, 0)) << "vector:\n"
+                                                          << vector_dot << "portable:\n"
+                                                          << portable;
 }
 
 }  // namespace

@@ -23,9 +23,9 @@
 #define PTO_AMX_TILE 1
 #include <immintrin.h>
 
-#include "pto/cpu/transpose.hpp"
 #include <sys/syscall.h>
 #include <unistd.h>
+#include "pto/cpu/transpose.hpp"
 #else
 #define PTO_AMX_TILE 0
 #endif
@@ -71,12 +71,12 @@ struct Scope {
 enum class Dot { kBf16, kInt8 };  // TDPBF16PS (bf16 pairs into f32), TDPBSSD (int8 quads into int32)
 
 // (The intrinsics paste their tile numbers into the instruction text, so they take literals.)
-#define PTO_AMX_DOT(D, c, a, b) \
-  do {                          \
+#define PTO_AMX_DOT(D, c, a, b)    \
+  do {                             \
     if constexpr (D == Dot::kBf16) \
-      _tile_dpbf16ps(c, a, b);  \
-    else                        \
-      _tile_dpbssd(c, a, b);    \
+      _tile_dpbf16ps(c, a, b);     \
+    else                           \
+      _tile_dpbssd(c, a, b);       \
   } while (0)
 
 // The accumulators tmm0-3 (a 32 x 32 block of 4-byte sums: rows 0-15 / 16-31 x columns 0-15 /

@@ -536,7 +536,8 @@ namespace bf16mm {
 template <class D, class T>
 inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b, bool acc) {
 #if PTO_AMX_BF16
-  if (detail::imin(dst.vr, a.vr) >= kAmxMinRows && amx::enabled()) return lowp::mmatmul<Amx>(pf, dst, a, b, acc);
+  if (detail::imin(dst.vr, a.vr) >= kAmxMinRows && amx::enabled())
+    return lowp::mmatmul<Amx>(pf, dst, a, b, acc);
 #endif
   lowp::mmatmul<Global>(pf, dst, a, b, acc);
 }

@@ -81,7 +81,8 @@ struct Amx {
         // columns 0-15 and 16-31.
         const __m512i lo = _mm512_unpacklo_epi16(r0, r1), hi = _mm512_unpackhi_epi16(r0, r1);
         const __m512i first = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
-        const __m512i second = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
+        const __m512i second =
+            _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
         _mm512_storeu_si512(&at(p, 0), first);
         _mm512_storeu_si512(&at(p, 16), second);
       }
@@ -90,7 +91,8 @@ struct Amx {
     } else {
       for (int64_t p = 0; p < full; ++p)
         for (int64_t j = 0; j < NR; ++j)
-          at(p, j) = j < cols ? uint32_t(s[2 * p * rs + j * cs]) | uint32_t(s[(2 * p + 1) * rs + j * cs]) << 16 : 0u;
+          at(p, j) =
+              j < cols ? uint32_t(s[2 * p * rs + j * cs]) | uint32_t(s[(2 * p + 1) * rs + j * cs]) << 16 : 0u;
     }
     for (int64_t p = full; p < kp; ++p)  // an odd k's last pair (its high half zero), then zeros
       for (int64_t j = 0; j < NR; ++j)
@@ -110,7 +112,8 @@ struct Amx {
     if (acc) {
       if (!direct)
         for (int64_t i = 0; i < MR; ++i)
-          for (int64_t j = 0; j < NR; ++j) buf[i * NR + j] = i < mr && j < nr ? to_float(c[i * ldc + j]) : 0.0f;
+          for (int64_t j = 0; j < NR; ++j)
+            buf[i * NR + j] = i < mr && j < nr ? to_float(c[i * ldc + j]) : 0.0f;
       amx::load_acc(cf, ld);
     } else {
       amx::zero_acc();
@@ -124,7 +127,8 @@ struct Amx {
         // One vcvtne2ps2bf16 per row: round to nearest even (bf16_from_float's rounding; the
         // sums are never subnormal, TDPBF16PS flushes them).
         for (int64_t i = 0; i < mr; ++i) {
-          const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_load_ps(buf + i * NR + 16), _mm512_load_ps(buf + i * NR));
+          const __m512bh h =
+              _mm512_cvtne2ps_pbh(_mm512_load_ps(buf + i * NR + 16), _mm512_load_ps(buf + i * NR));
           _mm512_storeu_si512(c + i * ldc, (__m512i)h);
         }
         return;

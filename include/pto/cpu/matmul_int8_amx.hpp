@@ -51,7 +51,8 @@ struct Amx {
     if (cs == 1) {
       for (int64_t q = 0; q < steps; ++q) {
         const int64_t k0 = q * 4 * KQ, kk = detail::imin(4 * KQ, k - k0);
-        for (int64_t i = 0; i < rows; ++i) std::memcpy(d + (q * MR + i) * 4 * KQ, a + i * rs + k0, size_t(kk));
+        for (int64_t i = 0; i < rows; ++i)
+          std::memcpy(d + (q * MR + i) * 4 * KQ, a + i * rs + k0, size_t(kk));
       }
     } else {  // a transposed A: read along the rows of the stored matrix
       for (int64_t kk = 0; kk < k; ++kk) {
@@ -137,8 +138,8 @@ struct Amx {
 
   // C block = e(A panel * B panel) (f32 C), the block at (row0, col0) of the product.
   template <int M_>
-  static void kernel_epi(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, float* c, int64_t ldc,
-                         int64_t mr, int64_t nr, const Epilogue& e, int64_t row0, int64_t col0) {
+  static void kernel_epi(int64_t k, const PA* PTO_RESTRICT ap, const PB* PTO_RESTRICT bp, float* c,
+                         int64_t ldc, int64_t mr, int64_t nr, const Epilogue& e, int64_t row0, int64_t col0) {
     typedef int v16i __attribute__((vector_size(64)));
     alignas(64) int32_t buf[MR * NR];
     sums(k, ap, bp, nullptr, NR * 4, false);

@@ -21,7 +21,6 @@
 #if defined(__AMX_TILE__) && defined(__linux__) && defined(__GNUC__) && !defined(PTO_NO_NATIVE_DOT) && \
     !defined(PTO_NO_AMX) && !defined(__CUDACC__)
 #define PTO_AMX_TILE 1
-#include <immintrin.h>
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -34,6 +33,25 @@ namespace pto {
 namespace amx {
 
 #if PTO_AMX_TILE
+// The tile instructions as inline assembly (both syntaxes), not <immintrin.h>: with -march=native
+// on a CPU with AVX-512 that header costs ~0.25 s of every kernel's compile. Tile numbers are
+// literals pasted into the instruction text. Loads and stores name memory as clobbered, since
+// the compiler cannot see which bytes a strided tile access touches.
+#define PTO_TILE_LOADD(t, base, stride)                                     \
+  __asm__ volatile("{tileloadd\t(%0,%1,1), %%tmm" #t "|tileloadd\t%%tmm" #t \
+                   ", [%0+%1*1]}" ::"r"((const void*)(base)),               \
+                   "r"((long)(stride))                                      \
+                   : "memory")
+#define PTO_TILE_STORED(t, base, stride)                                                 \
+  __asm__ volatile("{tilestored\t%%tmm" #t ", (%0,%1,1)|tilestored\t[%0+%1*1], %%tmm" #t \
+                   "}" ::"r"((void*)(base)),                                             \
+                   "r"((long)(stride))                                                   \
+                   : "memory")
+#define PTO_TILE_ZERO(t) __asm__ volatile("tilezero\t%%tmm" #t::)
+#define PTO_TILE_DOT(insn, c, a, b)                                                                   \
+  __asm__ volatile("{" insn "\t%%tmm" #b ", %%tmm" #a ", %%tmm" #c "|" insn "\t%%tmm" #c ", %%tmm" #a \
+                   ", %%tmm" #b "}" ::)
+
 // Whether the kernel lets this process use the tile data (asked once; the answer is per process).
 inline bool enabled() {
   static const bool ok = [] {
@@ -60,9 +78,9 @@ struct alignas(64) TileConfig {
 struct Scope {
   Scope() {
     static const TileConfig cfg;
-    _tile_loadconfig(&cfg);
+    __asm__ volatile("ldtilecfg\t%0" ::"m"(cfg));
   }
-  ~Scope() { _tile_release(); }
+  ~Scope() { __asm__ volatile("tilerelease" ::: "memory"); }
   Scope(const Scope&) = delete;
   Scope& operator=(const Scope&) = delete;
 };
@@ -70,36 +88,35 @@ struct Scope {
 // The dot-product instruction of a block's steps.
 enum class Dot { kBf16, kInt8 };  // TDPBF16PS (bf16 pairs into f32), TDPBSSD (int8 quads into int32)
 
-// (The intrinsics paste their tile numbers into the instruction text, so they take literals.)
-#define PTO_AMX_DOT(D, c, a, b)    \
-  do {                             \
-    if constexpr (D == Dot::kBf16) \
-      _tile_dpbf16ps(c, a, b);     \
-    else                           \
-      _tile_dpbssd(c, a, b);       \
+#define PTO_AMX_DOT(D, c, a, b)           \
+  do {                                    \
+    if constexpr (D == Dot::kBf16)        \
+      PTO_TILE_DOT("tdpbf16ps", c, a, b); \
+    else                                  \
+      PTO_TILE_DOT("tdpbssd", c, a, b);   \
   } while (0)
 
 // The accumulators tmm0-3 (a 32 x 32 block of 4-byte sums: rows 0-15 / 16-31 x columns 0-15 /
 // 16-31) from, to, or as zeros, a block at c with rows ld bytes apart.
 PTO_INLINE void load_acc(const void* c, int64_t ld) {
   const char* p = static_cast<const char*>(c);
-  _tile_loadd(0, p, ld);
-  _tile_loadd(1, p + 64, ld);
-  _tile_loadd(2, p + 16 * ld, ld);
-  _tile_loadd(3, p + 16 * ld + 64, ld);
+  PTO_TILE_LOADD(0, p, ld);
+  PTO_TILE_LOADD(1, p + 64, ld);
+  PTO_TILE_LOADD(2, p + 16 * ld, ld);
+  PTO_TILE_LOADD(3, p + 16 * ld + 64, ld);
 }
 PTO_INLINE void store_acc(void* c, int64_t ld) {
   char* p = static_cast<char*>(c);
-  _tile_stored(0, p, ld);
-  _tile_stored(1, p + 64, ld);
-  _tile_stored(2, p + 16 * ld, ld);
-  _tile_stored(3, p + 16 * ld + 64, ld);
+  PTO_TILE_STORED(0, p, ld);
+  PTO_TILE_STORED(1, p + 64, ld);
+  PTO_TILE_STORED(2, p + 16 * ld, ld);
+  PTO_TILE_STORED(3, p + 16 * ld + 64, ld);
 }
 PTO_INLINE void zero_acc() {
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
+  PTO_TILE_ZERO(0);
+  PTO_TILE_ZERO(1);
+  PTO_TILE_ZERO(2);
+  PTO_TILE_ZERO(3);
 }
 
 // Packs the whole words (K pairs of bf16, K quads of int8) of a transposed B (x @ W.T: column j
@@ -132,7 +149,7 @@ inline void pack_b_transposed(const unsigned char* s, int64_t cs, int64_t words,
 // Prefetches one 512-byte quarter of a step's 2 KiB of packed operand into L1.
 PTO_INLINE void prefetch_quarter(const char* p) {
 #pragma GCC unroll 8
-  for (int l = 0; l < 8; ++l) _mm_prefetch(p + 64 * l, _MM_HINT_T0);
+  for (int l = 0; l < 8; ++l) __builtin_prefetch(p + 64 * l, 0, 3);
 }
 
 // A 32 x 32 block's steps over packed panels, into the accumulators tmm0-3 (rows 0-15 / 16-31 x
@@ -147,16 +164,16 @@ PTO_INLINE void block_steps(int64_t steps, const char* ap, const char* bp) {
   for (int64_t q = 0; q < steps; ++q) {
     const char* a = ap + q * kStep;
     const char* b = bp + q * kStep;
-    _tile_loadd(4, a, 64);
-    _tile_loadd(6, b, 64);
+    PTO_TILE_LOADD(4, a, 64);
+    PTO_TILE_LOADD(6, b, 64);
     PTO_AMX_DOT(D, 0, 4, 6);
     prefetch_quarter(a + kStep);
     prefetch_quarter(b + kStep);
-    _tile_loadd(5, a + 1024, 64);
+    PTO_TILE_LOADD(5, a + 1024, 64);
     PTO_AMX_DOT(D, 2, 5, 6);
     prefetch_quarter(a + kStep + 512);
     prefetch_quarter(b + kStep + 512);
-    _tile_loadd(7, b + 1024, 64);
+    PTO_TILE_LOADD(7, b + 1024, 64);
     PTO_AMX_DOT(D, 1, 4, 7);
     prefetch_quarter(a + kStep + 1024);
     prefetch_quarter(b + kStep + 1024);

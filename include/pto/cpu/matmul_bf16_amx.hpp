@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "pto/cpu/amx.hpp"
 #include "pto/cpu/types.hpp"
@@ -37,6 +38,16 @@ namespace bf16mm {
 // Products with fewer rows go to the vector kernels: a 32-row tile block computes zeros for the
 // rows it lacks (measured on Sapphire Rapids class: see bench/RESULTS.md).
 constexpr int64_t kAmxMinRows = 16;
+
+typedef uint16_t vpair __attribute__((vector_size(64)));  // 32 bf16 bit patterns
+typedef float v32f __attribute__((vector_size(128)));
+typedef uint32_t v32u __attribute__((vector_size(128)));
+
+// Lanes (r0[B + i], r1[B + i]) for i = 0..15: the K pairs of 16 columns from two rows of B.
+template <int B, size_t... I>
+PTO_INLINE vpair zip(vpair r0, vpair r1, std::index_sequence<I...>) {
+  return __builtin_shufflevector(r0, r1, int((I & 1) ? 32 + B + I / 2 : B + I / 2)...);
+}
 
 struct Amx {
   using A = bf16_t;
@@ -75,16 +86,13 @@ struct Amx {
     };
     if (cs == 1 && cols == NR) {
       for (int64_t p = 0; p < full; ++p) {
-        const __m512i r0 = _mm512_loadu_si512(s + 2 * p * rs), r1 = _mm512_loadu_si512(s + (2 * p + 1) * rs);
-        // unpacklo/hi interleave within 128-bit lanes: lo holds the pairs of columns 0-3, 8-11,
-        // 16-19, 24-27, hi those of 4-7, 12-15, 20-23, 28-31; the lanes are reordered into
-        // columns 0-15 and 16-31.
-        const __m512i lo = _mm512_unpacklo_epi16(r0, r1), hi = _mm512_unpackhi_epi16(r0, r1);
-        const __m512i first = _mm512_permutex2var_epi64(lo, _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0), hi);
-        const __m512i second =
-            _mm512_permutex2var_epi64(lo, _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4), hi);
-        _mm512_storeu_si512(&at(p, 0), first);
-        _mm512_storeu_si512(&at(p, 16), second);
+        vpair r0, r1;
+        std::memcpy(&r0, s + 2 * p * rs, sizeof(vpair));
+        std::memcpy(&r1, s + (2 * p + 1) * rs, sizeof(vpair));
+        const vpair lo = zip<0>(r0, r1, std::make_index_sequence<32>{});  // pairs of columns 0-15
+        const vpair hi = zip<16>(r0, r1, std::make_index_sequence<32>{});
+        std::memcpy(&at(p, 0), &lo, sizeof(vpair));
+        std::memcpy(&at(p, 16), &hi, sizeof(vpair));
       }
     } else if (rs == 1) {  // a transposed B (x @ W.T): a pair is two adjacent elements of W's row
       amx::pack_b_transposed(reinterpret_cast<const unsigned char*>(s), cs * 2, full, cols, bp);
@@ -124,12 +132,15 @@ struct Amx {
     if (direct) return;
     if constexpr (std::is_same_v<D, bf16_t>) {
       if (nr == NR) {
-        // One vcvtne2ps2bf16 per row: round to nearest even (bf16_from_float's rounding; the
-        // sums are never subnormal, TDPBF16PS flushes them).
+        // Whole rows rounded to nearest even as vectors (bf16_from_float's rounding, a NaN made
+        // quiet).
         for (int64_t i = 0; i < mr; ++i) {
-          const __m512bh h =
-              _mm512_cvtne2ps_pbh(_mm512_load_ps(buf + i * NR + 16), _mm512_load_ps(buf + i * NR));
-          _mm512_storeu_si512(c + i * ldc, (__m512i)h);
+          v32f x;
+          std::memcpy(&x, buf + i * NR, sizeof(x));
+          const v32u u = (v32u)x;
+          const v32u rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
+          const vpair h = __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded, vpair);
+          std::memcpy(c + i * ldc, &h, sizeof(h));
         }
         return;
       }

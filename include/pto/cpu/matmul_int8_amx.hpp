@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "pto/cpu/amx.hpp"
 #include "pto/cpu/matmul_epilogue.hpp"
@@ -33,6 +34,18 @@ namespace i8mm {
 #if PTO_AMX_INT8
 // Products with fewer rows go to the vector kernels (a 32-row block computes zeros for the rest).
 constexpr int64_t kAmxMinRows = 16;
+
+typedef unsigned char v32b __attribute__((vector_size(32)));
+typedef unsigned char v64b __attribute__((vector_size(64)));
+typedef uint16_t v32h __attribute__((vector_size(64)));
+typedef uint16_t v64h __attribute__((vector_size(128)));
+
+// x[0], y[0], x[1], y[1], ...: the 2N lanes interleaving two vectors of N.
+template <class R, class V, size_t... I>
+PTO_INLINE R zip(V x, V y, std::index_sequence<I...>) {
+  constexpr int n = int(sizeof...(I)) / 2;
+  return __builtin_shufflevector(x, y, int((I & 1) ? n + I / 2 : I / 2)...);
+}
 
 struct Amx {
   using A = int8_t;
@@ -69,21 +82,17 @@ struct Amx {
     };
     if (cs == 1 && cols == NR) {
       for (int64_t w = 0; w < full; ++w) {
-        const int8_t* s = b + 4 * w * rs;
-        const __m256i r0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s));
-        const __m256i r1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + rs));
-        const __m256i r2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 2 * rs));
-        const __m256i r3 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 3 * rs));
-        // Byte pairs, then quads, interleaved within 128-bit lanes: q0 holds columns 0-3 and
-        // 16-19, q1 4-7 and 20-23, q2 8-11 and 24-27, q3 12-15 and 28-31.
-        const __m256i lo01 = _mm256_unpacklo_epi8(r0, r1), hi01 = _mm256_unpackhi_epi8(r0, r1);
-        const __m256i lo23 = _mm256_unpacklo_epi8(r2, r3), hi23 = _mm256_unpackhi_epi8(r2, r3);
-        const __m256i q0 = _mm256_unpacklo_epi16(lo01, lo23), q1 = _mm256_unpackhi_epi16(lo01, lo23);
-        const __m256i q2 = _mm256_unpacklo_epi16(hi01, hi23), q3 = _mm256_unpackhi_epi16(hi01, hi23);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 0)), _mm256_permute2x128_si256(q0, q1, 0x20));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 8)), _mm256_permute2x128_si256(q2, q3, 0x20));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 16)), _mm256_permute2x128_si256(q0, q1, 0x31));
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(&at(w, 24)), _mm256_permute2x128_si256(q2, q3, 0x31));
+        v32b r0, r1, r2, r3;
+        std::memcpy(&r0, b + 4 * w * rs, 32);
+        std::memcpy(&r1, b + (4 * w + 1) * rs, 32);
+        std::memcpy(&r2, b + (4 * w + 2) * rs, 32);
+        std::memcpy(&r3, b + (4 * w + 3) * rs, 32);
+        // Byte pairs (rows 0-1, 2-3) of the 32 columns, then their quads.
+        const v64b p01 = zip<v64b>(r0, r1, std::make_index_sequence<64>{});
+        const v64b p23 = zip<v64b>(r2, r3, std::make_index_sequence<64>{});
+        const v64h q = zip<v64h>((v32h)p01, (v32h)p23, std::make_index_sequence<64>{});
+        std::memcpy(&at(w, 0), &q, 64);
+        std::memcpy(&at(w, 16), reinterpret_cast<const char*>(&q) + 64, 64);
       }
     } else if (rs == 1) {  // a transposed B (x @ W.T): a quad is four adjacent bytes of W's row
       amx::pack_b_transposed(reinterpret_cast<const unsigned char*>(b), cs, full, cols, bp);

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "pto/base.hpp"
 
@@ -51,6 +52,10 @@ namespace amx {
 #define PTO_TILE_DOT(insn, c, a, b)                                                                   \
   __asm__ volatile("{" insn "\t%%tmm" #b ", %%tmm" #a ", %%tmm" #c "|" insn "\t%%tmm" #c ", %%tmm" #a \
                    ", %%tmm" #b "}" ::)
+
+// Products with fewer rows go to the vector kernels: a 32-row block of tiles computes zeros for
+// the rows it lacks.
+constexpr int64_t kMinRows = 16;
 
 // Whether the kernel lets this process use the tile data (asked once; the answer is per process).
 inline bool enabled() {
@@ -117,6 +122,51 @@ PTO_INLINE void zero_acc() {
   PTO_TILE_ZERO(1);
   PTO_TILE_ZERO(2);
   PTO_TILE_ZERO(3);
+}
+
+// x[B], y[B], x[B+1], y[B+1], ...: the lanes of a vector R interleaving two vectors (the K pairs
+// or quads of B's columns from its rows, in the B tile layout).
+template <class R, int B, class V, size_t... I>
+PTO_INLINE R zip(V x, V y, std::index_sequence<I...>) {
+  constexpr int n = int(sizeof(V) / sizeof(x[0]));
+  return __builtin_shufflevector(x, y, int((I & 1) ? n + B + I / 2 : B + I / 2)...);
+}
+template <class R, int B = 0, class V>
+PTO_INLINE R zip(V x, V y) {
+  return zip<R, B>(x, y, std::make_index_sequence<sizeof(R) / sizeof(x[0])>{});
+}
+
+// Packs one 32-row panel of A (elements E: bf16 or int8; element (i, k) at a[i * rs + k * cs],
+// `rows` valid rows, k columns) into `steps` tile steps of 64 bytes per row: step q, row i holds
+// A(i, q * S .. q * S + S - 1) for S = 64 / sizeof(E), zeros past k and past `rows`. A step's
+// 2 KiB are the two A tiles of the families' block (rows 0-15, then 16-31).
+template <class E>
+inline void pack_a_rows(const E* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, int64_t steps,
+                        uint32_t* ap) {
+  constexpr int64_t S = 64 / int64_t(sizeof(E));
+  E* d = reinterpret_cast<E*>(ap);
+  if (cs == 1) {
+    for (int64_t q = 0; q < steps; ++q) {
+      const int64_t kk = k - q * S < 0 ? 0 : (k - q * S < S ? k - q * S : S);
+      for (int64_t i = 0; i < 32; ++i) {
+        E* row = d + (q * 32 + i) * S;
+        const int64_t copied = i < rows ? kk : 0;
+        if (copied == S) {  // the common case: one 64-byte copy the compiler inlines
+          std::memcpy(row, a + i * rs + q * S, 64);
+          continue;
+        }
+        std::memcpy(row, a + i * rs + q * S, size_t(copied) * sizeof(E));
+        std::memset(row + copied, 0, size_t(S - copied) * sizeof(E));
+      }
+    }
+    return;
+  }
+  // A transposed A (x^T dy): read along the rows of the stored matrix.
+  std::memset(d, 0, size_t(steps) * 32 * 64);
+  for (int64_t kk = 0; kk < k; ++kk) {
+    E* dq = d + (kk / S) * 32 * S + kk % S;
+    for (int64_t i = 0; i < rows; ++i) dq[i * S] = a[i * rs + kk * cs];
+  }
 }
 
 // Packs the whole words (K pairs of bf16, K quads of int8) of a transposed B (x @ W.T: column j

@@ -358,12 +358,7 @@ typedef uint16_t vu16 __attribute__((vector_size(kW * 2)));
 #define PTO_NATIVE_BF16_CVT 0
 #endif
 // bf16_from_float (pto/cpu/types.hpp) on a vector: round to nearest even, a NaN stays a quiet NaN.
-PTO_INLINE vu16 bf16_from_floats(vf x) {
-  const vu32 u = (vu32)x;
-  const vu32 rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  const vu32 nan = (u >> 16) | 0x40u;
-  return __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded, vu16);
-}
+PTO_INLINE vu16 bf16_from_floats(vf x) { return bf16_bits_from_floats<vu16>(x); }
 
 // Stores mr x nr of the block into C, converted to D (a bf16 C rounds once, to nearest even).
 template <int M_, class D>
@@ -527,16 +522,13 @@ struct Global {
 };
 #endif
 
-}  // namespace bf16mm
-
-namespace bf16mm {
 // The whole-matrix product with the fastest family the CPU offers: AMX tiles where the process
 // may use them (pto/cpu/matmul_bf16_amx.hpp) and the product has rows enough to fill them, else
 // the vector kernels above.
 template <class D, class T>
 inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b, bool acc) {
 #if PTO_AMX_BF16
-  if (detail::imin(dst.vr, a.vr) >= kAmxMinRows && amx::enabled())
+  if (detail::imin(dst.vr, a.vr) >= amx::kMinRows && amx::enabled())
     return lowp::mmatmul<Amx>(pf, dst, a, b, acc);
 #endif
   lowp::mmatmul<Global>(pf, dst, a, b, acc);
@@ -574,7 +566,7 @@ inline void matmul_tiles_bf16(float* d, const bf16_t* a, const bf16_t* b, int64_
 #if PTO_AMX_BF16
   // On AMX tiles: both tiles packed into this thread's scratch, one share of the global driver
   // (measured faster from 16 x 64 x 64 up: 1.75 vs 5.9 us).
-  if (m >= bf16mm::kAmxMinRows && amx::enabled()) {
+  if (m >= amx::kMinRows && amx::enabled()) {
     lowp::gemm_share<bf16mm::Amx>(m, n, k, {a, C, 1}, {b, C2, 1}, d, CD, acc);
     return;
   }

@@ -35,19 +35,8 @@ namespace pto {
 namespace bf16mm {
 
 #if PTO_AMX_BF16
-// Products with fewer rows go to the vector kernels: a 32-row tile block computes zeros for the
-// rows it lacks (measured on Sapphire Rapids class: see bench/RESULTS.md).
-constexpr int64_t kAmxMinRows = 16;
-
 typedef uint16_t vpair __attribute__((vector_size(64)));  // 32 bf16 bit patterns
 typedef float v32f __attribute__((vector_size(128)));
-typedef uint32_t v32u __attribute__((vector_size(128)));
-
-// Lanes (r0[B + i], r1[B + i]) for i = 0..15: the K pairs of 16 columns from two rows of B.
-template <int B, size_t... I>
-PTO_INLINE vpair zip(vpair r0, vpair r1, std::index_sequence<I...>) {
-  return __builtin_shufflevector(r0, r1, int((I & 1) ? 32 + B + I / 2 : B + I / 2)...);
-}
 
 struct Amx {
   using A = bf16_t;
@@ -60,22 +49,7 @@ struct Amx {
   static int64_t b_panel(int64_t k) { return depth(k) * NR; }
 
   static void pack_a(const A* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, PA* ap) {
-    const int64_t steps = depth(k) / KP;
-    uint16_t* d = reinterpret_cast<uint16_t*>(ap);
-    const uint16_t* s = &a->bits;
-    std::memset(d, 0, size_t(steps) * MR * 2 * KP * sizeof(uint16_t));
-    if (cs == 1) {
-      for (int64_t q = 0; q < steps; ++q) {
-        const int64_t k0 = q * 2 * KP, kk = detail::imin(2 * KP, k - k0);
-        for (int64_t i = 0; i < rows; ++i)
-          std::memcpy(d + (q * MR + i) * 2 * KP, s + i * rs + k0, size_t(kk) * sizeof(uint16_t));
-      }
-    } else {  // a transposed A (x^T dy): read along the rows of the stored matrix
-      for (int64_t kk = 0; kk < k; ++kk) {
-        uint16_t* dq = d + (kk / (2 * KP)) * MR * 2 * KP + kk % (2 * KP);
-        for (int64_t i = 0; i < rows; ++i) dq[i * 2 * KP] = s[i * rs + kk * cs];
-      }
-    }
+    amx::pack_a_rows(&a->bits, rs, cs, rows, k, depth(k) / KP, ap);
   }
 
   static void pack_b(const A* b, int64_t rs, int64_t cs, int64_t k, int64_t cols, PB* bp) {
@@ -89,8 +63,7 @@ struct Amx {
         vpair r0, r1;
         std::memcpy(&r0, s + 2 * p * rs, sizeof(vpair));
         std::memcpy(&r1, s + (2 * p + 1) * rs, sizeof(vpair));
-        const vpair lo = zip<0>(r0, r1, std::make_index_sequence<32>{});  // pairs of columns 0-15
-        const vpair hi = zip<16>(r0, r1, std::make_index_sequence<32>{});
+        const vpair lo = amx::zip<vpair, 0>(r0, r1), hi = amx::zip<vpair, 16>(r0, r1);  // columns 0-15, 16-31
         std::memcpy(&at(p, 0), &lo, sizeof(vpair));
         std::memcpy(&at(p, 16), &hi, sizeof(vpair));
       }
@@ -132,14 +105,11 @@ struct Amx {
     if (direct) return;
     if constexpr (std::is_same_v<D, bf16_t>) {
       if (nr == NR) {
-        // Whole rows rounded to nearest even as vectors (bf16_from_float's rounding, a NaN made
-        // quiet).
+        // Whole rows rounded as vectors (bf16_from_float's rounding).
         for (int64_t i = 0; i < mr; ++i) {
           v32f x;
           std::memcpy(&x, buf + i * NR, sizeof(x));
-          const v32u u = (v32u)x;
-          const v32u rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16, nan = (u >> 16) | 0x40u;
-          const vpair h = __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded, vpair);
+          const vpair h = bf16_bits_from_floats<vpair>(x);
           std::memcpy(c + i * ldc, &h, sizeof(h));
         }
         return;

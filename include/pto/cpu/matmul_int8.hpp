@@ -476,7 +476,7 @@ template <class D, class T, class E = lowp::NoEpilogue>
 inline void mmatmul(pto_parallel_for_fn pf, GlobalView<D> dst, GlobalView<T> a, GlobalView<T> b, bool acc,
                     const E* epi = nullptr) {
 #if PTO_AMX_INT8
-  if (detail::imin(dst.vr, a.vr) >= kAmxMinRows && amx::enabled())
+  if (detail::imin(dst.vr, a.vr) >= amx::kMinRows && amx::enabled())
     return lowp::mmatmul<Amx>(pf, dst, a, b, acc, epi);
 #endif
   lowp::mmatmul<Global>(pf, dst, a, b, acc, epi);
@@ -579,7 +579,7 @@ inline void matmul_tiles_i8(int32_t* d, const int8_t* a, const int8_t* b, int64_
 #if PTO_AMX_INT8
   // On AMX tiles: both tiles packed into this thread's scratch, one share of the global driver
   // (measured faster from 16 x 64 x 64 up: 1.75 vs 5.9 us).
-  if (m >= i8mm::kAmxMinRows && amx::enabled()) {
+  if (m >= amx::kMinRows && amx::enabled()) {
     lowp::gemm_share<i8mm::Amx>(m, n, k, {a, C, 1}, {b, C2, 1}, d, CD, acc);
     return;
   }

@@ -32,20 +32,11 @@ namespace pto {
 namespace i8mm {
 
 #if PTO_AMX_INT8
-// Products with fewer rows go to the vector kernels (a 32-row block computes zeros for the rest).
-constexpr int64_t kAmxMinRows = 16;
 
 typedef unsigned char v32b __attribute__((vector_size(32)));
 typedef unsigned char v64b __attribute__((vector_size(64)));
 typedef uint16_t v32h __attribute__((vector_size(64)));
 typedef uint16_t v64h __attribute__((vector_size(128)));
-
-// x[0], y[0], x[1], y[1], ...: the 2N lanes interleaving two vectors of N.
-template <class R, class V, size_t... I>
-PTO_INLINE R zip(V x, V y, std::index_sequence<I...>) {
-  constexpr int n = int(sizeof...(I)) / 2;
-  return __builtin_shufflevector(x, y, int((I & 1) ? n + I / 2 : I / 2)...);
-}
 
 struct Amx {
   using A = int8_t;
@@ -58,21 +49,7 @@ struct Amx {
   static int64_t b_panel(int64_t k) { return depth(k) * NR; }
 
   static void pack_a(const A* a, int64_t rs, int64_t cs, int64_t rows, int64_t k, PA* ap) {
-    const int64_t steps = depth(k) / KQ;
-    unsigned char* d = reinterpret_cast<unsigned char*>(ap);
-    std::memset(d, 0, size_t(steps) * MR * 4 * KQ);
-    if (cs == 1) {
-      for (int64_t q = 0; q < steps; ++q) {
-        const int64_t k0 = q * 4 * KQ, kk = detail::imin(4 * KQ, k - k0);
-        for (int64_t i = 0; i < rows; ++i)
-          std::memcpy(d + (q * MR + i) * 4 * KQ, a + i * rs + k0, size_t(kk));
-      }
-    } else {  // a transposed A: read along the rows of the stored matrix
-      for (int64_t kk = 0; kk < k; ++kk) {
-        unsigned char* dq = d + (kk / (4 * KQ)) * MR * 4 * KQ + kk % (4 * KQ);
-        for (int64_t i = 0; i < rows; ++i) dq[i * 4 * KQ] = static_cast<unsigned char>(a[i * rs + kk * cs]);
-      }
-    }
+    amx::pack_a_rows(a, rs, cs, rows, k, depth(k) / KQ, ap);
   }
 
   static void pack_b(const A* b, int64_t rs, int64_t cs, int64_t k, int64_t cols, PB* bp) {
@@ -88,9 +65,9 @@ struct Amx {
         std::memcpy(&r2, b + (4 * w + 2) * rs, 32);
         std::memcpy(&r3, b + (4 * w + 3) * rs, 32);
         // Byte pairs (rows 0-1, 2-3) of the 32 columns, then their quads.
-        const v64b p01 = zip<v64b>(r0, r1, std::make_index_sequence<64>{});
-        const v64b p23 = zip<v64b>(r2, r3, std::make_index_sequence<64>{});
-        const v64h q = zip<v64h>((v32h)p01, (v32h)p23, std::make_index_sequence<64>{});
+        const v64b p01 = amx::zip<v64b>(r0, r1);
+        const v64b p23 = amx::zip<v64b>(r2, r3);
+        const v64h q = amx::zip<v64h>((v32h)p01, (v32h)p23);
         std::memcpy(&at(w, 0), &q, 64);
         std::memcpy(&at(w, 16), reinterpret_cast<const char*>(&q) + 64, 64);
       }

@@ -30,6 +30,16 @@ PTO_INLINE float to_float(half_t h) { return elem::f16_to_float(h.bits); }
 PTO_INLINE half_t half_from_float(float f) { return half_t{elem::f16_from_float(f)}; }
 PTO_INLINE float to_float(bf16_t h) { return elem::bf16_to_float(h.bits); }
 PTO_INLINE bf16_t bf16_from_float(float f) { return bf16_t{elem::bf16_from_float(f)}; }
+// bf16_from_float on every lane of a vector of f32 (VF, GCC vector extension), as the bf16 bit
+// patterns in a vector of uint16_t of as many lanes (VU16): round to nearest even, a NaN quiet.
+template <class VU16, class VF>
+PTO_INLINE VU16 bf16_bits_from_floats(VF x) {
+  typedef uint32_t VU __attribute__((vector_size(sizeof(VF))));
+  const VU u = (VU)x;
+  const VU rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  const VU nan = (u >> 16) | 0x40u;
+  return __builtin_convertvector((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded, VU16);
+}
 
 PTO_INLINE float to_float(float f) { return f; }
 template <class T>

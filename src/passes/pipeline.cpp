@@ -90,8 +90,8 @@ TileSizes target_tile_sizes(const runtime::Target& t) {
 
 TileSizes tile_sizes(const PipelineOptions& o) {
   TileSizes t = target_tile_sizes(runtime::host_target());
-  if (o.tile_rows > 0) t.elem_rows = o.tile_rows;
-  if (o.tile_cols > 0) t.elem_cols = o.tile_cols;
+  if (o.tile_rows > 0) t.elem_rows = t.ew_rows = o.tile_rows;
+  if (o.tile_cols > 0) t.elem_cols = t.ew_cols = o.tile_cols;
   if (o.mm_tile_m > 0) t.mm_m = o.mm_tile_m;
   if (o.mm_tile_n > 0) t.mm_n = o.mm_tile_n;
   if (o.mm_tile_k > 0) t.mm_k = o.mm_tile_k;

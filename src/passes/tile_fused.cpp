@@ -112,9 +112,11 @@ class FusedEmitter {
           if (v->rank() > 0) width = std::max(width, cap(v->shape().back()));
     }
     std::vector<int64_t> ext(r, 1);
-    ext[r - 1] = col_tiled ? std::min(s0[r - 1], ts_.elem_cols) : s0[r - 1];
+    ext[r - 1] = col_tiled ? std::min(s0[r - 1], ts_.ew_cols) : s0[r - 1];
     if (r >= 2) {
-      int64_t budget = has_mm ? 64 * 1024 : ts_.elem_rows * ts_.elem_cols;
+      int64_t budget = has_mm      ? 64 * 1024
+                       : col_tiled ? ts_.ew_rows * ts_.ew_cols
+                                   : ts_.elem_rows * ts_.elem_cols;
       int64_t w = col_tiled ? ext[r - 1] : width;
       ext[r - 2] = std::min(s0[r - 2], floor_pow2(std::max<int64_t>(1, budget / w)));
     }

@@ -106,9 +106,9 @@ class Lowerer : public StmtMutator {
     std::vector<int64_t> ext(shape.size(), 1);
     int r = int(shape.size());
     if (r == 0) return ext;
-    int64_t tc = std::min(shape[r - 1], ts_.elem_cols);
+    int64_t tc = std::min(shape[r - 1], ts_.ew_cols);
     ext[r - 1] = tc;
-    if (r >= 2) ext[r - 2] = std::max<int64_t>(1, std::min(shape[r - 2], ts_.elem_rows * ts_.elem_cols / tc));
+    if (r >= 2) ext[r - 2] = std::max<int64_t>(1, std::min(shape[r - 2], ts_.ew_rows * ts_.ew_cols / tc));
     return ext;
   }
 

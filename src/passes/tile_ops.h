@@ -17,7 +17,13 @@
 namespace pypto::passes {
 
 struct TileSizes {
-  int64_t elem_rows = 16, elem_cols = 512;    // elementwise / reduction tiles
+  int64_t elem_rows = 16, elem_cols = 512;  // reduction / row tiles, and a rank-1 vector's elements
+  // Tiles of a purely elementwise chain (unfused, or a fused group whose instructions all have one
+  // shape): small enough that all of its tiles stay in L1 with the data they are copied from. At
+  // 16 x 512 (32 KiB a tile) an add's three tiles spill to L2 and every TLOAD / TSTORE copy runs
+  // at L2 speed: 1024^2 a + b on 2 cores of a Xeon 0.47 ms, 4 x 256 0.31 (torch 0.27); a fused
+  // tanh-GELU 2048^2 6.4 -> 4.2 ms; softmax and the norms (row tiles) unchanged.
+  int64_t ew_rows = 4, ew_cols = 256;
   int64_t mm_m = 64, mm_n = 256, mm_k = 256;  // matmul tiles
   // A plain f32 (or bf16) matrix product between global matrices becomes one MMATMUL (the CPU's
   // packed GEMM) instead of a tiled nest; off for targets that multiply tiles only (the NPU simulator).

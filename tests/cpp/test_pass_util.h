@@ -26,8 +26,8 @@ using namespace pypto::ir;
 // Small tiles, so that a few dozen elements already make loops with ragged edges.
 inline passes::TileSizes small_tiles() {
   passes::TileSizes t;
-  t.elem_rows = 4;
-  t.elem_cols = 8;
+  t.elem_rows = t.ew_rows = 4;
+  t.elem_cols = t.ew_cols = 8;
   t.mm_m = 4;
   t.mm_n = 8;
   t.mm_k = 8;

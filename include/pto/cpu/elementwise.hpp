@@ -251,7 +251,21 @@ struct OpMov {
 struct OpSel {
   template <class T>
   PTO_INLINE T operator()(T m, T a, T b) const {
-    return elem::sel(m, a, b);
+    if constexpr (std::is_floating_point_v<T> && (sizeof(T) == 4 || sizeof(T) == 8)) {
+      // elem::sel as a bitwise blend: GCC turns `m ? a : b` on floats into a branch around a
+      // load it will not vectorise (a backward's relu mask: scalar, mispredicted half the time).
+      using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+      U ua, ub;
+      __builtin_memcpy(&ua, &a, sizeof(T));
+      __builtin_memcpy(&ub, &b, sizeof(T));
+      const U k = U(0) - U(m != T(0));
+      const U r = (ua & k) | (ub & ~k);
+      T out;
+      __builtin_memcpy(&out, &r, sizeof(T));
+      return out;
+    } else {
+      return elem::sel(m, a, b);
+    }
   }
 };
 

@@ -369,7 +369,32 @@ constexpr int MR_NARROW = 16;
 constexpr int MR_NARROW = 8;
 #endif
 constexpr int64_t padded_rows(int64_t m, int tm) { return (m + tm - 1) / tm * tm; }
-constexpr bool use_narrow_tile(int64_t M) { return padded_rows(M, MR_NARROW) * 32 < padded_rows(M, MR) * 31; }
+// Whether the CPU is an AMD one (CPUID vendor "AuthenticAMD"); false off x86.
+inline bool cpu_is_amd() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  return __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541;
+#else
+  return false;
+#endif
+}
+// The narrow tile where the rows it saves outweigh its slower kernel: its time per padded row,
+// relative to the main tile's, in 32nds. On AVX-512 the 16 x 16 kernel loads 17 vectors per 16
+// FMAs; on an Intel Xeon (Emerald Rapids class, one core) that costs ~18%: M = 256 (N 768-3072,
+// K 768-3072) main 134-147 GFLOP/s, narrow 118-128 though it pads 256 rows instead of 266; M = 128
+// 113-117 vs 107-109; M = 32 71 vs 79, M = 16 41 vs 52 (narrow ahead). Zen cores keep the ratio
+// they were tuned with (~3%).
+inline int narrow_row_cost() {
+#if defined(__AVX512F__)
+  static const int cost = cpu_is_amd() ? 33 : 38;
+  return cost;
+#else
+  return 33;
+#endif
+}
+inline bool use_narrow_tile(int64_t M) {
+  return padded_rows(M, MR_NARROW) * narrow_row_cost() < padded_rows(M, MR) * 32;
+}
 
 // The register tiles of gemm_share_f32: MR x NR, the narrow one, and a wide MR_WIDE x 3 kW one
 // for products of at most 64 rows that read B in place (gemm_sum_rows_f32): 8 x 48 reads 11

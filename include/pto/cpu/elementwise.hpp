@@ -24,12 +24,22 @@ namespace detail {
 constexpr int64_t kNoLimit = int64_t(1) << 62;
 
 // Per-row access to a source: a pointer walked with unit stride, or one value for the whole row.
+// A bool is read as its byte (x != 0): GCC does not vectorise a loop that loads `bool`s next to
+// wider elements (a TSEL's mask, a compare's result read back), where it does bytes.
+template <class T>
+PTO_INLINE auto load_elem(const T* p, int64_t i) {
+  if constexpr (std::is_same_v<T, bool>)
+    return reinterpret_cast<const unsigned char*>(p)[i] != 0;
+  else
+    return p[i];
+}
+
 template <class T>
 struct RowPtr {
   const T* p;
   template <class CT>
   PTO_INLINE CT get(int64_t i) const {
-    return convert<CT>(p[i]);
+    return convert<CT>(load_elem(p, i));
   }
 };
 template <class V>
@@ -95,7 +105,7 @@ struct RowMask {
   const M* p;
   template <class CT>
   PTO_INLINE CT get(int64_t i) const {
-    return CT(convert<bool>(p[i]));
+    return CT(convert<bool>(load_elem(p, i)));
   }
 };
 template <class M, int R, int C, int RD, int CD, bool Bcast>
@@ -251,21 +261,7 @@ struct OpMov {
 struct OpSel {
   template <class T>
   PTO_INLINE T operator()(T m, T a, T b) const {
-    if constexpr (std::is_floating_point_v<T> && (sizeof(T) == 4 || sizeof(T) == 8)) {
-      // elem::sel as a bitwise blend: GCC turns `m ? a : b` on floats into a branch around a
-      // load it will not vectorise (a backward's relu mask: scalar, mispredicted half the time).
-      using U = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
-      U ua, ub;
-      __builtin_memcpy(&ua, &a, sizeof(T));
-      __builtin_memcpy(&ub, &b, sizeof(T));
-      const U k = U(0) - U(m != T(0));
-      const U r = (ua & k) | (ub & ~k);
-      T out;
-      __builtin_memcpy(&out, &r, sizeof(T));
-      return out;
-    } else {
-      return elem::sel(m, a, b);
-    }
+    return elem::sel(m, a, b);
   }
 };
 

@@ -203,6 +203,24 @@ def test_few_rows_wide_tile(M, K, N):
     assert_close(fused(a, b, bias), np.maximum(ref + f64(bias)[0], 0), 1e-5)
 
 
+@requires_compiler
+@pytest.mark.parametrize("M,K,N", [(200, 300, 480), (203, 2100, 470), (128, 150, 1500), (1030, 77, 190)])
+def test_wide_tile_packed(M, K, N):
+    """Where 8-row panels and 48-column ones pad less than 14 x 32 (pto::gemm::tile_cost), the
+    wide tile runs on packed operands too: ragged rows and columns, K past a kc block, tall
+    (rows split on threads) and wide (columns split); transposed A and B take the strided packings."""
+    a, b = rand(M, K), rand(K, N)
+    a64, b64 = f64(a, b)
+    ref = a64 @ b64
+    assert_close(jit(mm, "cpu")(a, b), ref, 1e-5)
+    assert_close(jit(mm_bt, "cpu")(a, np.ascontiguousarray(b.T)), ref, 1e-5)
+    assert_close(jit(mm_at, "cpu")(np.ascontiguousarray(a.T), b), ref, 1e-5)
+    c0 = rand(M, N)
+    c = c0.copy()
+    jit(mm_acc, "cpu")(a, b, c)
+    assert_close(c, f64(c0)[0] + ref, 1e-5)
+
+
 def test_batched_rows_times_a_matrix_is_one_gemm():
     # nn.Linear on (batch, seq, d): the batch folds into the rows of one whole-matrix product, also
     # for a permuted input (nn.MultiheadAttention's x.transpose(0, 1)); a ragged tile of a user

@@ -392,31 +392,40 @@ inline int narrow_row_cost() {
   return 33;
 #endif
 }
-inline bool use_narrow_tile(int64_t M) {
-  return padded_rows(M, MR_NARROW) * narrow_row_cost() < padded_rows(M, MR) * 32;
-}
-
-// The register tiles of gemm_share_f32: MR x NR, the narrow one, and a wide MR_WIDE x 3 kW one
-// for products of at most 64 rows that read B in place (gemm_sum_rows_f32): 8 x 48 reads 11
-// vectors per 24 FMAs where 16 x 16 reads 17 per 16, and pads rows to a multiple of 8, not 14
-// or 16. A convolution's taps (64 x 3192 x 9*64, one Zen 5 core): 16 x 16 190 GFLOP/s, 14 x 32
-// 155-168, 8 x 48 215-228 (the FMA loop's 230).
+// The register tiles of gemm_share_f32: MR x NR, the narrow one, and a wide MR_WIDE x 3 kW one:
+// 8 x 48 reads 11 vectors per 24 FMAs where 16 x 16 reads 17 per 16, and pads rows to a
+// multiple of 8, not 14 or 16. A convolution's taps (64 x 3192 x 9*64, one Zen 5 core, B read in
+// place): 16 x 16 190 GFLOP/s, 14 x 32 155-168, 8 x 48 215-228 (the FMA loop's 230). Packed, on
+// an Intel Xeon core: M = 128 (N 768-3072, K 768-3072) 14 x 32 116-130, 8 x 48 127-137 (14-row
+// panels pad 128 rows to 140); 1024^3 161 and 158-160 (48 columns pad 1024 to 1056).
 enum TileKind : int { kTileMain = 0, kTileNarrow = 1, kTileWide = 2 };
 constexpr int MR_WIDE = 8, NV_WIDE = 3;
-inline int choose_tile(int64_t M, int64_t N, const Term* t, int nt) {
-#if defined(__AVX512F__)
-  // At least 16 panels (768 columns): narrower, its ragged last panel costs more than it gains.
-  bool wide = M <= 64 && N >= 16 * NV_WIDE * kW;
-  for (int i = 0; i < nt; ++i) wide = wide && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
-  if (wide) return kTileWide;
-#else
-  (void)N, (void)t, (void)nt;
-#endif
-  return use_narrow_tile(M) ? kTileNarrow : kTileMain;
-}
 constexpr int tile_cols(int tile) { return tile == kTileWide ? NV_WIDE * kW : tile == kTileNarrow ? kW : NR; }
 constexpr int tile_rows(int tile) {
   return tile == kTileWide ? MR_WIDE : tile == kTileNarrow ? MR_NARROW : MR;
+}
+// A tile's cost for an M x N product: the padded rows x padded columns it computes, weighted by
+// its kernel's time per element (narrow_row_cost; the others alike).
+inline int64_t tile_cost(int tile, int64_t M, int64_t N) {
+  const int64_t w = tile == kTileNarrow ? narrow_row_cost() : 32;
+  return padded_rows(M, tile_rows(tile)) * padded_rows(N, tile_cols(tile)) * w;
+}
+// The narrow tile against the main one by rows (as tuned); the wide one against either by area.
+inline bool use_narrow_tile(int64_t M) {
+  return padded_rows(M, MR_NARROW) * narrow_row_cost() < padded_rows(M, MR) * 32;
+}
+inline int choose_tile(int64_t M, int64_t N, const Term* t, int nt) {
+  int best = use_narrow_tile(M) ? kTileNarrow : kTileMain;
+#if defined(__AVX512F__)
+  // Few rows with B read in place (gemm_sum_rows_f32), at least 16 panels (768 columns):
+  // narrower, its ragged last panel costs more than it gains.
+  bool in_place = M <= 64 && N >= 16 * NV_WIDE * kW;
+  for (int i = 0; i < nt; ++i) in_place = in_place && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
+  if (in_place || tile_cost(kTileWide, M, N) < tile_cost(best, M, N)) best = kTileWide;
+#else
+  (void)t, (void)nt;
+#endif
+  return best;
 }
 
 // A sum on the pool `pf` (nullptr: this thread only): gemm_sum_f32 with the register tile chosen

@@ -80,6 +80,15 @@ struct Blocking {
   int64_t kc = KC, mc = MC, nc = NC, nb = NB, kr = KC < 512 ? KC : 512;
 };
 
+// Whether the CPU is an AMD one (CPUID vendor "AuthenticAMD"); false off x86.
+inline bool cpu_is_amd() {
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned a, b, c, d;
+  return __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541;
+#else
+  return false;
+#endif
+}
 // The per-core L1 data and L2 cache sizes the CPU reports (CPUID leaf 4 on Intel, 0x8000001D on
 // AMD: ways x partitions x line x sets); 0 where it reports none (or off x86).
 struct CacheSizes {
@@ -90,7 +99,7 @@ inline CacheSizes query_cache_sizes() {
 #if defined(__x86_64__) || defined(__i386__)
   unsigned a, b, c, d;
   if (!__get_cpuid(0, &a, &b, &c, &d)) return cs;
-  const bool amd = b == 0x68747541;  // "Auth"enticAMD
+  const bool amd = cpu_is_amd();
   unsigned leaf = 4;
   if (amd) {
     if (!__get_cpuid(0x80000000, &a, &b, &c, &d) || a < 0x8000001D) return cs;
@@ -369,15 +378,6 @@ constexpr int MR_NARROW = 16;
 constexpr int MR_NARROW = 8;
 #endif
 constexpr int64_t padded_rows(int64_t m, int tm) { return (m + tm - 1) / tm * tm; }
-// Whether the CPU is an AMD one (CPUID vendor "AuthenticAMD"); false off x86.
-inline bool cpu_is_amd() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned a, b, c, d;
-  return __get_cpuid(0, &a, &b, &c, &d) && b == 0x68747541;
-#else
-  return false;
-#endif
-}
 // The narrow tile where the rows it saves outweigh its slower kernel: its time per padded row,
 // relative to the main tile's, in 32nds. On AVX-512 the 16 x 16 kernel loads 17 vectors per 16
 // FMAs; on an Intel Xeon (Emerald Rapids class, one core) that costs ~18%: M = 256 (N 768-3072,

@@ -115,6 +115,10 @@ class Fuser : public StmtMutator {
     for (const Stmt& s : body) open(s, Origin{}, in, origin);
     const std::vector<Call> calls = std::move(calls_);
     if (o_.mode == FusionOptions::Listed) list_calls(in, origin);
+    attention_ = nullptr;
+    const std::set<size_t> attention = o_.mode == FusionOptions::Listed && !o_.kinds.count("matmul")
+                                           ? attention_chains(in, origin)
+                                           : std::set<size_t>{};
     std::vector<Stmt> out;
     std::vector<size_t> from;  // out[k] holds in[from[k] .. from[k + 1])
     std::set<const Buffer*> allocs;
@@ -126,6 +130,7 @@ class Fuser : public StmtMutator {
       } else if (s->kind == StmtKind::OpStmt && is_tensor_level(s->op)) {
         Group g;
         size_t end = 0;
+        attention_ = &attention;  // this block's (mutating a nested block below replaced it)
         if (grow(in, origin, i, allocs, g, end) && g.ops.size() >= 2) {
           auto group = seq(std::vector<Stmt>(in.begin() + long(i), in.begin() + long(end)));
           group->var = g.epilogue ? kFusedEpilogue : kFusedRows;
@@ -146,6 +151,7 @@ class Fuser : public StmtMutator {
   int instances_ = 0;
 
   std::set<int> listed_calls_;  // Listed: the calls every fusible instruction of which is listed
+  const std::set<size_t>* attention_ = nullptr;  // the block's attention_chains(): listed
 
   // An outermost public op call opened into a block: its label and its statements in[first, end).
   struct Call {
@@ -213,6 +219,37 @@ class Fuser : public StmtMutator {
     for (int i : unlisted) listed_calls_.erase(i);
   }
 
+  // Under a list without "matmul" (the default), the two products of an attention chain still
+  // fuse with it: scores = A B with a small B, listed instructions including a softmax, then the
+  // chain's result times a small right operand. Fused, the scores never reach memory (a Llama
+  // block's 12 x 512 x 512 scores: three passes over 12 MiB); the rows then need both right
+  // operands in tiles, which is why only small ones qualify (fits() checks the same bound).
+  std::set<size_t> attention_chains(const std::vector<Stmt>& in, const std::vector<Origin>& origin) const {
+    std::set<size_t> found;
+    auto small_product = [&](const Stmt& s) {
+      return s->kind == StmtKind::OpStmt && is_tensor_level(s->op) && kind_of(s->op.code) == Kind::Matmul &&
+             !packed_once(s->op) && right_operand_elems(std::get<View>(s->op.args[2])) <= kSmallRightOperand;
+    };
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (!small_product(in[i])) continue;
+      const Buffer* last = dst(in[i]->op).buf.get();  // the value the chain carries
+      bool softmax = false;
+      for (size_t j = i + 1; j < in.size(); ++j) {
+        const Stmt& s = in[j];
+        if (s->kind == StmtKind::Alloc) continue;
+        if (s->kind != StmtKind::OpStmt || !is_tensor_level(s->op)) break;
+        if (small_product(s)) {
+          if (softmax && std::get<View>(s->op.args[1]).buf.get() == last) found.insert({i, j});
+          break;
+        }
+        if (group_key(in, origin, j) != 0) break;
+        softmax = softmax || (origin[j].instance >= 0 && origin[j].name == "softmax");
+        last = dst(s->op).buf.get();
+      }
+    }
+    return found;
+  }
+
   // Which instructions may share a group: those with equal keys.
   int64_t group_key(const std::vector<Stmt>& in, const std::vector<Origin>& origin, size_t j) const {
     const Origin& o = origin[j];
@@ -221,7 +258,7 @@ class Fuser : public StmtMutator {
     if (o.call)
       return o_.mode == FusionOptions::Listed && listed_calls_.count(o.instance) ? 0 : 1 + o.instance;
     std::string name = o.instance >= 0 ? o.name : op_name(in[j]->op.code);
-    if (o_.mode == FusionOptions::Listed && o_.kinds.count(name)) return 0;
+    if (o_.mode == FusionOptions::Listed && (o_.kinds.count(name) || (attention_ && attention_->count(j)))) return 0;
     return o.instance >= 0 ? 1 + o.instance : -1 - int64_t(j);
   }
 

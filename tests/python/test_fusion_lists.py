@@ -35,6 +35,17 @@ def var_chain(x):
     return pypto.sqrt(pypto.var(x, -1, keepdim=True) + 1.0)
 
 
+# Attention: scores, scale, mask, softmax, weighted sum. Under the default list (no "matmul") the
+# two products still join the chain, as one nest: the scores never reach memory.
+def attention(q, k, v, mask):
+    return pypto.matmul(pypto.softmax(pypto.matmul(q, k.transpose(-2, -1)) * 0.25 + mask, -1), v)
+
+
+# The same shape of chain without a softmax is no attention: its products keep their own nests.
+def relu_chain(q, k, v, mask):
+    return pypto.matmul(pypto.relu(pypto.matmul(q, k.transpose(-2, -1)) * 0.25 + mask), v)
+
+
 def nests(fn, fusion, *args):
     """Results and the number of nests (stores) of `fn` compiled with `fusion`."""
     k = pypto.jit(fn, fusion=fusion, backend="interp", promote=False)  # (promotion keeps small temps in tiles)
@@ -57,6 +68,9 @@ CASES = {
                                    (["add", "mul", "maximum", "minimum", "relu"], 1)]),
     "logsumexp": (logsumexp_chain, [(True, 1), (None, 1), (False, 3), (["sub", "exp"], 2)]),
     "var": (var_chain, [(True, 1), (None, 1), (False, 3), (["add", "sqrt"], 2), ("off", 8)]),
+    "attention": (attention, [(True, 1), (None, 1), (["mul", "add", "softmax"], 1), (["softmax"], 5),
+                              (["mul", "add"], 4), (False, 5)]),
+    "relu_chain": (relu_chain, [(True, 1), (None, 3), (["mul", "add", "relu"], 3), (False, 5)]),
 }
 
 
@@ -73,6 +87,12 @@ def reference(name, args):
         return np.exp(a[0] - (m + np.log(np.exp(a[0] - m).sum(-1, keepdims=True))))
     if name == "var":
         return np.sqrt(a[0].var(-1, ddof=1, keepdims=True) + 1)
+    if name in ("attention", "relu_chain"):
+        s = a[0] @ np.swapaxes(a[1], -2, -1) * 0.25 + a[3]
+        if name == "relu_chain":
+            return np.maximum(s, 0) @ a[2]
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True) @ a[2]
     x = a[0]
     ln = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-5)
     r = np.maximum(ln, 0)
@@ -84,7 +104,7 @@ def test_fusion_lists_group_exactly_the_listed_kinds(name):
     fn, expectations = CASES[name]
     args = {"linear": (rand(40, 24), rand(24, 16), rand(16)), "tanh": (rand(33, 70),),
             "norm": (rand(9, 48), rand(48)), "hardswish": (rand(9, 48) * 4,), "logsumexp": (rand(9, 48),),
-            "var": (rand(9, 48),)}[name]
+            "var": (rand(9, 48),)}.get(name) or (rand(2, 24, 16), rand(2, 20, 16), rand(2, 20, 8), rand(24, 20))
     ref = reference(name, args)
     for fusion, want in expectations:
         out, stores = nests(fn, fusion, *args)

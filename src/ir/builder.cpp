@@ -645,10 +645,23 @@ View Builder::matmul_as(const View& a0, const View& b0, DType out_dtype) {
     plain = plain && sb[0] != kDynamicBound && sb[1] != kDynamicBound && rows >= 32 && sb[1] >= 32 &&
             sb[0] >= 32 && double(rows) * double(sb[1]) * double(sb[0]) >= double(1 << 21);
     if (plain) {
-      View prod = matmul_as(reshape(a0, {rows, sa.back()}), b0, out_dtype);
       std::vector<int64_t> shape(sa.begin(), sa.end() - 1);
       shape.push_back(sb[1]);
-      return reshape(prod, shape);
+      if (rows == sa[sa.size() - 2]) {
+        // Every batch dim is 1 (a batch of one sequence): the product writes the result's rows
+        // through a view, and reads x through one; no copies either side.
+        std::vector<Expr> valid;
+        for (int64_t n : shape) valid.push_back(int_imm(n));
+        View out = impl_->new_temp(shape, out_dtype, valid);
+        View out2 = out, a2 = a0;
+        for (int i = int(sa.size()) - 3; i >= 0; --i) {
+          out2 = squeeze(out2, i);
+          a2 = squeeze(a2, i);
+        }
+        impl_->emit_op(Opcode::TMATMUL, {out2, a2, b0});
+        return out;
+      }
+      return reshape(matmul_as(reshape(a0, {rows, sa.back()}), b0, out_dtype), shape);
     }
   }
   if (a0.buf->dtype == DType::Bool || b0.buf->dtype == DType::Bool)

@@ -169,6 +169,7 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape, const std::vect
   for (auto s : shape)
     if (s != 1) d1.push_back(s);
   if (s1 == d1) {
+    if (shape == s1) return cur;  // only size-1 dims dropped: a view of the same elements
     View out = empty(shape, v.buf->dtype, out_extents);
     View target = out;
     for (int i = int(shape.size()) - 1; i >= 0; --i)

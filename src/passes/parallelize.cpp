@@ -101,6 +101,38 @@ std::optional<Footprint> footprint(const View& view, int d, const std::string& v
   return Footprint{*a, b->lo, b->hi + span};
 }
 
+// Whether accesses (footprint relative to a * v, written?) of one dim touch nothing across two
+// iterations of a loop with this step, its variable within `v` (null: unknown). Accesses whose
+// whole ranges over the loop overlap form a group, which must fit one iteration's window: the
+// writes' union no wider than the step, every access of the group inside it. Groups whose ranges
+// over the loop are apart (a head's q, k and v columns at c, D + c, 2D + c) cannot meet.
+bool disjoint_across_iterations(std::vector<std::pair<Footprint, bool>> fps, int64_t step, const Interval* v) {
+  const int64_t a = fps[0].first.a;
+  for (auto& [fp, w] : fps)
+    if (fp.a != a) return false;
+  // Each access's range over the whole loop; sorted by start, overlapping ranges chain into groups.
+  auto whole = [&](const Footprint& f) {
+    return v ? std::pair<int64_t, int64_t>{f.lo + a * v->lo, f.hi + a * v->hi}
+             : std::pair<int64_t, int64_t>{LLONG_MIN, LLONG_MAX};
+  };
+  std::sort(fps.begin(), fps.end(), [&](auto& x, auto& y) { return whole(x.first).first < whole(y.first).first; });
+  for (size_t g = 0; g < fps.size();) {
+    size_t e = g + 1;
+    int64_t reach = whole(fps[g].first).second;
+    while (e < fps.size() && whole(fps[e].first).first <= reach) reach = std::max(reach, whole(fps[e++].first).second);
+    int64_t lo = LLONG_MAX, hi = LLONG_MIN;
+    for (size_t i = g; i < e; ++i)
+      if (fps[i].second) lo = std::min(lo, fps[i].first.lo), hi = std::max(hi, fps[i].first.hi);
+    if (lo <= hi) {  // the group writes
+      if (hi - lo + 1 > a * step) return false;
+      for (size_t i = g; i < e; ++i)
+        if (fps[i].first.lo < lo || fps[i].first.hi > hi) return false;
+    }
+    g = e;
+  }
+  return true;
+}
+
 bool independent(const StmtNode& loop, const VarBounds& outer) {
   auto step = as_int(loop.step);
   if (!step) return false;
@@ -133,14 +165,7 @@ bool independent(const StmtNode& loop, const VarBounds& outer) {
         fps.push_back({*fp, acc->write});
       }
       if (!affine) continue;
-      int64_t a = fps[0].first.a, lo = LLONG_MAX, hi = LLONG_MIN;
-      bool same_a = true;
-      for (auto& [fp, w] : fps) {
-        same_a &= fp.a == a;
-        if (w) lo = std::min(lo, fp.lo), hi = std::max(hi, fp.hi);
-      }
-      if (!same_a || hi - lo + 1 > a * *step) continue;
-      ok = std::all_of(fps.begin(), fps.end(), [&](auto& p) { return p.first.lo >= lo && p.first.hi <= hi; });
+      ok = disjoint_across_iterations(fps, *step, vb.count(loop.var) ? &vb.at(loop.var) : nullptr);
     }
     if (!ok) return false;
   }

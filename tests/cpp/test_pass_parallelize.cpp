@@ -326,3 +326,57 @@ func @rates(%A: f32[16, 8], %C: f32[32, 8] out) {
 })";
   expect_parallelize(p, p);
 }
+
+// Writes at several offsets moving together (an attention head's q, k and v columns at c, 24 + c
+// and 48 + c, each iteration updating its own): the three column ranges over the whole loop are
+// apart, so the iterations are independent. Shifting one range into another's (offset 20 + c,
+// where iteration c + 20 of the first write lands) or reading the next iteration's columns
+// keeps the loop serial.
+TEST(PassParallelize, WindowsAtSeveralOffsetsApartOverTheLoopAreParallel) {
+  expect_parallelize(R"(
+func @heads(%A: f32[8, 72], %C: f32[8, 72] out) {
+  for %c = 0 to 24 step 4 {
+    alloc %x: f32[8, 4] vec
+    alloc %y: f32[8, 4] vec
+    TLOAD %x, %A[0:8, %c:4]
+    TLOAD %y, %C[0:8, (%c + 24):4]
+    TADD %y, %y, %x
+    TSTORE %C[0:8, (%c + 24):4], %y
+    TSTORE %C[0:8, %c:4], %x
+    TSTORE %C[0:8, (%c + 48):4], %x
+  }
+})",
+                     R"(
+func @heads(%A: f32[8, 72], %C: f32[8, 72] out) {
+  parallel for %c = 0 to 24 step 4 {
+    alloc %x: f32[8, 4] vec
+    alloc %y: f32[8, 4] vec
+    TLOAD %x, %A[0:8, %c:4]
+    TLOAD %y, %C[0:8, (%c + 24):4]
+    TADD %y, %y, %x
+    TSTORE %C[0:8, (%c + 24):4], %y
+    TSTORE %C[0:8, %c:4], %x
+    TSTORE %C[0:8, (%c + 48):4], %x
+  }
+})");
+  const char* overlapping = R"(
+func @heads(%A: f32[8, 72], %C: f32[8, 72] out) {
+  for %c = 0 to 24 step 4 {
+    alloc %x: f32[8, 4] vec
+    TLOAD %x, %A[0:8, %c:4]
+    TSTORE %C[0:8, %c:4], %x
+    TSTORE %C[0:8, (%c + 20):4], %x
+  }
+})";
+  expect_parallelize(overlapping, overlapping);
+  const char* reads_next = R"(
+func @heads(%A: f32[8, 72], %C: f32[8, 72] out) {
+  for %c = 0 to 24 step 4 {
+    alloc %x: f32[8, 4] vec
+    TLOAD %x, %C[0:8, (%c + 4):4]
+    TSTORE %C[0:8, (%c + 48):4], %x
+    TSTORE %C[0:8, %c:4], %x
+  }
+})";
+  expect_parallelize(reads_next, reads_next);
+}

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from . import interop
+from . import interop, specialize
 from .errors import PyptoError
 from .frontend.trace import rebuild
 from .tensor import Tensor
@@ -45,7 +45,7 @@ class Derived:
         self.n_inputs = len(entry.plan)
         self.written = [r for r in results if r < self.n_inputs]
         self.name = entry.name  # (no reference to the entry: it holds this object)
-        self.kernel = _compiled(prog, entry)
+        self.kernel = _compiled(prog, entry, specialize.backward_options(entry.options))
         params = self.kernel.params()
         self.in_params = [p for p in params if p[3] != "output"]
         self.out_params = [p for p in params if p[3] == "output"]
@@ -80,9 +80,10 @@ class Derived:
         return dict(zip(self.grads, grads))
 
 
-def _compiled(program, entry):
-    """The kernel of `program` with the entry's backend and options, compiled when it is native."""
-    kernel = _C.Kernel(program, entry.backend, **entry.options)
+def _compiled(program, entry, options=None):
+    """The kernel of `program` with the entry's backend and options (or `options`), compiled when it
+    is native."""
+    kernel = _C.Kernel(program, entry.backend, **(entry.options if options is None else options))
     if entry.backend == "cpu":
         kernel.compile()
     return kernel

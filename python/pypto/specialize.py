@@ -39,6 +39,17 @@ def static_key(a):
 DEFAULT_UNFUSED = ("matmul", "conv2d")
 
 
+def backward_options(options):
+    """The compile options of a derived backward: a fusion list also fuses what the default list
+    fuses. The list was written for the forward's ops; the backward's are others (a relu's mask
+    and select, a norm's reductions), which would otherwise each make a pass over memory."""
+    ops = options.get("fusion_ops")
+    if not ops:
+        return options
+    default = [n for n in _C.fusion_names() if n not in DEFAULT_UNFUSED]
+    return dict(options, fusion_ops=list(dict.fromkeys([*ops, *default])))
+
+
 def compile_options(fusion, tiles, parallel, double_buffer, promote=True):
     o = {"parallel": bool(parallel), "double_buffer": bool(double_buffer), "promote": bool(promote)}
     if fusion is None:  # the default: every kind but the matrix ops (their own nests, packed tiles)

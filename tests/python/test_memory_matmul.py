@@ -309,6 +309,10 @@ def test_products_with_large_right_operands_are_packed_once():
     assert fwd.count("MMATMUL") == 1 and "TMATMUL" not in fwd, fwd
     bwd = kern.lower_backward(x, w, b).as_text("tile")
     assert bwd.count("MMATMUL") == 2 and "TMATMUL" not in bwd, bwd
+    # The backward fuses what the default list fuses besides the kernel's list: the relu's mask,
+    # its select and the bias gradient's column sum are one pass over dy, not three.
+    nests = [ln for ln in bwd.split("\n") if ln.startswith("  parallel for") or ln.startswith("  for")]
+    assert len(nests) == 1, bwd
     # A small right operand (64 x 64) still joins the row group with its epilogue.
     small = pypto.jit(linear_relu, fusion=["matmul", "add", "relu"]).lower(
         rand(512, 64), rand(64, 64), rand(64)).as_text("tile")

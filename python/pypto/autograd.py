@@ -25,6 +25,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from . import interop, specialize
+from . import profile as _profile
 from .errors import PyptoError
 from .frontend.trace import rebuild
 from .tensor import Tensor
@@ -45,7 +46,8 @@ class Derived:
         self.n_inputs = len(entry.plan)
         self.written = [r for r in results if r < self.n_inputs]
         self.name = entry.name  # (no reference to the entry: it holds this object)
-        self.kernel = _compiled(prog, entry, specialize.backward_options(entry.options))
+        self.kernel, secs = _compiled(prog, entry, specialize.backward_options(entry.options))
+        self.kernel_run = _RunOf(f"{self.name} (backward)", self.kernel, entry, secs)
         params = self.kernel.params()
         self.in_params = [p for p in params if p[3] != "output"]
         self.out_params = [p for p in params if p[3] == "output"]
@@ -53,9 +55,10 @@ class Derived:
         self.n_params = len(fparams)
         # save: the forward that also returns the matmul products the backward reads (params
         # n_params.. of the backward's "saved" args), so that they are not recomputed.
-        self.forward = None
+        self.forward = self.forward_run = None
         if with_saves is not None:
-            self.forward = _compiled(with_saves, entry)
+            self.forward, secs = _compiled(with_saves, entry)
+            self.forward_run = _RunOf(f"{self.name} (forward, saving products)", self.forward, entry, secs)
             fparams = self.forward.params()
         self.param_dtypes = [_dt.to_dtype(p[1]) for p in fparams]
         self.param_shapes = [tuple(p[2]) for p in fparams]
@@ -66,7 +69,7 @@ class Derived:
         n = len(inputs)
         outs = _launch(self.forward, zip(inputs, self.param_dtypes, self.param_shapes),
                        zip(self.param_shapes[n:], self.param_dtypes[n:]), kind, scalars,
-                       f"kernel '{self.name}'")
+                       f"kernel '{self.name}'", self.forward_run)
         n_out = self.n_params - n
         return outs[:n_out], dict(enumerate(outs[n_out:], self.n_params))
 
@@ -76,23 +79,47 @@ class Derived:
         ins = ((cotangents.get(idx) if role == "cotangent" else values[idx], self.param_dtypes[idx],
                 self.param_shapes[idx]) for role, idx in self.args)
         grads = _launch(self.kernel, ins, ((p[2], _dt.to_dtype(p[1])) for p in self.out_params), kind,
-                        scalars, f"backward of kernel '{self.name}'")
+                        scalars, f"backward of kernel '{self.name}'", self.kernel_run)
         return dict(zip(self.grads, grads))
+
+
+class _RunOf:
+    """A kernel autograd derived (a backward, or a forward that also saves its products), as
+    pypto.Profile reads a compiled kernel: its calls are recorded like any kernel call, so
+    pypto.profiling() and pypto.get_last_profile() show them, per-nest times included. Holds the
+    forward's builder (source lines), not its entry."""
+
+    def __init__(self, name, kernel, entry, compile_seconds):
+        self.name, self.kernel, self.backend = name, kernel, entry.backend
+        self.options, self.builder = entry.options, entry.builder
+        self.compile_seconds = compile_seconds
+        self.build_seconds, self.built_at_ns, self.last_shapes = 0.0, 0, None
+        self._cost = self._nests = None
+
+    def cost(self, input_shapes=None):
+        if self._cost is None:
+            self._cost = tuple(self.kernel.cost())
+        return self._cost
+
+    def nest_info(self):
+        if self._nests is None:
+            self._nests = [tuple(n) for n in self.kernel.nests(self.builder)]
+        return self._nests
 
 
 def _compiled(program, entry, options=None):
     """The kernel of `program` with the entry's backend and options (or `options`), compiled when it
-    is native."""
+    is native; and the seconds its C++ compile took."""
     kernel = _C.Kernel(program, entry.backend, **(entry.options if options is None else options))
-    if entry.backend == "cpu":
-        kernel.compile()
-    return kernel
+    return kernel, (kernel.compile() if entry.backend == "cpu" else 0.0)
 
 
-def _launch(kernel, inputs, outputs, kind, scalars, what):
+def _launch(kernel, inputs, outputs, kind, scalars, what, run_of=None):
     """Runs `kernel` on `inputs` ((array, dtype, shape) each, in param order) and new `outputs`
     ((shape, dtype) each, allocated as `kind`); returns the outputs. The prepared inputs are held
-    until the run ends."""
+    until the run ends. With `run_of` (its _RunOf) the call is recorded for the profile, and run
+    on the profiling variant inside pypto.profiling()."""
+    t0 = _profile._now()
     run, held = [], []
     for a, dtype, shape in inputs:
         arg, keep = _prepared(a, dtype, shape)
@@ -103,10 +130,20 @@ def _launch(kernel, inputs, outputs, kind, scalars, what):
         obj, arg = interop.make_allocator(kind, shape, dtype)()
         outs.append(obj)
         run.append(arg)
+    profiled = run_of is not None and _profile.state.on and run_of.backend == "cpu"
+    if profiled:
+        kernel.compile_profiling()  # before the clock starts (once per kernel)
+    t_run = _profile._now()
     try:
-        kernel.run(run, list(scalars))
+        if profiled:
+            spans = kernel.run_profiled(run, list(scalars))
+        else:
+            kernel.run(run, list(scalars))
+            spans = None
     except PyptoError as e:
         raise PyptoError(f"{what} failed at run time: {e}") from None
+    if run_of is not None:
+        _profile.record(run_of, t0, t_run, spans)
     return outs
 
 
@@ -302,7 +339,12 @@ class _TorchCall:
         if d is not None and d.forward is not None:
             outs, self.products = d.run_forward(inputs, self.scalars, interop.TORCH)
         else:
-            outs, _ = self.entry.run_flat(self.full, self.imp)
+            e, profiled = self.entry, _profile.state.on
+            if profiled and e.backend == "cpu":
+                e.kernel.compile_profiling()
+            t_run = _profile._now()
+            outs, _ = e.run_flat(self.full, self.imp, profiled)
+            _profile.record(e, t_run, t_run, e.last_spans if profiled else None)
         self.full = self.imp = None
         return outs
 

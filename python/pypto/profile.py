@@ -178,8 +178,8 @@ class Profile:
 
 
 def get_last_profile():
-    """The profile of the last kernel call on this thread, or None (no call yet, or the last one
-    went through autograd)."""
+    """The profile of the last kernel call on this thread (under autograd: the last kernel it ran,
+    the forward or the derived backward), or None (no call yet)."""
     last = _C.last_call()
     return Profile(*last) if last is not None else None
 

@@ -111,6 +111,30 @@ def test_profiling_region_and_chrome_trace(tmp_path):
     assert {e["args"]["name"].split()[0] for e in events if e["ph"] == "M"} >= {"caller"}
 
 
+def test_profiling_region_records_the_kernels_autograd_runs():
+    # A training step through torch autograd: the forward (the kernel itself, or the variant that
+    # saves its products) and the derived backward are both recorded, each with its nests; outside
+    # a region, get_last_profile() is the backward's call.
+    import torch
+    k = pypto.jit(linear_rowsum)
+    x, w, b = (torch.from_numpy(a).requires_grad_() for a in (rand(64, 48), rand(48, 32), rand(1, 32)))
+    k(x, w, b).sum().backward()  # compiled (forward and backward) outside the region
+    with pypto.profiling() as prof:
+        k(x, w, b).sum().backward()
+    names = [p.kernel for p in prof.profiles]
+    assert len(names) == 2 and names[1] == "linear_rowsum (backward)", names
+    for p in prof.profiles:
+        assert p.profiled and p.nests and p.flops > 0 and p.run_ms > 0
+        assert sum(n.ms for n in p.nests) <= p.run_ms
+    assert "linear_rowsum (backward)" in str(prof)
+    w.grad = None
+    k(x, w, b).sum().backward()
+    last = pypto.get_last_profile()
+    assert last is not None and last.kernel == "linear_rowsum (backward)" and not last.profiled
+    want = np.maximum(x.detach().numpy().astype(np.float64) @ w.detach().numpy() + b.detach().numpy(), 0)
+    assert rel_err(w.grad.numpy(), x.detach().numpy().T.astype(np.float64) @ (want > 0)) < 1e-5
+
+
 def test_jit_profile_option_and_env_profile_every_call(monkeypatch):
     args = rand(32, 16), rand(16, 8), rand(1, 8)
     k = pypto.jit(linear_rowsum, profile=True)

@@ -115,7 +115,6 @@ class Fuser : public StmtMutator {
     for (const Stmt& s : body) open(s, Origin{}, in, origin);
     const std::vector<Call> calls = std::move(calls_);
     if (o_.mode == FusionOptions::Listed) list_calls(in, origin);
-    attention_ = nullptr;
     const std::set<size_t> attention = o_.mode == FusionOptions::Listed && !o_.kinds.count("matmul")
                                            ? attention_chains(in, origin)
                                            : std::set<size_t>{};
@@ -130,8 +129,7 @@ class Fuser : public StmtMutator {
       } else if (s->kind == StmtKind::OpStmt && is_tensor_level(s->op)) {
         Group g;
         size_t end = 0;
-        attention_ = &attention;  // this block's (mutating a nested block below replaced it)
-        if (grow(in, origin, i, allocs, g, end) && g.ops.size() >= 2) {
+        if (grow(in, origin, attention, i, allocs, g, end) && g.ops.size() >= 2) {
           auto group = seq(std::vector<Stmt>(in.begin() + long(i), in.begin() + long(end)));
           group->var = g.epilogue ? kFusedEpilogue : kFusedRows;
           out.push_back(group);
@@ -151,7 +149,6 @@ class Fuser : public StmtMutator {
   int instances_ = 0;
 
   std::set<int> listed_calls_;  // Listed: the calls every fusible instruction of which is listed
-  const std::set<size_t>* attention_ = nullptr;  // the block's attention_chains(): listed
 
   // An outermost public op call opened into a block: its label and its statements in[first, end).
   struct Call {
@@ -242,7 +239,7 @@ class Fuser : public StmtMutator {
           if (softmax && std::get<View>(s->op.args[1]).buf.get() == last) found.insert({i, j});
           break;
         }
-        if (group_key(in, origin, j) != 0) break;
+        if (group_key(in, origin, {}, j) != 0) break;
         softmax = softmax || (origin[j].instance >= 0 && origin[j].name == "softmax");
         last = dst(s->op).buf.get();
       }
@@ -250,15 +247,17 @@ class Fuser : public StmtMutator {
     return found;
   }
 
-  // Which instructions may share a group: those with equal keys.
-  int64_t group_key(const std::vector<Stmt>& in, const std::vector<Origin>& origin, size_t j) const {
+  // Which instructions may share a group: those with equal keys. `attention`: the products of the
+  // block's attention chains, which count as listed.
+  int64_t group_key(const std::vector<Stmt>& in, const std::vector<Origin>& origin,
+                    const std::set<size_t>& attention, size_t j) const {
     const Origin& o = origin[j];
     if (o_.mode == FusionOptions::Off) return -1 - int64_t(j);
     if (o_.mode == FusionOptions::Full) return 0;
     if (o.call)
       return o_.mode == FusionOptions::Listed && listed_calls_.count(o.instance) ? 0 : 1 + o.instance;
     std::string name = o.instance >= 0 ? o.name : op_name(in[j]->op.code);
-    if (o_.mode == FusionOptions::Listed && (o_.kinds.count(name) || (attention_ && attention_->count(j)))) return 0;
+    if (o_.mode == FusionOptions::Listed && (o_.kinds.count(name) || attention.count(j))) return 0;
     return o.instance >= 0 ? 1 + o.instance : -1 - int64_t(j);
   }
 
@@ -290,8 +289,8 @@ class Fuser : public StmtMutator {
     return false;
   }
 
-  bool grow(const std::vector<Stmt>& in, const std::vector<Origin>& origin, size_t i,
-            std::set<const Buffer*> allocs, Group& g, size_t& end) {
+  bool grow(const std::vector<Stmt>& in, const std::vector<Origin>& origin, const std::set<size_t>& attention,
+            size_t i, std::set<const Buffer*> allocs, Group& g, size_t& end) {
     const Op& first = in[i]->op;
     if (kind_of(first.code) == Kind::Other || narrowing(first) || column_reduction(first)) return false;
     Expr w;
@@ -307,7 +306,7 @@ class Fuser : public StmtMutator {
       // epilogue over the result beat a tiled matmul with the epilogue fused.
       if (packed_once(first)) return false;
     }
-    int64_t k = group_key(in, origin, i);
+    int64_t k = group_key(in, origin, attention, i);
     g.rs = *rs;
     end = i + 1;
     add(g, first, allocs);
@@ -317,8 +316,8 @@ class Fuser : public StmtMutator {
         allocs.insert(s->buffer.get());
         continue;
       }
-      if (s->kind != StmtKind::OpStmt || !is_tensor_level(s->op) || group_key(in, origin, j) != k ||
-          !fits(g, s->op))
+      if (s->kind != StmtKind::OpStmt || !is_tensor_level(s->op) ||
+          group_key(in, origin, attention, j) != k || !fits(g, s->op))
         break;
       add(g, s->op, allocs);
       end = j + 1;

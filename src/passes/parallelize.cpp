@@ -106,7 +106,8 @@ std::optional<Footprint> footprint(const View& view, int d, const std::string& v
 // whole ranges over the loop overlap form a group, which must fit one iteration's window: the
 // writes' union no wider than the step, every access of the group inside it. Groups whose ranges
 // over the loop are apart (a head's q, k and v columns at c, D + c, 2D + c) cannot meet.
-bool disjoint_across_iterations(std::vector<std::pair<Footprint, bool>> fps, int64_t step, const Interval* v) {
+bool disjoint_across_iterations(std::vector<std::pair<Footprint, bool>> fps, int64_t step,
+                                const Interval* v) {
   const int64_t a = fps[0].first.a;
   for (auto& [fp, w] : fps)
     if (fp.a != a) return false;
@@ -115,11 +116,13 @@ bool disjoint_across_iterations(std::vector<std::pair<Footprint, bool>> fps, int
     return v ? std::pair<int64_t, int64_t>{f.lo + a * v->lo, f.hi + a * v->hi}
              : std::pair<int64_t, int64_t>{LLONG_MIN, LLONG_MAX};
   };
-  std::sort(fps.begin(), fps.end(), [&](auto& x, auto& y) { return whole(x.first).first < whole(y.first).first; });
+  std::sort(fps.begin(), fps.end(),
+            [&](auto& x, auto& y) { return whole(x.first).first < whole(y.first).first; });
   for (size_t g = 0; g < fps.size();) {
     size_t e = g + 1;
     int64_t reach = whole(fps[g].first).second;
-    while (e < fps.size() && whole(fps[e].first).first <= reach) reach = std::max(reach, whole(fps[e++].first).second);
+    while (e < fps.size() && whole(fps[e].first).first <= reach)
+      reach = std::max(reach, whole(fps[e++].first).second);
     int64_t lo = LLONG_MAX, hi = LLONG_MIN;
     for (size_t i = g; i < e; ++i)
       if (fps[i].second) lo = std::min(lo, fps[i].first.lo), hi = std::max(hi, fps[i].first.hi);

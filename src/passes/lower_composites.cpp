@@ -110,7 +110,9 @@ View window(Builder& b, const View& v, int d, Expr start, int64_t len) {
 // so each tap is a plain matrix product w[:, :, dy, dx] (O x C) @ flat[:, shifted window]
 // (C x Ho*Wp) into a "wide" output of Wp columns per row (the last Wp - Wo of each are discarded).
 // The kh*kw products into one destination are consecutive, so the CPU backend runs them as one GEMM
-// over K = C*kh*kw (a sum of MMATMULs, include/pto/cpu/matmul.hpp) reading B in place.
+// over K = C*kh*kw (a sum of MMATMULs, include/pto/cpu/matmul.hpp) reading B in place; for one
+// image it also folds the copy of the wide rows into out into that GEMM's stores (a wrapped
+// destination, backends/cpu/matmul_runs.h), so the wide result is never written.
 void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View& w, int64_t pt, int64_t pb,
                           int64_t pl, int64_t pr, int64_t dh, int64_t dw) {
   const int r = x.rank();
@@ -145,6 +147,21 @@ void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View
         emit(b, dy == 0 && dx == 0 ? Opcode::TMATMUL : Opcode::TMATMUL_ACC, {dst, b.slice(w, wi), shifted});
       }
   };
+  // The image's products, then its output rows copied out of the wide result (wide, out: views of
+  // one image).
+  auto image = [&](const std::vector<Index>& at) {
+    const View wide_image = b.slice(wide, at);
+    products(wide_image, b.slice(flat, at));
+    std::vector<Index> oi = at;
+    oi.insert(oi.end() - 2, Index{});  // out's image rows and columns: [.., O, Ho, Wo]
+    const View out_image = b.slice(out, oi);
+    Expr y = b.begin_for("y", int_imm(0), int_imm(Ho), int_imm(1));
+    std::vector<Index> row(3);
+    row[1].kind = Index::Int;
+    row[1].start = y;
+    b.assign(b.slice(out_image, row), window(b, wide_image, 1, y * int_imm(Wp), Wo));
+    b.end_for();
+  };
   int64_t images = 1;
   for (int64_t n : batch) images *= n;
   if (images == 1) {  // no loop: the products then split themselves across the threads
@@ -153,7 +170,7 @@ void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View
       first[d].kind = Index::Int;
       first[d].start = int_imm(0);
     }
-    products(b.slice(wide, first), b.slice(flat, first));
+    image(first);
   } else {
     // One image per iteration (the batch dims flattened into one loop).
     Expr i = b.begin_for("n", int_imm(0), int_imm(images), int_imm(1));
@@ -164,15 +181,9 @@ void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View
       bi[d].start = d == 0 ? rest : mod(rest, int_imm(batch[d]));
       rest = div(rest, int_imm(batch[d]));
     }
-    products(b.slice(wide, bi), b.slice(flat, bi));
+    image(bi);
     b.end_for();
   }
-  Expr y = b.begin_for("y", int_imm(0), int_imm(Ho), int_imm(1));
-  std::vector<Index> oi(static_cast<size_t>(r));
-  oi[size_t(r - 2)].kind = Index::Int;
-  oi[size_t(r - 2)].start = y;
-  b.assign(b.slice(out, oi), window(b, wide, r - 2, y * int_imm(Wp), Wo));
-  b.end_for();
 }
 
 // out[.., o, y, x] = sum_c,dy,dx w[o, c, dy, dx] * padded[.., c, y*s + dy*d, x*s + dx*d]: stride-1

@@ -44,11 +44,46 @@ def test_conv2d_matches_torch(backend, xs, ws, stride, padding, dilation):
 
 def test_conv2d_taps_are_one_gemm():
     """The 9 taps of a 3x3 convolution with 64 channels are whole-matrix products into one
-    destination, which the CPU backend runs as one sum (K = 64 * 9); batched input: one image per
-    iteration of a loop."""
+    destination, which the CPU backend runs as one sum (K = 64 * 9) stored through the wrap;
+    batched input: one image per iteration of a loop."""
     x, w = rand(2, 64, 24, 24), rand(64, 64, 3, 3)
     k = jit(lambda x, w: pypto.conv2d(x, w, None, 1, 1, 1), "cpu")
     isa = k.lower(x, w).as_text("isa")
     assert isa.count("MMATMUL") == 9
-    assert k.lower(x, w).as_text("source").count("pto::mmatmul_sum(") == 1
+    assert k.lower(x, w).as_text("source").count("pto::mmatmul_sum_wrapped(") == 1
     assert_close(k(x, w), ref_conv(x, w, np.zeros(64, np.float32), 1, 1, 1), 1e-5)
+
+
+WRAPPED = [  # input, weight, padding, dilation: products big enough for whole-matrix GEMMs
+    ((1, 64, 24, 24), (64, 64, 3, 3), 1, 1),
+    ((3, 64, 24, 25), (64, 64, 3, 3), 1, 1),  # three images, one per loop iteration
+    ((64, 24, 30), (48, 64, 5, 5), 2, 1),  # CHW
+    ((1, 64, 24, 23), (72, 64, 3, 2), (1, 0), (2, 1)),  # more rows than the in-place path takes
+    ((1, 64, 32, 32), (40, 64, 1, 1), 0, 1),  # no gap: the wrap is the width
+]
+
+
+@pytest.mark.parametrize("xs,ws,padding,dilation", WRAPPED)
+def test_conv2d_stores_through_the_wrap(xs, ws, padding, dilation):
+    """An image's taps run as one sum whose tiles are stored straight into the output, skipping the
+    padded rows' gap columns (pto::mmatmul_sum_wrapped): no wide result, no copy nest after it;
+    into a poisoned output, with a bias, into an output viewed with a column stride, profiled."""
+    x, w, b = rand(*xs), rand(*ws), rand(ws[0])
+
+    def conv(x, w, b, out):
+        out[...] = pypto.conv2d(x, w, b, 1, padding, dilation)
+
+    want = ref_conv(x, w, b, 1, padding, dilation)
+    k = jit(conv, "cpu")
+    out = poisoned(*want.shape)
+    src = k.lower(x, w, b, out).as_text("source")
+    assert src.count("pto::mmatmul_sum_wrapped(") == 1 and "pto::mmatmul_sum(" not in src
+    k(x, w, b, out)
+    assert_close(out, want, 1e-5)
+    wide = poisoned(*want.shape[:-1], 2 * want.shape[-1])
+    k(x, w, b, wide[..., ::2])
+    assert_close(wide[..., ::2], want, 1e-5)
+    assert np.isnan(wide[..., 1::2]).all()
+    out = poisoned(*want.shape)
+    k.profile(x, w, b, out)  # the profiled build fuses the same way
+    assert_close(out, want, 1e-5)

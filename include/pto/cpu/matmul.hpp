@@ -13,6 +13,7 @@
 #pragma once
 #include "pto/abi.h"
 #include "pto/cpu/gemm_kernel.hpp"
+#include "pto/cpu/gemm_wrapped.hpp"
 #include "pto/cpu/matmul_bf16.hpp"
 #include "pto/cpu/matmul_int8.hpp"
 #include "pto/cpu/types.hpp"
@@ -34,45 +35,6 @@ PTO_INLINE void for_pairs(F& f, A a, B b, R... rest) {
 }  // namespace detail
 
 namespace gemm {
-// One product of a sum C = sum_t A_t * B_t: A_t is M x k with element (i,p) at a[i*a_rs + p*a_cs],
-// B_t is k x N with (p,j) at b[p*b_rs + j*b_cs]. The sum is one GEMM over the concatenated K
-// (A = [A_0 A_1 ..], B = [B_0; B_1; ..]), so each C tile stays in registers across all the terms
-// instead of being read and written once per product (a convolution is one term per filter tap).
-struct Term {
-  const float* a;
-  int64_t a_rs, a_cs;
-  const float* b;
-  int64_t b_rs, b_cs;
-  int64_t k;
-};
-
-// What finishes each element of C at its final store (micro_kernel): C = relu(C + bias[j]).
-// bias: one float per column of C, unit stride, or null; the default finishes nothing.
-struct Epilogue {
-  const float* bias = nullptr;
-  bool relu = false;
-  bool any() const { return bias || relu; }
-  // The epilogue for the k block ending at `k_end` of K, at column j: nothing before the last.
-  const float* bias_at(int64_t k_end, int64_t K, int64_t j) const {
-    return k_end >= K && bias ? bias + j : nullptr;
-  }
-  bool relu_at(int64_t k_end, int64_t K) const { return k_end >= K && relu; }
-};
-
-// fn(term, first row of the term, offset in [pc, pc + kc), rows) for each piece of the
-// concatenated K range [pc, pc + kc).
-template <class F>
-inline void for_each_k_piece(const Term* t, int nt, int64_t pc, int64_t kc, F&& fn) {
-  int64_t base = 0, off = 0;
-  for (int i = 0; i < nt && off < kc; base += t[i].k, ++i) {
-    const int64_t p0 = pc + off - base;
-    if (p0 >= t[i].k) continue;
-    const int64_t len = detail::imin(t[i].k - p0, kc - off);
-    fn(t[i], p0, off, len);
-    off += len;
-  }
-}
-
 // Cache blocking: kc rows of K per packed panel, mc rows of A per packed block, nb columns of B
 // per packed block (shared by the threads), walked in L2-sized pieces of nc columns; kr rows of K
 // per slice of the products that read B in place (gemm_sum_rows_f32, at most 512).
@@ -156,6 +118,7 @@ inline void gemm_sum_rows_f32(int64_t M, int64_t N, const Term* t, int nt, int64
                               const Epilogue& epi) {
   constexpr int TNR = TNV * kW;
   const float* rows[512];
+  const float* panel[512];  // the rows at a panel's first column (gemm_sum_rows_wrapped_f32)
   for (int64_t pc = 0; pc < K; pc += KB) {
     const int64_t kc = K - pc < KB ? K - pc : KB;
     const bool acc = accumulate || pc > 0;
@@ -166,11 +129,13 @@ inline void gemm_sum_rows_f32(int64_t M, int64_t N, const Term* t, int nt, int64
     const int64_t n_full = N / TNR * TNR;
     for (int64_t jc = 0; jc < n_full; jc += NB) {
       const int64_t nc = detail::imin(NB, n_full - jc);
-      for (int64_t jr = jc; jr < jc + nc; jr += TNR)
+      for (int64_t jr = jc; jr < jc + nc; jr += TNR) {
+        for (int64_t p = 0; p < kc; ++p) panel[p] = rows[p] + jr;
         for (int64_t ir = 0; ir < M; ir += TM)
           micro_kernel<TM, TNV, 1, TM, TNR, true>(kc, Ap + ir * kc, nullptr, C + ir * ldc + jr, ldc, acc,
-                                                  detail::imin(TM, M - ir), TNR, rows, jr,
+                                                  detail::imin(TM, M - ir), TNR, panel, 0,
                                                   epi.bias_at(pc + kc, K, jr), epi.relu_at(pc + kc, K));
+      }
     }
     if (n_full < N) {
       for_each_k_piece(t, nt, pc, kc, [&](const Term& s, int64_t p0, int64_t off, int64_t len) {
@@ -308,6 +273,26 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
   if (M <= 0 || N <= 0) return;
   int64_t K = 0;
   for (int i = 0; i < nt; ++i) K += detail::imax(0, t[i].k);
+  // Few rows (at most 4 register tiles, or 64 for the wide one) and B rows contiguous: B is read in place
+  // through a table of row addresses instead of packed, since each packed element would be used only M times
+  // (a convolution's taps: 64 output channels, 3136 pixels; 11% faster). Where a row stride is a multiple of
+  // 1 KiB, the rows of a micro-panel share a few cache sets (an L1 set and 8 of L2's at 16 KiB): slices of
+  // 64 rows, whose panel the row panels then reread from L2 (kr 384 there: 1.6x slower). Packing B instead
+  // cost more than the product at M <= 32 (on an Intel Xeon core, K 1024, N 4096: M = 16 62 -> 119
+  // GFLOP/s, 32 98 -> 135, 64 138 -> 144; kr 32 119/127/129, 96 92/139/149).
+  bool in_place = M <= (TNV == 3 ? 64 : 4 * TM),
+       aliased_rows = false;  // the wide tile (choose_tile): 64 rows
+  for (int i = 0; i < nt; ++i) {
+    in_place = in_place && t[i].b_cs == 1;
+    aliased_rows = aliased_rows || t[i].b_rs % 256 == 0;
+  }
+  if (epi.wrap > 0 && !(in_place && K > 0)) {
+    // A wrapped destination the in-place path does not serve: the plain product, then stored.
+    ScratchBuffer<float> wide(M * N);
+    Epilogue plain;
+    gemm_sum_f32<TM, TNV>(M, N, t, nt, wide.data(), N, false, bk, plain, pf);
+    return store_wrapped(wide.data(), N, M, 0, N, C, ldc, accumulate, epi);
+  }
   if (K <= 0) {
     for (int64_t i = 0; i < M; ++i)
       for (int64_t j = 0; j < N; ++j) {
@@ -321,14 +306,13 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
   const int64_t KB = bk.kc, MB = detail::imax(TM, bk.mc / TM * TM), NB = detail::imax(TNR, bk.nc / TNR * TNR);
   int64_t NBB = detail::imax(NB, bk.nb / TNR * TNR);
   PackBuffers& buf = pack_buffers();
-  const int64_t KR = detail::imax(1, detail::imin(512, bk.kr)), kr_max = K < KR ? K : KR;
-  // Few rows (at most 4 register tiles, or 64 for the wide one) and B rows contiguous: B is read in place
-  // through a table of row addresses instead of packed, since each packed element would be used only M times
-  // (a convolution's taps: 64 output channels, 3136 pixels; 11% faster). Not where the row stride is a
-  // multiple of 1 KiB: the rows of a micro-panel would then share a few L1 sets (measured 1.6x slower at a 16
-  // KiB stride).
-  bool in_place = M <= (TNV == 3 ? 64 : 4 * TM);  // the wide tile (choose_tile): 64 rows
-  for (int i = 0; i < nt; ++i) in_place = in_place && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
+  const int64_t KR = detail::imax(1, detail::imin(in_place && aliased_rows ? 64 : 512, bk.kr)),
+                kr_max = K < KR ? K : KR;
+  if (in_place && epi.wrap > 0) {
+    float* Bp = PackBuffers::grow(buf.b, buf.b_cap, kr_max * TNR);
+    float* Ap = PackBuffers::grow(buf.a, buf.a_cap, K * ((M + TM - 1) / TM * TM));
+    return gemm_sum_rows_wrapped_f32<TM, TNV>(M, N, t, nt, K, C, ldc, accumulate, Ap, Bp, KR, epi);
+  }
   if (in_place) {
     const int64_t nc_max = ((N < NB ? N : NB) + TNR - 1) / TNR * TNR;
     float* Bp = PackBuffers::grow(buf.b, buf.b_cap, kr_max * nc_max);
@@ -420,7 +404,7 @@ inline int choose_tile(int64_t M, int64_t N, const Term* t, int nt) {
   // Few rows with B read in place (gemm_sum_rows_f32), at least 16 panels (768 columns):
   // narrower, its ragged last panel costs more than it gains.
   bool in_place = M <= 64 && N >= 16 * NV_WIDE * kW;
-  for (int i = 0; i < nt; ++i) in_place = in_place && t[i].b_cs == 1 && t[i].b_rs % 256 != 0;
+  for (int i = 0; i < nt; ++i) in_place = in_place && t[i].b_cs == 1;
   if (in_place || tile_cost(kTileWide, M, N) < tile_cost(best, M, N)) best = kTileWide;
 #else
   (void)t, (void)nt;
@@ -499,6 +483,10 @@ inline void run_share(void* ctx, int64_t begin, int64_t end) {
   float* c = s.split_n ? s.C + r0 : s.C + r0 * s.ldc;
   Epilogue epi = s.epi;
   if (s.split_n && epi.bias) epi.bias += r0;
+  if (s.split_n && epi.wrap > 0) {  // a wrapped destination's columns: counted from col0
+    c = s.C;
+    epi.col0 += r0;
+  }
   PTO_GEMM_SHARE_F32(nullptr, m, n, t, s.nt, c, s.ldc, s.acc, s.tile, &epi);
 }
 
@@ -608,6 +596,46 @@ inline void mmatmul_sum(pto_parallel_for_fn pf, bool acc, GlobalView<D> dst, V..
   if (same) return gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, dst.cs, M[0], N[0], t, nt, acc);
   for (int u = 0; u < nt; ++u)
     gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, dst.cs, M[u], N[u], &t[u], 1, acc || u > 0);
+}
+
+// A run of MMATMULs into a scratch matrix T (rows x `columns`) followed by a copy of each image
+// row y of T, columns [y*wrap, y*wrap + keep), into dst's row block y*ldy (dst: rows x keep, unit
+// column stride, keep = dst.vc): one sum of products stored through the wrap (gemm_wrapped.hpp).
+// Fused by code generation (backends/cpu/matmul_runs.h); views come in (a, b) pairs.
+template <class D, class... V>
+inline void mmatmul_sum_wrapped(pto_parallel_for_fn pf, GlobalView<D> dst, int64_t ldy, int64_t wrap,
+                                int64_t columns, V... views) {
+  static_assert(sizeof...(V) % 2 == 0 && sizeof...(V) / 2 <= gemm::kMaxTerms, "(a, b) pairs");
+  constexpr int nt = int(sizeof...(V) / 2);
+  gemm::Term t[nt];
+  int64_t M[nt], N[nt];
+  int i = 0;
+  auto take = [&](auto&& a, auto&& b) {
+    t[i] = gemm::term(a, b);
+    M[i] = detail::imin(dst.vr, a.vr);
+    N[i] = detail::imin(columns, b.vc);
+    ++i;
+  };
+  detail::for_pairs(take, views...);
+  bool same = true;
+  for (int u = 1; u < nt; ++u) same = same && M[u] == M[0] && N[u] == N[0];
+  if (dst.cs != 1) {  // a strided destination: the rows into a scratch matrix, then copied
+    const int64_t rows = dst.vr;
+    ScratchBuffer<float> wide(rows * columns);
+    for (int u = 0; u < nt; ++u)
+      gemm::mmatmul_sum_f32(pf, wide.data(), columns, 1, M[u], N[u], &t[u], 1, u > 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < columns; ++j)
+        if (j % wrap < dst.vc)
+          dst.ptr[r * dst.rs + (j / wrap) * ldy + (j % wrap) * dst.cs] = wide[r * columns + j];
+    return;
+  }
+  gemm::Epilogue e;
+  e.wrap = wrap;
+  e.keep = dst.vc;
+  e.ldy = ldy;
+  if (same) return gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, 1, M[0], N[0], t, nt, false, e);
+  for (int u = 0; u < nt; ++u) gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, 1, M[u], N[u], &t[u], 1, u > 0, e);
 }
 
 namespace detail {

@@ -91,6 +91,7 @@ class Gen : private StmtVisitor {
     for (size_t i = 0; i < p_.params.size(); ++i) declare_param(i);
     for (size_t j = 0; j < p_.scalars.size(); ++j) declare_scalar(j);
     const size_t prologue_at = size_t(out_.tellp());
+    note_unused_scratch(p_.body);
     if (profile_)
       profiled_body();
     else
@@ -261,9 +262,13 @@ class Gen : private StmtVisitor {
           st = IExpr{n, std::nullopt};
         }
       }
-      line() << "pto::ScratchBuffer<" << T << "> " << h << "(" << (st.c ? int_literal(*st.c) : st.s)
-             << ");\n";
-      line() << T << "* const " << info.ptr << " = " << h << ".data();\n";
+      if (unused_scratch_.count(b.get())) {  // the wide result of a wrapped product: never touched
+        line() << T << "* const " << info.ptr << " = nullptr;\n";
+      } else {
+        line() << "pto::ScratchBuffer<" << T << "> " << h << "(" << (st.c ? int_literal(*st.c) : st.s)
+               << ");\n";
+        line() << T << "* const " << info.ptr << " = " << h << ".data();\n";
+      }
     }
     bufs_[b->name] = std::move(info);
   }
@@ -479,6 +484,11 @@ class Gen : private StmtVisitor {
         row_in_place(body[i]->op);
         continue;
       }
+      if (const size_t n = memory_matmul_run(body, i); auto w = memory_matmul_wrapped_store(body, i, n)) {
+        wrapped_matmul_sum(body, i, n, *w);  // the products, and the nest copying their rows out
+        i += n;
+        continue;
+      }
       if (const size_t n = memory_matmul_run(body, i); n > 1) {
         matmul_sum(body, i, n);
         i += n - 1;
@@ -525,6 +535,32 @@ class Gen : private StmtVisitor {
     for (const auto& call :
          memory_matmul_sum_calls(body, i, n, pool, [&](const Op& op, size_t k) { return gview(op, k); }))
       line() << call << ";\n";
+  }
+
+  // The scratch matrices of the block's wrapped products (matmul_runs.h), which their fused
+  // calls neither write nor read: allocated as null pointers (their allocations come first).
+  void note_unused_scratch(const std::vector<Stmt>& body) {
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (memory_matmul_wrapped_store(body, i, memory_matmul_run(body, i)))
+        unused_scratch_.insert(std::get<View>(body[i]->op.args[0]).buf.get());
+      if (body[i] && body[i]->kind != StmtKind::OpStmt) {  // a loop's or branch's blocks
+        note_unused_scratch(body[i]->body);
+        note_unused_scratch(body[i]->orelse);
+      }
+    }
+  }
+
+  // A sum of products stored through a wrapped destination (matmul_runs.h): one call.
+  void wrapped_matmul_sum(const std::vector<Stmt>& body, size_t i, size_t n, const WrappedStore& w) {
+    const Op dst{Opcode::MMATMUL, {w.out}};
+    const BufInfo& info = info_of(dst, w.out);
+    std::string call = std::string("pto::mmatmul_sum_wrapped(") +
+                       (parallel_depth_ == 0 ? "args->parallel_for" : "nullptr") + ", " + gview(dst, 0) +
+                       ", " + i64(info.strides[size_t(w.image_row_dim)]) + ", int64_t(" +
+                       std::to_string(w.wrap) + "), int64_t(" + std::to_string(w.columns) + ")";
+    for (size_t t = 0; t < n; ++t)
+      call += ", " + gview(body[i + t]->op, 1) + ", " + gview(body[i + t]->op, 2);
+    line() << call << ");\n";
   }
 
   // A row operand's TLOAD that only a fused call reads (row_fusion.h): a pointer to the row, in
@@ -580,14 +616,20 @@ class Gen : private StmtVisitor {
   // The top-level statements with a hook call before and after each nest; the hooks are plain
   // statements (no new scope), so the tiles a nest declares stay visible to the next.
   void profiled_body() {
-    // A sum of whole-matrix products (one nest per product) runs fused, as unprofiled: its time
-    // goes to the first product's nest, the others report none.
+    // A sum of whole-matrix products (one nest per product) runs fused, as unprofiled, and so does
+    // one stored through a wrapped destination with its copy nest: the time goes to the first
+    // product's nest, the others report none.
     std::vector<Nest> nests = top_level_nests(p_);
     size_t done = 0;  // statements before this index already ran (in a fused sum)
     for (size_t n = 0; n < nests.size(); ++n) {
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 0);\n";
       for (size_t i = std::max(nests[n].begin, done); i < nests[n].end; i = done) {
         const size_t run = memory_matmul_run(p_.body, i);
+        if (auto w = memory_matmul_wrapped_store(p_.body, i, run)) {
+          wrapped_matmul_sum(p_.body, i, run, *w);
+          done = i + run + 1;
+          continue;
+        }
         run > 1 ? matmul_sum(p_.body, i, run) : visit(p_.body[i]);
         done = i + run;
       }
@@ -695,6 +737,7 @@ class Gen : private StmtVisitor {
 
   const Program& p_;
   bool profile_ = false;
+  std::set<const Buffer*> unused_scratch_;  // note_unused_scratch
   std::ostringstream out_ = classic_stream();
   std::vector<std::string> wide_rows_;  // conditions of the width tests whose else is left out lazily
   int indent_ = 1;

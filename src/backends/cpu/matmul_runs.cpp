@@ -132,6 +132,103 @@ bool read_later(const std::vector<Stmt>& body, size_t i, const BufferRef& T) {
 }
 }  // namespace
 
+std::optional<WrappedStore> memory_matmul_wrapped_store(const std::vector<Stmt>& body, size_t i, size_t n) {
+  const Op* mm = memory_matmul_op(body[i]);
+  if (!mm || mm->code != Opcode::MMATMUL || n > kMaxMatmulTerms || i + n >= body.size() ||
+      body[i + n]->kind != StmtKind::For)
+    return std::nullopt;
+  const View& d = std::get<View>(mm->args[0]);
+  const BufferRef& T = d.buf;
+  const int tr = T->rank();
+  if (T->kind != BufferKind::Temp || !static_f32_global(*T) || tr < 2 ||
+      d.dims != std::vector<int>{tr - 2, tr - 1})
+    return std::nullopt;
+  const int64_t rows = T->shape[size_t(tr - 2)], N = T->shape[size_t(tr - 1)];
+  for (int k = tr - 2; k < tr; ++k) {  // the products fill T's last two dims
+    auto off = as_int(d.offset[size_t(k)]), v = as_int(d.valid[size_t(k)]);
+    if (!off || *off != 0 || d.size[size_t(k)] != T->shape[size_t(k)] || !v || *v != T->shape[size_t(k)] ||
+        d.step[size_t(k)] != 1)
+      return std::nullopt;
+  }
+  for (size_t u = 0; u < n; ++u)  // no product reads T or out
+    for (size_t k = 1; k < 3; ++k)
+      if (std::get<View>(body[i + u]->op.args[k]).buf == T) return std::nullopt;
+  // The nest: TLOAD x, T[lead, e:s, y*wrap : keep]; TSTORE out[lead', e:s, y, 0:keep], x.
+  std::map<std::string, std::pair<int64_t, int64_t>> loops;
+  std::vector<const Op*> ops;
+  if (!flatten_nest(body[i + n], loops, ops) || ops.size() != 2 || ops[0]->code != Opcode::TLOAD ||
+      ops[1]->code != Opcode::TSTORE || ops[0]->args.size() != 2 || ops[1]->args.size() != 2)
+    return std::nullopt;
+  const View *x = view_at(ops[0], 0), *tw = view_at(ops[0], 1), *ow = view_at(ops[1], 0),
+             *src = view_at(ops[1], 1);
+  if (!f32_tile(x) || !tw || !ow || !src || src->buf != x->buf || tw->buf != T || tw->dims != d.dims)
+    return std::nullopt;
+  for (int k = 0; k + 2 < tr; ++k)
+    if (!expr_equal(tw->offset[size_t(k)], d.offset[size_t(k)])) return std::nullopt;
+  // Rows: one window spanning them, or a loop's windows walking them.
+  const size_t r = size_t(tr - 2), c = size_t(tr - 1);
+  const Expr& roff = tw->offset[r];
+  if (auto c0 = as_int(roff)) {
+    auto v = as_int(tw->valid[r]);
+    if (*c0 != 0 || tw->size[r] != rows || !v || *v != rows || tw->step[r] != 1) return std::nullopt;
+  } else if (roff->op != ExprOp::Var || !loops.count(roff->name) ||
+             loops[roff->name] != std::make_pair(rows, tw->size[r]) ||
+             !tw->tiles_dim(int(r), roff->name, rows)) {
+    return std::nullopt;
+  }
+  // Columns: image row y's keep columns at y * wrap, for y over a loop counted by 1.
+  const int64_t keep = tw->size[c];
+  std::string y;
+  for (const auto& [name, ext] : loops)
+    if (ext.second == 1 && name != roff->name && tw->offset[c] && !as_int(tw->offset[c])) {
+      std::vector<std::string> vars;
+      collect_vars(tw->offset[c], vars);
+      if (vars.size() == 1 && vars[0] == name) y = name;
+    }
+  if (y.empty() || tw->step[c] != 1) return std::nullopt;
+  const int64_t H = loops[y].first;
+  auto wrap = as_int(substitute(tw->offset[c], {{y, int_imm(1)}}));
+  if (!wrap || *wrap < keep || keep < 1 || !expr_equal(tw->offset[c], var(y) * int_imm(*wrap)) ||
+      (H - 1) * *wrap + keep > N)
+    return std::nullopt;
+  auto vb = bounds(tw->valid[c], {{y, Interval{0, H - 1}}});
+  if (!vb || vb->lo != keep || vb->hi != keep) return std::nullopt;
+  // out: [lead', channels, image rows, columns], rows indexed by y, written through T's row windows.
+  const BufferRef& out = ow->buf;
+  const int orank = out->rank();
+  if (!static_f32_global(*out) || out == T || orank < 3 || ow->dims != std::vector<int>{orank - 3, orank - 1})
+    return std::nullopt;
+  const size_t oc = size_t(orank - 3), oy = size_t(orank - 2), ox = size_t(orank - 1);
+  if (!expr_equal(ow->offset[oc], roff) || ow->size[oc] != tw->size[r] ||
+      !expr_equal(ow->valid[oc], tw->valid[r]) || ow->step[oc] != 1 || ow->step[oy] != 1 ||
+      !expr_equal(ow->offset[oy], var(y)) || !expr_equal(ow->offset[ox], int_imm(0)) ||
+      ow->size[ox] != keep || ow->step[ox] != 1 || !expr_equal(ow->valid[ox], int_imm(keep)) ||
+      out->shape[oc] < rows || out->shape[oy] < H)
+    return std::nullopt;
+  auto ov = as_int(ow->valid[oy]);
+  if (!ov || *ov != 1) return std::nullopt;
+  for (size_t k = 0; k < oc; ++k) {  // the image: fixed in the nest (an enclosing loop's index)
+    std::vector<std::string> vars;
+    collect_vars(ow->offset[k], vars);
+    for (const std::string& v : vars)
+      if (loops.count(v)) return std::nullopt;
+  }
+  for (size_t u = 0; u < n; ++u)
+    for (size_t k = 1; k < 3; ++k)
+      if (std::get<View>(body[i + u]->op.args[k]).buf == out) return std::nullopt;
+  if (read_later(body, i + n - 1, T)) return std::nullopt;
+  WrappedStore w;
+  w.out = *ow;  // channels from 0, image row 0: the rows x keep matrix at the image's start
+  w.out.offset[oc] = int_imm(0);
+  w.out.size[oc] = rows;
+  w.out.valid[oc] = int_imm(rows);
+  w.out.offset[oy] = int_imm(0);
+  w.image_row_dim = int(oy);
+  w.wrap = *wrap;
+  w.columns = N;
+  return w;
+}
+
 std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<Stmt>& body, size_t i) {
   const Op* mm = memory_matmul_op(body[i]);
   if (!mm || mm->code != Opcode::MMATMUL || i + 1 >= body.size() || body[i + 1]->kind != StmtKind::For)

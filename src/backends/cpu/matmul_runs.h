@@ -36,6 +36,19 @@ struct MatmulEpilogue {
 };
 std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<ir::Stmt>& body, size_t i);
 
+// A sum of products (memory_matmul_run: body[i, i + n)) into a scratch matrix T (rows x N) whose
+// only reader is the next statement, a nest copying each image row y: out[.., :, y, 0:keep] =
+// T[.., :, y*wrap : y*wrap + keep] (a stride-1 convolution's wide result, passes/lower_composites).
+// Code generation runs the sum with a wrapped destination (pto::mmatmul_sum_wrapped,
+// pto/cpu/gemm_wrapped.hpp): out is written at each tile's store, T neither written nor read.
+struct WrappedStore {
+  ir::View out;                   // out's rows x keep matrix at image row 0 (channels and columns)
+  int image_row_dim = 0;          // out's dimension indexed by y
+  int64_t wrap = 0, columns = 0;  // T's columns per image row, and in all
+};
+std::optional<WrappedStore> memory_matmul_wrapped_store(const std::vector<ir::Stmt>& body, size_t i,
+                                                        size_t n);
+
 // An MMATMUL of int8 operands into an int32 scratch matrix T whose only reader is the next
 // statement, a nest computing out = f32(T), then multiplied or added, one instruction at a time, by
 // per-row values (an M x 1 operand), per-column ones (1 x N) or single values (a 1 x 1 operand or an

@@ -126,13 +126,24 @@ void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View
   std::vector<int64_t> fs = batch, wides = batch;
   fs.insert(fs.end(), {C, L});
   wides.insert(wides.end(), {O, N});
-  View flat = b.full(fs, DType::F32, float_imm(0.0));
+  View flat = b.empty(fs, DType::F32);
   {
+    // Channel by channel (a parallel loop): its row zeroed, then its image rows copied in, while
+    // the row is in L1 (one pass over flat: a whole-buffer fill then the copies cost ~3% more).
+    Expr c = b.begin_for("c", int_imm(0), int_imm(C), int_imm(1));
+    std::vector<Index> ci(fs.size());
+    ci[fs.size() - 2].kind = Index::Int;
+    ci[fs.size() - 2].start = c;
+    const View flat_c = b.slice(flat, ci);  // [.., L]
+    b.assign(flat_c, float_imm(0.0));
     Expr y = b.begin_for("y", int_imm(0), int_imm(H), int_imm(1));
     std::vector<Index> xi(static_cast<size_t>(r));
+    xi[size_t(r - 3)].kind = Index::Int;
+    xi[size_t(r - 3)].start = c;
     xi[size_t(r - 2)].kind = Index::Int;
     xi[size_t(r - 2)].start = y;
-    b.assign(window(b, flat, r - 2, (y + int_imm(pt)) * int_imm(Wp) + int_imm(g), W), b.slice(x, xi));
+    b.assign(window(b, flat_c, r - 3, (y + int_imm(pt)) * int_imm(Wp) + int_imm(g), W), b.slice(x, xi));
+    b.end_for();
     b.end_for();
   }
   View wide = b.empty(wides, DType::F32);

@@ -60,6 +60,7 @@ WRAPPED = [  # input, weight, padding, dilation: products big enough for whole-m
     ((64, 24, 30), (48, 64, 5, 5), 2, 1),  # CHW
     ((1, 64, 24, 23), (72, 64, 3, 2), (1, 0), (2, 1)),  # more rows than the in-place path takes
     ((1, 64, 32, 32), (40, 64, 1, 1), 0, 1),  # no gap: the wrap is the width
+    ((1, 3, 128, 128), (64, 3, 3, 3), 1, 1),  # a first layer: K = 3 per tap, 27 in all
 ]
 
 

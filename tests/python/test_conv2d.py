@@ -1,6 +1,7 @@
 """conv2d: stride-1 f32 convolutions lower to an implicit GEMM (the input copied once into
 zero-padded flat rows, one matrix product per filter tap, the taps run as one GEMM on the CPU);
-other strides and dtypes to per-tap batched matmuls. Checked against torch in float64 on both
+strided ones to a stride-1 convolution of the input's phases; dilated strided ones and other
+dtypes to per-tap batched matmuls. Checked against torch in float64 on both
 backends, over paddings, dilations, batches and kernel shapes, outputs poisoned with NaN."""
 import numpy as np
 import pytest
@@ -25,7 +26,15 @@ CASES = [  # input, weight, stride, padding, dilation
     ((2, 4, 8, 8), (3, 4, 3, 3), 1, 0, 1),
     ((1, 4, 9, 9), (3, 4, 3, 3), 1, (2, 3), 1),  # padding wider than the kernel's reach
     ((1, 4, 7, 8), (3, 4, 1, 1), 1, 0, 1),
-    ((1, 4, 9, 9), (3, 4, 3, 3), 2, 1, 1),  # stride 2: the per-tap lowering
+    ((1, 4, 9, 9), (3, 4, 3, 3), 2, 1, 1),  # stride 2: a stride-1 convolution of the input's phases
+    ((1, 3, 20, 22), (8, 3, 7, 7), 2, 3, 1),  # a 7 x 7 stride-2 first layer
+    ((2, 4, 9, 10), (5, 4, 1, 1), 2, 0, 1),  # 1 x 1, stride 2: one phase
+    ((2, 4, 11, 9), (3, 4, 3, 3), (2, 1), (1, 2), 1),  # strides and paddings differing per axis
+    ((1, 3, 10, 11), (4, 3, 2, 2), 3, 0, 1),  # a stride past the kernel: phases without taps
+    ((1, 2, 5, 5), (3, 2, 3, 3), 2, 2, 1),  # padding as wide as the image's half
+    ((1, 1, 2, 2), (2, 1, 3, 3), 2, 1, 1),  # an image smaller than the stride's phases
+    ((1, 16, 64, 64), (64, 16, 3, 3), 2, 1, 1),  # phases big enough for the whole-matrix GEMM
+    ((1, 4, 13, 13), (3, 4, 3, 3), 2, 1, 2),  # stride and dilation: the per-tap lowering
 ]
 
 

@@ -103,58 +103,34 @@ View window(Builder& b, const View& v, int d, Expr start, int64_t len) {
   return b.slice(v, idx);
 }
 
-// Stride-1 f32 convolution as an implicit GEMM. The input is copied into one zero-padded row of
-// length L per channel, `flat`: image row y at g + (y + pt)*Wp, Wp = W + g, each row followed by g
-// zeros that serve as its right padding and the next row's left padding (g = max(pl, pr)). In that
-// layout the tap (dy, dx) of output pixel n = y*Wp + x reads flat[c, n + g + dy*dh*Wp + dx*dw - pl],
-// so each tap is a plain matrix product w[:, :, dy, dx] (O x C) @ flat[:, shifted window]
-// (C x Ho*Wp) into a "wide" output of Wp columns per row (the last Wp - Wo of each are discarded).
-// The kh*kw products into one destination are consecutive, so the CPU backend runs them as one GEMM
-// over K = C*kh*kw (a sum of MMATMULs, include/pto/cpu/matmul.hpp) reading B in place; for one
-// image it also folds the copy of the wide rows into out into that GEMM's stores (a wrapped
-// destination, backends/cpu/matmul_runs.h), so the wide result is never written.
-void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View& w, int64_t pt, int64_t pb,
-                          int64_t pl, int64_t pr, int64_t dh, int64_t dw) {
-  const int r = x.rank();
-  auto xs = x.shape(), ws = w.shape(), os = out.shape();
-  const int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)], O = ws[0];
-  const int64_t kh = ws[2], kw = ws[3], Ho = os[size_t(r - 2)], Wo = os[size_t(r - 1)];
-  // The gap also keeps an output row (Wo) within a wide row (Wp): Wo = W + pl + pr - (kw-1)*dw.
-  const int64_t g = std::max({pl, pr, pl + pr - (kw - 1) * dw});
-  const int64_t Wp = W + g, L = g + (H + pt + pb) * Wp + (kw - 1) * dw - pl, N = Ho * Wp;
-  std::vector<int64_t> batch(xs.begin(), xs.end() - 3);
-  std::vector<int64_t> fs = batch, wides = batch;
-  fs.insert(fs.end(), {C, L});
+// The products of an implicit GEMM convolution and the copy of their wide rows into out. flat:
+// [.., rows, L], the input's rows; tap(dy, dx) = (first row, shift): the tap's C rows of flat are
+// first, first + row_step, ..., its window starts at column shift (output pixel y*Wp + x is column
+// y*Wp + x of the window); wide rows of Wp columns, the first Wo of each kept. One image per
+// iteration of a loop over the batch (the batch dims flattened).
+void implicit_gemm_products(Builder& b, const View& out, const View& w, const View& flat, int64_t Wp,
+                            int64_t row_step,
+                            const std::function<std::pair<int64_t, int64_t>(int64_t, int64_t)>& tap) {
+  const int r = out.rank();
+  auto ws = w.shape(), os = out.shape(), fs = flat.shape();
+  const int64_t O = ws[0], C = ws[1], kh = ws[2], kw = ws[3], Ho = os[size_t(r - 2)], Wo = os[size_t(r - 1)];
+  const int64_t N = Ho * Wp;
+  std::vector<int64_t> batch(fs.begin(), fs.end() - 2), wides = batch;
   wides.insert(wides.end(), {O, N});
-  View flat = b.empty(fs, DType::F32);
-  {
-    // Channel by channel (a parallel loop): its row zeroed, then its image rows copied in, while
-    // the row is in L1 (one pass over flat: a whole-buffer fill then the copies cost ~3% more).
-    Expr c = b.begin_for("c", int_imm(0), int_imm(C), int_imm(1));
-    std::vector<Index> ci(fs.size());
-    ci[fs.size() - 2].kind = Index::Int;
-    ci[fs.size() - 2].start = c;
-    const View flat_c = b.slice(flat, ci);  // [.., L]
-    b.assign(flat_c, float_imm(0.0));
-    Expr y = b.begin_for("y", int_imm(0), int_imm(H), int_imm(1));
-    std::vector<Index> xi(static_cast<size_t>(r));
-    xi[size_t(r - 3)].kind = Index::Int;
-    xi[size_t(r - 3)].start = c;
-    xi[size_t(r - 2)].kind = Index::Int;
-    xi[size_t(r - 2)].start = y;
-    b.assign(window(b, flat_c, r - 3, (y + int_imm(pt)) * int_imm(Wp) + int_imm(g), W), b.slice(x, xi));
-    b.end_for();
-    b.end_for();
-  }
   View wide = b.empty(wides, DType::F32);
-  auto products = [&](const View& dst, const View& src) {  // dst (O x N) = sum over taps, src: C x L
+  auto products = [&](const View& dst, const View& src) {  // dst (O x N) = sum over taps, src: rows x L
     for (int64_t dy = 0; dy < kh; ++dy)
       for (int64_t dx = 0; dx < kw; ++dx) {
         std::vector<Index> wi(4);
         wi[2].kind = wi[3].kind = Index::Int;
         wi[2].start = int_imm(dy);
         wi[3].start = int_imm(dx);
-        View shifted = window(b, src, 1, int_imm(g + dy * dh * Wp + dx * dw - pl), N);
+        const auto [first, shift] = tap(dy, dx);
+        std::vector<Index> rows(2);
+        rows[0].start = int_imm(first);
+        rows[0].stop = int_imm(first + (C - 1) * row_step + 1);
+        rows[0].step = row_step;
+        View shifted = window(b, b.slice(src, rows), 1, int_imm(shift), N);
         emit(b, dy == 0 && dx == 0 ? Opcode::TMATMUL : Opcode::TMATMUL_ACC, {dst, b.slice(w, wi), shifted});
       }
   };
@@ -197,26 +173,72 @@ void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View
   }
 }
 
-// A strided f32 convolution (dilation 1) as a stride-1 one over its input's phases: with dy = sh*u
-// + a and dx = sw*v + b, out[o, y, x] = sum over c, a, b, u, v of w[o, c, sh*u + a, sw*v + b] *
-// padded[c, sh*(y + u) + a, sw*(x + v) + b], a valid stride-1 convolution of the phase images
-// xq[(c*na + a)*nb + b, i, j] = padded[c, sh*i + a, sw*j + b] (na = min(sh, kh) row phases, nb
-// column phases) with the filter wq[o, (c*na + a)*nb + b, u, v] = w[o, c, sh*u + a, sw*v + b]
-// (zero past w's taps): the implicit GEMM then does the products (the taps per output row, a
-// batched matmul each, took a 7 x 7 stride-2 first layer 100x torch's time).
-void conv2d_phases(Builder& b, const View& out, const View& x, const View& w, int64_t sh, int64_t sw,
-                   int64_t pt, int64_t pl) {
+// Stride-1 f32 convolution as an implicit GEMM. The input is copied into one zero-padded row of
+// length L per channel, `flat`: image row y at g + (y + pt)*Wp, Wp = W + g, each row followed by g
+// zeros that serve as its right padding and the next row's left padding (g = max(pl, pr)). In that
+// layout the tap (dy, dx) of output pixel n = y*Wp + x reads flat[c, n + g + dy*dh*Wp + dx*dw - pl],
+// so each tap is a plain matrix product w[:, :, dy, dx] (O x C) @ flat[:, shifted window]
+// (C x Ho*Wp) into a "wide" output of Wp columns per row (the last Wp - Wo of each are discarded).
+// The kh*kw products into one destination are consecutive, so the CPU backend runs them as one GEMM
+// over K = C*kh*kw (a sum of MMATMULs, include/pto/cpu/matmul.hpp) reading B in place; for one
+// image it also folds the copy of the wide rows into out into that GEMM's stores (a wrapped
+// destination, backends/cpu/matmul_runs.h), so the wide result is never written.
+void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View& w, int64_t pt, int64_t pb,
+                          int64_t pl, int64_t pr, int64_t dh, int64_t dw) {
   const int r = x.rank();
   auto xs = x.shape(), ws = w.shape(), os = out.shape();
   const int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)], O = ws[0];
   const int64_t kh = ws[2], kw = ws[3], Ho = os[size_t(r - 2)], Wo = os[size_t(r - 1)];
+  // The gap also keeps an output row (Wo) within a wide row (Wp): Wo = W + pl + pr - (kw-1)*dw.
+  const int64_t g = std::max({pl, pr, pl + pr - (kw - 1) * dw});
+  const int64_t Wp = W + g, L = g + (H + pt + pb) * Wp + (kw - 1) * dw - pl;
+  std::vector<int64_t> fs(xs.begin(), xs.end() - 3);
+  fs.insert(fs.end(), {C, L});
+  View flat = b.empty(fs, DType::F32);
+  {
+    // Channel by channel (a parallel loop): its row zeroed, then its image rows copied in, while
+    // the row is in L1 (one pass over flat: a whole-buffer fill then the copies cost ~3% more).
+    Expr c = b.begin_for("c", int_imm(0), int_imm(C), int_imm(1));
+    std::vector<Index> ci(fs.size());
+    ci[fs.size() - 2].kind = Index::Int;
+    ci[fs.size() - 2].start = c;
+    const View flat_c = b.slice(flat, ci);  // [.., L]
+    b.assign(flat_c, float_imm(0.0));
+    Expr y = b.begin_for("y", int_imm(0), int_imm(H), int_imm(1));
+    std::vector<Index> xi(static_cast<size_t>(r));
+    xi[size_t(r - 3)].kind = Index::Int;
+    xi[size_t(r - 3)].start = c;
+    xi[size_t(r - 2)].kind = Index::Int;
+    xi[size_t(r - 2)].start = y;
+    b.assign(window(b, flat_c, r - 3, (y + int_imm(pt)) * int_imm(Wp) + int_imm(g), W), b.slice(x, xi));
+    b.end_for();
+    b.end_for();
+  }
+  implicit_gemm_products(b, out, w, flat, Wp, 1, [&](int64_t dy, int64_t dx) {
+    return std::make_pair(int64_t(0), g + dy * dh * Wp + dx * dw - pl);
+  });
+}
+
+// A strided f32 convolution (dilation 1) as stride-1 ones over its input's phases: with dy = sh*u
+// + ra and dx = sw*v + rb, the tap (dy, dx) of output pixel (y, x) reads padded[c, sh*(y + u) + ra,
+// sw*(x + v) + rb], pixel (y + u, x + v) of the phase image xq[c, ra, rb][i, j] = padded[c, sh*i +
+// ra, sw*j + rb] (Hq x Wq, its padding included). The phase images go into flat's rows, image row i
+// at i*Wq, so each tap is a plain matrix product of w[:, :, dy, dx] and its phase's rows of flat,
+// shifted by u*Wq + v: the implicit GEMM (implicit_gemm_products) of the kh*kw taps, K = C*kh*kw
+// (per-tap batched matmuls took a 7 x 7 stride-2 first layer 100x torch's time).
+void conv2d_phases(Builder& b, const View& out, const View& x, const View& w, int64_t sh, int64_t sw,
+                   int64_t pt, int64_t pl) {
+  const int r = x.rank();
+  auto xs = x.shape(), ws = w.shape(), os = out.shape();
+  const int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)];
+  const int64_t kh = ws[2], kw = ws[3], Ho = os[size_t(r - 2)], Wo = os[size_t(r - 1)];
+  // Row phases ra < na, column phases rb < nb; flat's row (c*na + ra)*nb + rb holds xq[c, ra, rb].
   const int64_t na = std::min(sh, kh), nb = std::min(sw, kw), KH = (kh + sh - 1) / sh,
                 KW = (kw + sw - 1) / sw;
-  const int64_t Hq = Ho + KH - 1, Wq = Wo + KW - 1, Cq = C * na * nb;
-  std::vector<int64_t> xqs(xs.begin(), xs.end() - 3);
-  xqs.insert(xqs.end(), {Cq, Hq, Wq});
-  View xq = b.full(xqs, DType::F32, float_imm(0.0));
-  View wq = b.full({O, Cq, KH, KW}, DType::F32, float_imm(0.0));
+  const int64_t Hq = Ho + KH - 1, Wq = Wo + KW - 1, phases = na * nb, L = Hq * Wq + KW - 1;
+  std::vector<int64_t> fs(xs.begin(), xs.end() - 3);
+  fs.insert(fs.end(), {C * phases, L});
+  View flat = b.full(fs, DType::F32, float_imm(0.0));
   auto slice = [](int64_t start, int64_t stop, int64_t step) {
     Index s;
     s.start = int_imm(start);
@@ -226,31 +248,26 @@ void conv2d_phases(Builder& b, const View& out, const View& x, const View& w, in
   };
   for (int64_t ra = 0; ra < na; ++ra)
     for (int64_t rb = 0; rb < nb; ++rb) {
-      const int64_t phase = ra * nb + rb;
       // xq's rows i whose padded row sh*i + ra is one of x's (sh*i + ra - pt in [0, H)), columns alike.
       const int64_t i0 = std::max<int64_t>(0, (pt - ra + sh - 1) / sh);
       const int64_t i1 = H - 1 + pt - ra < 0 ? 0 : std::min(Hq, (H - 1 + pt - ra) / sh + 1);
       const int64_t j0 = std::max<int64_t>(0, (pl - rb + sw - 1) / sw);
       const int64_t j1 = W - 1 + pl - rb < 0 ? 0 : std::min(Wq, (W - 1 + pl - rb) / sw + 1);
-      if (i0 < i1 && j0 < j1) {
-        std::vector<Index> qi(static_cast<size_t>(r)), xi(static_cast<size_t>(r));
-        qi[size_t(r - 3)] = slice(phase, Cq, na * nb);
-        qi[size_t(r - 2)] = slice(i0, i1, 1);
-        qi[size_t(r - 1)] = slice(j0, j1, 1);
-        const int64_t y0 = sh * i0 + ra - pt, x0 = sw * j0 + rb - pl;
-        xi[size_t(r - 2)] = slice(y0, y0 + sh * (i1 - i0 - 1) + 1, sh);
-        xi[size_t(r - 1)] = slice(x0, x0 + sw * (j1 - j0 - 1) + 1, sw);
-        b.assign(b.slice(xq, qi), b.slice(x, xi));
-      }
-      std::vector<Index> wqi(4), wi(4);
-      wqi[1] = slice(phase, Cq, na * nb);
-      wqi[2] = slice(0, (kh - ra + sh - 1) / sh, 1);
-      wqi[3] = slice(0, (kw - rb + sw - 1) / sw, 1);
-      wi[2] = slice(ra, kh, sh);
-      wi[3] = slice(rb, kw, sw);
-      b.assign(b.slice(wq, wqi), b.slice(w, wi));
+      if (i0 >= i1 || j0 >= j1) continue;
+      const int64_t phase = ra * nb + rb, x0 = sw * j0 + rb - pl;
+      Expr i = b.begin_for("i", int_imm(i0), int_imm(i1), int_imm(1));
+      std::vector<Index> fi(fs.size()), xi(static_cast<size_t>(r));
+      fi[fs.size() - 2] = slice(phase, C * phases, phases);
+      xi[size_t(r - 2)].kind = Index::Int;
+      xi[size_t(r - 2)].start = (i - int_imm(i0)) * int_imm(sh) + int_imm(sh * i0 + ra - pt);
+      xi[size_t(r - 1)] = slice(x0, x0 + sw * (j1 - j0 - 1) + 1, sw);
+      b.assign(window(b, b.slice(flat, fi), r - 3 + 1, i * int_imm(Wq) + int_imm(j0), j1 - j0),
+               b.slice(x, xi));
+      b.end_for();
     }
-  conv2d_implicit_gemm(b, out, xq, wq, 0, 0, 0, 0, 1, 1);
+  implicit_gemm_products(b, out, w, flat, Wq, phases, [&](int64_t dy, int64_t dx) {
+    return std::make_pair((dy % sh) * nb + dx % sw, (dy / sh) * Wq + dx / sw);
+  });
 }
 
 // out[.., o, y, x] = sum_c,dy,dx w[o, c, dy, dx] * padded[.., c, y*s + dy*d, x*s + dx*d]: f32

@@ -180,15 +180,14 @@ void implicit_gemm_products(Builder& b, const View& out, const View& w, const Vi
 // so each tap is a plain matrix product w[:, :, dy, dx] (O x C) @ flat[:, shifted window]
 // (C x Ho*Wp) into a "wide" output of Wp columns per row (the last Wp - Wo of each are discarded).
 // The kh*kw products into one destination are consecutive, so the CPU backend runs them as one GEMM
-// over K = C*kh*kw (a sum of MMATMULs, include/pto/cpu/matmul.hpp) reading B in place; for one
-// image it also folds the copy of the wide rows into out into that GEMM's stores (a wrapped
-// destination, backends/cpu/matmul_runs.h), so the wide result is never written.
+// over K = C*kh*kw (a sum of MMATMULs, include/pto/cpu/matmul.hpp) reading B in place, and folds
+// the copy of an image's wide rows into out into that GEMM's stores (a wrapped destination,
+// backends/cpu/matmul_runs.h), so the wide result is never written.
 void conv2d_implicit_gemm(Builder& b, const View& out, const View& x, const View& w, int64_t pt, int64_t pb,
                           int64_t pl, int64_t pr, int64_t dh, int64_t dw) {
   const int r = x.rank();
-  auto xs = x.shape(), ws = w.shape(), os = out.shape();
-  const int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)], O = ws[0];
-  const int64_t kh = ws[2], kw = ws[3], Ho = os[size_t(r - 2)], Wo = os[size_t(r - 1)];
+  auto xs = x.shape(), ws = w.shape();
+  const int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)], kw = ws[3];
   // The gap also keeps an output row (Wo) within a wide row (Wp): Wo = W + pl + pr - (kw-1)*dw.
   const int64_t g = std::max({pl, pr, pl + pr - (kw - 1) * dw});
   const int64_t Wp = W + g, L = g + (H + pt + pb) * Wp + (kw - 1) * dw - pl;

@@ -619,23 +619,25 @@ inline void mmatmul_sum_wrapped(pto_parallel_for_fn pf, GlobalView<D> dst, int64
   detail::for_pairs(take, views...);
   bool same = true;
   for (int u = 1; u < nt; ++u) same = same && M[u] == M[0] && N[u] == N[0];
-  if (dst.cs != 1) {  // a strided destination: the rows into a scratch matrix, then copied
-    const int64_t rows = dst.vr;
-    ScratchBuffer<float> wide(rows * columns);
-    for (int u = 0; u < nt; ++u)
-      gemm::mmatmul_sum_f32(pf, wide.data(), columns, 1, M[u], N[u], &t[u], 1, u > 0);
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t j = 0; j < columns; ++j)
-        if (j % wrap < dst.vc)
-          dst.ptr[r * dst.rs + (j / wrap) * ldy + (j % wrap) * dst.cs] = wide[r * columns + j];
-    return;
-  }
+  // A strided destination (rare): the plain product into a scratch matrix, then copied.
+  const bool strided = dst.cs != 1;
+  ScratchBuffer<float> wide(strided ? dst.vr * columns : 0);
+  float* c = strided ? wide.data() : dst.ptr;
+  const int64_t ldc = strided ? columns : dst.rs;
   gemm::Epilogue e;
-  e.wrap = wrap;
-  e.keep = dst.vc;
-  e.ldy = ldy;
-  if (same) return gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, 1, M[0], N[0], t, nt, false, e);
-  for (int u = 0; u < nt; ++u) gemm::mmatmul_sum_f32(pf, dst.ptr, dst.rs, 1, M[u], N[u], &t[u], 1, u > 0, e);
+  if (!strided) {
+    e.wrap = wrap;
+    e.keep = dst.vc;
+    e.ldy = ldy;
+  }
+  if (same)
+    gemm::mmatmul_sum_f32(pf, c, ldc, 1, M[0], N[0], t, nt, false, e);
+  else
+    for (int u = 0; u < nt; ++u) gemm::mmatmul_sum_f32(pf, c, ldc, 1, M[u], N[u], &t[u], 1, u > 0, e);
+  for (int64_t r = 0; strided && r < dst.vr; ++r)
+    for (int64_t j = 0; j < columns; ++j)
+      if (j % wrap < dst.vc)
+        dst.ptr[r * dst.rs + (j / wrap) * ldy + (j % wrap) * dst.cs] = wide[r * columns + j];
 }
 
 namespace detail {

@@ -91,7 +91,7 @@ class Gen : private StmtVisitor {
     for (size_t i = 0; i < p_.params.size(); ++i) declare_param(i);
     for (size_t j = 0; j < p_.scalars.size(); ++j) declare_scalar(j);
     const size_t prologue_at = size_t(out_.tellp());
-    note_unused_scratch(p_.body);
+    find_wrapped_products(p_.body);
     if (profile_)
       profiled_body();
     else
@@ -262,7 +262,7 @@ class Gen : private StmtVisitor {
           st = IExpr{n, std::nullopt};
         }
       }
-      if (unused_scratch_.count(b.get())) {  // the wide result of a wrapped product: never touched
+      if (unused_scratch_.count(b.get())) {  // the wide result of wrapped products: never touched
         line() << T << "* const " << info.ptr << " = nullptr;\n";
       } else {
         line() << "pto::ScratchBuffer<" << T << "> " << h << "(" << (st.c ? int_literal(*st.c) : st.s)
@@ -484,9 +484,9 @@ class Gen : private StmtVisitor {
         row_in_place(body[i]->op);
         continue;
       }
-      if (const size_t n = memory_matmul_run(body, i); auto w = memory_matmul_wrapped_store(body, i, n)) {
-        wrapped_matmul_sum(body, i, n, *w);  // the products, and the nest copying their rows out
-        i += n;
+      if (const WrappedRun* w = wrapped_at(body, i)) {
+        wrapped_matmul_sum(body, i, *w);  // the products, and the nest copying their rows out
+        i += w->products;
         continue;
       }
       if (const size_t n = memory_matmul_run(body, i); n > 1) {
@@ -537,21 +537,36 @@ class Gen : private StmtVisitor {
       line() << call << ";\n";
   }
 
-  // The scratch matrices of the block's wrapped products (matmul_runs.h), which their fused
-  // calls neither write nor read: allocated as null pointers (their allocations come first).
-  void note_unused_scratch(const std::vector<Stmt>& body) {
+  // The runs of products stored through a wrapped destination (matmul_runs.h) in every block, found
+  // once before code generation: their scratch matrices, which the fused calls neither write nor
+  // read, are allocated as null pointers (their allocations come before the products).
+  struct WrappedRun {
+    size_t products;
+    WrappedStore store;
+  };
+  void find_wrapped_products(const std::vector<Stmt>& body) {
     for (size_t i = 0; i < body.size(); ++i) {
-      if (memory_matmul_wrapped_store(body, i, memory_matmul_run(body, i)))
+      const size_t n = memory_matmul_run(body, i);
+      if (auto w = memory_matmul_wrapped_store(body, i, n)) {
         unused_scratch_.insert(std::get<View>(body[i]->op.args[0]).buf.get());
+        wrapped_[{&body, i}] = WrappedRun{n, *w};
+      }
       if (body[i] && body[i]->kind != StmtKind::OpStmt) {  // a loop's or branch's blocks
-        note_unused_scratch(body[i]->body);
-        note_unused_scratch(body[i]->orelse);
+        find_wrapped_products(body[i]->body);
+        find_wrapped_products(body[i]->orelse);
       }
     }
   }
+  // The wrapped run starting at statement i of the block, or null.
+  const WrappedRun* wrapped_at(const std::vector<Stmt>& body, size_t i) const {
+    auto it = wrapped_.find({&body, i});
+    return it == wrapped_.end() ? nullptr : &it->second;
+  }
 
   // A sum of products stored through a wrapped destination (matmul_runs.h): one call.
-  void wrapped_matmul_sum(const std::vector<Stmt>& body, size_t i, size_t n, const WrappedStore& w) {
+  void wrapped_matmul_sum(const std::vector<Stmt>& body, size_t i, const WrappedRun& run) {
+    const size_t n = run.products;
+    const WrappedStore& w = run.store;
     const Op dst{Opcode::MMATMUL, {w.out}};
     const BufInfo& info = info_of(dst, w.out);
     std::string call = std::string("pto::mmatmul_sum_wrapped(") +
@@ -624,12 +639,12 @@ class Gen : private StmtVisitor {
     for (size_t n = 0; n < nests.size(); ++n) {
       line() << "if (args->nest_hook) args->nest_hook(args->nest_ctx, " << n << ", 0);\n";
       for (size_t i = std::max(nests[n].begin, done); i < nests[n].end; i = done) {
-        const size_t run = memory_matmul_run(p_.body, i);
-        if (auto w = memory_matmul_wrapped_store(p_.body, i, run)) {
-          wrapped_matmul_sum(p_.body, i, run, *w);
-          done = i + run + 1;
+        if (const WrappedRun* w = wrapped_at(p_.body, i)) {
+          wrapped_matmul_sum(p_.body, i, *w);
+          done = i + w->products + 1;
           continue;
         }
+        const size_t run = memory_matmul_run(p_.body, i);
         run > 1 ? matmul_sum(p_.body, i, run) : visit(p_.body[i]);
         done = i + run;
       }
@@ -737,7 +752,9 @@ class Gen : private StmtVisitor {
 
   const Program& p_;
   bool profile_ = false;
-  std::set<const Buffer*> unused_scratch_;  // note_unused_scratch
+  std::set<const Buffer*> unused_scratch_;  // find_wrapped_products
+  // find_wrapped_products: by block and first product
+  std::map<std::pair<const std::vector<Stmt>*, size_t>, WrappedRun> wrapped_;
   std::ostringstream out_ = classic_stream();
   std::vector<std::string> wide_rows_;  // conditions of the width tests whose else is left out lazily
   int indent_ = 1;

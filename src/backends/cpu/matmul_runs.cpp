@@ -150,9 +150,6 @@ std::optional<WrappedStore> memory_matmul_wrapped_store(const std::vector<Stmt>&
         d.step[size_t(k)] != 1)
       return std::nullopt;
   }
-  for (size_t u = 0; u < n; ++u)  // no product reads T or out
-    for (size_t k = 1; k < 3; ++k)
-      if (std::get<View>(body[i + u]->op.args[k]).buf == T) return std::nullopt;
   // The nest: TLOAD x, T[lead, e:s, y*wrap : keep]; TSTORE out[lead', e:s, y, 0:keep], x.
   std::map<std::string, std::pair<int64_t, int64_t>> loops;
   std::vector<const Op*> ops;
@@ -213,9 +210,10 @@ std::optional<WrappedStore> memory_matmul_wrapped_store(const std::vector<Stmt>&
     for (const std::string& v : vars)
       if (loops.count(v)) return std::nullopt;
   }
-  for (size_t u = 0; u < n; ++u)
+  for (size_t u = 0; u < n; ++u)  // no product reads T or out
     for (size_t k = 1; k < 3; ++k)
-      if (std::get<View>(body[i + u]->op.args[k]).buf == out) return std::nullopt;
+      if (const BufferRef& o = std::get<View>(body[i + u]->op.args[k]).buf; o == T || o == out)
+        return std::nullopt;
   if (read_later(body, i + n - 1, T)) return std::nullopt;
   WrappedStore w;
   w.out = *ow;  // channels from 0, image row 0: the rows x keep matrix at the image's start

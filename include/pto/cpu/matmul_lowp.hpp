@@ -237,11 +237,24 @@ struct RowPanels {
 
 // Bytes of packed B per block of columns (the loop over A's panels runs once per block): measured
 // on Zen 4 (1 MiB L2, K = 2048), 2 MiB blocks beat 0.5 MiB ones by 8%, since each block rereads
-// the packed A of the whole share, which costs more than B panels coming from L3.
+// the packed A of the whole share, which costs more than B panels coming from L3. A family may
+// declare its own `static constexpr int64_t kBBlockBytes` (the AMX ones: 1 MiB, half their L2).
 #ifndef PTO_LOWP_BBLOCK
 #define PTO_LOWP_BBLOCK (int64_t(2) << 20)
 #endif
-constexpr int64_t kPackedBBlockBytes = PTO_LOWP_BBLOCK;
+template <class G, class = void>
+struct BBlockBytes {
+  static constexpr int64_t value = PTO_LOWP_BBLOCK;
+};
+template <class G>
+struct BBlockBytes<G, std::void_t<decltype(G::kBBlockBytes)>> {
+  static constexpr int64_t value = G::kBBlockBytes;
+};
+// Packed B panels per block of columns for the family G at depth k.
+template <class G>
+inline int64_t b_block_panels(int64_t k) {
+  return detail::imax(1, BBlockBytes<G>::value / (G::b_panel(k) * int64_t(sizeof(typename G::PB))));
+}
 // Rows of a row-major B packed per strip (PackedOperands::pack): a multiple of every family's
 // depth step (K pairs, K quads), so a strip's packed rows start at b_panel(k0).
 constexpr int64_t kPackStripK = 128;
@@ -295,8 +308,7 @@ struct PackedOperands {
                 const E* epi = nullptr, int64_t row0 = 0) const {
     constexpr int MR = G::MR, NR = G::NR;
     const typename ScopeOf<G>::type scope;
-    const int64_t kd = G::depth(k), bpn = G::b_panel(k);
-    const int64_t block = detail::imax(1, kPackedBBlockBytes / (bpn * int64_t(sizeof(typename G::PB))));
+    const int64_t kd = G::depth(k), bpn = G::b_panel(k), block = b_block_panels<G>(k);
     for (int64_t jb = j0; jb < j1; jb += block) {
       const int64_t je = detail::imin(j1, jb + block);
       for (int64_t i = i0; i < i1; ++i) {
@@ -333,8 +345,7 @@ template <class G, class D, class E = NoEpilogue>
 inline void gemm_share(int64_t m, int64_t n, int64_t k, Strided<typename G::A> a, Strided<typename G::A> b,
                        D* c, int64_t ldc, bool acc, const E* epi = nullptr, int64_t row0 = 0) {
   if (m <= 0 || n <= 0) return;
-  const int64_t bpn = G::b_panel(k);
-  const int64_t block = detail::imax(1, kPackedBBlockBytes / (bpn * int64_t(sizeof(typename G::PB))));
+  const int64_t bpn = G::b_panel(k), block = b_block_panels<G>(k);
   PackedOperands<G> o{m, n, k, a, b, RowPanels(m, G::MR), (n + G::NR - 1) / G::NR, nullptr, nullptr};
   o.ap = scratch(kPackedA).get<typename G::PA>(o.rp.count * G::MR * G::depth(k));
   o.bp = scratch(kPackedB).get<typename G::PB>(detail::imin(block, o.col_panels) * bpn);

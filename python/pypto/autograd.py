@@ -101,7 +101,7 @@ class _RunOf:
             self._cost = tuple(self.kernel.cost())
         return self._cost
 
-    def nest_info(self):
+    def nest_info(self, input_shapes=None):  # (a backward's shapes are static)
         if self._nests is None:
             self._nests = [tuple(n) for n in self.kernel.nests(self.builder)]
         return self._nests

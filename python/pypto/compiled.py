@@ -84,6 +84,7 @@ class CompiledKernel:
         self.built_at_ns = 0      # perf_counter_ns when it was built
         self._cost = None
         self._dyn_costs = {}  # a dynamic kernel's counts per input shapes
+        self._dyn_nests = {}  # and its per-nest counts
         self.last_shapes = None  # a dynamic kernel's input shapes in its last run
         self._nests = None
         if backend == "cpu":
@@ -155,8 +156,16 @@ class CompiledKernel:
         """The C++ call path's run-time error (bind_dispatch.cpp), as the Python path raises it."""
         raise PyptoError(f"kernel '{self.name}' failed at run time: {message}{self._index_sites(message)}") from None
 
-    def nest_info(self):
-        """Per loop nest: (source lines, global buffers written, flops, bytes, exact), once."""
+    def nest_info(self, input_shapes=None):
+        """Per loop nest: (source lines, global buffers written, flops, bytes, exact), once; a
+        dynamic kernel's for a call whose inputs had `input_shapes` (else at the dims' bound)."""
+        if input_shapes is not None and self.dynamic:
+            key = tuple(map(tuple, input_shapes))
+            if key not in self._dyn_nests:
+                if len(self._dyn_nests) > 64:
+                    self._dyn_nests.clear()
+                self._dyn_nests[key] = [tuple(n) for n in self.kernel.nests(self.builder, input_shapes)]
+            return self._dyn_nests[key]
         if self._nests is None:
             self._nests = [tuple(n) for n in self.kernel.nests(self.builder)]
         return self._nests

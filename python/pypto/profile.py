@@ -111,11 +111,11 @@ class Profile:
         self.counters_unavailable = ({k: v for k, v in _C.perf_counter_status().items() if v}
                                      if spans is not None and self.backend == "cpu" else {})
         self.profiled = spans is not None
-        self.nests = self._nests(entry) if spans is not None else []
+        self.nests = self._nests(entry, input_shapes) if spans is not None else []
         self.sim = report_of(entry)  # backend='sim': the pypto.SimReport of the run (cycles, pipes)
 
-    def _nests(self, entry):
-        infos = entry.nest_info()
+    def _nests(self, entry, input_shapes=None):
+        infos = entry.nest_info(input_shapes) if input_shapes is not None else entry.nest_info()
         threads = {}
         for nest, tid, _, _ in self.chunk_spans:
             threads.setdefault(nest, set()).add(tid)

@@ -173,16 +173,22 @@ void bind_runtime(nb::module_& m) {
           "Compile the profiling variant now (cpu); seconds spent, 0 when it came from a cache.")
       .def(
           "nests",
-          [](const Kernel& k, const ir::Builder* builder) {
+          [](const Kernel& k, const ir::Builder* builder,
+             std::optional<std::vector<std::vector<int64_t>>> input_shapes) {
             std::function<std::string(const ir::StmtNode*)> locate;
             if (builder) locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
+            const ir::Program& p = k.lowered().expanded;
+            std::optional<ir::ScalarEnv> env;
+            if (input_shapes && p.has_dynamic_dims()) env = ir::dim_symbol_env(p, *input_shapes);
             nb::list out;
-            for (const runtime::NestInfo& n : runtime::describe_nests(k.lowered(), locate))
+            for (const runtime::NestInfo& n :
+                 runtime::describe_nests(k.lowered(), locate, env ? &*env : nullptr))
               out.append(nb::make_tuple(n.lines, n.writes, n.flops, n.bytes, n.exact));
             return out;
           },
-          "builder"_a = nb::none(),
-          "Per loop nest (cpu/nests.h): (source lines, global buffers written, flops, bytes, exact).")
+          "builder"_a = nb::none(), "input_shapes"_a = nb::none(),
+          "Per loop nest (cpu/nests.h): (source lines, global buffers written, flops, bytes, exact); a\n"
+          "dynamic kernel's counts for a call with inputs of these shapes.")
       .def(
           "export",
           [](const Kernel& k, const std::string& path, const std::string& emit) {

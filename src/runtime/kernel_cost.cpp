@@ -154,9 +154,13 @@ KernelCost count_cost(const ir::Program& p, const ir::ScalarEnv* env) {
   return c.cost;
 }
 
-KernelCost count_tile_cost(const std::vector<ir::Stmt>& statements) {
+KernelCost count_tile_cost(const std::vector<ir::Stmt>& statements, const ir::ScalarEnv* env) {
   Counter c;
   c.memory_bytes = true;
+  if (env) {
+    c.have_env = true;
+    c.env = *env;
+  }
   c.walk(statements, 1);
   return c.cost;
 }

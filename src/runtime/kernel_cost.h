@@ -25,7 +25,8 @@ struct KernelCost {
 KernelCost count_cost(const ir::Program& tensor_program, const ir::ScalarEnv* env = nullptr);
 
 // The cost of some statements of a tile-level program (one loop nest, cpu/nests.h): flops as
-// above, bytes = the global memory its loads and stores move (a tile re-read counts again).
-KernelCost count_tile_cost(const std::vector<ir::Stmt>& statements);
+// above, bytes = the global memory its loads and stores move (a tile re-read counts again);
+// `env` as for count_cost (a dynamic kernel's extents for one call, not the bound's windows).
+KernelCost count_tile_cost(const std::vector<ir::Stmt>& statements, const ir::ScalarEnv* env = nullptr);
 
 }  // namespace pypto::runtime

@@ -30,7 +30,8 @@ void tensor_writes(const ir::Stmt& s, std::vector<std::string>& out) {
 }  // namespace
 
 std::vector<NestInfo> describe_nests(const passes::Lowered& l,
-                                     const std::function<std::string(const ir::StmtNode*)>& locate) {
+                                     const std::function<std::string(const ir::StmtNode*)>& locate,
+                                     const ir::ScalarEnv* env) {
   std::vector<NestInfo> out;
   const std::vector<ir::Stmt>& tensor = l.tensor.body;
   std::vector<std::vector<std::string>> twrites(tensor.size());
@@ -40,7 +41,7 @@ std::vector<NestInfo> describe_nests(const passes::Lowered& l,
     NestInfo info;
     info.writes = n.writes;
     std::vector<ir::Stmt> stmts(l.isa.body.begin() + n.begin, l.isa.body.begin() + n.end);
-    KernelCost c = count_tile_cost(stmts);
+    KernelCost c = count_tile_cost(stmts, env);
     info.flops = c.flops;
     info.bytes = c.bytes;
     info.exact = c.exact;

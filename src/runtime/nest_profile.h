@@ -19,8 +19,10 @@ struct NestInfo {
 // Source lines: the tensor-level statements are matched to the nests in program order, each nest
 // taking every statement up to the last one that writes a buffer the nest writes (statements
 // fused into a nest come before the one whose result it stores). `locate` gives a statement's
-// line ("" when unknown; then no lines).
+// line ("" when unknown; then no lines). `env`: a dynamic kernel's dimension symbols for one call
+// (runtime/kernel_cost.h), so that the counts are the call's; without it, the bound's windows.
 std::vector<NestInfo> describe_nests(const passes::Lowered& lowered,
-                                     const std::function<std::string(const ir::StmtNode*)>& locate);
+                                     const std::function<std::string(const ir::StmtNode*)>& locate,
+                                     const ir::ScalarEnv* env = nullptr);
 
 }  // namespace pypto::runtime

@@ -40,6 +40,23 @@ def test_kernel_profile_times_each_nest_with_its_lines_and_counts():
     assert g > 0 and bw > 0
 
 
+def test_dynamic_kernel_counts_each_nest_at_the_calls_shapes():
+    # A kernel called with a second shape goes dynamic: its nests' counts must be those of the
+    # call's sizes, not of the dims' bound (once read as 1e28 FLOPs for a 32 x 64 x 32 product).
+    k = pypto.jit(linear_rowsum)
+    for M, K, N in ((96, 64, 48), (32, 64, 32), (200, 40, 72), (7, 3, 100)):
+        x, w, b = rand(M, K), rand(K, N), rand(1, N)
+        p = k.profile(x, w, b)
+        want = np.maximum(x.astype(np.float64) @ w + b, 0).sum(1)
+        assert rel_err(p.result, want) < 1e-5
+        assert p.flops < 4 * M * N * K
+        assert p.nests[0].flops == 2 * M * N * K
+        # The other nests' tiles are windows of a fixed size whose valid part the loads carry: an
+        # elementwise op may count its whole window, a bounded overestimate.
+        assert all(0 <= n.flops <= 8 * p.flops for n in p.nests)
+        assert all(0 < n.bytes <= 16 * 4 * (M * K + K * N + M * N) for n in p.nests)
+
+
 COUNTERS = {"cycles", "instructions", "cache_misses", "branch_misses", "task_clock_ns", "page_faults",
             "context_switches"}
 

@@ -236,12 +236,13 @@ inline void pack_b(int64_t kc, int64_t nc, const float* B, int64_t rs, int64_t c
 // With ROWS, B is read in place through a table of row addresses: B(p,j) = brow[p][j] (b unused).
 // On the last k block, `bias` (the tile's first column of a row vector, or null) and `relu` finish
 // each element as it is stored: c = relu(c + bias[j]) (pto/elem.hpp's add and relu, in that order,
-// as the separate pass over C would compute them).
+// as the separate pass over C would compute them). `pf_b` > 0: the rows of B pf_b steps ahead are
+// prefetched into L1 at each step (a packed panel streaming from L2; Blocking::pb).
 template <int M_, int NV_, int64_t AI, int64_t AP, int64_t BP, bool ROWS = false>
 PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const float* PTO_RESTRICT b,
                              float* PTO_RESTRICT c, int64_t ldc, bool acc, int64_t mr, int64_t nr,
                              const float* const* brow = nullptr, int64_t bcol = 0,
-                             const float* bias = nullptr, bool relu = false) {
+                             const float* bias = nullptr, bool relu = false, int64_t pf_b = 0) {
   constexpr int N_ = NV_ * kW;
   vf r[M_][NV_];
 #pragma GCC unroll 32
@@ -277,7 +278,14 @@ PTO_INLINE void micro_kernel(int64_t kc, const float* PTO_RESTRICT a, const floa
   // the rolled loop they were tuned with (14 x 32 at ~98% of an FMA loop on Zen 5).
 #pragma GCC unroll 4
 #endif
-  for (int64_t p = 0; p < kc; ++p) step(p);
+  for (int64_t p = 0; p < kc; ++p) {
+    if constexpr (!ROWS)
+      if (pf_b > 0)
+#pragma GCC unroll 4
+        for (int64_t l = 0; l < N_; l += 64 / int64_t(sizeof(float)))
+          __builtin_prefetch(b + (p + pf_b) * BP + l, 0, 3);
+    step(p);
+  }
   if (mr == M_ && nr == N_) {
     // Two loops, not `acc ? *cp + r : r`: the select may be compiled to an add of the old C and a
     // blend, and a destination not yet written (uninitialised memory) holds denormals often

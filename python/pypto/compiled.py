@@ -156,16 +156,23 @@ class CompiledKernel:
         """The C++ call path's run-time error (bind_dispatch.cpp), as the Python path raises it."""
         raise PyptoError(f"kernel '{self.name}' failed at run time: {message}{self._index_sites(message)}") from None
 
+    @staticmethod
+    def _for_shapes(cache, input_shapes, count):
+        """count() for a dynamic kernel's call with inputs of `input_shapes`, kept per shapes (at
+        most 65 kept)."""
+        key = tuple(map(tuple, input_shapes))
+        if key not in cache:
+            if len(cache) > 64:
+                cache.clear()
+            cache[key] = count()
+        return cache[key]
+
     def nest_info(self, input_shapes=None):
         """Per loop nest: (source lines, global buffers written, flops, bytes, exact), once; a
         dynamic kernel's for a call whose inputs had `input_shapes` (else at the dims' bound)."""
         if input_shapes is not None and self.dynamic:
-            key = tuple(map(tuple, input_shapes))
-            if key not in self._dyn_nests:
-                if len(self._dyn_nests) > 64:
-                    self._dyn_nests.clear()
-                self._dyn_nests[key] = [tuple(n) for n in self.kernel.nests(self.builder, input_shapes)]
-            return self._dyn_nests[key]
+            return self._for_shapes(self._dyn_nests, input_shapes,
+                                    lambda: [tuple(n) for n in self.kernel.nests(self.builder, input_shapes)])
         if self._nests is None:
             self._nests = [tuple(n) for n in self.kernel.nests(self.builder)]
         return self._nests
@@ -174,12 +181,7 @@ class CompiledKernel:
         """(flops, bytes, exact) counted from the tensor-level IR, once (runtime/kernel_cost.h); a
         dynamic kernel's for a call whose inputs had `input_shapes` (else at the dims' bound)."""
         if input_shapes is not None and self.dynamic:
-            key = tuple(map(tuple, input_shapes))
-            if key not in self._dyn_costs:
-                if len(self._dyn_costs) > 64:
-                    self._dyn_costs.clear()
-                self._dyn_costs[key] = tuple(self.kernel.cost(input_shapes))
-            return self._dyn_costs[key]
+            return self._for_shapes(self._dyn_costs, input_shapes, lambda: tuple(self.kernel.cost(input_shapes)))
         if self._cost is None:
             self._cost = tuple(self.kernel.cost())
         return self._cost

@@ -32,8 +32,10 @@ PTO_INLINE float to_float(bf16_t h) { return elem::bf16_to_float(h.bits); }
 PTO_INLINE bf16_t bf16_from_float(float f) { return bf16_t{elem::bf16_from_float(f)}; }
 // bf16_from_float on every lane of a vector of f32 (VF, GCC vector extension), as the bf16 bit
 // patterns in a vector of uint16_t of as many lanes (VU16): round to nearest even, a NaN quiet.
+// At most one register wide: GCC compiles the select of a wider vector lane by lane.
 template <class VU16, class VF>
 PTO_INLINE VU16 bf16_bits_from_floats(VF x) {
+  static_assert(sizeof(VF) <= 64, "one vector register at most (wider selects become scalar code)");
   typedef uint32_t VU __attribute__((vector_size(sizeof(VF))));
   const VU u = (VU)x;
   const VU rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;

@@ -115,7 +115,7 @@ class Profile:
         self.sim = report_of(entry)  # backend='sim': the pypto.SimReport of the run (cycles, pipes)
 
     def _nests(self, entry, input_shapes=None):
-        infos = entry.nest_info(input_shapes) if input_shapes is not None else entry.nest_info()
+        infos = entry.nest_info(input_shapes)
         threads = {}
         for nest, tid, _, _ in self.chunk_spans:
             threads.setdefault(nest, set()).add(tid)

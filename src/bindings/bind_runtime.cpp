@@ -41,6 +41,16 @@ runtime::Backend parse_backend(const std::string& s) {
   throw ir::Error("unknown backend '" + s + "' (expected \"interp\", \"cpu\" or \"sim\")");
 }
 
+using Shapes = std::vector<std::vector<int64_t>>;
+
+// A dynamic kernel's dimension symbols for a call with inputs of these shapes (the counts of
+// `cost` and `nests` are then the call's); none for a static kernel or without shapes.
+std::optional<ir::ScalarEnv> call_env(const Kernel& k, const std::optional<Shapes>& input_shapes) {
+  const ir::Program& p = k.lowered().expanded;
+  if (!input_shapes || !p.has_dynamic_dims()) return std::nullopt;
+  return ir::dim_symbol_env(p, *input_shapes);
+}
+
 const char* kind_name(ir::BufferKind k) {
   switch (k) {
     case ir::BufferKind::Param:
@@ -173,13 +183,10 @@ void bind_runtime(nb::module_& m) {
           "Compile the profiling variant now (cpu); seconds spent, 0 when it came from a cache.")
       .def(
           "nests",
-          [](const Kernel& k, const ir::Builder* builder,
-             std::optional<std::vector<std::vector<int64_t>>> input_shapes) {
+          [](const Kernel& k, const ir::Builder* builder, std::optional<Shapes> input_shapes) {
             std::function<std::string(const ir::StmtNode*)> locate;
             if (builder) locate = [builder](const ir::StmtNode* s) { return builder->location(s); };
-            const ir::Program& p = k.lowered().expanded;
-            std::optional<ir::ScalarEnv> env;
-            if (input_shapes && p.has_dynamic_dims()) env = ir::dim_symbol_env(p, *input_shapes);
+            const std::optional<ir::ScalarEnv> env = call_env(k, input_shapes);
             nb::list out;
             for (const runtime::NestInfo& n :
                  runtime::describe_nests(k.lowered(), locate, env ? &*env : nullptr))
@@ -239,11 +246,9 @@ void bind_runtime(nb::module_& m) {
           "input_shapes"_a, "Shapes of the outputs for inputs of these shapes (dynamic dims evaluated).")
       .def(
           "cost",
-          [](const Kernel& k, std::optional<std::vector<std::vector<int64_t>>> input_shapes) {
-            const ir::Program& p = k.lowered().expanded;
-            std::optional<ir::ScalarEnv> env;
-            if (input_shapes && p.has_dynamic_dims()) env = ir::dim_symbol_env(p, *input_shapes);
-            runtime::KernelCost c = runtime::count_cost(p, env ? &*env : nullptr);
+          [](const Kernel& k, std::optional<Shapes> input_shapes) {
+            const std::optional<ir::ScalarEnv> env = call_env(k, input_shapes);
+            runtime::KernelCost c = runtime::count_cost(k.lowered().expanded, env ? &*env : nullptr);
             return nb::make_tuple(c.flops, c.bytes, c.exact);
           },
           "input_shapes"_a = nb::none(),

@@ -554,24 +554,39 @@ Backward Differentiator::run() {
   return out;
 }
 
-// Temps worth saving rather than recomputing: matmul products, allocated and written once at the
-// top level, with static shapes (what the backward reads of them decides which are kept).
+// Temps the backward takes from the forward's run instead of recomputing them: allocated at the
+// top level with a static shape and computed by one top-level statement (an op, or a loop that
+// writes them in parts: the heads of an attention), read only after it, so their final value is
+// the one every reader sees. Which are kept is decided by what the backward still reads after
+// dead code elimination: a value it recomputes from saved ones (a bias added to a saved product)
+// drops its source. The cost is the memory torch's autograd spends the same way (it saves what
+// each op's derivative reads); recomputing instead ran the forward's attention loop, layer norms
+// and GELU a second time in every backward.
 std::vector<const Buffer*> Differentiator::products_to_save() const {
   std::vector<const Buffer*> out;
   if (!save_products_) return out;
+  auto top = [&](const StmtNode* s) {  // the top-level statement s is in (s itself at the top)
+    const StmtInfo& info = stmts_.at(s);
+    return info.loops.empty() ? s : info.loops.front();
+  };
   for (const Stmt& s : fwd_.body) {
     if (s->kind != StmtKind::Alloc) continue;
     const Buffer* b = s->buffer.get();
     auto it = bufs_.find(b);
-    if (b->kind != BufferKind::Temp || !is_float(b->dtype) || it == bufs_.end() ||
-        it->second.writes.size() != 1)
+    if (b->kind != BufferKind::Temp || !is_float(b->dtype) || it == bufs_.end() || it->second.writes.empty())
       continue;
-    const StmtNode* w = it->second.writes[0];
     bool static_shape =
         std::all_of(b->shape.begin(), b->shape.end(), [](int64_t d) { return d > 0 && d != kDynamicBound; });
-    if (static_shape && stmts_.at(w).loops.empty() &&
-        opcode_info(w->op.code).category == OpCategory::Matrix && std::get<View>(w->op.args[0]).is_whole())
-      out.push_back(b);
+    const StmtNode* producer = top(it->second.writes[0]);
+    bool one_producer = std::all_of(it->second.writes.begin(), it->second.writes.end(),
+                                    [&](const StmtNode* w) { return top(w) == producer; });
+    // A lone op must write all of it (a partial write keeps the rest of an earlier value).
+    bool whole = producer->kind != StmtKind::OpStmt || std::get<View>(producer->op.args[0]).is_whole();
+    int end = stmts_.at(producer).pos;
+    bool read_after = std::all_of(it->second.reads.begin(), it->second.reads.end(), [&](const StmtNode* r) {
+      return top(r) != producer && stmts_.at(r).pos > end;
+    });
+    if (static_shape && one_producer && whole && read_after) out.push_back(b);
   }
   return out;
 }

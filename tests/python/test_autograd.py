@@ -219,6 +219,40 @@ def test_torch_backward_reads_saved_matmul_products():
     assert str(saving.program).count("TMATMUL") == 4 and str(recomputing.program).count("TMATMUL") == 5
 
 
+def test_torch_backward_reads_saved_loop_values():
+    """A value the forward computes in a loop (attention heads writing their slices), a layer norm
+    and a GELU are saved by the forward, not replayed by the backward: the backward's only softmax
+    is the one its reverse sweep of the heads needs, and it holds no layer norm or GELU."""
+    from pypto import autograd
+
+    @pypto.jit
+    def block(x, wq, w1):
+        S, D = x.shape
+        q = pypto.matmul(pypto.layer_norm(x, D), wq)
+        ctx = pypto.empty((S, D), dtype=x.dtype)
+        for c in range(0, D, 4):
+            p = pypto.softmax(pypto.matmul(q[:, c:c+4], q[:, c:c+4].transpose(-2, -1)))
+            ctx[:, c:c+4] = pypto.matmul(p, q[:, c:c+4])
+        return pypto.matmul(pypto.gelu(pypto.matmul(ctx, w1)), w1.transpose(0, 1))
+
+    x, wq, w1 = leaves((16, 8), (8, 8), (8, 12), dtype=torch.float32, seed=7)
+    out = block(x, wq, w1)
+    g = torch.randn_like(out)
+    out.backward(g)
+    ref = [t.detach().double().requires_grad_() for t in (x, wq, w1)]
+    q = torch.nn.functional.layer_norm(ref[0], (8,)) @ ref[1]
+    parts = [torch.softmax(q[:, c:c+4] @ q[:, c:c+4].T, -1) @ q[:, c:c+4] for c in (0, 4)]
+    (torch.nn.functional.gelu(torch.cat(parts, 1) @ ref[2]) @ ref[2].T).backward(g.double())
+    for got, want in zip((x.grad, wq.grad, w1.grad), ref):
+        assert rel(got, want.grad) < 1e-5
+    _, entry, _, _ = autograd._kernel_entry(block, (x, wq, w1))
+    saving, recomputing = autograd.derived(entry, save=True), autograd.derived(entry)
+    text, again = str(saving.program), str(recomputing.program)
+    assert text.count("SOFTMAX") == 1 and again.count("SOFTMAX") == 2
+    assert "LAYER_NORM" not in text and "TGELU" not in text
+    assert "LAYER_NORM" in again and "TGELU" in again
+
+
 def test_mixed_dtypes_match_torch():
     @pypto.jit(backend="interp")
     def mixed(a, b):

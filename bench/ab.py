@@ -4,7 +4,7 @@
     python bench/ab.py main~3 main --cases layer_norm,vector_add --pairs 5
 
 Each commit is checked out into its own worktree (under --dir, kept for reuse) and built there
-(`make build`, with the shared VENV and ccache); then bench/run.py runs the cases on A and on B
+(`make build`, with the shared VENV, and ccache where the machine has it); then bench/run.py runs the cases on A and on B
 in turn, A B A B ..., --pairs times (pairing keeps a ratio meaningful while the machine's speed
 drifts). Prints, per case, PyPTO's median time over the runs of each side and the ratio B/A of the
 per-pair ratios' median: above 1 means B is slower. Only the pypto impls are timed (--no-compile,
@@ -13,6 +13,7 @@ them with `git worktree remove DIR` when done."""
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -33,7 +34,8 @@ def tree_for(commit, base_dir, venv):
     path = os.path.join(base_dir, sha[:12])
     if not os.path.isdir(path):
         sh(["git", "-C", ROOT, "worktree", "add", "--detach", path, sha])
-    sh(["make", "build", f"VENV={venv}", "CMAKE_ARGS=-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"], cwd=path)
+    launcher = ["CMAKE_ARGS=-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"] if shutil.which("ccache") else []
+    sh(["make", "build", f"VENV={venv}", *launcher], cwd=path)
     return path
 
 

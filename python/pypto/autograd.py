@@ -53,8 +53,9 @@ class Derived:
         self.out_params = [p for p in params if p[3] == "output"]
         fparams = entry.kernel.params()
         self.n_params = len(fparams)
-        # save: the forward that also returns the matmul products the backward reads (params
-        # n_params.. of the backward's "saved" args), so that they are not recomputed.
+        # save: the forward that also returns the values the backward reads that a matmul
+        # computes or reads (params n_params.. of the backward's "saved" args), so that they are
+        # not recomputed.
         self.forward = self.forward_run = None
         if with_saves is not None:
             self.forward, secs = _compiled(with_saves, entry)

@@ -557,14 +557,18 @@ Backward Differentiator::run() {
 // Temps the backward takes from the forward's run instead of recomputing them: allocated at the
 // top level with a static shape and computed by one top-level statement (an op, or a loop that
 // writes them in parts: the heads of an attention), read only after it, so their final value is
-// the one every reader sees. Which are kept is decided by what the backward still reads after
-// dead code elimination: a value it recomputes from saved ones (a bias added to a saved product)
-// drops its source. The cost is the memory torch's autograd spends the same way (it saves what
-// each op's derivative reads); recomputing instead ran the forward's attention loop, layer norms
-// and GELU a second time in every backward.
+// the one every reader sees; and costly to recompute (a matmul computes them) or free to keep (a
+// matmul reads them, so the forward writes them to memory anyway: a layer norm's or GELU's output
+// feeding the next linear layer). An elementwise value nothing but elementwise ops read is
+// recomputed: the fused forward never writes it, and saving it would add that write and a read
+// where recomputing reads the inputs the backward reads anyway. Which are kept is decided by what
+// the backward still reads after dead code elimination.
 std::vector<const Buffer*> Differentiator::products_to_save() const {
   std::vector<const Buffer*> out;
   if (!save_products_) return out;
+  auto matrix = [](const StmtNode* s) {
+    return s->kind == StmtKind::OpStmt && opcode_info(s->op.code).category == OpCategory::Matrix;
+  };
   auto top = [&](const StmtNode* s) {  // the top-level statement s is in (s itself at the top)
     const StmtInfo& info = stmts_.at(s);
     return info.loops.empty() ? s : info.loops.front();
@@ -582,11 +586,16 @@ std::vector<const Buffer*> Differentiator::products_to_save() const {
                                     [&](const StmtNode* w) { return top(w) == producer; });
     // A lone op must write all of it (a partial write keeps the rest of an earlier value).
     bool whole = producer->kind != StmtKind::OpStmt || std::get<View>(producer->op.args[0]).is_whole();
+    bool computed_by_matmul = std::any_of(stmts_.begin(), stmts_.end(), [&](const auto& st) {
+      return (st.first == producer || top(st.first) == producer) && matrix(st.first);
+    });
+    bool read_by_matmul = std::any_of(it->second.reads.begin(), it->second.reads.end(), matrix);
     int end = stmts_.at(producer).pos;
     bool read_after = std::all_of(it->second.reads.begin(), it->second.reads.end(), [&](const StmtNode* r) {
       return top(r) != producer && stmts_.at(r).pos > end;
     });
-    if (static_shape && one_producer && whole && read_after) out.push_back(b);
+    if (static_shape && one_producer && whole && read_after && (computed_by_matmul || read_by_matmul))
+      out.push_back(b);
   }
   return out;
 }

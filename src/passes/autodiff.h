@@ -7,8 +7,9 @@
 //    are the gradients of the forward's floating-point tensor inputs. Parameters the backward
 //    does not read are dropped, so a caller saves only what `args` lists (the least it needs).
 //  * Values are recomputed rather than taped: the backward first replays the forward (writes into
-//    results dropped: their saved values stand in; so are top-level matmul products when the
-//    caller runs forward_with_saves), then sweeps the statements in reverse,
+//    results dropped: their saved values stand in; so are the temps forward_with_saves returns
+//    when the caller runs it: values a matmul computes or reads, see products_to_save), then
+//    sweeps the statements in reverse,
 //    accumulating adjoints; a loop is swept by a loop (reversed when iterations depend on each
 //    other) whose body first replays the forward body for that iteration. Dead code elimination
 //    then removes every replayed value no derivative rule reads (cheap ones are recomputed;
@@ -45,8 +46,8 @@ struct Backward {
   std::vector<Arg> args;
   std::vector<int> grads;    // per Output of `program`: the forward param it is the gradient of
   std::vector<int> results;  // forward params that are results (outputs, then written arguments)
-  // With `save_products`: the forward with the matmul products the backward reads (instead of
-  // recomputing them) as extra outputs, after its params; an Arg of role Saved with a param index
+  // With `save_products`: the forward with the values the backward reads (instead of recomputing
+  // them) that a matmul computes or reads as extra outputs, after its params; an Arg of role Saved with a param index
   // past the forward's is one of them. Empty (no params) when nothing is saved.
   ir::Program forward_with_saves;
 };
@@ -58,8 +59,9 @@ using IsDetached = std::function<bool(const ir::Buffer*)>;
 
 // `wanted[i]`: whether the gradient of forward param i is asked for (empty: all of them); the
 // backward computes (and reads what it needs for) only those.
-// `save_products`: top-level matmul results the backward needs come from the forward's run
-// (forward_with_saves) instead of being recomputed.
+// `save_products`: values the backward needs that a matmul computes (a product, a loop of
+// attention heads) or reads (a layer norm's or activation's output feeding a linear layer) come
+// from the forward's run (forward_with_saves) instead of being recomputed.
 Backward autodiff(const ir::Program& forward, const Locate& locate = {}, const std::vector<bool>& wanted = {},
                   const IsDetached& detached = {}, bool save_products = false);
 

@@ -508,6 +508,7 @@ Backward Differentiator::run() {
         if (auto v = view_of(s->op.args[i])) ++reads[v->buf.get()];
     });
     write_first_contributions(out.program.body, adjoint_buffers_, reads);
+    accumulate_products(out.program.body, adjoint_buffers_, reads);
     forward_copies(out.program);
     eliminate_dead_code(out.program);
   }

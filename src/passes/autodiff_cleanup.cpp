@@ -1,6 +1,7 @@
 // The clean-up of a derived backward program, run by passes/autodiff.cpp after the sweep: dead
 // code, zero fills a first contribution can replace, copies that can be read through.
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -209,6 +210,53 @@ void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buf
                                std::map<const Buffer*, int>& reads) {
   body =
       rewrite_blocks(body, [&](std::vector<Stmt>& b) { write_first_contributions_here(b, adjoints, reads); });
+}
+
+// `t = a @ b; g += t` with g an adjoint and t a temporary nothing else reads or writes: `g += a @
+// b` (TMATMUL_ACC), so the product is summed into g by the GEMM itself, which reads a transposed
+// operand while packing it, instead of a tile product into t and an add (the attention heads'
+// gradients added into their slices of qkv's adjoint ran as tile loops with transposed loads).
+void accumulate_products(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
+                         std::map<const Buffer*, int>& reads) {
+  std::map<const Buffer*, int> writes;
+  walk(body, [&](const Stmt& s) {
+    if (s->kind == StmtKind::OpStmt && !s->op.args.empty())
+      if (auto d = view_of(s->op.args[0])) ++writes[d->buf.get()];
+  });
+  // e <= bound for every value of the variables: e is bound, or a min with such an argument.
+  std::function<bool(const Expr&, const Expr&)> at_most = [&](const Expr& e, const Expr& bound) {
+    if (expr_equal(e, bound)) return true;
+    return e && e->op == ExprOp::Min &&
+           std::any_of(e->args.begin(), e->args.end(), [&](const Expr& x) { return at_most(x, bound); });
+  };
+  // The add writes g's valid region; t holds the product over at least that much of it.
+  auto within = [&](const View& g, const View& t) {
+    if (g.shape() != t.shape()) return false;
+    auto gv = g.valid_shape(), tv = t.valid_shape();
+    for (size_t k = 0; k < gv.size(); ++k)
+      if (!at_most(gv[k], tv[k])) return false;
+    return true;
+  };
+  body = rewrite_blocks(body, [&](std::vector<Stmt>& b) {
+    for (size_t i = 0; i + 1 < b.size(); ++i) {
+      const Stmt &mm = b[i], &add = b[i + 1];
+      if (mm->kind != StmtKind::OpStmt || mm->op.code != Opcode::TMATMUL || mm->op.args.size() != 3 ||
+          add->kind != StmtKind::OpStmt || add->op.code != Opcode::TADD || add->op.args.size() != 3)
+        continue;
+      const View *t = view_of(mm->op.args[0]), *a = view_of(mm->op.args[1]), *bv = view_of(mm->op.args[2]);
+      const View *g = view_of(add->op.args[0]), *g1 = view_of(add->op.args[1]), *c = view_of(add->op.args[2]);
+      if (!t || !a || !bv || !g || !g1 || !c || !adjoints.count(g->buf.get()) ||
+          !structural::equal(*g, *g1) || c->buf != t->buf || !structural::equal(*c, *t) ||
+          t->buf->kind != BufferKind::Temp || reads[t->buf.get()] != 1 || writes[t->buf.get()] != 1 ||
+          g->rank() != 2 || t->rank() != 2 || g->buf->dtype != t->buf->dtype || g->buf == a->buf ||
+          g->buf == bv->buf || !within(*g, *t))
+        continue;
+      b[i] = op_stmt(Op{Opcode::TMATMUL_ACC, {*g, *a, *bv}});
+      b.erase(b.begin() + long(i + 1));
+      --reads[t->buf.get()];
+      ++reads[g->buf.get()];
+    }
+  });
 }
 
 // `a = c` of two whole temporaries, each written once, c earlier in the same block: every use of

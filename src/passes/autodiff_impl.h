@@ -103,6 +103,9 @@ void eliminate_dead_code(ir::Program& p);  // instructions nothing live reads, t
 // `fill 0; a += c` -> `a = c` where the first contribution covers all of an adjoint.
 void write_first_contributions(std::vector<ir::Stmt>& body, const std::set<const ir::Buffer*>& adjoints,
                                std::map<const ir::Buffer*, int>& reads);
+// `t = a @ b; g += t` -> `g += a @ b` (TMATMUL_ACC) for an adjoint g and a temporary t.
+void accumulate_products(std::vector<ir::Stmt>& body, const std::set<const ir::Buffer*>& adjoints,
+                         std::map<const ir::Buffer*, int>& reads);
 void forward_copies(ir::Program& p);  // `a = c` of settled buffers: a's readers read c
 void used_buffers(const std::vector<ir::Stmt>& body, std::set<const ir::Buffer*>& used);
 // K where e is the loop variable v itself (1) or v * K, K a constant; else nothing.

@@ -275,21 +275,51 @@ void forward_copies(Program& p) {
       if (s->kind != StmtKind::OpStmt || s->op.args.empty()) continue;
       const View* d = view_of(s->op.args[0]);
       const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
+      // A source that is itself a copy already forwarded stands for what it copies (a chain of
+      // adjoints passed through additions: each link read through to the first).
+      BufferRef src = c ? c->buf : nullptr;
+      for (auto it = src ? repl.find(src.get()) : repl.end(); it != repl.end(); it = repl.find(src.get()))
+        src = it->second;
       // The source: a temp written once, earlier in this block, or an input the program never
       // writes (a cotangent copied into the adjoint it starts).
-      const bool settled = c && ((c->buf->kind == BufferKind::Temp && writes[c->buf.get()] == 1 &&
-                                  written_here.count(c->buf.get())) ||
-                                 (c->buf->kind == BufferKind::Param && writes[c->buf.get()] == 0));
+      const bool settled =
+          src &&
+          ((src->kind == BufferKind::Temp && writes[src.get()] == 1 && written_here.count(src.get())) ||
+           (src->kind == BufferKind::Param && writes[src.get()] == 0));
       if (s->op.code == Opcode::TMOV && d && c && whole_and_valid(*d) && whole_and_valid(*c) &&
-          d->buf->kind == BufferKind::Temp && settled && d->buf->dtype == c->buf->dtype &&
-          d->buf->shape == c->buf->shape && writes[d->buf.get()] == 1 && !repl.count(c->buf.get())) {
-        repl[d->buf.get()] = c->buf;
+          d->buf->kind == BufferKind::Temp && settled && d->buf->dtype == src->dtype &&
+          d->buf->shape == src->shape && writes[d->buf.get()] == 1) {
+        repl[d->buf.get()] = src;
         body.erase(body.begin() + long(j--));
         continue;
       }
       if (d) written_here.insert(d->buf.get());
     }
   });
+  // At the top level a source written more than once is settled too once every statement that
+  // writes it has run (the qkv adjoint, accumulated by the heads' loop, then copied into the
+  // adjoint of the product it came from): a copy there is never rerun by an enclosing loop.
+  std::map<const Buffer*, int> seen;
+  for (size_t j = 0; j < p.body.size(); ++j) {
+    const Stmt& s = p.body[j];
+    const View* d = s->kind == StmtKind::OpStmt && !s->op.args.empty() ? view_of(s->op.args[0]) : nullptr;
+    const View* c = d && s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
+    BufferRef src = c ? c->buf : nullptr;
+    for (auto it = src ? repl.find(src.get()) : repl.end(); it != repl.end(); it = repl.find(src.get()))
+      src = it->second;
+    if (s->op.code == Opcode::TMOV && c && src->kind == BufferKind::Temp &&
+        seen[src.get()] == writes[src.get()] && whole_and_valid(*d) && whole_and_valid(*c) &&
+        d->buf->kind == BufferKind::Temp && d->buf->dtype == src->dtype && d->buf->shape == src->shape &&
+        writes[d->buf.get()] == 1) {
+      repl[d->buf.get()] = src;
+      p.body.erase(p.body.begin() + long(j--));
+      continue;
+    }
+    walk({s}, [&](const Stmt& t) {
+      if (t->kind == StmtKind::OpStmt && !t->op.args.empty())
+        if (auto w = view_of(t->op.args[0])) ++seen[w->buf.get()];
+    });
+  }
   if (repl.empty()) return;
   walk(p.body, [&](const Stmt& s) {
     if (s->kind != StmtKind::OpStmt) return;

@@ -145,3 +145,55 @@ func @g(%x: f32[8, 4], %idx: i32[8, 4], %y: f32[8, 4] out) {
 )");
   EXPECT_THROW(passes::autodiff(fwd), Error);
 }
+
+// A residual chain z = y + y @ w, y = x + x @ w: the cotangent passes through the additions
+// without copies (each adjoint a copy of the one before is read through to it, also when that
+// one was accumulated into first), and the products added into an adjoint are accumulated by the
+// matmul (TMATMUL_ACC) instead of through a temporary. Gradients against a hand computation:
+// dy = g + g w^T, dx = dy + dy w^T, dw = x^T dy + y^T g.
+TEST(PassAutodiff, ResidualChainReadsThroughCopiesAndAccumulatesProducts) {
+  Program fwd = parse_program(R"(
+func @res(%x: f32[4, 3], %w: f32[3, 3], %z: f32[4, 3] out) {
+  alloc %t: f32[4, 3] gm
+  TMATMUL %t, %x, %w
+  alloc %y: f32[4, 3] gm
+  TADD %y, %x, %t
+  alloc %u: f32[4, 3] gm
+  TMATMUL %u, %y, %w
+  TADD %z, %y, %u
+}
+)");
+  passes::Backward bw = passes::autodiff(fwd);
+  verify(bw.program, Level::Tensor);
+  SCOPED_TRACE(print(bw.program));
+  EXPECT_GE(count_ops(bw.program, Opcode::TMATMUL_ACC), 2);
+  // Only the two adjoints accumulated into start as copies (d_y of the cotangent, d_x of d_y);
+  // the adjoints of t, u and of z's first term read the cotangent or d_y themselves.
+  EXPECT_EQ(count_ops(bw.program, Opcode::TMOV), 2);
+  auto d = run(bw.program, 11);  // x, w, d_z, d_x, d_w
+  ASSERT_EQ(d.size(), 5u);
+  const auto &x = d[0], &w = d[1], &g = d[2];
+  auto mm_t = [&](const std::vector<double>& a, int r) {  // a (r x 3) @ w^T
+    std::vector<double> o(size_t(r) * 3, 0.0);
+    for (int i = 0; i < r; ++i)
+      for (int j = 0; j < 3; ++j)
+        for (int k = 0; k < 3; ++k) o[i * 3 + j] += a[i * 3 + k] * w[j * 3 + k];
+    return o;
+  };
+  std::vector<double> gd(g.begin(), g.end()), y(12, 0.0);
+  for (int i = 0; i < 4; ++i)
+    for (int j = 0; j < 3; ++j) {
+      y[i * 3 + j] = x[i * 3 + j];
+      for (int k = 0; k < 3; ++k) y[i * 3 + j] += x[i * 3 + k] * w[k * 3 + j];
+    }
+  std::vector<double> dy = mm_t(gd, 4);
+  for (int i = 0; i < 12; ++i) dy[i] += gd[i];
+  std::vector<double> dx = mm_t(dy, 4);
+  for (int i = 0; i < 12; ++i) EXPECT_NEAR(d[3][i], dx[i] + dy[i], 1e-4);
+  for (int k = 0; k < 3; ++k)
+    for (int j = 0; j < 3; ++j) {
+      double s = 0;
+      for (int i = 0; i < 4; ++i) s += x[i * 3 + k] * dy[i * 3 + j] + y[i * 3 + k] * gd[i * 3 + j];
+      EXPECT_NEAR(d[4][k * 3 + j], s, 1e-4);
+    }
+}

@@ -47,8 +47,9 @@ struct Backward {
   std::vector<int> grads;    // per Output of `program`: the forward param it is the gradient of
   std::vector<int> results;  // forward params that are results (outputs, then written arguments)
   // With `save_products`: the forward with the values the backward reads (instead of recomputing
-  // them) that a matmul computes or reads as extra outputs, after its params; an Arg of role Saved with a param index
-  // past the forward's is one of them. Empty (no params) when nothing is saved.
+  // them) that a matmul computes or reads as extra outputs, after its params; an Arg of role
+  // Saved with a param index past the forward's is one of them. Empty (no params) when nothing is
+  // saved.
   ir::Program forward_with_saves;
 };
 

@@ -4,12 +4,12 @@
     python bench/ab.py main~3 main --cases layer_norm,vector_add --pairs 5
 
 Each commit is checked out into its own worktree (under --dir, kept for reuse) and built there
-(`make build`, with the shared VENV, and ccache where the machine has it); then bench/run.py runs the cases on A and on B
-in turn, A B A B ..., --pairs times (pairing keeps a ratio meaningful while the machine's speed
-drifts). Prints, per case, PyPTO's median time over the runs of each side and the ratio B/A of the
-per-pair ratios' median: above 1 means B is slower. Only the pypto impls are timed (--no-compile,
---no-jax); peers do not enter the ratio. The worktrees stay registered with git for reuse: remove
-them with `git worktree remove DIR` when done."""
+(`make build`, with the shared VENV, and ccache where the machine has it); then bench/run.py runs
+the cases on A and on B in turn, A B A B ..., --pairs times (pairing keeps a ratio meaningful while
+the machine's speed drifts). Prints, per case, PyPTO's median time over the runs of each side and
+the ratio B/A of the per-pair ratios' median: above 1 means B is slower. Only the pypto impls are
+timed (--no-compile, --no-jax); peers do not enter the ratio. The worktrees stay registered with
+git for reuse: remove them with `git worktree remove DIR` when done."""
 import argparse
 import json
 import os

@@ -574,6 +574,9 @@ std::vector<const Buffer*> Differentiator::products_to_save() const {
     const StmtInfo& info = stmts_.at(s);
     return info.loops.empty() ? s : info.loops.front();
   };
+  std::set<const StmtNode*> with_matmul;  // top-level statements that are or hold a matmul
+  for (const auto& st : stmts_)
+    if (matrix(st.first)) with_matmul.insert(top(st.first));
   for (const Stmt& s : fwd_.body) {
     if (s->kind != StmtKind::Alloc) continue;
     const Buffer* b = s->buffer.get();
@@ -587,9 +590,7 @@ std::vector<const Buffer*> Differentiator::products_to_save() const {
                                     [&](const StmtNode* w) { return top(w) == producer; });
     // A lone op must write all of it (a partial write keeps the rest of an earlier value).
     bool whole = producer->kind != StmtKind::OpStmt || std::get<View>(producer->op.args[0]).is_whole();
-    bool computed_by_matmul = std::any_of(stmts_.begin(), stmts_.end(), [&](const auto& st) {
-      return (st.first == producer || top(st.first) == producer) && matrix(st.first);
-    });
+    bool computed_by_matmul = with_matmul.count(producer) > 0;
     bool read_by_matmul = std::any_of(it->second.reads.begin(), it->second.reads.end(), matrix);
     int end = stmts_.at(producer).pos;
     bool read_after = std::all_of(it->second.reads.begin(), it->second.reads.end(), [&](const StmtNode* r) {

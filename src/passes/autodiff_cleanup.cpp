@@ -1,7 +1,6 @@
 // The clean-up of a derived backward program, run by passes/autodiff.cpp after the sweep: dead
 // code, zero fills a first contribution can replace, copies that can be read through.
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <set>
 
@@ -212,6 +211,13 @@ void write_first_contributions(std::vector<Stmt>& body, const std::set<const Buf
       rewrite_blocks(body, [&](std::vector<Stmt>& b) { write_first_contributions_here(b, adjoints, reads); });
 }
 
+// e <= bound for every value of the variables: e is bound, or a min with such an argument.
+static bool at_most(const Expr& e, const Expr& bound) {
+  if (expr_equal(e, bound)) return true;
+  return e && e->op == ExprOp::Min &&
+         std::any_of(e->args.begin(), e->args.end(), [&](const Expr& x) { return at_most(x, bound); });
+}
+
 // `t = a @ b; g += t` with g an adjoint and t a temporary nothing else reads or writes: `g += a @
 // b` (TMATMUL_ACC), so the product is summed into g by the GEMM itself, which reads a transposed
 // operand while packing it, instead of a tile product into t and an add (the attention heads'
@@ -223,14 +229,8 @@ void accumulate_products(std::vector<Stmt>& body, const std::set<const Buffer*>&
     if (s->kind == StmtKind::OpStmt && !s->op.args.empty())
       if (auto d = view_of(s->op.args[0])) ++writes[d->buf.get()];
   });
-  // e <= bound for every value of the variables: e is bound, or a min with such an argument.
-  std::function<bool(const Expr&, const Expr&)> at_most = [&](const Expr& e, const Expr& bound) {
-    if (expr_equal(e, bound)) return true;
-    return e && e->op == ExprOp::Min &&
-           std::any_of(e->args.begin(), e->args.end(), [&](const Expr& x) { return at_most(x, bound); });
-  };
   // The add writes g's valid region; t holds the product over at least that much of it.
-  auto within = [&](const View& g, const View& t) {
+  auto within = [](const View& g, const View& t) {
     if (g.shape() != t.shape()) return false;
     auto gv = g.valid_shape(), tv = t.valid_shape();
     for (size_t k = 0; k < gv.size(); ++k)
@@ -268,32 +268,36 @@ void forward_copies(Program& p) {
       if (auto d = view_of(s->op.args[0])) ++writes[d->buf.get()];
   });
   std::map<const Buffer*, BufferRef> repl;
+  // s as `d = c` of a whole temp written only there from a whole view, and src what c stands
+  // for: a copy already forwarded stands for what it copies (a chain of adjoints passed through
+  // additions is read through to its first link).
+  auto forwardable = [&](const Stmt& s, BufferRef& src) -> const View* {
+    if (s->kind != StmtKind::OpStmt || s->op.code != Opcode::TMOV || s->op.args.size() != 2) return nullptr;
+    const View *d = view_of(s->op.args[0]), *c = view_of(s->op.args[1]);
+    if (!d || !c) return nullptr;
+    src = c->buf;
+    for (auto it = repl.find(src.get()); it != repl.end(); it = repl.find(src.get())) src = it->second;
+    bool ok = whole_and_valid(*d) && whole_and_valid(*c) && d->buf->kind == BufferKind::Temp &&
+              d->buf->dtype == src->dtype && d->buf->shape == src->shape && writes[d->buf.get()] == 1;
+    return ok ? d : nullptr;
+  };
   p.body = rewrite_blocks(p.body, [&](std::vector<Stmt>& body) {
     std::set<const Buffer*> written_here;
     for (size_t j = 0; j < body.size(); ++j) {
       const Stmt& s = body[j];
       if (s->kind != StmtKind::OpStmt || s->op.args.empty()) continue;
-      const View* d = view_of(s->op.args[0]);
-      const View* c = s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
-      // A source that is itself a copy already forwarded stands for what it copies (a chain of
-      // adjoints passed through additions: each link read through to the first).
-      BufferRef src = c ? c->buf : nullptr;
-      for (auto it = src ? repl.find(src.get()) : repl.end(); it != repl.end(); it = repl.find(src.get()))
-        src = it->second;
       // The source: a temp written once, earlier in this block, or an input the program never
       // writes (a cotangent copied into the adjoint it starts).
-      const bool settled =
-          src &&
-          ((src->kind == BufferKind::Temp && writes[src.get()] == 1 && written_here.count(src.get())) ||
-           (src->kind == BufferKind::Param && writes[src.get()] == 0));
-      if (s->op.code == Opcode::TMOV && d && c && whole_and_valid(*d) && whole_and_valid(*c) &&
-          d->buf->kind == BufferKind::Temp && settled && d->buf->dtype == src->dtype &&
-          d->buf->shape == src->shape && writes[d->buf.get()] == 1) {
-        repl[d->buf.get()] = src;
-        body.erase(body.begin() + long(j--));
-        continue;
+      BufferRef src;
+      if (const View* d = forwardable(s, src)) {
+        if ((src->kind == BufferKind::Temp && writes[src.get()] == 1 && written_here.count(src.get())) ||
+            (src->kind == BufferKind::Param && writes[src.get()] == 0)) {
+          repl[d->buf.get()] = src;
+          body.erase(body.begin() + long(j--));
+          continue;
+        }
       }
-      if (d) written_here.insert(d->buf.get());
+      if (const View* d = view_of(s->op.args[0])) written_here.insert(d->buf.get());
     }
   });
   // At the top level a source written more than once is settled too once every statement that
@@ -301,21 +305,14 @@ void forward_copies(Program& p) {
   // adjoint of the product it came from): a copy there is never rerun by an enclosing loop.
   std::map<const Buffer*, int> seen;
   for (size_t j = 0; j < p.body.size(); ++j) {
-    const Stmt& s = p.body[j];
-    const View* d = s->kind == StmtKind::OpStmt && !s->op.args.empty() ? view_of(s->op.args[0]) : nullptr;
-    const View* c = d && s->op.args.size() == 2 ? view_of(s->op.args[1]) : nullptr;
-    BufferRef src = c ? c->buf : nullptr;
-    for (auto it = src ? repl.find(src.get()) : repl.end(); it != repl.end(); it = repl.find(src.get()))
-      src = it->second;
-    if (s->op.code == Opcode::TMOV && c && src->kind == BufferKind::Temp &&
-        seen[src.get()] == writes[src.get()] && whole_and_valid(*d) && whole_and_valid(*c) &&
-        d->buf->kind == BufferKind::Temp && d->buf->dtype == src->dtype && d->buf->shape == src->shape &&
-        writes[d->buf.get()] == 1) {
+    BufferRef src;
+    const View* d = forwardable(p.body[j], src);
+    if (d && src->kind == BufferKind::Temp && seen[src.get()] == writes[src.get()]) {
       repl[d->buf.get()] = src;
       p.body.erase(p.body.begin() + long(j--));
       continue;
     }
-    walk({s}, [&](const Stmt& t) {
+    walk({p.body[j]}, [&](const Stmt& t) {
       if (t->kind == StmtKind::OpStmt && !t->op.args.empty())
         if (auto w = view_of(t->op.args[0])) ++seen[w->buf.get()];
     });

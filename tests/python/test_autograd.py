@@ -237,14 +237,16 @@ def test_torch_backward_reads_saved_loop_values():
 
     x, wq, w1 = leaves((16, 8), (8, 8), (8, 12), dtype=torch.float32, seed=7)
     out = block(x, wq, w1)
-    g = torch.randn_like(out)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(8))
     out.backward(g)
     ref = [t.detach().double().requires_grad_() for t in (x, wq, w1)]
     q = torch.nn.functional.layer_norm(ref[0], (8,)) @ ref[1]
     parts = [torch.softmax(q[:, c:c+4] @ q[:, c:c+4].T, -1) @ q[:, c:c+4] for c in (0, 4)]
     (torch.nn.functional.gelu(torch.cat(parts, 1) @ ref[2]) @ ref[2].T).backward(g.double())
+    # float32 through a layer norm's backward (mean subtraction cancels) and two softmaxes: x's
+    # gradient lands 2e-6..1e-5 from float64 over upstream seeds and CPUs; a wrong term is >1e-2.
     for got, want in zip((x.grad, wq.grad, w1.grad), ref):
-        assert rel(got, want.grad) < 1e-5
+        assert rel(got, want.grad) < 1e-4
     _, entry, _, _ = autograd._kernel_entry(block, (x, wq, w1))
     saving, recomputing = autograd.derived(entry, save=True), autograd.derived(entry)
     text, again = str(saving.program), str(recomputing.program)

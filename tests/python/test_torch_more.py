@@ -68,6 +68,9 @@ CASES = {
     "poisson_nll_full": lambda t: F.poisson_nll_loss(t["x"].abs(), t["y"].abs() * 3, log_input=False, full=True),
     "gaussian_nll": lambda t: F.gaussian_nll_loss(t["x"], t["y"], t["v"].abs().expand(4, 6)),
     "multilabel_soft_margin": lambda t: F.multilabel_soft_margin_loss(t["x"], (t["y"] > 0).double()),
+    "pad_reflect": lambda t: F.pad(t["img"], (2, 3, 1, 0), mode="reflect"),
+    "pad_replicate": lambda t: F.pad(t["b3"], (4, 1), mode="replicate"),
+    "pad_circular": lambda t: F.pad(t["img"], (1, 8, 3, 2), mode="circular"),
 }
 
 
@@ -81,7 +84,8 @@ def test_torch_more_matches_torch(name):
     assert float((got - ref).norm()) <= 1e-10 * max(1.0, float(ref.norm()))
 
 
-@pytest.mark.parametrize("name", ["interp_bilinear", "tensordot", "std_mean", "cdist", "masked_scatter", "mul_"])
+@pytest.mark.parametrize("name", ["interp_bilinear", "tensordot", "std_mean", "cdist", "masked_scatter", "mul_",
+                                  "pad_reflect", "pad_replicate", "pad_circular"])
 def test_torch_more_gradients(name):
     f = CASES[name]
     t = _inputs()
@@ -104,6 +108,24 @@ def test_bilinear_upsampling_native():
     k = pypto.jit(lambda x: F.interpolate(x, size=(40, 20), mode="bilinear"))
     ref = F.interpolate(img, size=(40, 20), mode="bilinear")
     assert float((k(img) - ref).norm() / ref.norm()) < 1e-6
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_pad_modes_native(mode):
+    """A 3-d padding (5-d input) natively, every element equal to torch's (pads copy values)."""
+    x = torch.randn(2, 3, 4, 6, 5)
+    p = (1, 2, 0, 3, 2, 1)
+    assert torch.equal(pypto.jit(lambda a: F.pad(a, p, mode=mode))(x), F.pad(x, p, mode=mode))
+
+
+@pytest.mark.parametrize("p, mode, msg", [((6, 0), "reflect", "smaller than the dimension's size 6"),
+                                          ((0, 7), "circular", "must not exceed"),
+                                          ((-1, 0), "replicate", "negative padding"),
+                                          ((1, 1), "symmetric", "mode must be")])
+def test_pad_mode_errors_name_the_line(p, mode, msg):
+    with pytest.raises(pypto.PyptoError, match=msg) as e:
+        pypto.jit(lambda a: F.pad(a, p, mode=mode), backend="interp")(torch.randn(4, 6))
+    assert "test_torch_more.py" in str(e.value)
 
 
 def _relu_inplace(x):

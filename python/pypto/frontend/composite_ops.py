@@ -134,11 +134,53 @@ def one_hot(x, num_classes=-1):
 
 
 def pad(x, pad, mode="constant", value=None):
-    if mode != "constant":
-        raise PyptoError(f"pad: only mode='constant' is supported, got {mode!r}")
     tr = find_tracer(x)
     amounts = [static_int(p, "pad") for p in pad]
-    return wrap(tr, tr.b.pad(tensor_of(tr, x), amounts, operand(tr, 0 if value is None else value)))
+    if mode == "constant":
+        return wrap(tr, tr.b.pad(tensor_of(tr, x), amounts, operand(tr, 0 if value is None else value)))
+    if mode not in ("reflect", "replicate", "circular"):
+        raise PyptoError(f"pad: mode must be 'constant', 'reflect', 'replicate' or 'circular', got {mode!r}")
+    if value is not None and value != 0:
+        raise PyptoError(f"pad: a fill value is only for mode='constant' (got value={value} with mode={mode!r})")
+    return _pad_from_edges(tr, tensor_of(tr, x), amounts, mode)
+
+
+def _pad_from_edges(tr, v, amounts, mode):
+    """reflect / replicate / circular padding: per padded dimension (the last one first, as torch
+    reads `pad`), slices of x joined to it by a concat: reflect mirrors x without its edge element,
+    replicate repeats the edge element, circular wraps around."""
+    rank = len(v.shape)
+    if len(amounts) % 2 or len(amounts) // 2 > rank:
+        raise PyptoError(f"pad: {len(amounts)} padding sizes for a tensor of rank {rank} (two per padded "
+                         "dimension, the last dimension first)")
+    for i in range(len(amounts) // 2):
+        d = rank - 1 - i
+        lo, hi, n = amounts[2 * i], amounts[2 * i + 1], v.shape[d]
+        if lo < 0 or hi < 0:
+            raise PyptoError(f"pad: negative padding ({lo}, {hi}) is only supported with mode='constant'")
+        if mode == "reflect" and max(lo, hi) >= n:
+            raise PyptoError(f"pad: reflect padding ({lo}, {hi}) must be smaller than the dimension's size {n}")
+        if mode == "circular" and max(lo, hi) > n:
+            raise PyptoError(f"pad: circular padding ({lo}, {hi}) must not exceed the dimension's size {n}")
+
+        def part(a, b):
+            return tensor_of(tr, index(wrap(tr, v), (slice(None),) * d + (slice(a, b),)))
+
+        def edge(at, count):  # the element at `at`, `count` times along d
+            e = part(at, at + 1)
+            return tr.b.broadcast_to(e, [count if k == d else s for k, s in enumerate(v.shape)])
+
+        parts = []
+        if lo:
+            parts.append({"reflect": lambda: tr.b.flip(part(1, lo + 1), [d]), "circular": lambda: part(n - lo, n),
+                          "replicate": lambda: edge(0, lo)}[mode]())
+        parts.append(v)
+        if hi:
+            parts.append({"reflect": lambda: tr.b.flip(part(n - 1 - hi, n - 1), [d]), "circular": lambda: part(0, hi),
+                          "replicate": lambda: edge(n - 1, hi)}[mode]())
+        if len(parts) > 1:
+            v = tr.b.concat(parts, d)
+    return wrap(tr, v)
 
 
 def _split_sizes(n, split_size_or_sections, what):

@@ -71,6 +71,12 @@ CASES = {
     "pad_reflect": lambda t: F.pad(t["img"], (2, 3, 1, 0), mode="reflect"),
     "pad_replicate": lambda t: F.pad(t["b3"], (4, 1), mode="replicate"),
     "pad_circular": lambda t: F.pad(t["img"], (1, 8, 3, 2), mode="circular"),
+    "unfold": lambda t: F.unfold(t["img"], 3, padding=1),
+    "unfold_strided": lambda t: F.unfold(t["img"], (2, 3), dilation=(2, 1), padding=(1, 0), stride=2),
+    "local_response_norm": lambda t: F.local_response_norm(t["img"], 2, alpha=0.1, k=1.5),
+    "searchsorted": lambda t: torch.searchsorted(torch.sort(t["v"]).values, t["x"]).double(),
+    "searchsorted_rows": lambda t: torch.searchsorted(torch.sort(t["x"]).values, t["y"][:, :3], side="right").double(),
+    "bucketize": lambda t: torch.bucketize(t["x"], torch.sort(t["v"]).values, right=True).double(),
 }
 
 
@@ -85,7 +91,8 @@ def test_torch_more_matches_torch(name):
 
 
 @pytest.mark.parametrize("name", ["interp_bilinear", "tensordot", "std_mean", "cdist", "masked_scatter", "mul_",
-                                  "pad_reflect", "pad_replicate", "pad_circular"])
+                                  "pad_reflect", "pad_replicate", "pad_circular", "unfold_strided",
+                                  "local_response_norm"])
 def test_torch_more_gradients(name):
     f = CASES[name]
     t = _inputs()
@@ -126,6 +133,19 @@ def test_pad_mode_errors_name_the_line(p, mode, msg):
     with pytest.raises(pypto.PyptoError, match=msg) as e:
         pypto.jit(lambda a: F.pad(a, p, mode=mode), backend="interp")(torch.randn(4, 6))
     assert "test_torch_more.py" in str(e.value)
+
+
+def test_searchsorted_ties_and_dtypes():
+    """Ties go left or right as torch's; int64 indices, int32 with out_int32; natively."""
+    seq = torch.tensor([0.0, 1.0, 1.0, 2.0, 5.0])
+    vals = torch.tensor([[1.0, -3.0, 2.0], [5.0, 9.0, 1.5]])
+    for f in (lambda s, v: torch.searchsorted(s, v), lambda s, v: torch.searchsorted(s, v, right=True),
+              lambda s, v: torch.searchsorted(s, v, side="right"),
+              lambda s, v: torch.searchsorted(s, v, out_int32=True)):
+        got, want = pypto.jit(f)(seq, vals), f(seq, vals)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    got = pypto.jit(lambda v, s: torch.bucketize(v, s, out_int32=True))(vals, seq)
+    assert got.dtype == torch.int32 and torch.equal(got, torch.bucketize(vals, seq, out_int32=True))
 
 
 def _relu_inplace(x):

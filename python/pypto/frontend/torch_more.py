@@ -124,6 +124,37 @@ def count_nonzero(input, dim=None):  # noqa: A002
     return T.reduce("sum", T.cast(T.compare(Opcode.TCMP_NE, input, 0), "int64"), dim, False)
 
 
+def searchsorted(sorted_sequence, input, *, out_int32=False, right=False, side=None, sorter=None,  # noqa: A002
+                 out=None):
+    """The insertion points of `input` in the last dimension of `sorted_sequence`: per value, the
+    count of entries below it (left) or not above it (right), by comparing with every entry (as
+    fast as a binary search for the short boundary tables models use, and exact)."""
+    if sorter is not None or out is not None:
+        raise PyptoError("searchsorted: sorter= and out= are not supported inside a kernel")
+    if side is not None:
+        if side not in ("left", "right"):
+            raise PyptoError(f"searchsorted: side must be 'left' or 'right', got {side!r}")
+        if right and side == "left":
+            raise PyptoError("searchsorted: side='left' contradicts right=True")
+        right = side == "right"
+    seq, vals = sorted_sequence, input
+    if not isinstance(vals, TensorValue):
+        raise PyptoError("searchsorted: the values must be a tensor inside a kernel")
+    if seq.ndim != 1 and tuple(seq.shape[:-1]) != tuple(vals.shape[:-1]):
+        raise PyptoError(f"searchsorted: a {seq.ndim}-d sorted_sequence {tuple(seq.shape)} needs values with the "
+                         f"same leading dimensions, got {tuple(vals.shape)}")
+    rows = seq if seq.ndim == 1 else T.unsqueeze(seq, -2)  # (..., 1, B) against (..., M, 1)
+    below = T.compare(Opcode.TCMP_LE if right else Opcode.TCMP_LT, rows, T.unsqueeze(vals, -1))
+    counts = T.reduce("sum", T.cast(below, "int64"), -1, False)
+    return T.cast(counts, "int32") if out_int32 else counts
+
+
+def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):  # noqa: A002
+    if boundaries.ndim != 1:
+        raise PyptoError(f"bucketize: boundaries must be 1-d, got shape {tuple(boundaries.shape)}")
+    return searchsorted(boundaries, input, out_int32=out_int32, right=right, out=out)
+
+
 # --- shapes and indexing ---------------------------------------------------------------------
 
 def tile(input, dims):  # noqa: A002
@@ -456,6 +487,7 @@ ENTRIES = [
     (zero_, ["zero_"]), (fill_, ["fill_"]), (copy_, ["copy_"]),
     (std_mean, ["std_mean"]), (var_mean, ["var_mean"]), (aminmax, ["aminmax"]),
     (median, ["median"]), (kthvalue, ["kthvalue"]), (quantile, ["quantile"]), (count_nonzero, ["count_nonzero"]),
+    (searchsorted, ["searchsorted"]), (bucketize, ["bucketize"]),
     (tile, ["tile"]), (take_along_dim, ["take_along_dim"]), (meshgrid, ["meshgrid"]), (diff, ["diff"]),
     (tensordot, ["tensordot"]), (diagonal, ["diagonal"]), (diag, ["diag"]), (trace, ["trace"]), (kron, ["kron"]),
     (cross, ["cross"]), (cdist, ["cdist"]), (index_fill, ["index_fill"]), (rot90, ["rot90"]),

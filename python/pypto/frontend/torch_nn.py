@@ -162,6 +162,35 @@ def _windows(input, kernel_size, stride, padding, dilation, fill, what):  # noqa
     return views
 
 
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
+    """F.unfold (im2col): the kernel's strided windows stacked after the channels, (N, C*kh*kw, L)
+    with the channel outer, as torch orders them."""
+    views = _windows(input, kernel_size, stride, padding, dilation, 0.0, "unfold")
+    x = C.stack(views, -3)  # (N, C, kh*kw, oh, ow)
+    lead = list(x.shape[:-4])
+    return T.reshape(x, lead + [x.shape[-4] * len(views), x.shape[-2] * x.shape[-1]])
+
+
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):  # noqa: A002
+    """x / (k + alpha * mean of x^2 over `size` neighbouring channels)^beta, the window zero-padded
+    by size // 2 before and (size - 1) // 2 after each channel (torch's)."""
+    if input.ndim < 3:
+        raise PyptoError(f"local_response_norm: expects an input of 3 or more dimensions, got shape "
+                         f"{tuple(input.shape)}")
+    n = T.static_int(size, "size")
+    if n < 1:
+        raise PyptoError(f"local_response_norm: size must be >= 1, got {n}")
+    sq = T.binary(Opcode.TMUL, input, input)
+    channels = input.shape[1]
+    padded = C.pad(sq, [0, 0] * (input.ndim - 2) + [n // 2, (n - 1) // 2])
+    total = None
+    for i in range(n):
+        part = T.index(padded, (slice(None), slice(i, i + channels)))
+        total = part if total is None else T.binary(Opcode.TADD, total, part)
+    scale = T.binary(Opcode.TADD, T.binary(Opcode.TMUL, total, float(alpha) / n), float(k))
+    return T.binary(Opcode.TDIV, input, T.power(scale, float(beta)))
+
+
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
                return_indices=False):
     if ceil_mode or return_indices:
@@ -475,6 +504,7 @@ ENTRIES = [
     (_act(elu), ["elu"]), (_act(selu), ["selu"]), (_act(celu), ["celu"]), (_act(hardtanh), ["hardtanh"]),
     (_act(relu6), ["relu6"]), (logsigmoid, ["logsigmoid"]), (softsign, ["softsign"]),
     (tanhshrink, ["tanhshrink"]), (_act(threshold), ["threshold"]), (glu, ["glu"]),
+    (unfold, ["unfold"]), (local_response_norm, ["local_response_norm"]),
 ]
 
 # Tensor attributes torch's own modules ask about (nn.MultiheadAttention's fast-path checks).

@@ -117,7 +117,12 @@ class CompiledKernel:
             items = get(args)
             if single:
                 items = (items,)
-            lst = [torch_arg(a) for a in items] if torch_all else list(items)
+            try:
+                lst = [torch_arg(a) for a in items] if torch_all else list(items)
+            except RuntimeError:  # a tensor without dense storage (sparse): say which, as a first call does
+                for a in items:
+                    interop.array_info(a)
+                raise
             out = None
             if alloc is not None:
                 out, r = alloc()

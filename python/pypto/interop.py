@@ -27,6 +27,9 @@ def array_info(x, what="argument"):
             if x.device.type != "cpu":
                 raise PyptoError(f"{what} is a torch tensor on device '{x.device}': only CPU tensors are "
                                  "supported (move it with .cpu())")
+            if x.layout != _torch().strided:
+                raise PyptoError(f"{what} is a torch tensor with layout {x.layout}: only dense (strided) "
+                                 "tensors are supported (convert it with .to_dense())")
             return _dt.to_dtype(x.dtype), tuple(x.shape)
         if k == DLPACK:
             name, shape, dev = _C.array_info(x)

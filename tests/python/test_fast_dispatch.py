@@ -168,6 +168,7 @@ def test_shape_dtype_device_errors_unchanged(backend):
     assert "a * b + c" in msg
     assert "device" in error_both_ways(k, a, b.to("meta"), c)
     assert "dtype" in error_both_ways(k, a, b.to(torch.complex64), c)
+    assert "layout torch.sparse_coo" in error_both_ways(k, a, b.to_sparse(), c)
 
 
 def test_index_errors_unchanged(backend):

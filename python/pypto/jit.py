@@ -28,6 +28,7 @@ from . import sim as _sim
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .errors import ArgumentError, KernelSourceError, PyptoError
+from .frontend.native import signature_names
 from .frontend.source import SourceInfo
 from .frontend.trace import trace_kernel
 from .specialize import compile_options, default_backend, static_key
@@ -339,14 +340,12 @@ class JitFunction:
         self._sim_target = _sim.target_text(sim_target)
         self._func = func
         self._signature = inspect.signature(func)
-        params = list(self._signature.parameters.values())
-        for p in params:
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise PyptoError(f"kernel '{func.__qualname__}': unsupported construct in a kernel: star-args "
-                                 f"(*{p.name} / **{p.name}) in the signature")
-        self._names = [p.name for p in params]
+        # *args / **kwargs take no arguments of a call (_bind refuses them); such a function is
+        # traced by running it (frontend/native.py).
+        self._names = signature_names(self._signature)
+        self._star = [p.name for p in self._signature.parameters.values() if p.name not in self._names]
         self._k0 = 1 if self._self is not None else 0
-        self._n = len(params) - self._k0
+        self._n = len(self._names) - self._k0
         self._backend = backend or default_backend()  # PYPTO_INTERPRET is read when the kernel is made
         self._options = _options(fusion, tiles, parallel, double_buffer, promote)
         self._made_with = dict(fusion=fusion, backend=backend, tiles=tiles, parallel=parallel,
@@ -400,6 +399,12 @@ class JitFunction:
             raise ArgumentError(f"{self._func.__qualname__}() takes arguments ({', '.join(self._names[self._k0:])}): "
                                 f"{e}") from None
         b.apply_defaults()
+        for n in self._star:
+            v = b.arguments.get(n)
+            if v:
+                what = ", ".join(map(repr, v)) if isinstance(v, dict) else f"{len(v)} more positional"
+                raise ArgumentError(f"{self._func.__qualname__}() takes arguments ({', '.join(self._names[self._k0:])}): "
+                                    f"a kernel takes nothing through *args / **kwargs (got {what})")
         return tuple(b.arguments[n] for n in self._names)
 
     def _full_args(self, args, kwargs):

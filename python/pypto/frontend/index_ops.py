@@ -62,10 +62,49 @@ def index(x, key):
 def getitem(x, key):
     tr = find_tracer(x)
     v = tensor_of(tr, x)
+    items = list(key) if isinstance(key, tuple) else [key]
+    if sum(1 for it in items if _is_index_tensor(it)) > 1:
+        return _getitem_many(tr, x, v, items)
     rest, dim, idx = _split_key(tr, v, key)
     base = view_index(x if isinstance(x, TensorValue) else wrap(tr, v), rest)
     tr.note_index_site()
     return wrap(tr, tr.b.take(base.bv, dim, idx, True))
+
+
+def _getitem_many(tr, x, v, items):
+    """x[i, j] with several index tensors in adjacent positions (numpy's rule: the broadcast index
+    shape replaces those dimensions): one gather of x's indexed dimensions merged into one, at the
+    linear index i * n_j + j. Each index is wrapped (negative from the end) and checked against its
+    own dimension: one out of range makes the linear index out of range, a run-time error."""
+    pos = [k for k, it in enumerate(items) if _is_index_tensor(it)]
+    if pos != list(range(pos[0], pos[0] + len(pos))):
+        raise PyptoError("indexing with index tensors in non-adjacent positions is not supported; index one "
+                         "dimension at a time")
+    idxs = []
+    for k in pos:
+        t = tensor_of(tr, items[k], "an index")
+        if t.dtype == "bool" or t.dtype.startswith("f"):
+            raise PyptoError(f"x[i, j] with several index tensors needs integer ones, got {t.dtype}")
+        check_index_dtype(t, "x[index]")
+        idxs.append(cast(wrap(tr, t), "int64"))
+        items[k] = slice(None)
+    base = view_index(x if isinstance(x, TensorValue) else wrap(tr, v), tuple(items))
+    dim = _split_key(tr, v, tuple(items[:pos[0]]) + (idxs[0],) + tuple(items[pos[0] + 1:]))[1]
+    sizes = list(base.shape[dim:dim + len(pos)])
+    total = 1
+    for n in sizes:
+        total *= n
+    linear, bad = None, None
+    for t, n in zip(idxs, sizes):
+        t = where(binary(Opcode.TCMP_LT, t, 0), binary(Opcode.TADD, t, n), t)
+        out = binary(Opcode.TOR, binary(Opcode.TCMP_LT, t, 0), binary(Opcode.TCMP_GE, t, n))
+        bad = out if bad is None else binary(Opcode.TOR, bad, out)
+        linear = t if linear is None else binary(Opcode.TADD, binary(Opcode.TMUL, linear, n), t)
+    linear = where(bad, total, linear)
+    shape = list(base.shape)
+    merged = reshape(base, shape[:dim] + [total] + shape[dim + len(pos):])
+    tr.note_index_site()
+    return wrap(tr, tr.b.take(merged.bv, dim, linear.bv, True))
 
 
 def _mask_over(tr, x, mask, what):

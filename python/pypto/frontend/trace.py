@@ -4,11 +4,15 @@ must be unrolled or a scalar argument must be a compile-time constant, and descr
 from __future__ import annotations
 
 import ast
+import copy
+import dataclasses
+import inspect
 import numbers
 import sys
 
 from .. import interop
 from ..errors import KernelSourceError, PyptoError
+from .native import native_reason, run_native
 from .signals import NeedsConcrete, Restart
 from .tracer import Path, Tracer
 from .values import TensorValue, is_expr
@@ -85,9 +89,12 @@ def _trace_once(tr, src, names, args):
             tr.note_module_tensors(v, Path(("arg", i)))
             if _is_module(v):
                 tr.guard_module_state(v)
-    walker = FunctionWalker(tr, src)
     try:
-        result = walker.run(bound)
+        signature = inspect.signature(src.func)
+        if native_reason(src.func, src.fdef, signature, bool(args) and _is_module(args[0])) is not None:
+            result = run_native(tr, src, signature, bound)
+        else:
+            result = FunctionWalker(tr, src).run(bound)
     except NeedsConcrete as e:
         _resolve_at_top(tr, src, e)
     try:
@@ -132,7 +139,8 @@ def _last_return(fdef):
 
 def describe_result(tr, result):
     """Output TensorValues (deduplicated) and a template to rebuild the returned value:
-    ("out", k) | ("input", k) | ("static", v) | ("seq", type, [templates]) | ("dict", keys, [templates])."""
+    ("out", k) | ("input", k) | ("static", v) | ("seq", type, [templates]) | ("dict", keys, [templates], type)
+    | ("obj", object, {attribute: template})."""
     outputs = []
     index = {}
 
@@ -147,15 +155,28 @@ def describe_result(tr, result):
                 outputs.append(v)
             return ("out", k)
         if isinstance(v, (tuple, list)):
-            return ("seq", type(v) if type(v) in (tuple, list) else tuple, [walk(x) for x in v])
-        if isinstance(v, dict):
-            return ("dict", list(v.keys()), [walk(x) for x in v.values()])
+            kind = type(v) if type(v) in (tuple, list) or _is_namedtuple(v) else tuple
+            return ("seq", kind, [walk(x) for x in v])
+        if isinstance(v, dict):  # a dict subclass (an OrderedDict, a Hugging Face ModelOutput) kept
+            return ("dict", list(v.keys()), [walk(x) for x in v.values()], type(v))
         if is_expr(v):
             if v.is_const:
                 return ("static", v.value)
             raise PyptoError("a kernel cannot return a scalar known only at run time; return a tensor "
                              "(e.g. pypto.full((1,), value))")
-        return ("static", v)
+        return walk_object(v)
+
+    seen = set()
+
+    def walk_object(v):
+        """An object holding traced tensors in its attributes (a Hugging Face cache): rebuilt at
+        each call as a shallow copy with those attributes replaced."""
+        if not hasattr(v, "__dict__") or isinstance(v, type) or callable(v) or _is_module(v) or id(v) in seen:
+            return ("static", v)
+        seen.add(id(v))
+        attrs = {k: walk(x) for k, x in vars(v).items()}
+        traced = {k: t for k, t in attrs.items() if t[0] != "static"}
+        return ("obj", v, traced) if traced else ("static", v)
 
     return outputs, walk(result)
 
@@ -168,6 +189,22 @@ def rebuild(template, outs, inputs):
         return inputs[template[1]]
     if kind == "static":
         return template[1]
+    if kind == "obj":
+        obj = copy.copy(template[1])
+        for name, t in template[2].items():
+            setattr(obj, name, rebuild(t, outs, inputs))
+        return obj
     if kind == "seq":
-        return template[1](rebuild(t, outs, inputs) for t in template[2])
-    return {k: rebuild(t, outs, inputs) for k, t in zip(template[1], template[2])}
+        items = [rebuild(t, outs, inputs) for t in template[2]]
+        return template[1](*items) if _is_namedtuple(template[1]) else template[1](items)
+    items = {k: rebuild(t, outs, inputs) for k, t in zip(template[1], template[2])}
+    cls = template[3]
+    if cls is dict:
+        return items
+    # a dataclass mapping (ModelOutput) is built from its fields, other mappings from their items
+    return cls(**items) if dataclasses.is_dataclass(cls) else cls(items)
+
+
+def _is_namedtuple(v):
+    t = v if isinstance(v, type) else type(v)
+    return issubclass(t, tuple) and hasattr(t, "_fields")

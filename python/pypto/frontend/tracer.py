@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 import threading
 import types
 
@@ -97,6 +98,35 @@ class Path:
         return fn
 
 
+_compiler_state = {"depth": 0, "original": None}
+_compiler_lock = threading.Lock()
+
+
+def _answer_is_compiling(enter):
+    """While a kernel is traced, torch.compiler.is_compiling() says True on the tracing thread:
+    library code (Hugging Face's masks, caches and checks) then takes the paths it keeps for graph
+    capture, which never branch on a tensor's data, as a traced tensor's cannot be read. The
+    function is replaced only while some trace runs (torch.compile must see the original one)."""
+    torch = sys.modules.get("torch")
+    compiler = getattr(torch, "compiler", None) if torch is not None else None
+    if compiler is None:
+        return
+    with _compiler_lock:
+        st = _compiler_state
+        if enter:
+            st["depth"] += 1
+            if st["depth"] == 1:
+                original = st["original"] = compiler.is_compiling
+
+                def is_compiling():
+                    return bool(getattr(_state, "stack", None)) or original()
+                compiler.is_compiling = is_compiling
+        elif st["depth"] > 0:
+            st["depth"] -= 1
+            if st["depth"] == 0 and st["original"] is not None:
+                compiler.is_compiling, st["original"] = st["original"], None
+
+
 class Tracer:
     def __init__(self, name, unroll=(), static_args=(), backend="cpu", dynamic=None):
         self.name = name
@@ -141,10 +171,12 @@ class Tracer:
         if st is None:
             st = _state.stack = []
         st.append(self)
+        _answer_is_compiling(True)
         return self
 
     def __exit__(self, *exc):
         _state.stack.pop()
+        _answer_is_compiling(False)
         return False
 
     # --- inputs ----------------------------------------------------------------------------------

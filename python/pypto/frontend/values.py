@@ -79,7 +79,8 @@ class TensorValue:
 
     @property
     def device(self):
-        return "cpu"
+        torch = sys.modules.get("torch")  # torch code reads x.device.type
+        return torch.device("cpu") if torch is not None else "cpu"
 
     @property
     def T(self):
@@ -311,7 +312,8 @@ class TensorValue:
     def clone(self): return T.copy(self)
     def copy(self): return T.copy(self)
     def to(self, *args, **kwargs):
-        if len(args) == 1 and not kwargs and not isinstance(args[0], (str, TensorValue)):
+        if len(args) == 1 and not kwargs and not isinstance(args[0], (str, TensorValue)) \
+                and type(args[0]).__name__ != "device":
             return T.cast(self, args[0])
         return TF.to(self, *args, **kwargs)
     def astype(self, dtype): return T.cast(self, dtype)

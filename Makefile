@@ -10,7 +10,8 @@ BUILD_TYPE ?= Release
 CMAKE_ARGS ?=
 
 # Python packages for the venv. torch is pinned: a CPU wheel of 2.13.0 is what pip finds locally.
-PY_PKGS := numpy torch==2.13.0 nanobind scikit-build-core pytest hypothesis ninja cmake matplotlib tqdm
+PY_PKGS := numpy torch==2.13.0 nanobind scikit-build-core pytest hypothesis ninja cmake matplotlib tqdm \
+	transformers==5.25.0
 CLANG_FORMAT_PKG := clang-format==23.1.1
 
 VENV_ABS  := $(abspath $(VENV))

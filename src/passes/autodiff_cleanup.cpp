@@ -318,13 +318,13 @@ void forward_copies(Program& p) {
     });
   }
   if (repl.empty()) return;
+  // To the end of each chain: the top-level pass may forward a copy whose source the first pass
+  // already made another copy read (d = c forwarded first, then c = e: d reads e).
   walk(p.body, [&](const Stmt& s) {
     if (s->kind != StmtKind::OpStmt) return;
     for (auto& a : s->op.args)
-      if (auto v = std::get_if<View>(&a)) {
-        auto it = repl.find(v->buf.get());
-        if (it != repl.end()) v->buf = it->second;
-      }
+      if (auto v = std::get_if<View>(&a))
+        for (auto it = repl.find(v->buf.get()); it != repl.end(); it = repl.find(v->buf.get())) v->buf = it->second;
   });
 }
 

@@ -58,7 +58,9 @@ void affine(Builder& b, const View& dst, const View& y, const View* weight, cons
 // x * rsqrt(ms + eps), then the affine part, the last step writing dst.
 void normalize(Builder& b, const View& dst, const View& x, const View& ms, double eps, const View* weight,
                const View* bias) {
-  View r = b.unary(Opcode::TRSQRT, b.binary(Opcode::TADD, ms, float_imm(eps)));
+  // eps in the statistics' own type: a float64 norm keeps all of it (an f32 immediate would round it)
+  const DType t = ms.buf->dtype == DType::F64 ? DType::F64 : DType::F32;
+  View r = b.unary(Opcode::TRSQRT, b.binary(Opcode::TADD, ms, float_imm(eps, t)));
   if (!weight && !bias) return emit(b, Opcode::TMUL, {dst, x, r});
   affine(b, dst, b.binary(Opcode::TMUL, x, r), weight, bias);
 }

@@ -592,3 +592,21 @@ def test_reshape_backward_adds_rows_without_snapshots():
     ref = torch.autograd.grad(torch.sin(x.reshape(24, 5) @ w).reshape(2, 3, 4, 2), (x, w), dy)
     for a, b in zip(got, ref):
         assert rel(a, b) < 1e-12
+
+
+def test_residual_after_biased_linear_reads_the_whole_copy_chain():
+    """layer_norm(linear(h, W, b) + x): the adjoint passes through two additions (d_t = d_t1 =
+    d_t2, the bias's sum read in between); the clean-up forwards those copies in two passes, and
+    a read of the first copy must follow the chain to its end (it read a never-written temp, so
+    BERT's gradients were wrong by 100%)."""
+    h, x, W, b = leaves((3, 8), (3, 4), (4, 8), (4,), seed=11)
+    k = pypto.jit(lambda h, x, W, b: torch.nn.functional.layer_norm(torch.nn.functional.linear(h, W, b) + x, (4,)),
+                  backend="interp")
+    out = k(h, x, W, b)
+    g = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(12))
+    got = torch.autograd.grad(out, (h, x, W, b), g)
+    ref = [t.detach().clone().requires_grad_() for t in (h, x, W, b)]
+    want = torch.autograd.grad(torch.nn.functional.layer_norm(torch.nn.functional.linear(ref[0], ref[2], ref[3])
+                                                              + ref[1], (4,)), ref, g)
+    for a, w in zip(got, want):
+        assert rel(a, w) < 1e-12

@@ -159,3 +159,22 @@ def test_eager_random_ops_draw_a_fresh_seed_per_call():
     torch.manual_seed(3)
     assert torch.equal(first, pypto.rand_like(t))  # torch tensors: torch's generator
     assert pypto.rand_like(np.zeros((3, 3))).dtype == np.float64
+
+
+def test_sdpa_dropout_scales_the_kept_weights():
+    """F.scaled_dot_product_attention(dropout_p=...) drops attention weights as torch's: with v of
+    ones each output is the sum of the kept weights / (1 - p), 1 on average, not 1 everywhere;
+    repeatable with torch.manual_seed; dropout_p=0 is the plain attention."""
+    g = torch.Generator().manual_seed(6)
+    q, k = (torch.randn(1, 2, 64, 8, generator=g) for _ in range(2))
+    v = torch.ones(1, 2, 64, 8)
+    drop = pypto.jit(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.25))
+    torch.manual_seed(3)
+    out = drop(q, k, v)
+    assert abs(float(out.mean()) - 1.0) < 0.06 and float(out.std()) > 0.05
+    torch.manual_seed(3)
+    assert torch.equal(drop(q, k, v), out)
+    plain = pypto.jit(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, dropout_p=0.0))
+    v = torch.randn(1, 2, 64, 8, generator=g)
+    ref = F.scaled_dot_product_attention(q, k, v)
+    assert float((plain(q, k, v) - ref).norm() / ref.norm()) < 1e-5

@@ -318,8 +318,6 @@ def _random_like(impl):
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
-    if dropout_p:
-        raise PyptoError("scaled_dot_product_attention: dropout_p must be 0 inside a kernel")
     q, k, v = _tv(query), _tv(key), _tv(value)
     hq, hk = (q.shape[-3], k.shape[-3]) if q.ndim >= 3 and k.ndim >= 3 else (1, 1)
     if hq != hk:
@@ -343,7 +341,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scores = T.where(m, scores, float("-inf"))
         else:
             scores = T.binary(Opcode.TADD, scores, m)
-    return T.matmul(T.softmax(scores, -1), v)
+    # dropout on the weights whenever dropout_p > 0, as torch (callers pass 0 in eval mode); the
+    # mask is drawn as F.dropout's, from torch's default generator at each call
+    return T.matmul(R.dropout(T.softmax(scores, -1), dropout_p, True), v)
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,  # noqa: A002

@@ -1,0 +1,86 @@
+"""Hugging Face models, unmodified, as `pypto.jit(model)`: small configurations of the families
+people port (encoders, decoders with rotary embeddings and grouped-query attention, an
+encoder-decoder's encoder, vision transformers and convolutional networks), each against the
+same model run by torch in float64. Needs transformers (installed by `make test`); skipped
+without it."""
+import warnings
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+
+def _text(cls, cfg, **kw):
+    return lambda: (getattr(transformers, cls)(getattr(transformers, cfg)(**kw)),
+                    (torch.randint(0, 90, (2, 8), generator=torch.Generator().manual_seed(1)),))
+
+
+def _image(cls, cfg, **kw):
+    return lambda: (getattr(transformers, cls)(getattr(transformers, cfg)(**kw)),
+                    (torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64),))
+
+
+SMALL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, intermediate_size=64, vocab_size=100,
+             max_position_embeddings=32)
+DECODER = dict(SMALL, num_key_value_heads=2, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+MODELS = {
+    "bert": _text("BertModel", "BertConfig", **SMALL),
+    "gpt2": _text("GPT2Model", "GPT2Config", n_embd=32, n_layer=1, n_head=4, vocab_size=100, n_positions=32,
+                  bos_token_id=1, eos_token_id=2),
+    "llama": _text("LlamaModel", "LlamaConfig", **DECODER),
+    "qwen2": _text("Qwen2Model", "Qwen2Config", **DECODER),
+    "t5_encoder": _text("T5EncoderModel", "T5Config", d_model=32, d_kv=8, num_layers=1, num_heads=4, d_ff=64,
+                        vocab_size=100, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
+    "vit": _image("ViTModel", "ViTConfig", hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                  intermediate_size=64, image_size=32, patch_size=8),
+    "resnet": _image("ResNetModel", "ResNetConfig", embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_hf_model_matches_torch(name):
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, args = MODELS[name]()
+    model = model.double().eval()
+    with torch.no_grad():
+        want = model(*args).last_hidden_state
+        got = pypto_jit(model, name)(*args)
+    assert type(got).__name__ == type(model(*args)).__name__  # the ModelOutput class
+    got = got.last_hidden_state
+    assert got.shape == want.shape
+    # Llama's, Qwen2's and T5's RMS norms compute in float32 even in a float64 model (in torch
+    # and in the kernel alike, summed in other orders); the others are float64 throughout.
+    tol = 1e-6 if name in ("llama", "qwen2", "t5_encoder") else 1e-13
+    assert float((got - want).norm()) < tol * float(want.norm())
+
+
+def pypto_jit(model, name):
+    import pypto
+    # the interpreter for most (no C++ compile per model), natively for a decoder
+    return pypto.jit(model, backend="cpu" if name == "llama" else "interp")
+
+
+def test_hf_attention_mask_and_gradients():
+    """BERT with a padding mask, and the gradient of its output with respect to a weight; in
+    training mode (dropout in the attention weights and after each layer) it runs and differs."""
+    import pypto
+    torch.manual_seed(0)
+    model = transformers.BertModel(transformers.BertConfig(**SMALL)).double().eval()
+    ids = torch.randint(0, 90, (2, 8), generator=torch.Generator().manual_seed(2))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, 5:] = 0
+    out = pypto.jit(model, backend="interp")(ids, attention_mask=mask).last_hidden_state
+    ref = model(ids, attention_mask=mask).last_hidden_state
+    assert float((out - ref).norm()) < 1e-13 * float(ref.norm())
+    w = model.encoder.layer[0].attention.self.query.weight
+    cot = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    got, = torch.autograd.grad(out, w, cot)
+    want, = torch.autograd.grad(ref, w, cot)
+    assert float((got - want).norm()) < 1e-12 * float(want.norm())
+    model.train()
+    torch.manual_seed(0)
+    drop = pypto.jit(model, backend="interp")(ids, attention_mask=mask).last_hidden_state
+    assert drop.shape == ref.shape and torch.isfinite(drop).all() and float((drop - ref).norm()) > 1e-3

@@ -324,7 +324,8 @@ void forward_copies(Program& p) {
     if (s->kind != StmtKind::OpStmt) return;
     for (auto& a : s->op.args)
       if (auto v = std::get_if<View>(&a))
-        for (auto it = repl.find(v->buf.get()); it != repl.end(); it = repl.find(v->buf.get())) v->buf = it->second;
+        for (auto it = repl.find(v->buf.get()); it != repl.end(); it = repl.find(v->buf.get()))
+          v->buf = it->second;
   });
 }
 

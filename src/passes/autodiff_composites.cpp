@@ -85,7 +85,7 @@ void Differentiator::composite_rule(const StmtNode* s, const Env& env, const Vie
       View xc = ln ? centred(b_, xv, dims) : xv;
       View rstd = b_.unary(Opcode::TRSQRT,
                            bin(Opcode::TADD, b_.mean(bin(Opcode::TMUL, xc, xc), dims, true),
-                                   float_imm(eps, xv.buf->dtype == DType::F64 ? DType::F64 : DType::F32)));
+                               float_imm(eps, xv.buf->dtype == DType::F64 ? DType::F64 : DType::F32)));
       View xhat = bin(Opcode::TMUL, xc, rstd);
       View gx;  // g * xhat, whose column sums are the weight's gradient
       if (dw) gx = bin(Opcode::TMUL, g, xhat);

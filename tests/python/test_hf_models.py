@@ -84,3 +84,30 @@ def test_hf_attention_mask_and_gradients():
     torch.manual_seed(0)
     drop = pypto.jit(model, backend="interp")(ids, attention_mask=mask).last_hidden_state
     assert drop.shape == ref.shape and torch.isfinite(drop).all() and float((drop - ref).norm()) > 1e-3
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_hf_model_gradients_match_torch(name):
+    """Every parameter's gradient (and the input's, for images) against torch autograd; errors
+    relative to each gradient, or to 1e-10 of all of them for a gradient that is zero in exact
+    arithmetic (a key bias under softmax), where both sides hold rounding noise."""
+    import pypto
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model, args = MODELS[name]()
+    model = model.double().eval()
+    out = pypto.jit(model, backend="interp")(*args).last_hidden_state
+    ref = model(*args).last_hidden_state
+    cot = torch.randn(out.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+    params = list(model.parameters())
+    got = torch.autograd.grad(out, params, cot, allow_unused=True)
+    want = torch.autograd.grad(ref, params, cot, allow_unused=True)
+    scale = 1e-10 * sum(float(w.norm()) for w in want if w is not None)
+    tol = 1e-5 if name in ("llama", "qwen2", "t5_encoder") else 1e-9
+    for (pname, _), a, w in zip(model.named_parameters(), got, want):
+        if w is None:
+            assert a is None or float(a.norm()) == 0, pname
+            continue
+        assert a is not None, pname
+        assert float((a - w).norm()) <= tol * max(float(w.norm()), scale), pname

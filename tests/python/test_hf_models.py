@@ -111,3 +111,23 @@ def test_hf_model_gradients_match_torch(name):
             continue
         assert a is not None, pname
         assert float((a - w).norm()) <= tol * max(float(w.norm()), scale), pname
+
+
+def test_hf_causal_lm_logits_and_swin():
+    """A causal LM head (logits_to_keep=0, read as a Python int: every position) and Swin's
+    windowed attention (torch.roll, uneven adaptive pooling)."""
+    import pypto
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm = transformers.LlamaForCausalLM(transformers.LlamaConfig(**DECODER)).double().eval()
+        swin = transformers.SwinModel(transformers.SwinConfig(image_size=32, patch_size=4, embed_dim=16, depths=[1, 1],
+                                                              num_heads=[2, 2], window_size=4)).double().eval()
+    ids = torch.randint(0, 90, (2, 8), generator=torch.Generator().manual_seed(1))
+    img = torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    with torch.no_grad():
+        got, want = pypto.jit(lm, backend="interp")(ids).logits, lm(ids).logits
+        assert got.shape == want.shape == (2, 8, 100)
+        assert float((got - want).norm()) < 1e-6 * float(want.norm())
+        got, want = pypto.jit(swin, backend="interp")(img), swin(img)
+        assert float((got.pooler_output - want.pooler_output).norm()) < 1e-13 * float(want.pooler_output.norm())

@@ -180,3 +180,21 @@ def test_several_index_tensors(backend):
         pypto.jit(lambda a, i, j: a[i, j], backend=backend)(x, torch.tensor([4]), torch.tensor([0]))
     xg = x.clone().requires_grad_()
     assert torch.autograd.gradcheck(pypto.jit(lambda a, i, j: a[i, j] * 3, backend=backend), (xg, i, j))
+
+
+class LastTokens(nn.Module):
+    """As transformers' causal LMs: `logits_to_keep=0` means all positions, read as a Python int."""
+    @fills_from_config
+    def forward(self, x, scale=None, logits_to_keep=0):
+        keep = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        return x[:, keep] * scale
+
+    config = {"scale": 2.0}
+
+
+def test_numbers_of_a_native_function_are_constants():
+    x = torch.randn(2, 5, 3)
+    k = pypto.jit(LastTokens(), backend="interp")
+    assert torch.equal(k(x), x * 2)
+    assert torch.equal(k(x, logits_to_keep=1), x[:, -1:] * 2)
+    assert torch.equal(k(x, logits_to_keep=2), x[:, -2:] * 2)  # one variant per value

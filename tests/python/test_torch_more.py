@@ -77,6 +77,8 @@ CASES = {
     "searchsorted": lambda t: torch.searchsorted(torch.sort(t["v"]).values, t["x"]).double(),
     "searchsorted_rows": lambda t: torch.searchsorted(torch.sort(t["x"]).values, t["y"][:, :3], side="right").double(),
     "bucketize": lambda t: torch.bucketize(t["x"], torch.sort(t["v"]).values, right=True).double(),
+    "adaptive_avg_pool2d_uneven": lambda t: F.adaptive_avg_pool2d(t["img"], (3, 5)),
+    "adaptive_avg_pool1d": lambda t: F.adaptive_avg_pool1d(t["b3"], 4),
 }
 
 
@@ -92,7 +94,7 @@ def test_torch_more_matches_torch(name):
 
 @pytest.mark.parametrize("name", ["interp_bilinear", "tensordot", "std_mean", "cdist", "masked_scatter", "mul_",
                                   "pad_reflect", "pad_replicate", "pad_circular", "unfold_strided",
-                                  "local_response_norm"])
+                                  "local_response_norm", "adaptive_avg_pool2d_uneven"])
 def test_torch_more_gradients(name):
     f = CASES[name]
     t = _inputs()

@@ -6,7 +6,11 @@ pixel_shuffle and the remaining pointwise activations."""
 from __future__ import annotations
 
 import math
+import sys
 
+import numpy as np
+
+from .. import dtypes as _dt
 from ..errors import PyptoError
 from .index_ops import flip
 from .values import Opcode, TensorValue
@@ -221,9 +225,36 @@ def adaptive_avg_pool2d(input, output_size):  # noqa: A002
     oh, ow = oh or H, ow or W
     if (oh, ow) == (1, 1):
         return T.mean(input, (-2, -1), True)
-    if H % oh or W % ow:
-        raise PyptoError(f"adaptive_avg_pool2d: output {oh}x{ow} must divide the input {H}x{W}")
+    if H % oh or W % ow:  # windows of unequal sizes: one averaging matrix per axis
+        return _adaptive_axis(_adaptive_axis(input, -2, oh), -1, ow)
     return avg_pool2d(input, (H // oh, W // ow))
+
+
+def adaptive_avg_pool1d(input, output_size):  # noqa: A002
+    o = output_size[0] if isinstance(output_size, (tuple, list)) else output_size
+    L = input.shape[-1]
+    o = T.static_int(o, "output_size") if o is not None else L
+    if o == 1:
+        return T.mean(input, -1, True)
+    return _adaptive_axis(input, -1, o)
+
+
+def _adaptive_axis(x, axis, n_out):
+    """torch's adaptive average over one axis: output i averages inputs floor(i n / n_out) up to
+    ceil((i + 1) n / n_out), as a product with that (n, n_out) matrix (built while tracing)."""
+    n = x.shape[axis]
+    if n_out == n:
+        return x
+    if n_out < 1:
+        raise PyptoError(f"adaptive pooling: output size must be >= 1, got {n_out}")
+    m = np.zeros((n, n_out))
+    for i in range(n_out):
+        a, b = (i * n) // n_out, -((-(i + 1) * n) // n_out)
+        m[a:b, i] = 1.0 / (b - a)
+    torch = sys.modules["torch"]
+    w = torch.tensor(m, dtype=_dt.to_dtype(x.dtype).torch)
+    moved = T.transpose(x, axis, -1)
+    return T.transpose(T.matmul(moved, w), axis, -1)
 
 
 def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
@@ -493,7 +524,7 @@ ENTRIES = [
     (conv2d, ["conv2d"]), (conv1d, ["conv1d"]), (batch_norm, ["batch_norm"]), (group_norm, ["group_norm"]),
     (instance_norm, ["instance_norm"]), (max_pool2d, ["max_pool2d"]), (avg_pool2d, ["avg_pool2d"]),
     (max_pool1d, ["max_pool1d"]), (avg_pool1d, ["avg_pool1d"]),
-    (adaptive_avg_pool2d, ["adaptive_avg_pool2d"]), (interpolate, ["interpolate", "upsample"]),
+    (adaptive_avg_pool2d, ["adaptive_avg_pool2d"]), (adaptive_avg_pool1d, ["adaptive_avg_pool1d"]), (interpolate, ["interpolate", "upsample"]),
     (pixel_shuffle, ["pixel_shuffle"]), (conv_transpose2d, ["conv_transpose2d"]),
     (multi_head_attention_forward, ["multi_head_attention_forward"]),
     (lstm_cell, ["lstm_cell"]), (gru_cell, ["gru_cell"]), (rnn_tanh_cell, ["rnn_tanh_cell"]),

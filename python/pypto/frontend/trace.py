@@ -78,6 +78,15 @@ def trace_kernel(src, names, args, static_args, unroll, backend, static_reasons=
 
 def _trace_once(tr, src, names, args):
     tr.torch_flavour = any(interop.array_kind(v) == interop.TORCH or _is_module(v) for v in args)
+    signature = inspect.signature(src.func)
+    native = native_reason(src.func, src.fdef, signature, bool(args) and _is_module(args[0])) is not None
+    if native:
+        # Python code reads its numbers as Python values (isinstance(n, int), slice(-n, None)):
+        # a function run as Python takes them as compile-time constants, one variant per value.
+        for i, v in enumerate(args):
+            if is_scalar_arg(v) and i not in tr.static_args:
+                raise Restart(static_arg=i, why=f"{src.filename}:{src.lineno(src.fdef)}: '{names[i]}' of a "
+                                                "function run as Python (frontend/native.py)")
     bound = {}
     for i, (name, v) in enumerate(zip(names, args)):
         if interop.is_array(v):
@@ -90,8 +99,7 @@ def _trace_once(tr, src, names, args):
             if _is_module(v):
                 tr.guard_module_state(v)
     try:
-        signature = inspect.signature(src.func)
-        if native_reason(src.func, src.fdef, signature, bool(args) and _is_module(args[0])) is not None:
+        if native:
             result = run_native(tr, src, signature, bound)
         else:
             result = FunctionWalker(tr, src).run(bound)

@@ -149,3 +149,17 @@ def test_module_hooks_run_as_module_call_runs_them():
     for h in handles:
         h.remove()
     assert torch.allclose(k(x), m(x), atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+def test_patch_embedding_is_one_product(backend):
+    """A convolution whose stride is its kernel (a vision transformer's patch embedding, sizes not
+    multiples of the patch: the rest is dropped, as torch) is one matmul of the patches, not one
+    product per tap; values and gradients as torch's."""
+    conv = nn.Conv2d(3, 8, kernel_size=(4, 3), stride=(4, 3))
+    x = torch.randn(2, 3, 18, 13, dtype=torch.float64)
+    _check(conv, x, backend=backend)
+    text = jit(conv.double(), backend).lower(x).as_text("tensor")
+    assert text.count("TMATMUL") == 1 and "CONV" not in text
+    xg = x[:1].clone().requires_grad_()
+    assert torch.autograd.gradcheck(jit(conv, backend), (xg,))

@@ -34,7 +34,8 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     """torch's conv2d: padding 0 by default (PyPTO's own conv2d defaults to 'same'); groups split
     the channels (a depthwise convolution is groups == channels)."""
     if groups == 1:
-        return T.conv2d(input, weight, bias, stride, padding, dilation)
+        patches = _patchify(input, weight, bias, stride, padding, dilation)
+        return patches if patches is not None else T.conv2d(input, weight, bias, stride, padding, dilation)
     c_in, c_out = input.shape[-3], weight.shape[0]
     if c_in % groups or c_out % groups:
         raise PyptoError(f"conv2d: {c_in} input and {c_out} output channels do not split into {groups} groups")
@@ -45,6 +46,33 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
         bg = T.index(bias, slice(g * co, (g + 1) * co)) if bias is not None else None
         outs.append(T.conv2d(xg, T.index(weight, slice(g * co, (g + 1) * co)), bg, stride, padding, dilation))
     return T.concat(outs, -3)
+
+
+def _patchify(input, weight, bias, stride, padding, dilation):  # noqa: A002
+    """conv2d with the stride of its kernel, no padding or dilation (a vision transformer's patch
+    embedding): each output pixel reads a patch of its own, so the convolution is one product of
+    the patches as rows with the flattened kernel, not kh * kw shifted products. None otherwise."""
+    if input.ndim not in (3, 4) or weight.ndim != 4:
+        return None
+    kh, kw = weight.shape[-2], weight.shape[-1]
+    no_pad = padding == "valid" or (not isinstance(padding, str) and _pair(padding, "conv2d") == (0, 0))
+    if (kh, kw) == (1, 1) or _pair(stride, "conv2d") != (kh, kw) or not no_pad or \
+            _pair(dilation, "conv2d") != (1, 1):
+        return None
+    c, H, W = input.shape[-3], input.shape[-2], input.shape[-1]
+    oh, ow = H // kh, W // kw
+    if oh < 1 or ow < 1 or weight.shape[1] != c:
+        return None
+    lead = list(input.shape[:-3])
+    x = T.index(input, (Ellipsis, slice(0, oh * kh), slice(0, ow * kw)))
+    x = T.reshape(x, lead + [c, oh, kh, ow, kw])
+    n = len(lead)
+    x = T.permute(x, list(range(n)) + [n + 1, n + 3, n, n + 2, n + 4])  # (.., oh, ow, c, kh, kw)
+    x = T.reshape(x, lead + [oh * ow, c * kh * kw])
+    y = T.matmul(x, T.transpose(T.reshape(weight, [weight.shape[0], c * kh * kw]), 0, 1))
+    if bias is not None:
+        y = T.binary(Opcode.TADD, y, bias)
+    return T.reshape(T.transpose(y, -2, -1), lead + [weight.shape[0], oh, ow])
 
 
 def conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):  # noqa: A002

@@ -131,3 +131,20 @@ def test_hf_causal_lm_logits_and_swin():
         assert float((got - want).norm()) < 1e-6 * float(want.norm())
         got, want = pypto.jit(swin, backend="interp")(img), swin(img)
         assert float((got.pooler_output - want.pooler_output).norm()) < 1e-13 * float(want.pooler_output.norm())
+
+
+def test_hf_left_padded_batch():
+    """A left-padded batch (its padding queries see no key): no NaN, every position as torch."""
+    import pypto
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.LlamaModel(transformers.LlamaConfig(**DECODER)).double().eval()
+    ids = torch.randint(3, 90, (2, 8), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones(2, 8, dtype=torch.long)
+    mask[1, :3] = 0
+    with torch.no_grad():
+        got = pypto.jit(model, backend="interp")(ids, attention_mask=mask).last_hidden_state
+        want = model(ids, attention_mask=mask).last_hidden_state
+    assert not torch.isnan(got).any()
+    assert float((got - want).norm()) < 1e-6 * float(want.norm())

@@ -182,3 +182,20 @@ def test_reshape_regroups_any_dims():
         _close(jit(lambda x, b=b: x.reshape(b) * 2.0, "cpu")(x), x.reshape(b) * 2.0)
     with pytest.raises(pypto.PyptoError, match=r"reshape from \(\?, 6, 4\)"):
         pypto.jit(lambda x: x.reshape(6, 8, 4), dynamic={"x": [0]}, backend="interp")(torch.randn(8, 6, 4))
+
+
+def test_sdpa_rows_hidden_by_the_mask_are_zero_not_nan():
+    """torch's SDPA softmax is safe: a query row its mask hides entirely (left padding) attends
+    to nothing and gets 0, and no NaN reaches the gradients; boolean and additive -inf masks."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 4, dtype=torch.float64, generator=g, requires_grad=True) for _ in range(3))
+    keep = torch.ones(5, 5, dtype=torch.bool).tril()
+    keep[:2] = False
+    for mask in (keep, torch.zeros(5, 5, dtype=torch.float64).masked_fill(~keep, float("-inf"))):
+        def f(q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        out, ref = pypto.jit(f, backend="interp")(q, k, v), f(q, k, v)
+        assert not torch.isnan(ref).any() and float((out - ref).norm()) < 1e-14 * float(ref.norm())
+        cot = torch.randn(out.shape, dtype=torch.float64, generator=g)
+        for a, b in zip(torch.autograd.grad(out, (q, k, v), cot), torch.autograd.grad(ref, (q, k, v), cot)):
+            assert float((a - b).norm()) < 1e-13 * float(b.norm())

@@ -341,9 +341,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
             scores = T.where(m, scores, float("-inf"))
         else:
             scores = T.binary(Opcode.TADD, scores, m)
+    if attn_mask is None:
+        p = T.softmax(scores, -1)
+    else:
+        # torch's safe softmax: a row the mask hides entirely (a left-padded sequence's padding
+        # queries) gets weights 0, not NaN; its softmax runs on zeros, so no NaN reaches a gradient
+        hidden = T.compare(Opcode.TCMP_EQ, T.reduce("max", scores, -1, True), float("-inf"))
+        p = T.where(hidden, 0.0, T.softmax(T.where(hidden, 0.0, scores), -1))
     # dropout on the weights whenever dropout_p > 0, as torch (callers pass 0 in eval mode); the
     # mask is drawn as F.dropout's, from torch's default generator at each call
-    return T.matmul(R.dropout(T.softmax(scores, -1), dropout_p, True), v)
+    return T.matmul(R.dropout(p, dropout_p, True), v)
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,  # noqa: A002

@@ -399,7 +399,7 @@ def call(kernel, full):
     outs = results[:len(results) - len(c.written)]
     if entry.single_out:
         return outs[0]
-    return rebuild(entry.template, list(outs), inputs)
+    return rebuild(entry.template, list(outs), inputs, full)
 
 
 def torch_function(kernel):
@@ -433,7 +433,7 @@ def _call_pto(kernel, entry, imp, full):
             o.metadata = meta
     if entry.single_out:
         return outs[0]
-    return rebuild(entry.template, outs, inputs)
+    return rebuild(entry.template, outs, inputs, full)
 
 
 def to_pto_tensor(x):
@@ -477,7 +477,7 @@ def vjp(kernel, *args):
         return lambda *a: vjp(kernel, *a)
     k, entry, imp, full = _kernel_entry(kernel, args)
     outs, inputs = entry.run_flat(full, imp)
-    result = outs[0] if entry.single_out else rebuild(entry.template, outs, inputs)
+    result = outs[0] if entry.single_out else rebuild(entry.template, outs, inputs, full)
 
     def pullback(*cotangents):
         if len(cotangents) == 1 and isinstance(cotangents[0], (tuple, list)):

@@ -234,7 +234,7 @@ class CompiledKernel:
         outs, objs = self.run_flat(args, implicit, profiled)
         if self.single_out:
             return outs[0]
-        return rebuild(self.template, outs, objs)
+        return rebuild(self.template, outs, objs, args)
 
     def inputs(self, args, implicit=()):
         """The arrays bound to the program's input params, in param order."""

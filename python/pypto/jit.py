@@ -340,10 +340,13 @@ class JitFunction:
         self._sim_target = _sim.target_text(sim_target)
         self._func = func
         self._signature = inspect.signature(func)
-        # *args / **kwargs take no arguments of a call (_bind refuses them); such a function is
-        # traced by running it (frontend/native.py).
+        # A function with *args / **kwargs is traced by running it (frontend/native.py); *args
+        # takes no values (_bind refuses them), **kwargs is one more argument: the dict of a call's
+        # extra keywords (its arrays kernel inputs, its other values part of the cache key).
         self._names = signature_names(self._signature)
         self._star = [p.name for p in self._signature.parameters.values() if p.name not in self._names]
+        # a call binds its arguments by the signature (its positional count proves nothing)
+        self._bind_always = any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in self._signature.parameters.values())
         self._k0 = 1 if self._self is not None else 0
         self._n = len(self._names) - self._k0
         self._backend = backend or default_backend()  # PYPTO_INTERPRET is read when the kernel is made
@@ -399,16 +402,15 @@ class JitFunction:
             raise ArgumentError(f"{self._func.__qualname__}() takes arguments ({', '.join(self._names[self._k0:])}): "
                                 f"{e}") from None
         b.apply_defaults()
-        for n in self._star:
-            v = b.arguments.get(n)
-            if v:
-                what = ", ".join(map(repr, v)) if isinstance(v, dict) else f"{len(v)} more positional"
+        for n in self._star:  # *args
+            if b.arguments.get(n):
                 raise ArgumentError(f"{self._func.__qualname__}() takes arguments ({', '.join(self._names[self._k0:])}): "
-                                    f"a kernel takes nothing through *args / **kwargs (got {what})")
+                                    f"a kernel takes nothing through *{n} (got {len(b.arguments[n])} more "
+                                    "positional)")
         return tuple(b.arguments[n] for n in self._names)
 
     def _full_args(self, args, kwargs):
-        if not kwargs and len(args) == self._n:
+        if not kwargs and len(args) == self._n and not self._bind_always:
             return (self._self,) + args if self._k0 else args
         return self._bind(args, kwargs)
 
@@ -582,7 +584,7 @@ class JitFunction:
         """The Python call path: every call the C++ one leaves (first calls, autograd, profiling,
         other argument kinds, errors), which registers the variants it runs with the C++ one."""
         t0 = _now()  # the call's wall time for get_last_profile (dynamo cannot trace clocks: after its check)
-        if kwargs or len(args) != self._n:
+        if kwargs or len(args) != self._n or self._bind_always:
             args = self._bind(args, kwargs)
         elif self._k0:
             args = (self._self,) + args

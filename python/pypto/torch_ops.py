@@ -436,4 +436,4 @@ def _run_op(kernel, obj, args, kwargs):
     outs = entry.op(*tensors, *scalars)
     if not isinstance(outs, (tuple, list)):
         outs = [outs]
-    return rebuild(template, list(outs), param_objs)
+    return rebuild(template, list(outs), param_objs, args)

@@ -148,3 +148,28 @@ def test_hf_left_padded_batch():
         want = model(ids, attention_mask=mask).last_hidden_state
     assert not torch.isnan(got).any()
     assert float((got - want).norm()) < 1e-6 * float(want.norm())
+
+
+def test_hf_decoding_steps_with_a_cache():
+    """Incremental decoding as generate() does it: the cache from a prompt passed back with one
+    new token at a time (through **kwargs as past_key_values), updated in place as torch's."""
+    import copy
+
+    import pypto
+    torch.manual_seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        lm = transformers.LlamaForCausalLM(transformers.LlamaConfig(**DECODER)).double().eval()
+    k = pypto.jit(lm, backend="interp")
+    prompt = torch.randint(3, 90, (1, 5), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        ref_cache = lm(prompt, use_cache=True).past_key_values
+        cache = copy.deepcopy(ref_cache)
+        for t in (7, 11, 13):
+            want = lm(torch.tensor([[t]]), past_key_values=ref_cache, use_cache=True)
+            got = k(torch.tensor([[t]]), past_key_values=cache, use_cache=True)
+            assert got.past_key_values is cache
+            assert float((got.logits - want.logits).norm()) < 1e-6 * float(want.logits.norm())
+            for a, b in zip(cache.layers, ref_cache.layers):
+                assert type(a.keys) is torch.Tensor and a.keys.shape == b.keys.shape
+                assert float((a.values - b.values).norm()) < 1e-6 * float(b.values.norm())

@@ -119,16 +119,51 @@ def test_gradients_through_a_native_trace():
         assert float((a - b).norm()) < 1e-10 * float(b.norm())
 
 
-def test_star_args_take_no_arguments():
+def test_star_args_and_keyword_extras():
+    """*args takes nothing; **kwargs takes a call's extra keywords: their numbers as constants
+    (one variant per value), their tensors as kernel inputs read at each call."""
     def kernel(x, *rest, **options):
-        return x * 2
+        y = x * options.get("scale", 2.0)
+        return y + options["shift"] if "shift" in options else y
     k = pypto.jit(kernel, backend="interp")
     x = torch.randn(3, 3)
     assert torch.equal(k(x), x * 2)
+    assert torch.equal(k(x, scale=3.0), x * 3)
+    s1, s2 = torch.randn(3), torch.randn(3)
+    assert torch.equal(k(x, shift=s1), x * 2 + s1) and torch.equal(k(x, shift=s2), x * 2 + s2)
     with pytest.raises(pypto.PyptoError, match="nothing through"):
         k(x, x)
-    with pytest.raises(pypto.PyptoError, match="'flag'"):
-        k(x, flag=True)
+
+
+class KVCache:
+    """As transformers' DynamicCache: layers holding key tensors that each call extends in place."""
+    class Layer:
+        def __init__(self, keys):
+            self.keys = keys
+
+    def __init__(self, keys):
+        self.layers = [KVCache.Layer(keys)]
+
+
+class Step(nn.Module):
+    def forward(self, x, **kwargs):
+        layer = kwargs["cache"].layers[0]
+        layer.keys = torch.cat([layer.keys, x], dim=0)
+        return layer.keys.sum(0)
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+def test_a_cache_argument_is_updated_in_place(backend):
+    k = pypto.jit(Step(), backend=backend)
+    g = torch.Generator().manual_seed(2)
+    start = torch.randn(2, 4, generator=g)
+    ours, ref = KVCache(start.clone()), KVCache(start.clone())
+    for n in range(3):
+        x = torch.randn(1, 4, generator=g)
+        got, want = k(x, cache=ours), Step()(x, cache=ref)
+        assert torch.allclose(got, want)
+        assert type(ours.layers[0].keys) is torch.Tensor and torch.equal(ours.layers[0].keys, ref.layers[0].keys)
+        assert ours.layers[0].keys.shape == (3 + n, 4)
 
 
 class Failing(nn.Module):

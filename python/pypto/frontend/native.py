@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 import traceback
 
 from ..errors import KernelSourceError, PyptoError, format_location
+from ..interop import is_array
 from .signals import NeedsConcrete, Restart
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,8 +40,82 @@ def native_reason(func, fdef, signature, module):
     return None
 
 
-def run_native(tr, src, signature, bound):
-    """Calls the kernel's function with the bound (traced) arguments; returns its result."""
+def run_native(tr, src, signature, bound, args_paths):
+    """Calls the kernel's function with the bound (traced) arguments; returns its result and a
+    function that undoes what the call assigned into its arguments (to run once the result is
+    described: a cache object it updated holds the traced tensors until then). `args_paths` lists
+    (argument, Path) of the call's arguments: arrays held inside them (a dict of extra keywords,
+    a key/value cache object) become kernel inputs read afresh at each call."""
+    restore, snapshots = [], []
+    for value, path in args_paths:
+        _note_nested(tr, value, path, 0, set(), restore, snapshots)
+
+    def undo():
+        for f in reversed(restore):
+            f()
+    try:
+        result = _call(tr, src, signature, bound)
+    except BaseException:
+        undo()
+        raise
+    return result, undo, _effects(snapshots)
+
+
+def _effects(snapshots):
+    """What the call assigned into its arguments: (reader of the container from a call's
+    arguments, "attr" or "item", key, new value) per changed attribute or dict entry, to be done
+    again at every call (trace.rebuild) on that call's own objects."""
+    out = []
+    for container, path, saved in snapshots:
+        now, kind = (container, "item") if isinstance(container, dict) else (vars(container), "attr")
+        for k, v in list(now.items()):
+            if k not in saved or saved[k] is not v:
+                out.append((path.reader(), kind, k, v))
+    return out
+
+
+_MAX_DEPTH = 8
+
+
+def _note_nested(tr, value, path, depth, seen, restore, snapshots):
+    """Registers the path of every array and object inside `value` (dicts, lists, tuples, plain
+    objects' attributes; modules have theirs, tracer.note_module_tensors), remembers how to put
+    back each container's contents, and snapshots dicts' and objects' entries (_effects)."""
+    if depth > _MAX_DEPTH or id(value) in seen or value is None or isinstance(value, (str, bytes, int, float)):
+        return
+    seen.add(id(value))
+    if is_array(value):
+        if tr.path_of(value) is None:
+            tr.paths[id(value)] = (value, path)
+            tr._keep.append(value)
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.nn.Module):
+        return
+    if isinstance(value, dict):
+        items = list(value.items())
+        restore.append(lambda d=value, saved=dict(items): (d.clear(), d.update(saved)))
+        snapshots.append((value, path, dict(items)))
+    elif isinstance(value, (list, tuple)):
+        items = list(enumerate(value))
+        if isinstance(value, list):
+            restore.append(lambda lst=value, saved=list(value): lst.__setitem__(slice(None), saved))
+    elif hasattr(value, "__dict__") and not isinstance(value, type) and not callable(value):
+        if tr.path_of(value) is None:  # an object the result may hold: updated in place (trace.rebuild)
+            tr.paths[id(value)] = (value, path)
+        items = list(vars(value).items())
+        restore.append(lambda o=value, saved=dict(items): (vars(o).clear(), vars(o).update(saved)))
+        snapshots.append((value, path, dict(items)))
+        for k, v in items:
+            _note_nested(tr, v, path.child(("attr", k), v), depth + 1, seen, restore, snapshots)
+        return
+    else:
+        return
+    for k, v in items:
+        _note_nested(tr, v, path.child(("item", k), v), depth + 1, seen, restore, snapshots)
+
+
+def _call(tr, src, signature, bound):
     # As a user calls it: the first parameter (self) and positional-only ones by position, the rest
     # by name, and parameters left at their default not at all, so a decorator's
     # wrapper(self, *args, **kwargs) fills them in as it would (Hugging Face's take use_cache,
@@ -49,7 +125,9 @@ def run_native(tr, src, signature, bound):
         if name not in bound:
             continue
         v = bound[name]
-        if p.kind == p.POSITIONAL_ONLY or (i == 0 and p.kind == p.POSITIONAL_OR_KEYWORD):
+        if p.kind == p.VAR_KEYWORD:
+            kwargs.update(v)
+        elif p.kind == p.POSITIONAL_ONLY or (i == 0 and p.kind == p.POSITIONAL_OR_KEYWORD):
             args.append(v)
         elif p.default is p.empty or v is not p.default:
             kwargs[name] = v
@@ -86,6 +164,8 @@ def _users(filename):
 
 
 def signature_names(signature):
-    """The parameters a call binds by name (star-args parameters take no array arguments)."""
-    return [p.name for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    """The parameters a call binds, in order: the named ones, then a **kwargs parameter (its value
+    the dict of the call's extra keywords; *args takes no values)."""
+    params = signature.parameters.values()
+    return [p.name for p in params if p.kind != p.VAR_POSITIONAL]
 

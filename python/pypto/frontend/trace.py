@@ -98,20 +98,26 @@ def _trace_once(tr, src, names, args):
             tr.note_module_tensors(v, Path(("arg", i)))
             if _is_module(v):
                 tr.guard_module_state(v)
+    undo, effects = None, []
     try:
         if native:
-            result = run_native(tr, src, signature, bound)
+            result, undo, effects = run_native(tr, src, signature, bound,
+                                               [(v, Path(("arg", i))) for i, v in enumerate(args)
+                                                if not interop.is_array(v)])
         else:
             result = FunctionWalker(tr, src).run(bound)
     except NeedsConcrete as e:
         _resolve_at_top(tr, src, e)
     try:
-        outputs, template = describe_result(tr, result)
+        outputs, template = describe_result(tr, result, effects)
         program = tr.finish(outputs)
     except PyptoError as e:
         if isinstance(e, KernelSourceError):
             raise
         raise KernelSourceError(src.where(_last_return(src.fdef), str(e))) from None
+    finally:
+        if undo is not None:
+            undo()
     return Trace(tr, program, outputs, template)
 
 
@@ -145,10 +151,11 @@ def _last_return(fdef):
     return fdef
 
 
-def describe_result(tr, result):
+def describe_result(tr, result, effects=()):
     """Output TensorValues (deduplicated) and a template to rebuild the returned value:
     ("out", k) | ("input", k) | ("static", v) | ("seq", type, [templates]) | ("dict", keys, [templates], type)
-    | ("obj", object, {attribute: template})."""
+    | ("obj", object, {attribute: template}, reader of the object from the call's arguments or None)
+    | ("effects", template, [(reader of a container, "attr" | "item", key, template)])."""
     outputs = []
     index = {}
 
@@ -177,19 +184,29 @@ def describe_result(tr, result):
     seen = set()
 
     def walk_object(v):
-        """An object holding traced tensors in its attributes (a Hugging Face cache): rebuilt at
-        each call as a shallow copy with those attributes replaced."""
+        """An object holding traced tensors in its attributes (a Hugging Face cache): at each call
+        those attributes get the run's tensors, on the call's own object where it came from an
+        argument, else on a shallow copy."""
         if not hasattr(v, "__dict__") or isinstance(v, type) or callable(v) or _is_module(v) or id(v) in seen:
             return ("static", v)
         seen.add(id(v))
         attrs = {k: walk(x) for k, x in vars(v).items()}
         traced = {k: t for k, t in attrs.items() if t[0] != "static"}
-        return ("obj", v, traced) if traced else ("static", v)
+        if not traced:
+            return ("static", v)
+        path = tr.path_of(v)  # an argument's object (a cache passed in) is updated in place
+        return ("obj", v, traced, path.reader() if path is not None else None)
 
-    return outputs, walk(result)
+    template = walk(result)
+    if effects:  # assignments into the arguments, done again at each call (native.py)
+        done = [(reader, kind, key, walk(v)) for reader, kind, key, v in effects]
+        template = ("effects", template, done)
+    return outputs, template
 
 
-def rebuild(template, outs, inputs):
+def rebuild(template, outs, inputs, args=None):
+    """The returned value from the run's outputs; `args`, the call's arguments (None: not known),
+    lets an object the kernel updated in one of them be updated in place, as the function did."""
     kind = template[0]
     if kind == "out":
         return outs[template[1]]
@@ -197,15 +214,37 @@ def rebuild(template, outs, inputs):
         return inputs[template[1]]
     if kind == "static":
         return template[1]
+    if kind == "effects":
+        for reader, how, key, t in template[2]:
+            if args is None:
+                break
+            try:
+                target = reader(args)
+            except Exception:  # noqa: BLE001 - the argument no longer has that container
+                continue
+            value = rebuild(t, outs, inputs, args)
+            if how == "attr":
+                setattr(target, key, value)
+            else:
+                target[key] = value
+        return rebuild(template[1], outs, inputs, args)
     if kind == "obj":
-        obj = copy.copy(template[1])
-        for name, t in template[2].items():
-            setattr(obj, name, rebuild(t, outs, inputs))
-        return obj
+        _, obj, attrs, reader = template
+        target = None
+        if reader is not None and args is not None:
+            try:
+                target = reader(args)
+            except Exception:  # noqa: BLE001 - the argument changed shape: a copy, as for a fresh object
+                target = None
+        if target is None or type(target) is not type(obj):
+            target = copy.copy(obj)
+        for name, t in attrs.items():
+            setattr(target, name, rebuild(t, outs, inputs, args))
+        return target
     if kind == "seq":
-        items = [rebuild(t, outs, inputs) for t in template[2]]
+        items = [rebuild(t, outs, inputs, args) for t in template[2]]
         return template[1](*items) if _is_namedtuple(template[1]) else template[1](items)
-    items = {k: rebuild(t, outs, inputs) for k, t in zip(template[1], template[2])}
+    items = {k: rebuild(t, outs, inputs, args) for k, t in zip(template[1], template[2])}
     cls = template[3]
     if cls is dict:
         return items

@@ -28,7 +28,7 @@ from . import sim as _sim
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .errors import ArgumentError, KernelSourceError, PyptoError
-from .frontend.native import signature_names
+from .frontend.native import signature_names, user_call
 from .frontend.source import SourceInfo
 from .frontend.trace import trace_kernel
 from .specialize import compile_options, default_backend, static_key
@@ -138,6 +138,10 @@ def _call_with_module_hooks(kernel, m, args, kwargs):
         if r is not None:
             out = r
     return out
+
+
+def _has_empty(args):
+    return any(interop.is_array(a) and 0 in interop.array_info(a)[1] for a in args)
 
 
 def arg_key(a):
@@ -429,7 +433,7 @@ class JitFunction:
         1 are never dynamic (they keep their meaning: empty, broadcasting); dims the kernel needs
         as Python values stay static. learn: automatic dynamic notes dims seen with a new extent."""
         mode = self._dyn_mode
-        if (mode == "off" and not _marks) or self._backend == "sim":  # (the simulator runs static shapes)
+        if self._backend == "sim":  # (the simulator runs static shapes)
             return {}
         out = {}
         for i in range(self._k0, len(args)):
@@ -437,6 +441,13 @@ class JitFunction:
             if not interop.is_array(a):
                 continue
             shape = interop.array_info(a, f"argument '{self._names[i]}'")[1]
+            # An empty dimension is always traced as a symbol (a program's shapes are >= 1): the
+            # kernel runs with extent 0, its loops not at all, its reductions giving their start.
+            empty = {d for d, n in enumerate(shape) if n == 0 and (i, d) not in self._static_dims}
+            if mode == "off" and not _marks:
+                if empty:
+                    out[i] = empty
+                continue
             dims = set()
             if mode == "all":
                 dims = set(range(len(shape)))
@@ -457,7 +468,7 @@ class JitFunction:
                             self._dyn_why.setdefault((i, d), f"automatic: dim {d} of '{self._names[i]}' "
                                                              f"seen as {n0} and {n}")
                 dims |= self._dyn_learned.get(i, set())
-            dims = {d for d in dims if shape[d] > 1 and (i, d) not in self._static_dims}
+            dims = {d for d in dims if shape[d] > 1 and (i, d) not in self._static_dims} | empty
             if dims:
                 out[i] = dims
         return out
@@ -592,7 +603,12 @@ class JitFunction:
             _profile.check_alignment(self, args[self._k0:])
         if _autograd.wants_grad(args):
             _profile.forget()
-            return _autograd.call(self, args)
+            try:
+                return _autograd.call(self, args)
+            except PyptoError as err:
+                if not _has_empty(args):
+                    raise
+                return self._eager_on_empty(args, err)
         if self._profile_calls:
             return self._profiled_call(args, t0)
         entries = self._cache.get(self._key(args))
@@ -612,16 +628,35 @@ class JitFunction:
                 _profile.record(e, t0, t0)
                 self._register_fast(e, args)
                 return out
-        e, imp = self._entry(args)
-        if imp and _autograd.wants_grad(imp):  # an implicit input (a module's weight) requires grad
-            _profile.forget()
-            return _autograd.call(self, args)
+        try:
+            e, imp = self._entry(args)
+            if imp and _autograd.wants_grad(imp):  # an implicit input (a module's weight) requires grad
+                _profile.forget()
+                return _autograd.call(self, args)
+        except PyptoError as err:
+            if not _has_empty(args):
+                raise
+            return self._eager_on_empty(args, err)
         t_run = _now()
         out = e.run(args, imp)
         _profile.record(e, t0, t_run)
         if not imp:
             self._register_fast(e, args)
         return out
+
+    def _eager_on_empty(self, args, err):
+        """A call with an empty tensor that the kernel cannot be compiled for (an operation
+        without dynamic extents): torch code runs as written, on no data, with torch's own
+        semantics (and autograd); anything else raises the compile error."""
+        torch = sys.modules.get("torch")
+        if torch is None or not any(isinstance(a, torch.Tensor) for a in args):
+            raise err
+        call_args, call_kwargs = user_call(self._signature, dict(zip(self._names, args)))
+        try:
+            return self._func(*call_args, **call_kwargs)
+        except Exception as e:  # noqa: BLE001 - not plain torch code, or torch refuses it too
+            raise type(err)(f"{err}\n(run as torch code on the empty tensors instead, it raised "
+                            f"{type(e).__name__}: {e})") from None
 
     def _key_state(self):
         """What the signature key of a call depends on besides its arguments (each part only

@@ -63,6 +63,7 @@ std::vector<std::pair<int64_t, int64_t>> layout_of(const TensorArg& t) {
 // smaller ones (a sufficient test; it holds for every layout NumPy and torch make without
 // as_strided, and fails for stride 0).
 bool elements_distinct(const TensorArg& t) {
+  if (numel(t) == 0) return true;  // no elements to reach twice
   int64_t extent = 1;
   bool row_major = true;  // the common case, without layout_of's sort (this runs on every call)
   for (size_t d = t.shape.size(); d-- > 0 && row_major;) {

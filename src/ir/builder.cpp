@@ -285,10 +285,12 @@ View Builder::detach(const View& x) {
 
 View Builder::add_param(const std::string& name, DType dtype, std::vector<int64_t> shape,
                         const std::vector<std::string>& symbols) {
-  for (auto s : shape)
-    if (s <= 0) throw Error("argument '" + name + "' has an empty dimension: shape " + shape_str(shape));
   if (!symbols.empty() && symbols.size() != shape.size())
     throw Error("argument '" + name + "': one dimension symbol (or none) per dimension expected");
+  // An empty dimension only as a symbol (its extent bound at run time; shapes are >= 1).
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] <= 0 && (symbols.empty() || symbols[d].empty()))
+      throw Error("argument '" + name + "' has an empty dimension: shape " + shape_str(shape));
   auto b = std::make_shared<Buffer>();
   b->name = impl_->fresh(name);
   b->dtype = dtype;

@@ -88,7 +88,28 @@ View Builder::concat(const std::vector<View>& xs, int dim) {
     total += s[d];
   }
   shape[d] = total;
-  View out = empty(shape, xs[0].buf->dtype);
+  // Along a dynamic dimension the result's extent is the sum of the parts' (its static size the
+  // bound); other dynamic dimensions keep the first part's extents.
+  std::vector<Expr> extents(shape.size());
+  bool dynamic = false;
+  const auto first_valid = xs[0].valid_shape();
+  for (int i = 0; i < r; ++i) {
+    bool dyn_i = false;
+    for (auto& x : xs) dyn_i = dyn_i || x.shape()[size_t(i)] == kDynamicBound;
+    if (!dyn_i) continue;
+    dynamic = true;
+    if (i != d) {
+      extents[size_t(i)] = first_valid[size_t(i)];
+      continue;
+    }
+    Expr sum = int_imm(0);
+    for (auto& x : xs) sum = sum + x.valid_shape()[size_t(d)];
+    extents[size_t(i)] = min(sum, int_imm(kDynamicBound));  // (within the bound a dim may hold)
+  }
+  if (dynamic)
+    for (int i = 0; i < r; ++i)
+      if (extents[size_t(i)]) shape[size_t(i)] = 1;  // empty() puts the bound there
+  View out = dynamic ? empty(shape, xs[0].buf->dtype, extents) : empty(shape, xs[0].buf->dtype);
   std::vector<Operand> args{out, dim_operand(d)};
   for (auto& x : xs) args.push_back(x);
   impl_->emit_op(Opcode::CONCAT, std::move(args));

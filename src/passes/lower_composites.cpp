@@ -82,14 +82,15 @@ void rms_norm(Builder& b, const Op& op) {
 void concat(Builder& b, const Op& op) {
   const View& dst = view_arg(op, 0);
   int d = int(int_arg(op, 1));
-  int64_t off = 0;
+  Expr off = int_imm(0);  // each part at the sum of the extents before it (dynamic ones too)
   for (size_t i = 2; i < op.args.size(); ++i) {
     const View& x = view_arg(op, i);
+    const Expr len = x.valid_shape()[size_t(d)];
     std::vector<Index> idx(size_t(dst.rank()));
-    idx[size_t(d)].start = int_imm(off);
-    idx[size_t(d)].stop = int_imm(off + x.shape()[size_t(d)]);
+    idx[size_t(d)].start = off;
+    idx[size_t(d)].stop = off + len;
     b.assign(b.slice(dst, idx), x);
-    off += x.shape()[size_t(d)];
+    off = off + len;
   }
 }
 

@@ -115,11 +115,12 @@ def _note_nested(tr, value, path, depth, seen, restore, snapshots):
         _note_nested(tr, v, path.child(("item", k), v), depth + 1, seen, restore, snapshots)
 
 
-def _call(tr, src, signature, bound):
-    # As a user calls it: the first parameter (self) and positional-only ones by position, the rest
-    # by name, and parameters left at their default not at all, so a decorator's
-    # wrapper(self, *args, **kwargs) fills them in as it would (Hugging Face's take use_cache,
-    # output_attentions and the like from the model's config).
+def user_call(signature, bound):
+    """(args, kwargs) calling a function as a user would, from its bound parameters: the first
+    (self) and positional-only ones by position, the rest by name, **kwargs spread, and those
+    left at their default not at all, so a decorator's wrapper(self, *args, **kwargs) fills them
+    in as it would (Hugging Face's take use_cache, output_attentions and the like from the
+    model's config)."""
     args, kwargs = [], {}
     for i, (name, p) in enumerate(signature.parameters.items()):
         if name not in bound:
@@ -131,6 +132,11 @@ def _call(tr, src, signature, bound):
             args.append(v)
         elif p.default is p.empty or v is not p.default:
             kwargs[name] = v
+    return args, kwargs
+
+
+def _call(tr, src, signature, bound):
+    args, kwargs = user_call(signature, bound)
     tr.cur_stmt = (src, src.fdef)  # run-time checks name the function's first line
     tr.b.set_location(f"{src.filename}:{src.lineno(src.fdef)}: {src.line_text(src.fdef).strip()}")
     try:

@@ -224,3 +224,15 @@ def test_two_dynamic_dims_broadcast_are_checked_at_run_time(backend):
     with pytest.raises(pypto.PyptoError, match=r"extents 9 and 3 cannot be broadcast together.*x\[1:\] \+ y"):
         kernel(rand(10, dtype=np.float64), rand(3, dtype=np.float64))  # (float32 would trace anew)
     assert kernel.cache_size == 1
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+def test_concat_along_a_dynamic_dimension(backend):
+    """torch.cat of parts with dynamic rows: the result's rows are the sum of theirs, one kernel
+    for every length (its size was once the sum of the static bounds: a 64 GB allocation)."""
+    import torch
+    k = pypto.jit(lambda x, y: torch.cat([x, y * 2, x], 0) + 1, backend=backend, dynamic={"x": [0], "y": [0]})
+    for n, m in ((5, 3), (7, 2), (4, 4)):
+        x, y = torch.randn(n, 4), torch.randn(m, 4)
+        assert torch.equal(k(x, y), torch.cat([x, y * 2, x], 0) + 1)
+    assert k.cache_info().size == 2  # (4, 4): equal extents share a symbol, another variant

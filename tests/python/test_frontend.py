@@ -480,3 +480,27 @@ def test_container_length_is_guarded():
     assert_close(s.run(x), ref())
     s.ws[0] = rand(4, 4)
     assert_close(s.run(x), ref())
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+def test_lists_of_tensors_as_arguments(backend):
+    """A grouped GEMM (Triton's tutorial): lists of operands of different shapes; their tensors
+    are kernel inputs read at every call (new values, same shapes: the same variant), numpy or
+    torch, with gradients to the tensors inside the lists."""
+    import torch
+
+    def grouped(As, Bs):
+        return [a @ b for a, b in zip(As, Bs)]
+    k = pypto.jit(grouped, backend=backend)
+    for _ in range(2):
+        As = [torch.randn(32, 16), torch.randn(64, 8)]
+        Bs = [torch.randn(16, 24), torch.randn(8, 40)]
+        for g, a, b in zip(k(As, Bs), As, Bs):
+            assert torch.allclose(g, a @ b, atol=1e-5)
+    assert k.cache_info().size == 1
+    An, Bn = [np.random.rand(4, 3).astype(np.float32)], (np.random.rand(3, 2).astype(np.float32),)
+    assert np.allclose(k(An, Bn)[0], An[0] @ Bn[0])
+    A = [torch.randn(5, 4, dtype=torch.float64, requires_grad=True)]
+    B = [torch.randn(4, 3, dtype=torch.float64, requires_grad=True)]
+    k(A, B)[0].sum().backward()
+    assert torch.allclose(A[0].grad, torch.ones(5, 3, dtype=torch.float64) @ B[0].detach().T)

@@ -93,6 +93,8 @@ def _trace_once(tr, src, names, args):
             bound[name] = tr.tensor_param(name, v, ("arg", i))
         elif is_scalar_arg(v) and i not in tr.static_args:
             bound[name] = tr.scalar_param(name, isinstance(v, float) or not isinstance(v, numbers.Integral), i)
+        elif _holds_arrays(v):  # a list / tuple / dict of tensors (a grouped GEMM's operands)
+            bound[name] = _traced_container(tr, v, Path(("arg", i)))
         else:
             bound[name] = tr.from_python(v, Path(("arg", i)))
             tr.note_module_tensors(v, Path(("arg", i)))
@@ -119,6 +121,29 @@ def _trace_once(tr, src, names, args):
         if undo is not None:
             undo()
     return Trace(tr, program, outputs, template)
+
+
+def _holds_arrays(v, depth=0):
+    if isinstance(v, (list, tuple)):
+        return depth < 4 and any(interop.is_array(x) or _holds_arrays(x, depth + 1) for x in v)
+    if type(v) is dict:
+        return depth < 4 and any(interop.is_array(x) or _holds_arrays(x, depth + 1) for x in v.values())
+    return False
+
+
+def _traced_container(tr, v, path):
+    """A copy of a list / tuple / dict argument with its arrays as kernel inputs (read afresh at
+    every call through their item paths), its other values as they are."""
+    def conv(x, p):
+        if interop.is_array(x):
+            return tr.implicit_input(x, p)
+        if isinstance(x, (list, tuple)) or type(x) is dict:
+            return _traced_container(tr, x, p)
+        return x
+    if type(v) is dict:
+        return {k: conv(x, path.child(("item", k))) for k, x in v.items()}
+    items = [conv(x, path.child(("item", j))) for j, x in enumerate(v)]
+    return type(v)(*items) if hasattr(type(v), "_fields") else type(v)(items)
 
 
 def _is_module(v):

@@ -125,7 +125,7 @@ class CompiledKernel:
                 raise
             out = None
             if alloc is not None:
-                out, r = alloc()
+                out, r = _allocated(alloc, name)
                 lst.append(r)
             try:
                 run(lst, [args[i] for i in sidx] if sidx else [])
@@ -258,7 +258,7 @@ class CompiledKernel:
             shapes = self.kernel.output_shapes(self.last_shapes)
             allocs = [interop.make_allocator(self.first_kind, s, t, True) for s, t in zip(shapes, self.out_dtypes)]
         for alloc in allocs:
-            o, r = alloc()
+            o, r = _allocated(alloc, self.name)
             outs.append(o)
             run_list.append(r)
         try:
@@ -277,6 +277,15 @@ class CompiledKernel:
 
 # Result kinds of the C++ call path (bind_dispatch.cpp's Result).
 _RESULT_NONE, _RESULT_SINGLE, _RESULT_TUPLE, _RESULT_LIST = range(4)
+
+
+def _allocated(alloc, name):
+    """alloc() (an output array and what the kernel receives for it); a failure to get its memory
+    (a result too large for the machine) is a PyptoError naming the kernel."""
+    try:
+        return alloc()
+    except (MemoryError, RuntimeError, ValueError) as e:
+        raise PyptoError(f"kernel '{name}': cannot allocate an output: {str(e).splitlines()[0]}") from None
 
 
 def _result_plan(template):

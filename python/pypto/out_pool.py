@@ -73,7 +73,7 @@ def empty(shape, dtype) -> np.ndarray:
                 if sys.getrefcount(s) <= _FREE_REFS:
                     _slabs.remove(s)
                     _kept -= s.nbytes
-            del s
+            s = None  # (not `del s`: with no slab kept the loop never bound it)
         if _kept + size > MAX_BYTES:
             return np.empty(shape, dtype)
         found = np.empty(size, np.uint8)

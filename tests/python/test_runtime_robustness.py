@@ -492,3 +492,15 @@ def test_processes_sharing_a_cache_compile_once(tmp_path):
         assert p.returncode == 0 and "ok True" in out, out + err
     assert len(compiles(log)) == 1, compiles(log)
     assert not [p for p in (tmp_path / "cache").iterdir() if ".tmp." in p.name]
+
+
+def test_an_output_too_large_for_memory_is_a_pypto_error():
+    """A result of 2^40 floats (4 TiB): the allocation fails as a PyptoError naming the kernel,
+    for torch and NumPy callers (torch's allocator raised its own RuntimeError)."""
+    import torch
+
+    def huge(a):
+        return pypto.zeros((1 << 20, 1 << 20)) + a[0, 0]
+    for x in (torch.randn(4, 4), np.ones((4, 4), np.float32)):
+        with pytest.raises(pypto.PyptoError, match="cannot allocate an output"):
+            pypto.jit(huge, backend="interp")(x)

@@ -648,15 +648,18 @@ class JitFunction:
         """A call with an empty tensor that the kernel cannot be compiled for (an operation
         without dynamic extents): torch code runs as written, on no data, with torch's own
         semantics (and autograd); anything else raises the compile error."""
+        empty = [f"'{n}' {tuple(interop.array_info(a)[1])}" for n, a in zip(self._names, args)
+                 if interop.is_array(a) and 0 in interop.array_info(a)[1]]
+        why = f"{err}\n(an empty argument: {', '.join(empty)}; this kernel has an operation without a form for "
         torch = sys.modules.get("torch")
         if torch is None or not any(isinstance(a, torch.Tensor) for a in args):
-            raise err
+            raise type(err)(why + "empty extents)") from None
         call_args, call_kwargs = user_call(self._signature, dict(zip(self._names, args)))
         try:
             return self._func(*call_args, **call_kwargs)
         except Exception as e:  # noqa: BLE001 - not plain torch code, or torch refuses it too
-            raise type(err)(f"{err}\n(run as torch code on the empty tensors instead, it raised "
-                            f"{type(e).__name__}: {e})") from None
+            raise type(err)(why + f"empty extents, and run as torch code it raised {type(e).__name__}: {e})") \
+                from None
 
     def _key_state(self):
         """What the signature key of a call depends on besides its arguments (each part only

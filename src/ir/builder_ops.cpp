@@ -172,7 +172,18 @@ View Builder::stack(const std::vector<View>& xs, int dim) {
   auto os = shape;
   os.insert(os.begin() + d, int64_t(xs.size()));
   DType t = xs[0].buf->dtype;
-  View out = empty(os, t);
+  // Dynamic dimensions keep the parts' extents (empty() puts the bound back for them).
+  auto valid = xs[0].valid_shape();
+  valid.insert(valid.begin() + d, nullptr);
+  std::vector<Expr> extents(os.size());
+  bool dynamic = false;
+  for (size_t i = 0; i < os.size(); ++i)
+    if (os[i] == kDynamicBound) {
+      extents[i] = valid[i];
+      os[i] = 1;
+      dynamic = true;
+    }
+  View out = dynamic ? empty(os, t, extents) : empty(os, t);
   for (size_t i = 0; i < xs.size(); ++i) {
     std::vector<Index> idx(size_t(d) + 1);
     idx[size_t(d)].kind = Index::Int;

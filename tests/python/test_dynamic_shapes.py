@@ -236,3 +236,13 @@ def test_concat_along_a_dynamic_dimension(backend):
         x, y = torch.randn(n, 4), torch.randn(m, 4)
         assert torch.equal(k(x, y), torch.cat([x, y * 2, x], 0) + 1)
     assert k.cache_info().size == 2  # (4, 4): equal extents share a symbol, another variant
+
+
+def test_stack_of_parts_with_dynamic_rows():
+    """torch.stack keeps the parts' dynamic extents (its result had a dynamic dimension with no
+    extent: an internal error), empty parts included."""
+    import torch
+    k = pypto.jit(lambda a, b: torch.stack([a, b * 2], 1) + 1, backend="interp", dynamic={"a": [0], "b": [0]})
+    for n in (5, 7, 0):
+        a, b = torch.randn(n, 3), torch.randn(n, 3)
+        assert torch.equal(k(a, b), torch.stack([a, b * 2], 1) + 1)

@@ -28,6 +28,7 @@ from . import sim as _sim
 from . import _C, interop
 from .compiled import CompiledKernel, Lowered
 from .errors import ArgumentError, KernelSourceError, PyptoError
+from .dynamic_marks import mark_dynamic, marked_dims, marks, parse_dynamic  # noqa: F401 (pypto.mark_dynamic)
 from .frontend.native import signature_names, user_call
 from .frontend.source import SourceInfo
 from .frontend.trace import trace_kernel
@@ -186,77 +187,6 @@ class CacheInfo(NamedTuple):
     fast_calls: int = 0
 
 
-# pypto.mark_dynamic: id(array) -> (weak reference or the array, dims)
-_marks = {}
-
-
-def mark_dynamic(t, dim):
-    """Compile the next kernel call that receives `t` with dimension `dim` (an int or a list;
-    negative counts from the end) as a dynamic dimension: one kernel for every extent of it."""
-    if not interop.is_array(t):
-        raise PyptoError(f"pypto.mark_dynamic expects an array (NumPy, torch, pypto.Tensor), got {type(t).__name__}")
-    _, shape = interop.array_info(t, "pypto.mark_dynamic's argument")
-    dims = dim if isinstance(dim, (list, tuple)) else [dim]
-    norm = set()
-    for d in dims:
-        if not isinstance(d, int) or not -len(shape) <= d < len(shape):
-            raise PyptoError(f"pypto.mark_dynamic: dimension {d!r} is out of range for shape {tuple(shape)}")
-        norm.add(d % len(shape))
-    key = id(t)
-    old = _marks.get(key)
-    if old is not None and _marked_object(old) is t:
-        norm |= old[1]
-    try:
-        ref = weakref.ref(t, lambda _r, k=key: _unmark(k))
-    except TypeError:
-        ref = t
-    _marks[key] = (ref, norm)
-    _C.set_dynamic_marks(True)  # the C++ call path leaves dynamic variants to _dynamic_dims
-    return t
-
-
-def _unmark(key):
-    _marks.pop(key, None)
-    _C.set_dynamic_marks(bool(_marks))
-
-
-def _marked_object(entry):
-    ref = entry[0]
-    return ref() if isinstance(ref, weakref.ref) else ref
-
-
-def _marked_dims(a):
-    e = _marks.get(id(a))
-    if e is None or _marked_object(e) is not a:
-        return None
-    return e[1]
-
-
-def _parse_dynamic(dynamic, names, k0):
-    """dynamic= of pypto.jit -> (mode, {arg index: set of dims or None for all})."""
-    if dynamic is None:
-        return "auto", {}
-    if dynamic is False:
-        return "off", {}
-    if dynamic is True:
-        return "all", {}
-    if isinstance(dynamic, dict):
-        out = {}
-        for name, dims in dynamic.items():
-            if name not in names[k0:]:
-                raise PyptoError(f"dynamic={{...}} names '{name}', which is not an argument of the kernel "
-                                 f"(arguments: {', '.join(names[k0:])})")
-            if dims is True or dims is None:
-                out[names.index(name)] = None
-                continue
-            dims = dims if isinstance(dims, (list, tuple, set)) else [dims]
-            if not all(isinstance(d, int) and not isinstance(d, bool) for d in dims):
-                raise PyptoError(f"dynamic={{'{name}': ...}} expects a list of dimension indices, got {dims!r}")
-            out[names.index(name)] = set(dims)
-        return "dict", out
-    raise PyptoError(f"dynamic must be True, False, None or a dict {{argument: [dims]}}, got {dynamic!r}")
-
-
 def _follow_profiling(on):
     JitFunction._profile_calls = on
     _C.set_dispatch_profiling(on)  # profiled calls take the Python path
@@ -361,7 +291,7 @@ class JitFunction:
         # Dynamic shapes: the mode, declared dims per arg index, dims learned by automatic dynamic
         # (a dim seen with a second extent), the first shape seen per arg, dims the kernel needs
         # as Python values ((arg, dim) -> kernel line) and why each dim became dynamic.
-        self._dyn_mode, self._dyn_declared = _parse_dynamic(dynamic, self._names, self._k0)
+        self._dyn_mode, self._dyn_declared = parse_dynamic(dynamic, self._names, self._k0)
         self._dyn_learned = {}
         self._first_shapes = {}
         self._static_dims = {}
@@ -444,7 +374,7 @@ class JitFunction:
             # An empty dimension is always traced as a symbol (a program's shapes are >= 1): the
             # kernel runs with extent 0, its loops not at all, its reductions giving their start.
             empty = {d for d, n in enumerate(shape) if n == 0 and (i, d) not in self._static_dims}
-            if mode == "off" and not _marks:
+            if mode == "off" and not marks:
                 if empty:
                     out[i] = empty
                 continue
@@ -455,8 +385,8 @@ class JitFunction:
                 want = self._dyn_declared[i]
                 dims = set(range(len(shape))) if want is None else {d % len(shape) for d in want
                                                                     if -len(shape) <= d < len(shape)}
-            if _marks:
-                dims |= _marked_dims(a) or set()
+            if marks:
+                dims |= marked_dims(a) or set()
             if mode == "auto":
                 first = self._first_shapes.get(i)
                 if learn and first is None:
@@ -541,7 +471,7 @@ class JitFunction:
             dyn = {i: d for i, d in trace.dynamic.items() if d}  # less the dims the kernel needed static
             entry = CompiledKernel(trace, backend, self._options, args, src.name)
         except PyptoError as err:
-            if not dyn or self._dyn_mode != "auto" or (_marks and any(_marked_dims(a) for a in args)):
+            if not dyn or self._dyn_mode != "auto" or (marks and any(marked_dims(a) for a in args)):
                 raise
             # Automatic dynamic is an optimisation: a kernel that cannot be compiled with symbolic
             # dims (an op without dynamic support) keeps one static variant per shape.
@@ -563,7 +493,7 @@ class JitFunction:
         return entry
 
     def _dim_reason(self, args, i, d):
-        if _marks and d in (_marked_dims(args[i]) or ()):
+        if marks and d in (marked_dims(args[i]) or ()):
             return "pypto.mark_dynamic"
         if self._dyn_mode in ("all", "dict"):
             return f"dynamic={self._made_with['dynamic']!r}"

@@ -66,6 +66,14 @@ def _describe(x):
     return type(x).__name__ if not isinstance(x, (int, float)) else repr(x)
 
 
+def traced(x):
+    """A traced tensor for x (a real tensor becomes a kernel input)."""
+    if isinstance(x, TensorValue):
+        return x
+    tr = find_tracer(x)
+    return wrap(tr, tensor_of(tr, x))
+
+
 def wrap(tr, view):
     return TensorValue(tr, view)
 

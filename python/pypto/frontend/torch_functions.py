@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import difflib
 import linecache
-import math
 import os
 import sys
 
@@ -21,7 +20,6 @@ from . import random_ops as R
 from . import torch_math as TM
 from . import torch_more as MORE
 from . import torch_nn as NN
-from . import tracer
 from . import tensor_ops as T
 from ..errors import PyptoError
 from .intrinsics import public_op_names
@@ -262,12 +260,7 @@ def linear(input, weight, bias=None):  # noqa: A002
     return T.binary(Opcode.TADD, y, bias) if bias is not None else y
 
 
-def _tv(x):
-    """A traced tensor for x (real tensors become kernel inputs)."""
-    if isinstance(x, TensorValue):
-        return x
-    tr = tracer.current()
-    return T.wrap(tr, T.tensor_of(tr, x))
+_tv = T.traced
 
 
 def _ndim(x):
@@ -314,43 +307,6 @@ def _random_like(impl):
                              "default generator at each call (or pass one to pypto.rand)")
         return impl(input, None, None if dtype is None else _dt.to_dtype(dtype))
     return f
-
-
-def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                                 enable_gqa=False):
-    q, k, v = _tv(query), _tv(key), _tv(value)
-    hq, hk = (q.shape[-3], k.shape[-3]) if q.ndim >= 3 and k.ndim >= 3 else (1, 1)
-    if hq != hk:
-        if not enable_gqa or hq % hk:
-            raise PyptoError(f"scaled_dot_product_attention: {hq} query heads and {hk} key/value heads need "
-                             "enable_gqa=True and a whole number of query heads per key head")
-        k = C.repeat_interleave(k, hq // hk, -3)
-        v = C.repeat_interleave(v, hq // hk, -3)
-    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = T.binary(Opcode.TMUL, T.matmul(q, T.transpose(k, -2, -1)), s)
-    L, S = q.shape[-2], k.shape[-2]
-    if is_causal:
-        if attn_mask is not None:
-            raise PyptoError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
-        rows = T.unsqueeze(T.arange(0, L), 1)
-        cols = T.unsqueeze(T.arange(0, S), 0)
-        scores = T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf"))
-    elif attn_mask is not None:
-        m = _tv(attn_mask)
-        if m.pdtype is _dt.bool_:
-            scores = T.where(m, scores, float("-inf"))
-        else:
-            scores = T.binary(Opcode.TADD, scores, m)
-    if attn_mask is None:
-        p = T.softmax(scores, -1)
-    else:
-        # torch's safe softmax: a row the mask hides entirely (a left-padded sequence's padding
-        # queries) gets weights 0, not NaN; its softmax runs on zeros, so no NaN reaches a gradient
-        hidden = T.compare(Opcode.TCMP_EQ, T.reduce("max", scores, -1, True), float("-inf"))
-        p = T.where(hidden, 0.0, T.softmax(T.where(hidden, 0.0, scores), -1))
-    # dropout on the weights whenever dropout_p > 0, as torch (callers pass 0 in eval mode); the
-    # mask is drawn as F.dropout's, from torch's default generator at each call
-    return T.matmul(R.dropout(p, dropout_p, True), v)
 
 
 def embedding(input, weight, padding_idx=None, max_norm=None, norm_type=2.0, scale_grad_by_freq=False,  # noqa: A002
@@ -655,7 +611,7 @@ def _entries():
         (C.argmax, ["argmax"]), (C.argmin, ["argmin"]),
         (softmax, ["softmax"]), (log_softmax, ["log_softmax"]), (layer_norm, ["layer_norm"]),
         (rms_norm, ["rms_norm"]), (dropout, ["dropout"]),
-        (_random_like(R.rand_like), ["rand_like"]), (_random_like(R.randn_like), ["randn_like"]), (scaled_dot_product_attention,
+        (_random_like(R.rand_like), ["rand_like"]), (_random_like(R.randn_like), ["randn_like"]), (NN.scaled_dot_product_attention,
                                                             ["scaled_dot_product_attention"]),
         (embedding, ["embedding"]), (pad, ["pad"]),
         (gather, ["gather"]), (scatter, ["scatter"]), (scatter_add, ["scatter_add"]),

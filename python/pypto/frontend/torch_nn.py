@@ -15,6 +15,7 @@ from ..errors import PyptoError
 from .index_ops import flip
 from .values import Opcode, TensorValue
 from . import composite_ops as C
+from . import random_ops as R
 from . import math_ops as M
 from . import tensor_ops as T
 from . import torch_more as MORE
@@ -221,6 +222,43 @@ def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):  # noqa: A00
         total = part if total is None else T.binary(Opcode.TADD, total, part)
     scale = T.binary(Opcode.TADD, T.binary(Opcode.TMUL, total, float(alpha) / n), float(k))
     return T.binary(Opcode.TDIV, input, T.power(scale, float(beta)))
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    q, k, v = T.traced(query), T.traced(key), T.traced(value)
+    hq, hk = (q.shape[-3], k.shape[-3]) if q.ndim >= 3 and k.ndim >= 3 else (1, 1)
+    if hq != hk:
+        if not enable_gqa or hq % hk:
+            raise PyptoError(f"scaled_dot_product_attention: {hq} query heads and {hk} key/value heads need "
+                             "enable_gqa=True and a whole number of query heads per key head")
+        k = C.repeat_interleave(k, hq // hk, -3)
+        v = C.repeat_interleave(v, hq // hk, -3)
+    s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    scores = T.binary(Opcode.TMUL, T.matmul(q, T.transpose(k, -2, -1)), s)
+    L, S = q.shape[-2], k.shape[-2]
+    if is_causal:
+        if attn_mask is not None:
+            raise PyptoError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+        rows = T.unsqueeze(T.arange(0, L), 1)
+        cols = T.unsqueeze(T.arange(0, S), 0)
+        scores = T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf"))
+    elif attn_mask is not None:
+        m = T.traced(attn_mask)
+        if m.pdtype is _dt.bool_:
+            scores = T.where(m, scores, float("-inf"))
+        else:
+            scores = T.binary(Opcode.TADD, scores, m)
+    if attn_mask is None:
+        p = T.softmax(scores, -1)
+    else:
+        # torch's safe softmax: a row the mask hides entirely (a left-padded sequence's padding
+        # queries) gets weights 0, not NaN; its softmax runs on zeros, so no NaN reaches a gradient
+        hidden = T.compare(Opcode.TCMP_EQ, T.reduce("max", scores, -1, True), float("-inf"))
+        p = T.where(hidden, 0.0, T.softmax(T.where(hidden, 0.0, scores), -1))
+    # dropout on the weights whenever dropout_p > 0, as torch (callers pass 0 in eval mode); the
+    # mask is drawn as F.dropout's, from torch's default generator at each call
+    return T.matmul(R.dropout(p, dropout_p, True), v)
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002

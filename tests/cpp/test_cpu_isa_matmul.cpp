@@ -131,41 +131,49 @@ void late_thread_pool(int64_t n, pto_loop_body body, void* ctx) {
 TEST(CpuIsaGemm, SharedPackedBlocksAcrossThreads) {
   // A sum of two products (K pieces of 57 and 40) with a blocking small enough that the kc slices,
   // mc blocks, nc pieces and nb blocks all have ragged edges, bias + relu at the last store, on
-  // one thread, on three sharing each packed B block, and on two of which one starts late.
+  // one thread, on three sharing each packed B block, and on two of which one starts late. With mc
+  // of 4 MR the rows are one A block, which one thread runs packing each B panel as it reads it
+  // (gemm_sum_panels_f32), unless every B is row-major (then B is read in place: few rows).
   using namespace pto::gemm;
-  const Blocking bk{40, 2 * MR, 2 * NR, 3 * NR, 40};
-  const int64_t M = 3 * MR + 5, N = 7 * NR + 9, K0 = 57, K1 = 40, ldc = N + 3;
-  Mat A0(M, K0, false), B0(K0, N, false), A1(M, K1, true), B1(K1, N, false, 4);
-  std::vector<float> bias(static_cast<size_t>(N));
-  for (auto& x : bias) x = float(rand_nz());
-  const Term t[2] = {{A0.v.data(), A0.rs, A0.cs, B0.v.data(), B0.rs, B0.cs, K0},
-                     {A1.v.data(), A1.rs, A1.cs, B1.v.data(), B1.rs, B1.cs, K1}};
-  for (pto_parallel_for_fn pf : {pto_parallel_for_fn(nullptr), pto_parallel_for_fn(&three_thread_pool),
-                                 pto_parallel_for_fn(&late_thread_pool)}) {
-    std::vector<float> C(size_t(M * ldc), -99.0f);
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < N; ++j) C[size_t(i * ldc + j)] = float(kNaN);
-    gemm_sum_f32<MR, NV>(M, N, t, 2, C.data(), ldc, false, bk, Epilogue{bias.data(), true}, pf);
-    int bad = 0;
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < ldc; ++j) {
-        const float got = C[size_t(i * ldc + j)];
-        if (j >= N) {
-          if (got != -99.0f && ++bad < 5) ADD_FAILURE() << "wrote outside C at " << i << "," << j;
-          continue;
-        }
-        double ref = bias[size_t(j)], mag = std::fabs(ref);
-        for (int64_t p = 0; p < K0; ++p) ref += A0(i, p) * B0(p, j), mag += std::fabs(A0(i, p) * B0(p, j));
-        for (int64_t p = 0; p < K1; ++p) ref += A1(i, p) * B1(p, j), mag += std::fabs(A1(i, p) * B1(p, j));
-        ref = ref < 0 ? 0 : ref;
-        if (!(std::fabs(got - ref) <= 6e-8 * double(K0 + K1 + 2) * mag) && ++bad < 5)
-          ADD_FAILURE() << (pf == &late_thread_pool ? "2 threads, one late"
-                            : pf                    ? "3 threads"
-                                                    : "1 thread")
-                        << " at " << i << "," << j << ": got " << got << " want " << ref;
+  for (const int64_t mc : {2 * MR, 4 * MR})
+    for (const bool b1t : {false, true}) {
+      SCOPED_TRACE("mc " + std::to_string(mc) + (b1t ? ", B1 transposed" : ""));
+      const Blocking bk{40, mc, 2 * NR, 3 * NR, 40};
+      const int64_t M = 3 * MR + 5, N = 7 * NR + 9, K0 = 57, K1 = 40, ldc = N + 3;
+      Mat A0(M, K0, false), B0(K0, N, false), A1(M, K1, true), B1(K1, N, b1t, 4);
+      std::vector<float> bias(static_cast<size_t>(N));
+      for (auto& x : bias) x = float(rand_nz());
+      const Term t[2] = {{A0.v.data(), A0.rs, A0.cs, B0.v.data(), B0.rs, B0.cs, K0},
+                         {A1.v.data(), A1.rs, A1.cs, B1.v.data(), B1.rs, B1.cs, K1}};
+      for (pto_parallel_for_fn pf : {pto_parallel_for_fn(nullptr), pto_parallel_for_fn(&three_thread_pool),
+                                     pto_parallel_for_fn(&late_thread_pool)}) {
+        std::vector<float> C(size_t(M * ldc), -99.0f);
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) C[size_t(i * ldc + j)] = float(kNaN);
+        gemm_sum_f32<MR, NV>(M, N, t, 2, C.data(), ldc, false, bk, Epilogue{bias.data(), true}, pf);
+        int bad = 0;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float got = C[size_t(i * ldc + j)];
+            if (j >= N) {
+              if (got != -99.0f && ++bad < 5) ADD_FAILURE() << "wrote outside C at " << i << "," << j;
+              continue;
+            }
+            double ref = bias[size_t(j)], mag = std::fabs(ref);
+            for (int64_t p = 0; p < K0; ++p)
+              ref += A0(i, p) * B0(p, j), mag += std::fabs(A0(i, p) * B0(p, j));
+            for (int64_t p = 0; p < K1; ++p)
+              ref += A1(i, p) * B1(p, j), mag += std::fabs(A1(i, p) * B1(p, j));
+            ref = ref < 0 ? 0 : ref;
+            if (!(std::fabs(got - ref) <= 6e-8 * double(K0 + K1 + 2) * mag) && ++bad < 5)
+              ADD_FAILURE() << (pf == &late_thread_pool ? "2 threads, one late"
+                                : pf                    ? "3 threads"
+                                                        : "1 thread")
+                            << " at " << i << "," << j << ": got " << got << " want " << ref;
+          }
+        EXPECT_EQ(bad, 0);
       }
-    EXPECT_EQ(bad, 0);
-  }
+    }
 }
 
 // ---- tile instructions

@@ -157,13 +157,14 @@ inline void gemm_sum_rows_f32(int64_t M, int64_t N, const Term* t, int nt, int64
   }
 }
 
-// gemm_sum_f32 on one thread (a thread's share of a wide product) for M <= one A block: per kc
+// gemm_sum_f32 on one thread (a thread's share of a wide product) for A in one block: per kc
 // slice A is packed once, and each NR-column panel of B is packed just before the row panels read
 // it, so the panel is written to and read from L2. Packing all of B first (gemm_sum_f32's block)
 // sends it through L3 and back: on one Intel Xeon core (Emerald Rapids class), x @ W.T at M = 128,
-// N 3072, K 768 spent 21% of its time in pack_b, and runs 182 -> 203 GFLOP/s this way (M = 64-160,
-// N 768-4096, K 768-3072, either layout of B: 8-20% faster). Not for more rows: repacking B per A
-// block cost more than the trip through L3 (M = 336 in two blocks: 216 -> 206).
+// N 3072, K 768 spent 21% of its time in pack_b, and runs 182 -> 203 GFLOP/s this way (M = 64-256,
+// N 768-4096, K 768-3072, either layout of B: 5-20% faster; M 336-448 at K 768 alike). Not for
+// more: repacking B per A block cost more than the trip through L3 (M = 336 as two blocks of 168
+// rows, N 3072, K 768: 216 -> 206 GFLOP/s).
 template <int TM, int TNV>
 inline void gemm_sum_panels_f32(int64_t M, int64_t N, const Term* t, int nt, int64_t K, float* C, int64_t ldc,
                                 bool accumulate, float* Ap, float* Bp, int64_t KB, int64_t pb,
@@ -359,7 +360,8 @@ inline void gemm_sum_f32(int64_t M, int64_t N, const Term* t, int nt, float* C, 
     float* Ap = PackBuffers::grow(buf.a, buf.a_cap, kr_max * ((M + TM - 1) / TM * TM));
     return gemm_sum_rows_f32<TM, TNV>(M, N, t, nt, K, C, ldc, accumulate, Ap, Bp, KR, NB, epi);
   }
-  if (pf == nullptr && M <= MB) {
+  // One A block: at most the floats of an mc x kc one (a shallow K leaves room for more rows).
+  if (pf == nullptr && M * (K < KB ? K : KB) <= MB * KB) {
     const int64_t kc_max = K < KB ? K : KB;
     float* Bp = PackBuffers::grow(buf.b, buf.b_cap, kc_max * TNR);
     float* Ap = PackBuffers::grow(buf.a, buf.a_cap, kc_max * ((M + TM - 1) / TM * TM));

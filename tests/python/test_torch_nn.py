@@ -2,6 +2,8 @@
 transposed), batch/group/instance norm, pooling, resampling, activations, nn.MultiheadAttention
 with masks, the Transformer encoder/decoder layers and the recurrent layers, against torch in
 float64; their gradients; and the documented errors."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -163,3 +165,40 @@ def test_patch_embedding_is_one_product(backend):
     assert text.count("TMATMUL") == 1 and "CONV" not in text
     xg = x[:1].clone().requires_grad_()
     assert torch.autograd.gradcheck(jit(conv, backend), (xg,))
+
+
+def causal_sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+@pytest.mark.parametrize("L,S", [(256, 256), (200, 300), (300, 130), (130, 140)])
+def test_causal_attention_skips_the_hidden_keys(L, S):
+    """F.scaled_dot_product_attention(is_causal=True) of a static shape runs in blocks of query rows,
+    each against the keys it sees (the hidden half's products are not computed): values as torch's
+    in float64, fewer multiply-adds than the full product, and gradients of q, k and v."""
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, n, 8, dtype=torch.float64) for n in (L, S, S))
+    kern = jit(causal_sdpa, "cpu")
+    assert_close(kern(q, k, v).numpy(), causal_sdpa(q, k, v).numpy(), 1e-12)
+    text = kern.lower(q, k, v).as_text("tensor")
+    # q_b @ k[.., 0:c, :]^T: the keys each block reads (a view's dims print as offset:size)
+    keys = [int(m.group(1)) for m in re.finditer(r"TMATMUL [^\n]*%k\[0:1, 0:2, 0:(\d+), 0:8\]", text)]
+    assert len(keys) >= 2 and max(keys) == min(L, S) and sum(keys) < len(keys) * S, text
+    qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
+    kern(qs, ks, vs).pow(2).sum().backward()
+    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+    causal_sdpa(qr, kr, vr).pow(2).sum().backward()
+    for g, r in ((qs.grad, qr.grad), (ks.grad, kr.grad), (vs.grad, vr.grad)):
+        assert_close(g.numpy(), r.numpy(), 1e-10)
+
+
+def test_causal_attention_float32_and_interpreter():
+    """The same blocked causal attention in float32 (the additive mask a constant of the scores'
+    type) on the CPU backend and the reference interpreter."""
+    torch.manual_seed(1)
+    q, k, v = torch.randn(1, 1, 160, 4), torch.randn(1, 1, 160, 4), torch.randn(1, 1, 160, 4)
+    want = causal_sdpa(q.double(), k.double(), v.double()).numpy()
+    for backend in ("cpu", "interp"):
+        got = jit(causal_sdpa, backend)(q, k, v)
+        assert got.dtype == torch.float32
+        assert_close(got.numpy(), want, 1e-5)

@@ -235,15 +235,22 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         k = C.repeat_interleave(k, hq // hk, -3)
         v = C.repeat_interleave(v, hq // hk, -3)
     s = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    scores = T.binary(Opcode.TMUL, T.matmul(q, T.transpose(k, -2, -1)), s)
     L, S = q.shape[-2], k.shape[-2]
+    if is_causal and attn_mask is not None:
+        raise PyptoError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
+    blocks = _causal_row_blocks(L, S) if is_causal and not (dropout_p > 0) else []
+    if len(blocks) > 1:
+        # Each block of query rows against the keys it can see: the products of the hidden half
+        # are never computed (exp(-inf) would make them 0 anyway)
+        parts = [_causal_attention(T.index(q, (Ellipsis, slice(r0, r1), slice(None))),
+                                   T.index(k, (Ellipsis, slice(0, min(S, r1)), slice(None))),
+                                   T.index(v, (Ellipsis, slice(0, min(S, r1)), slice(None))), s, r0)
+                 for r0, r1 in blocks]
+        return T.concat(parts, -2)
     if is_causal:
-        if attn_mask is not None:
-            raise PyptoError("scaled_dot_product_attention: give attn_mask or is_causal, not both")
-        rows = T.unsqueeze(T.arange(0, L), 1)
-        cols = T.unsqueeze(T.arange(0, S), 0)
-        scores = T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf"))
-    elif attn_mask is not None:
+        return T.matmul(R.dropout(_causal_softmax(q, k, s, 0), dropout_p, True), v)
+    scores = T.binary(Opcode.TMUL, T.matmul(q, T.transpose(k, -2, -1)), s)
+    if attn_mask is not None:
         m = T.traced(attn_mask)
         if m.pdtype is _dt.bool_:
             scores = T.where(m, scores, float("-inf"))
@@ -259,6 +266,43 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     # dropout on the weights whenever dropout_p > 0, as torch (callers pass 0 in eval mode); the
     # mask is drawn as F.dropout's, from torch's default generator at each call
     return T.matmul(R.dropout(p, dropout_p, True), v)
+
+
+def _causal_row_blocks(L, S):
+    """Blocks [r0, r1) of the query rows of a causal attention with a static shape: at most 8 of at
+    least 64 rows (multiples of 16), block b reading keys [0, min(S, r1)) only; the rows that see
+    all S keys form the last block. [] for one block."""
+    if not isinstance(L, int) or not isinstance(S, int) or L < 128 or S < 128:
+        return []
+    n = min(8, L // 64)
+    r = (-(-L // n) + 15) // 16 * 16
+    blocks = [(r0, min(L, r0 + r)) for r0 in range(0, L, r)]
+    while len(blocks) > 1 and blocks[-2][1] >= S:  # rows that see every key: one block
+        blocks[-2:] = [(blocks[-2][0], L)]
+    return blocks
+
+
+def _causal_softmax(q, k, s, r0):
+    """softmax(q k^T s) over the keys, row i (query r0 + i) seeing keys j <= r0 + i (torch's
+    is_causal: the lower triangle, aligned at the top left)."""
+    scores = T.binary(Opcode.TMUL, T.matmul(q, T.transpose(k, -2, -1)), s)
+    L, S = q.shape[-2], k.shape[-2]
+    dt = T.traced(scores).pdtype
+    if isinstance(L, int) and isinstance(S, int) and L * S <= (1 << 22) and dt in (_dt.float32, _dt.float64):
+        # An additive mask of 0 and -inf held as a constant (at most 4 Mi elements): the form the
+        # fusion passes join with the products and the softmax into one nest (the mask computed
+        # from aranges is a nest of its own between them: 512 queries 1.6x slower)
+        rows = np.arange(r0, r0 + L)[:, None]
+        cols = np.arange(S)[None, :]
+        mask = np.where(cols <= rows, 0.0, -np.inf).astype(dt.np)
+        return T.softmax(T.binary(Opcode.TADD, scores, mask), -1)
+    rows = T.unsqueeze(T.arange(r0, r0 + q.shape[-2]), 1)
+    cols = T.unsqueeze(T.arange(0, k.shape[-2]), 0)
+    return T.softmax(T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf")), -1)
+
+
+def _causal_attention(q, k, v, s, r0):
+    return T.matmul(_causal_softmax(q, k, s, r0), v)
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002

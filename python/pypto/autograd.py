@@ -310,6 +310,11 @@ def _torch_function_class():
     return _function
 
 
+def _torch_from_numpy(x):
+    import torch
+    return torch.from_numpy(x)
+
+
 class _TorchCall:
     """What a recorded call keeps: the compiled entry, its scalars and where its tensors go.
     It holds no tensor after the forward (a tensor here would make a reference cycle through
@@ -357,7 +362,10 @@ class _TorchCall:
         saved = []
         for role, idx in d.args:
             if role == "input":
-                saved.append(inputs[idx])
+                # save_for_backward takes tensors only: a NumPy constant (an implicit input, e.g. a
+                # mask the backward selects with) goes as a tensor viewing the same memory
+                x = inputs[idx]
+                saved.append(_torch_from_numpy(x) if isinstance(x, np.ndarray) else x)
             elif role == "saved":
                 saved.append(self.products[idx] if idx >= d.n_params else results[d.results.index(idx)])
         self.products = None

@@ -202,3 +202,15 @@ def test_causal_attention_float32_and_interpreter():
         got = jit(causal_sdpa, backend)(q, k, v)
         assert got.dtype == torch.float32
         assert_close(got.numpy(), want, 1e-5)
+
+
+def test_causal_attention_hidden_inf_key_is_masked_as_torch():
+    """A key holding inf hides from the queries before it (torch's masked_fill semantics: their
+    rows stay finite) and reaches the rows that see it as in torch (NaN or inf), in whichever
+    block it falls."""
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 1, 192, 4, dtype=torch.float64) for _ in range(3))
+    k[0, 0, 100] = float("inf")
+    got, want = jit(causal_sdpa, "cpu")(q, k, v), causal_sdpa(q, k, v)
+    assert torch.isfinite(want[0, 0, :100]).all() and not torch.isfinite(want[0, 0, 100:]).all()
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)

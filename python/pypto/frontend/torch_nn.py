@@ -241,7 +241,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     blocks = _causal_row_blocks(L, S) if is_causal and not (dropout_p > 0) else []
     if len(blocks) > 1:
         # Each block of query rows against the keys it can see: the products of the hidden half
-        # are never computed (exp(-inf) would make them 0 anyway)
+        # are never computed (its weights are 0; a hidden key is never read, as torch masks it)
         parts = [_causal_attention(T.index(q, (Ellipsis, slice(r0, r1), slice(None))),
                                    T.index(k, (Ellipsis, slice(0, min(S, r1)), slice(None))),
                                    T.index(v, (Ellipsis, slice(0, min(S, r1)), slice(None))), s, r0)
@@ -287,15 +287,12 @@ def _causal_softmax(q, k, s, r0):
     is_causal: the lower triangle, aligned at the top left)."""
     scores = T.binary(Opcode.TMUL, T.matmul(q, T.transpose(k, -2, -1)), s)
     L, S = q.shape[-2], k.shape[-2]
-    dt = T.traced(scores).pdtype
-    if isinstance(L, int) and isinstance(S, int) and L * S <= (1 << 22) and dt in (_dt.float32, _dt.float64):
-        # An additive mask of 0 and -inf held as a constant (at most 4 Mi elements): the form the
-        # fusion passes join with the products and the softmax into one nest (the mask computed
-        # from aranges is a nest of its own between them: 512 queries 1.6x slower)
-        rows = np.arange(r0, r0 + L)[:, None]
-        cols = np.arange(S)[None, :]
-        mask = np.where(cols <= rows, 0.0, -np.inf).astype(dt.np)
-        return T.softmax(T.binary(Opcode.TADD, scores, mask), -1)
+    if isinstance(L, int) and isinstance(S, int) and L * S <= (1 << 24):
+        # The mask held as a constant (at most 16 Mi booleans): the form the fusion passes join
+        # with the products and the softmax into one nest (computed from aranges it is a nest of
+        # its own between them: 512 queries 1.6x slower)
+        visible = np.arange(S)[None, :] <= np.arange(r0, r0 + L)[:, None]
+        return T.softmax(T.where(visible, scores, float("-inf")), -1)
     rows = T.unsqueeze(T.arange(r0, r0 + q.shape[-2]), 1)
     cols = T.unsqueeze(T.arange(0, k.shape[-2]), 0)
     return T.softmax(T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf")), -1)

@@ -9,6 +9,7 @@
 #include "ir/mutator.h"
 #include "ir/printer.h"
 #include "passes/autodiff_impl.h"
+#include "passes/dead_code.h"
 #include "passes/lower_composites.h"
 #include "passes/pass_util.h"
 
@@ -499,7 +500,7 @@ Backward Differentiator::run() {
   replaying_in_order_ = false;
   sweep(fwd_.body, env);
   out.program = b_.finish(grads);
-  eliminate_dead_code(out.program);
+  out.program = eliminate_dead_code(out.program);
   {
     std::map<const Buffer*, int> reads;
     walk(out.program.body, [&](const Stmt& s) {
@@ -510,7 +511,7 @@ Backward Differentiator::run() {
     write_first_contributions(out.program.body, adjoint_buffers_, reads);
     accumulate_products(out.program.body, adjoint_buffers_, reads);
     forward_copies(out.program);
-    eliminate_dead_code(out.program);
+    out.program = eliminate_dead_code(out.program);
   }
   // A replayed value must still be what it was at its forward statement: a later write is
   // harmless only where the whole-program replay, in forward order, makes it too (a buffer it

@@ -1,5 +1,5 @@
-// The clean-up of a derived backward program, run by passes/autodiff.cpp after the sweep: dead
-// code, zero fills a first contribution can replace, copies that can be read through.
+// The clean-up of a derived backward program, run by passes/autodiff.cpp after the sweep (with
+// passes/dead_code.h): zero fills a first contribution can replace, copies that can be read through.
 #include <algorithm>
 #include <map>
 #include <set>
@@ -13,52 +13,6 @@
 namespace pypto::passes::ad {
 
 using namespace ir;
-
-// Drops instructions writing dead buffers, allocations of dead buffers, and control flow left
-// without instructions.
-namespace {
-class DropDead : public StmtMutator {
- public:
-  explicit DropDead(const std::set<const Buffer*>& live) : live_(live) {}
-
- private:
-  const std::set<const Buffer*>& live_;
-  void mutate_into(const Stmt& s, std::vector<Stmt>& out) override {
-    if (s->kind == StmtKind::OpStmt) {
-      auto d = s->op.args.empty() ? nullptr : view_of(s->op.args[0]);
-      if (d && !live_.count(d->buf.get())) return;
-    }
-    if (s->kind == StmtKind::Alloc && !live_.count(s->buffer.get())) return;
-    Stmt n = mutate(s);
-    if (n->kind == StmtKind::For || n->kind == StmtKind::If || n->kind == StmtKind::Seq) {
-      bool has_op = false;
-      for (const auto* block : {&n->body, &n->orelse})
-        for_each_stmt(*block, [&](const Stmt& t) { has_op |= t->kind == StmtKind::OpStmt; });
-      if (!has_op) return;
-    }
-    out.push_back(n);
-  }
-};
-}  // namespace
-
-// Removes instructions whose results nothing live reads (the outputs are live), then allocations
-// of dead buffers and control flow left without instructions.
-void eliminate_dead_code(Program& p) {
-  std::set<const Buffer*> live;
-  for (auto& b : p.params)
-    if (b->kind == BufferKind::Output) live.insert(b.get());
-  for (bool changed = true; changed;) {
-    changed = false;
-    walk(p.body, [&](const Stmt& s) {
-      if (s->kind != StmtKind::OpStmt || s->op.args.empty()) return;
-      auto d = view_of(s->op.args[0]);
-      if (d && !live.count(d->buf.get())) return;
-      for (size_t i = 1; i < s->op.args.size(); ++i)
-        if (auto v = view_of(s->op.args[i])) changed |= live.insert(v->buf.get()).second;
-    });
-  }
-  p.body = DropDead(live).mutate_block(p.body);
-}
 
 static bool mentions_buffer(const Stmt& s, const Buffer* b) {
   bool found = false;

@@ -99,7 +99,6 @@ class Differentiator {
 };
 
 // The clean-up after the sweep (autodiff_cleanup.cpp).
-void eliminate_dead_code(ir::Program& p);  // instructions nothing live reads, then their buffers
 // `fill 0; a += c` -> `a = c` where the first contribution covers all of an adjoint.
 void write_first_contributions(std::vector<ir::Stmt>& body, const std::set<const ir::Buffer*>& adjoints,
                                std::map<const ir::Buffer*, int>& reads);

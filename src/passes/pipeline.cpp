@@ -12,6 +12,7 @@
 #include "ir/mutator.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
+#include "passes/dead_code.h"
 #include "passes/double_buffer.h"
 #include "passes/fuse.h"
 #include "passes/interchange.h"
@@ -123,8 +124,9 @@ Lowered lower(const Program& tensor_level, const PipelineOptions& options) {
     return tensor_level;
   });
   TileSizes sizes = tile_sizes(options);
+  Program live = run.run("eliminate_dead_code", Level::Tensor, [&] { return eliminate_dead_code(l.tensor); });
   l.expanded = run.run("lower_composites", Level::Tensor,
-                       [&] { return lower_composites(l.tensor, options.composite_lowerings); });
+                       [&] { return lower_composites(live, options.composite_lowerings); });
   Program raised =
       run.run("raise_tile_matmul", Level::Tensor, [&] { return raise_tile_matmul(l.expanded, sizes); });
   Program fused =

@@ -136,6 +136,36 @@ TEST(CpuIsaTypes, GlobalViewAndScratch) {
   EXPECT_EQ(e.size(), 0);
 }
 
+// Large scratch blocks are kept when freed and handed out again for the same rounded size (no
+// fresh pages per kernel call); other sizes get their own; the cache holds at most its limit.
+TEST(CpuIsaTypes, LargeScratchBlocksAreReused) {
+  const int64_t n = int64_t(ScratchCache::kMinBytes / sizeof(float)) + 5;
+  const float* first;
+  {
+    ScratchBuffer<float> a(n);
+    first = a.data();
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+    a[n - 1] = 1.0f;
+  }
+  {
+    ScratchBuffer<float> b(n + 3);  // the same 4 KiB-rounded size
+    EXPECT_EQ(b.data(), first);
+    ScratchBuffer<float> c(n + 3);  // the block is taken: a new one
+    EXPECT_NE(c.data(), first);
+    ScratchBuffer<float> d(4 * n);
+    EXPECT_NE(d.data(), first);
+    EXPECT_NE(d.data(), c.data());
+  }
+  {
+    // A block beyond the limit is not kept, and does not push the others out.
+    ScratchBuffer<char> huge(int64_t(ScratchCache::kLimitBytes) + 1);
+  }
+  ScratchBuffer<float> again(n);
+  EXPECT_EQ(again.data(), first);
+  ScratchBuffer<double> small(1000), small2(0);  // below kMinBytes: plain aligned allocations
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
+}
+
 // ---- TLOAD / TSTORE ----------------------------------------------------------------------------------
 struct Global {
   int64_t rows, cols;

@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <new>
 #include <type_traits>
+#include <vector>
 
 #include "pto/base.hpp"
 #include "pto/elem.hpp"
@@ -174,12 +176,75 @@ PTO_INLINE GlobalView<T> gview(T* ptr, int64_t rs, int64_t cs, int64_t vr, int64
 }
 
 // ---- scratch buffers -----------------------------------------------------------------------------
+// Large blocks are kept for reuse: a kernel allocates its global temporaries at every call, and
+// blocks of this size come from mmap or are trimmed back to the system when freed, so each call
+// page-faulted them in afresh (a chain of six 2.4 MB copies ran 3x slower than with the memory
+// kept). Freed blocks of at least kMinBytes are held, up to kLimitBytes in all (the least
+// recently freed dropped first), and handed out again for a request of the same rounded size.
+// One cache per process: its accessor is exported (see pack_buffers in gemm_kernel.hpp), so every
+// loaded kernel library shares it; it is never destroyed (a buffer freed during exit still finds it).
+inline namespace scratch_v1 {
+class ScratchCache {
+ public:
+  static constexpr size_t kMinBytes = size_t(256) << 10, kLimitBytes = size_t(256) << 20;
+  static size_t rounded(size_t bytes) { return (bytes + 4095) / 4096 * 4096; }
+  void* take(size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (size_t i = blocks_.size(); i-- > 0;)
+        if (blocks_[i].bytes == bytes) {
+          void* p = blocks_[i].p;
+          blocks_.erase(blocks_.begin() + std::ptrdiff_t(i));
+          held_ -= bytes;
+          return p;
+        }
+    }
+    return ::operator new(bytes, std::align_val_t(64));
+  }
+  void give(void* p, size_t bytes) {
+    std::vector<Block> freed;
+    if (bytes > kLimitBytes) {
+      freed.push_back({p, bytes});
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      blocks_.push_back({p, bytes});
+      held_ += bytes;
+      while (held_ > kLimitBytes) {
+        freed.push_back(blocks_.front());
+        held_ -= blocks_.front().bytes;
+        blocks_.erase(blocks_.begin());
+      }
+    }
+    for (const Block& b : freed) ::operator delete(b.p, std::align_val_t(64));
+  }
+
+ private:
+  struct Block {
+    void* p;
+    size_t bytes;
+  };
+  std::mutex mu_;
+  std::vector<Block> blocks_;  // the least recently freed first
+  size_t held_ = 0;
+};
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((visibility("default")))
+#endif
+inline ScratchCache& scratch_cache() {
+  static ScratchCache* cache = new ScratchCache;
+  return *cache;
+}
+}  // namespace scratch_v1
+
 // 64-byte aligned heap memory for temporaries too big for the stack. Contents start uninitialised.
 template <typename T>
 class ScratchBuffer {
  public:
   explicit ScratchBuffer(int64_t n) : n_(n > 0 ? n : 0) {
-    if (n_ > 0) p_ = static_cast<T*>(::operator new(size_t(n_) * sizeof(T), std::align_val_t(64)));
+    if (n_ <= 0) return;
+    const size_t bytes = size_t(n_) * sizeof(T);
+    p_ = static_cast<T*>(bytes >= ScratchCache::kMinBytes ? scratch_cache().take(ScratchCache::rounded(bytes))
+                                                          : ::operator new(bytes, std::align_val_t(64)));
   }
   ~ScratchBuffer() { release(); }
   ScratchBuffer(const ScratchBuffer&) = delete;
@@ -206,7 +271,11 @@ class ScratchBuffer {
 
  private:
   void release() {
-    if (p_) ::operator delete(p_, std::align_val_t(64));
+    const size_t bytes = size_t(n_) * sizeof(T);
+    if (p_ && bytes >= ScratchCache::kMinBytes)
+      scratch_cache().give(p_, ScratchCache::rounded(bytes));
+    else if (p_)
+      ::operator delete(p_, std::align_val_t(64));
     p_ = nullptr;
   }
   T* p_ = nullptr;

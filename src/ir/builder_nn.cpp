@@ -135,6 +135,71 @@ View Builder::clamp(const View& x, const Operand* lo, const Operand* hi) {
   return out;
 }
 
+// A reshape whose dims (size-1 dims dropped: s1 -> d1) fall into groups of equal products, each
+// one dim kept, one dim split into several or several merged into one, as one copy nest: a loop
+// over every outer factor of each group, each iteration copying the block the groups' innermost
+// dims span ((3, 224, 224) -> (3, 14, 16, 14, 16): 196 copies of 3 x 16 x 16, where split by split
+// it was two copies of the whole). False, leaving `out` unset, where a group regroups several dims
+// into several ((6, 4) -> (4, 6)) or the shape has a dynamic dim.
+bool Builder::reshape_by_groups(const View& v, const View& cur, const std::vector<int64_t>& s1,
+                                const std::vector<int64_t>& d1, const std::vector<int64_t>& shape,
+                                const std::vector<Expr>& out_extents, View& out) {
+  struct Group {
+    size_t s0, s1, d0, d1;  // the dims [s0, s1) of the source and [d0, d1) of the target
+  };
+  std::vector<Group> groups;
+  size_t i = 0, j = 0;
+  while (i < s1.size() && j < d1.size()) {
+    Group g{i, i + 1, j, j + 1};
+    int64_t ps = s1[i], pd = d1[j];
+    while (ps != pd) {
+      if (ps < pd && g.s1 < s1.size())
+        ps *= s1[g.s1++];
+      else if (pd < ps && g.d1 < d1.size())
+        pd *= d1[g.d1++];
+      else
+        return false;
+    }
+    if (g.s1 - g.s0 > 1 && g.d1 - g.d0 > 1) return false;
+    if (ps == kDynamicBound) return false;
+    groups.push_back(g);
+    i = g.s1;
+    j = g.d1;
+  }
+  if (i != s1.size() || j != d1.size()) return false;
+  out = empty(shape, v.buf->dtype, out_extents);
+  View target = out;
+  for (int k = int(shape.size()) - 1; k >= 0; --k)
+    if (shape[size_t(k)] == 1) target = squeeze(target, k);
+  std::vector<Index> si(s1.size()), di(d1.size());
+  int loops = 0;
+  for (const Group& g : groups) {
+    // The side with several dims is indexed by the loop variables but its last dim; the single
+    // dim of the other side takes the window they select.
+    const bool split = g.s1 - g.s0 == 1;
+    const std::vector<int64_t>& many = split ? d1 : s1;
+    std::vector<Index>& many_ix = split ? di : si;
+    Index& one_ix = split ? si[g.s0] : di[g.d0];
+    const size_t m0 = split ? g.d0 : g.s0, m1 = split ? g.d1 : g.s1;
+    if (m1 - m0 == 1) continue;  // a dim kept as it is
+    Expr offset = int_imm(0);
+    int64_t stride = many[m1 - 1];
+    for (size_t k = m1 - 1; k-- > m0;) {
+      Expr a = begin_for("r", int_imm(0), int_imm(many[k]), int_imm(1));
+      ++loops;
+      many_ix[k].kind = Index::Int;
+      many_ix[k].start = a;
+      offset = offset + a * int_imm(stride);
+      stride *= many[k];
+    }
+    one_ix.start = offset;
+    one_ix.stop = offset + int_imm(many[m1 - 1]);
+  }
+  assign(slice(target, di), slice(cur, si));
+  for (int k = 0; k < loops; ++k) end_for();
+  return true;
+}
+
 // Reshape by splitting one dimension into several or merging adjacent dimensions into one,
 // each as a loop of strided copies; the common prefix and suffix of the shapes stay put.
 // Dynamic dims (static size kDynamicBound) must stay in place with all dims before them: `extents`
@@ -198,6 +263,7 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape, const std::vect
     assign(target, cur);
     return out;
   }
+  if (View out; reshape_by_groups(v, cur, s1, d1, shape, out_extents, out)) return out;
   size_t pre = 0;
   while (pre < s1.size() && pre < d1.size() && s1[pre] == d1[pre]) ++pre;
   size_t suf = 0;

@@ -184,6 +184,34 @@ def test_reshape_regroups_any_dims():
         pypto.jit(lambda x: x.reshape(6, 8, 4), dynamic={"x": [0]}, backend="interp")(torch.randn(8, 6, 4))
 
 
+def test_reshape_of_independent_splits_and_merges_is_one_copy():
+    """A vision transformer's patches (split both image dims, permute, merge) and Swin's windows:
+    each reshape whose dims regroup by independent splits and merges is one copy (TMOV) nest,
+    values as torch's and gradients through them."""
+    torch.manual_seed(5)
+
+    def patches(x):
+        return x.reshape(2, 3, 4, 8, 5, 8).permute(0, 2, 4, 1, 3, 5).reshape(2, 20, 192) * 2.0
+
+    def windows(x):  # (B, H, W, C) -> (B * windows, ws * ws, C)
+        return x.view(2, 3, 4, 2, 4, 6).permute(0, 1, 3, 2, 4, 5).reshape(-1, 16, 6) + 1.0
+
+    def unit_dims(x):
+        return x.reshape(1, 2, 1, 3, 8, 5, 8, 1) - 1.0
+
+    for f, shape in ((patches, (2, 3, 32, 40)), (windows, (2, 12, 8, 6)), (unit_dims, (6, 320))):
+        x = torch.randn(*shape, dtype=torch.float64)
+        kern = jit(f, "cpu")
+        _close(kern(x), f(x))
+        text = kern.lower(x).as_text("tensor")
+        assert text.count("TMOV") <= 2, text
+        xg, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+        cot = torch.randn(f(x).shape, dtype=torch.float64)
+        (kern(xg) * cot).sum().backward()
+        (f(xr) * cot).sum().backward()
+        _close(xg.grad, xr.grad)
+
+
 def test_sdpa_rows_hidden_by_the_mask_are_zero_not_nan():
     """torch's SDPA softmax is safe: a query row its mask hides entirely (left padding) attends
     to nothing and gets 0, and no NaN reaches the gradients; boolean and additive -inf masks."""

@@ -408,34 +408,9 @@ def reshape(x, shape):
     n = math.prod(v.shape)
     if shape.count(-1) == 1 and n and math.prod(shape) != 0:
         shape[shape.index(-1)] = n // -math.prod(shape)
-    steps = _reshape_steps([s for s in v.shape if s != 1], [s for s in shape if s != 1])
-    if len(steps) <= 1:
-        return wrap(tr, tr.b.reshape(v, shape))
-    for d in reversed(range(len(v.shape))):  # size-1 dims are free: squeeze, step, then unsqueeze
-        if v.shape[d] == 1:
-            v = tr.b.squeeze(v, d)
-    for step in steps:
-        v = tr.b.reshape(v, step)
-    for d, s in enumerate(shape):
-        if s == 1:
-            v = tr.b.unsqueeze(v, d)
-    return wrap(tr, v)
-
-
-def _reshape_steps(src, dst):
-    """Shapes from src to dst (both without size-1 dims, equal element counts), each one split of a
-    dimension in two or one merge of two adjacent ones: what the builder's reshape does at once."""
-    if math.prod(src) != math.prod(dst):
-        return [dst]  # the builder reports the mismatch
-    cur, steps = list(src), []
-    while cur != dst:
-        i = next(k for k in range(min(len(cur), len(dst))) if cur[k] != dst[k])
-        if cur[i] > dst[i] and cur[i] % dst[i] == 0:
-            cur = cur[:i] + [dst[i], cur[i] // dst[i]] + cur[i + 1:]
-        else:
-            cur = cur[:i] + [cur[i] * cur[i + 1]] + cur[i + 2:]
-        steps.append(list(cur))
-    return steps
+    # The builder copies once where the dims regroup by independent splits and merges, else as a
+    # chain of single splits and merges (size-1 dims come free either way)
+    return wrap(tr, tr.b.reshape(v, shape))
 
 
 def _same_dim(a, b):

@@ -53,7 +53,9 @@ static bool into_group(std::vector<Stmt>& group, const Stmt& fill, const std::se
 }
 
 // `for v = 0 to n { a[window(v)] += c }` right after a's zero fill, where the n windows tile all
-// of a (a reshape's rows added back): the loop with `a[window(v)] = c`, or null.
+// of a (a reshape's rows added back), also as a nest of such loops whose variables index one dim
+// each or combine in one (a reshape's split into three: offset v1 * 12 + v2 * 4, size 4): the
+// nest with `a[window] = c`, or null.
 std::optional<int64_t> var_multiple(const Expr& e, const std::string& v) {
   auto is_v = [&](const Expr& x) { return x && x->op == ExprOp::Var && x->name == v; };
   if (is_v(e)) return 1;
@@ -64,41 +66,81 @@ std::optional<int64_t> var_multiple(const Expr& e, const std::string& v) {
   return std::nullopt;
 }
 
+// e as a sum of loop variables times constants (no constant term): var -> coefficient.
+static bool linear_in_vars(const Expr& e, std::map<std::string, int64_t>& coef) {
+  if (e && e->op == ExprOp::Add && e->args.size() == 2)
+    return linear_in_vars(e->args[0], coef) && linear_in_vars(e->args[1], coef);
+  if (auto c = as_int(e)) return *c == 0;
+  for (const Expr& x : {e, e && e->op == ExprOp::Mul && e->args.size() == 2 ? e->args[0] : Expr{},
+                        e && e->op == ExprOp::Mul && e->args.size() == 2 ? e->args[1] : Expr{}})
+    if (x && x->op == ExprOp::Var) {
+      auto m = var_multiple(e, x->name);
+      if (!m || coef.count(x->name)) return false;
+      coef[x->name] = *m;
+      return true;
+    }
+  return false;
+}
+
 static Stmt first_write_by_windows(const Stmt& loop, const View& a) {
-  auto lo = as_int(loop->lo), hi = as_int(loop->hi), step = as_int(loop->step);
-  if (!lo || !hi || !step || *lo != 0 || *step != 1 || *hi <= 0 || *hi > 4096 || loop->body.size() != 1)
-    return nullptr;
-  const Stmt& acc = loop->body[0];
-  if (acc->kind != StmtKind::OpStmt || acc->op.code != Opcode::TADD || acc->op.args.size() != 3)
-    return nullptr;
-  const View* d = view_of(acc->op.args[0]);
-  const View* s1 = view_of(acc->op.args[1]);
-  const View* c = view_of(acc->op.args[2]);
+  std::vector<const StmtNode*> nest;  // the perfectly nested loops, outermost first
+  std::map<std::string, int64_t> trips;
+  int64_t points = 1;
+  const StmtNode* cur = loop.get();
+  while (cur->kind == StmtKind::For) {
+    auto lo = as_int(cur->lo), hi = as_int(cur->hi), step = as_int(cur->step);
+    if (!lo || !hi || !step || *lo != 0 || *step != 1 || *hi <= 0 || cur->body.size() != 1) return nullptr;
+    points *= *hi;
+    if (points > 4096) return nullptr;
+    nest.push_back(cur);
+    trips[cur->var] = *hi;
+    cur = cur->body[0].get();
+  }
+  if (cur->kind != StmtKind::OpStmt || cur->op.code != Opcode::TADD || cur->op.args.size() != 3) return nullptr;
+  const View* d = view_of(cur->op.args[0]);
+  const View* s1 = view_of(cur->op.args[1]);
+  const View* c = view_of(cur->op.args[2]);
   if (!d || !s1 || !c || d->buf != a.buf || !structural::equal(*d, *s1) || c->buf == a.buf) return nullptr;
   const auto& shape = a.buf->shape;
-  int tiled = -1;  // the base dim the windows walk
+  size_t used = 0;
   for (size_t k = 0; k < shape.size(); ++k) {
-    if (d->step[k] != 1) return nullptr;
-    if (auto o = as_int(d->offset[k])) {
-      if (*o != 0 || d->size[k] != shape[k]) return nullptr;
-    } else if (tiled < 0 && d->size[k] * *hi == shape[k] &&
-               var_multiple(d->offset[k], loop->var) == d->size[k]) {
-      tiled = int(k);
-    } else {
-      return nullptr;
+    std::map<std::string, int64_t> coef;
+    if (d->step[k] != 1 || !linear_in_vars(d->offset[k], coef)) return nullptr;
+    // The dim's windows tile it exactly: coefficients size, size * trips of the first, ...
+    std::vector<std::pair<int64_t, std::string>> by_coef;
+    for (auto& [v, m] : coef) {
+      if (!trips.count(v)) return nullptr;
+      by_coef.push_back({m, v});
     }
+    std::sort(by_coef.begin(), by_coef.end());
+    int64_t span = d->size[k];
+    for (auto& [m, v] : by_coef) {
+      if (m != span) return nullptr;
+      span *= trips[v];
+    }
+    if (span != shape[k]) return nullptr;
+    used += coef.size();
   }
-  if (tiled < 0) return nullptr;
-  for (int64_t it = 0; it < *hi; ++it) {  // every window fully valid
-    std::map<std::string, Expr> at{{loop->var, int_imm(it)}};
+  if (used != nest.size()) return nullptr;  // every loop walks the windows
+  for (int64_t it = 0; it < points; ++it) {  // every window fully valid
+    std::map<std::string, Expr> at;
+    int64_t rest = it;
+    for (const StmtNode* l : nest) {
+      at[l->var] = int_imm(rest % trips[l->var]);
+      rest /= trips[l->var];
+    }
     for (size_t k = 0; k < shape.size(); ++k) {
       auto e = as_int(substitute(d->valid[k], at));
       if (!e || *e != d->size[k]) return nullptr;
     }
   }
-  auto out = std::make_shared<StmtNode>(*loop);
-  out->body = {op_stmt(Op{Opcode::TMOV, {*d, *c}})};
-  return out;
+  Stmt inner = op_stmt(Op{Opcode::TMOV, {*d, *c}});
+  for (size_t i = nest.size(); i-- > 0;) {
+    auto l = std::make_shared<StmtNode>(*nest[i]);
+    l->body = {inner};
+    inner = l;
+  }
+  return inner;
 }
 
 // An adjoint is zero-filled and then accumulated into. When its first contribution covers all of

@@ -531,6 +531,13 @@ bool memory_matmul(const Op& op, const TileSizes& sizes) {
   // In double: a dynamic dimension's static bound is 2^31 - 1, whose cube overflows int64.
   // Any K for f32: B read in place or packed, C in registers across a sum's terms (a convolution's
   // taps over 3 input channels: K = 3 each, 27 in all; tile loops ran them 6x slower than torch).
+  // A few rows against a transposed B (x @ W.T; one decoding step of a language model): dot
+  // products of contiguous rows (pto/cpu/gemm_dot.hpp), where tiles transposed all of W per call.
+  const int rb = b->buf->rank();
+  const bool b_transposed = b->dims[0] == rb - 1 && b->step[size_t(rb - 1)] == 1;
+  if (f32 && ds[0] >= 1 && ds[0] <= 4 && b_transposed && ds[1] >= 32 && K >= 32 &&
+      double(ds[1]) * double(K) >= double(1 << 14))
+    return true;
   return ds[0] >= 32 && ds[1] >= 32 && K >= (f32 ? 1 : 32) &&
          double(ds[0]) * double(ds[1]) * double(K) >= double(1 << 21);
 }

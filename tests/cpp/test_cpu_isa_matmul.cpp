@@ -176,6 +176,49 @@ TEST(CpuIsaGemm, SharedPackedBlocksAcrossThreads) {
     }
 }
 
+// A few rows against a transposed B (x @ W.T at decode time): dot products of contiguous rows
+// (gemm_dot.hpp) through mmatmul_sum_f32, for 1-4 rows, ragged columns and K (a vector's tail),
+// a sum of two terms, accumulating, with bias + relu, on one thread and on three.
+TEST(CpuIsaGemm, FewRowsAgainstTransposedBAsDotProducts) {
+  using namespace pto::gemm;
+  for (int64_t M = 1; M <= 5; ++M)
+    for (pto_parallel_for_fn pf : {pto_parallel_for_fn(nullptr), pto_parallel_for_fn(&three_thread_pool)})
+      for (bool acc : {false, true}) {
+        SCOPED_TRACE("M " + std::to_string(M) + (pf ? ", 3 threads" : "") + (acc ? ", acc" : ""));
+        const int64_t N = 203, K0 = 37, K1 = 300, ldc = N + 3;
+        Mat A0(M, K0, false, 2), B0(K0, N, true, 1), A1(M, K1, false), B1(K1, N, true);
+        std::vector<float> bias(static_cast<size_t>(N));
+        for (auto& x : bias) x = float(rand_nz());
+        const Term t[2] = {{A0.v.data(), A0.rs, A0.cs, B0.v.data(), B0.rs, B0.cs, K0},
+                           {A1.v.data(), A1.rs, A1.cs, B1.v.data(), B1.rs, B1.cs, K1}};
+        EXPECT_EQ(dot_rows_applies(M, t, 2, Epilogue{}), M <= kDotRows);
+        std::vector<float> C(size_t(M * ldc), -99.0f), C0;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < N; ++j) C[size_t(i * ldc + j)] = acc ? float(rand_nz()) : float(kNaN);
+        C0 = C;
+        mmatmul_sum_f32(pf, C.data(), ldc, 1, M, N, t, 2, acc, Epilogue{bias.data(), true});
+        int bad = 0;
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t j = 0; j < ldc; ++j) {
+            const float got = C[size_t(i * ldc + j)];
+            if (j >= N) {
+              if (got != -99.0f && ++bad < 5) ADD_FAILURE() << "wrote outside C at " << i << "," << j;
+              continue;
+            }
+            double ref = (acc ? double(C0[size_t(i * ldc + j)]) : 0.0) + bias[size_t(j)],
+                   mag = std::fabs(ref);
+            for (int64_t p = 0; p < K0; ++p)
+              ref += A0(i, p) * B0(p, j), mag += std::fabs(A0(i, p) * B0(p, j));
+            for (int64_t p = 0; p < K1; ++p)
+              ref += A1(i, p) * B1(p, j), mag += std::fabs(A1(i, p) * B1(p, j));
+            ref = ref < 0 ? 0 : ref;
+            if (!(std::fabs(got - ref) <= 6e-8 * double(K0 + K1 + 3) * mag) && ++bad < 5)
+              ADD_FAILURE() << "at " << i << "," << j << ": got " << got << " want " << ref;
+          }
+        EXPECT_EQ(bad, 0);
+      }
+}
+
 // ---- tile instructions
 // -------------------------------------------------------------------------------------
 template <class D, int RD, int CD, class T, int R, int C, class U, int R2, int C2>

@@ -297,3 +297,14 @@ def test_products_with_large_right_operands_are_packed_once():
     out[...] = kern(x, w, b)
     x64, w64, b64 = f64(x, w, b)
     assert_close(out, np.maximum(x64 @ w64 + b64, 0))
+
+
+@pytest.mark.parametrize("M", [1, 2, 4, 5])
+def test_few_rows_against_a_transposed_weight(backend, M):
+    """One decoding step's x @ W.T (1-4 rows, W stored out x in): one MMATMUL of dot products over
+    contiguous rows (gemm_dot.hpp), not a tiled nest that transposes W; ragged K and N; 5 rows
+    take the packed GEMM."""
+    a, w = rand(M, 301), rand(203, 301)
+    isa = isa_text(mm_bt, "cpu", a, w)
+    assert ("MMATMUL" in isa) == (M <= 4) and ("TMATMUL" in isa) == (M > 4)
+    assert_close(jit(mm_bt, backend)(a, w), f64(a)[0] @ f64(w)[0].T, 1e-5)

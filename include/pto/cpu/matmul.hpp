@@ -12,6 +12,7 @@
 // whose rows MR-row panels would pad (64 rows).
 #pragma once
 #include "pto/abi.h"
+#include "pto/cpu/gemm_dot.hpp"
 #include "pto/cpu/gemm_kernel.hpp"
 #include "pto/cpu/gemm_wrapped.hpp"
 #include "pto/cpu/matmul_bf16.hpp"
@@ -542,7 +543,8 @@ inline void run_share(void* ctx, int64_t begin, int64_t end) {
 // (nullptr: one thread). Products with more rows than columns share each packed B block between
 // the threads, each computing its rows of C (gemm_sum_f32); wide and short ones (and those of a
 // few row tiles) are split into one contiguous share of columns (rows) per thread, each packing
-// its own. A strided destination (rare: a transposed output view) takes plain loops.
+// its own; a few rows against a transposed B are dot products (gemm_dot.hpp). A strided
+// destination (rare: a transposed output view) takes plain loops.
 inline void mmatmul_sum_f32(pto_parallel_for_fn pf, float* C, int64_t ldc, int64_t ldc_c, int64_t M,
                             int64_t N, const Term* t, int nt, bool acc, const Epilogue& epi = Epilogue{}) {
   if (M <= 0 || N <= 0) return;
@@ -563,6 +565,7 @@ inline void mmatmul_sum_f32(pto_parallel_for_fn pf, float* C, int64_t ldc, int64
       }
     return;
   }
+  if (dot_rows_applies(M, t, nt, epi)) return dot_rows_f32(pf, M, N, t, nt, C, ldc, acc, epi);
   Shared s{M, N, t, nt, C, ldc, acc, N > M, choose_tile(M, N, t, nt), 0, epi};
   // Split the longer side; items of one register tile so the per-thread shares stay even.
   s.grain = s.split_n ? tile_cols(s.tile) : tile_rows(s.tile);

@@ -96,7 +96,8 @@ static Stmt first_write_by_windows(const Stmt& loop, const View& a) {
     trips[cur->var] = *hi;
     cur = cur->body[0].get();
   }
-  if (cur->kind != StmtKind::OpStmt || cur->op.code != Opcode::TADD || cur->op.args.size() != 3) return nullptr;
+  if (cur->kind != StmtKind::OpStmt || cur->op.code != Opcode::TADD || cur->op.args.size() != 3)
+    return nullptr;
   const View* d = view_of(cur->op.args[0]);
   const View* s1 = view_of(cur->op.args[1]);
   const View* c = view_of(cur->op.args[2]);
@@ -121,7 +122,7 @@ static Stmt first_write_by_windows(const Stmt& loop, const View& a) {
     if (span != shape[k]) return nullptr;
     used += coef.size();
   }
-  if (used != nest.size()) return nullptr;  // every loop walks the windows
+  if (used != nest.size()) return nullptr;   // every loop walks the windows
   for (int64_t it = 0; it < points; ++it) {  // every window fully valid
     std::map<std::string, Expr> at;
     int64_t rest = it;

@@ -128,6 +128,29 @@ void late_thread_pool(int64_t n, pto_loop_body body, void* ctx) {
   late.join();
 }
 
+// Checks C (M x N of row stride ldc; C0 its contents before, when accumulating) against
+// relu(C0 + bias + A0 B0 + A1 B1) in double, and that nothing past column N was written (-99).
+int check_sum_of_two(const std::vector<float>& C, const std::vector<float>* C0, int64_t M, int64_t N,
+                     int64_t ldc, const Mat& A0, const Mat& B0, const Mat& A1, const Mat& B1,
+                     const std::vector<float>& bias) {
+  int bad = 0;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < ldc; ++j) {
+      const float got = C[size_t(i * ldc + j)];
+      if (j >= N) {
+        if (got != -99.0f && ++bad < 5) ADD_FAILURE() << "wrote outside C at " << i << "," << j;
+        continue;
+      }
+      double ref = (C0 ? double((*C0)[size_t(i * ldc + j)]) : 0.0) + bias[size_t(j)], mag = std::fabs(ref);
+      for (int64_t p = 0; p < A0.cols; ++p) ref += A0(i, p) * B0(p, j), mag += std::fabs(A0(i, p) * B0(p, j));
+      for (int64_t p = 0; p < A1.cols; ++p) ref += A1(i, p) * B1(p, j), mag += std::fabs(A1(i, p) * B1(p, j));
+      ref = ref < 0 ? 0 : ref;
+      if (!(std::fabs(got - ref) <= 6e-8 * double(A0.cols + A1.cols + 3) * mag) && ++bad < 5)
+        ADD_FAILURE() << "at " << i << "," << j << ": got " << got << " want " << ref;
+    }
+  return bad;
+}
+
 TEST(CpuIsaGemm, SharedPackedBlocksAcrossThreads) {
   // A sum of two products (K pieces of 57 and 40) with a blocking small enough that the kc slices,
   // mc blocks, nc pieces and nb blocks all have ragged edges, bias + relu at the last store, on
@@ -151,27 +174,8 @@ TEST(CpuIsaGemm, SharedPackedBlocksAcrossThreads) {
         for (int64_t i = 0; i < M; ++i)
           for (int64_t j = 0; j < N; ++j) C[size_t(i * ldc + j)] = float(kNaN);
         gemm_sum_f32<MR, NV>(M, N, t, 2, C.data(), ldc, false, bk, Epilogue{bias.data(), true}, pf);
-        int bad = 0;
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < ldc; ++j) {
-            const float got = C[size_t(i * ldc + j)];
-            if (j >= N) {
-              if (got != -99.0f && ++bad < 5) ADD_FAILURE() << "wrote outside C at " << i << "," << j;
-              continue;
-            }
-            double ref = bias[size_t(j)], mag = std::fabs(ref);
-            for (int64_t p = 0; p < K0; ++p)
-              ref += A0(i, p) * B0(p, j), mag += std::fabs(A0(i, p) * B0(p, j));
-            for (int64_t p = 0; p < K1; ++p)
-              ref += A1(i, p) * B1(p, j), mag += std::fabs(A1(i, p) * B1(p, j));
-            ref = ref < 0 ? 0 : ref;
-            if (!(std::fabs(got - ref) <= 6e-8 * double(K0 + K1 + 2) * mag) && ++bad < 5)
-              ADD_FAILURE() << (pf == &late_thread_pool ? "2 threads, one late"
-                                : pf                    ? "3 threads"
-                                                        : "1 thread")
-                            << " at " << i << "," << j << ": got " << got << " want " << ref;
-          }
-        EXPECT_EQ(bad, 0);
+        SCOPED_TRACE(pf == &late_thread_pool ? "2 threads, one late" : pf ? "3 threads" : "1 thread");
+        EXPECT_EQ(check_sum_of_two(C, nullptr, M, N, ldc, A0, B0, A1, B1, bias), 0);
       }
     }
 }
@@ -197,25 +201,7 @@ TEST(CpuIsaGemm, FewRowsAgainstTransposedBAsDotProducts) {
           for (int64_t j = 0; j < N; ++j) C[size_t(i * ldc + j)] = acc ? float(rand_nz()) : float(kNaN);
         C0 = C;
         mmatmul_sum_f32(pf, C.data(), ldc, 1, M, N, t, 2, acc, Epilogue{bias.data(), true});
-        int bad = 0;
-        for (int64_t i = 0; i < M; ++i)
-          for (int64_t j = 0; j < ldc; ++j) {
-            const float got = C[size_t(i * ldc + j)];
-            if (j >= N) {
-              if (got != -99.0f && ++bad < 5) ADD_FAILURE() << "wrote outside C at " << i << "," << j;
-              continue;
-            }
-            double ref = (acc ? double(C0[size_t(i * ldc + j)]) : 0.0) + bias[size_t(j)],
-                   mag = std::fabs(ref);
-            for (int64_t p = 0; p < K0; ++p)
-              ref += A0(i, p) * B0(p, j), mag += std::fabs(A0(i, p) * B0(p, j));
-            for (int64_t p = 0; p < K1; ++p)
-              ref += A1(i, p) * B1(p, j), mag += std::fabs(A1(i, p) * B1(p, j));
-            ref = ref < 0 ? 0 : ref;
-            if (!(std::fabs(got - ref) <= 6e-8 * double(K0 + K1 + 3) * mag) && ++bad < 5)
-              ADD_FAILURE() << "at " << i << "," << j << ": got " << got << " want " << ref;
-          }
-        EXPECT_EQ(bad, 0);
+        EXPECT_EQ(check_sum_of_two(C, acc ? &C0 : nullptr, M, N, ldc, A0, B0, A1, B1, bias), 0);
       }
 }
 

@@ -60,11 +60,43 @@ View iota_along(Builder& b, int64_t n, int r, int d) {
   return b.permute(t, inverse(move_last(r, d)));
 }
 
+// tril (lower) / triu of x whose row or column count is dynamic: a loop over the rows, each row's
+// kept window copied and the rest zero-filled (the iota masks need static extents).
+static View triangle_by_rows(Builder& b, const View& x, int64_t k, bool lower) {
+  const auto s = x.shape();
+  const auto valid = x.valid_shape();
+  const int r = x.rank();
+  std::vector<Expr> extents(static_cast<size_t>(r));
+  for (int d = 0; d < r; ++d)
+    if (s[size_t(d)] == kDynamicBound) extents[size_t(d)] = valid[size_t(d)];
+  View out = b.empty(s, x.buf->dtype, extents);
+  const Expr m = valid[size_t(r - 1)];
+  Expr i = b.begin_for("i", int_imm(0), valid[size_t(r - 2)], int_imm(1));
+  // Columns [0, cut) are kept by tril (j <= i + k) and zeroed by triu (j < i + k).
+  const Expr cut = min(max(i + int_imm(lower ? k + 1 : k), int_imm(0)), m);
+  std::vector<Index> head(static_cast<size_t>(r)), tail(static_cast<size_t>(r));
+  for (auto* ix : {&head, &tail}) {
+    (*ix)[size_t(r - 2)].kind = Index::Int;
+    (*ix)[size_t(r - 2)].start = i;
+  }
+  head[size_t(r - 1)].start = int_imm(0);
+  head[size_t(r - 1)].stop = cut;
+  tail[size_t(r - 1)].start = cut;
+  tail[size_t(r - 1)].stop = m;
+  const std::vector<Index>& kept = lower ? head : tail;
+  const std::vector<Index>& zero = lower ? tail : head;
+  b.assign(b.slice(out, kept), b.slice(x, kept));
+  b.assign(b.slice(out, zero), int_imm(0));
+  b.end_for();
+  return out;
+}
+
 View Builder::tril(const View& x, int64_t k) {
   if (x.rank() < 2)
     throw Error("tril: needs a tensor of at least 2 dimensions, got shape " + shape_str(x.shape()));
   auto s = x.shape();
   int64_t n = s[s.size() - 2], m = s.back();
+  if (n == kDynamicBound || m == kDynamicBound) return triangle_by_rows(*this, x, k, true);
   View diff = binary(Opcode::TSUB, iota_along(*this, m, 2, 1), iota_along(*this, n, 2, 0));  // j - i
   return select(binary(Opcode::TCMP_LE, diff, int_imm(k)), x, int_imm(0));
 }
@@ -74,6 +106,7 @@ View Builder::triu(const View& x, int64_t k) {
     throw Error("triu: needs a tensor of at least 2 dimensions, got shape " + shape_str(x.shape()));
   auto s = x.shape();
   int64_t n = s[s.size() - 2], m = s.back();
+  if (n == kDynamicBound || m == kDynamicBound) return triangle_by_rows(*this, x, k, false);
   View diff = binary(Opcode::TSUB, iota_along(*this, m, 2, 1), iota_along(*this, n, 2, 0));
   return select(binary(Opcode::TCMP_GE, diff, int_imm(k)), x, int_imm(0));
 }

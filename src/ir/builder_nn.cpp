@@ -182,7 +182,7 @@ bool Builder::reshape_by_groups(const View& v, const View& cur, const std::vecto
     Index& one_ix = split ? si[g.s0] : di[g.d0];
     const size_t m0 = split ? g.d0 : g.s0, m1 = split ? g.d1 : g.s1;
     if (m1 - m0 == 1) continue;  // a dim kept as it is
-    int64_t stride = 1;  // of factor m0 in the single dim: the product of those after it
+    int64_t stride = 1;          // of factor m0 in the single dim: the product of those after it
     for (size_t k = m0 + 1; k < m1; ++k) stride *= many[k];
     Expr offset = int_imm(0);
     for (size_t k = m0; k + 1 < m1; ++k) {  // outer factors outermost: the copies walk memory in order

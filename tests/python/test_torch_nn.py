@@ -214,3 +214,62 @@ def test_causal_attention_hidden_inf_key_is_masked_as_torch():
     got, want = jit(causal_sdpa, "cpu")(q, k, v), causal_sdpa(q, k, v)
     assert torch.isfinite(want[0, 0, :100]).all() and not torch.isfinite(want[0, 0, 100:]).all()
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def hand_attention(q, k, v, mask):
+    scores = torch.matmul(q, k.transpose(2, 3)) / 8.0 * 2.0
+    return torch.matmul(F.softmax(scores + mask, dim=-1), v)
+
+
+def _sliced_key_products(text):
+    return len(re.findall(r"TMATMUL [^\n]*perm\(0, 1, 3, 2\)", text))
+
+
+def band_mask(band, L):
+    """A constant mask made inside the traced code (as a Llama block makes its causal one)."""
+    mask = torch.full((L, L), float("-inf")).triu(1)
+    if band == "window":
+        mask = mask + torch.full((L, L), float("-inf")).tril(-64)
+    elif band == "scattered":
+        i, j = torch.arange(L)[:, None], torch.arange(L)[None, :]
+        mask = torch.where((i * 7 + j * 3) % 5 == 0, float("-inf"), 0.0)
+        mask[:, 0] = 0.0
+    return mask
+
+
+@pytest.mark.parametrize("band", ["causal", "window", "scattered"])
+def test_hand_written_attention_over_a_constant_band_runs_by_blocks(band):
+    """softmax(q k^T * s + mask) @ v written out in torch code with a mask made in the traced code
+    (a Llama block's torch.full(-inf).triu(1)): a causal or sliding-window band is computed by
+    blocks of query rows against the keys they see; any other mask as written. Values and
+    gradients as torch's."""
+    torch.manual_seed(3)
+    L = 256
+
+    def f(q, k, v):
+        return hand_attention(q, k, v, band_mask(band, L))
+
+    q, k, v = (torch.randn(1, 2, L, 8, dtype=torch.float64) for _ in range(3))
+    kern = jit(f, "cpu")
+    assert_close(kern(q, k, v).numpy(), f(q, k, v).numpy(), 1e-12)
+    text = kern.lower(q, k, v).as_text("tensor")
+    assert (_sliced_key_products(text) > 1) == (band != "scattered"), text
+    qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
+    kern(qs, ks, vs).pow(2).sum().backward()
+    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
+    f(qr, kr, vr).pow(2).sum().backward()
+    for g, r in ((qs.grad, qr.grad), (ks.grad, kr.grad), (vs.grad, vr.grad)):
+        assert_close(g.numpy(), r.numpy(), 1e-10)
+
+
+def test_hand_written_attention_whose_scores_are_also_returned():
+    """The scores a blocked attention was recognised in are still there for other uses."""
+    torch.manual_seed(4)
+
+    def f(q, k, v):
+        scores = torch.matmul(q, k.transpose(2, 3))
+        return torch.matmul(F.softmax(scores + band_mask("causal", 160), dim=-1), v), scores.sum(-1)
+
+    q, k, v = (torch.randn(1, 1, 160, 4, dtype=torch.float64) for _ in range(3))
+    for got, want in zip(jit(f, "cpu")(q, k, v), f(q, k, v)):
+        assert_close(got.numpy(), want.numpy(), 1e-12)

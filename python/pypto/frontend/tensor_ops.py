@@ -15,6 +15,7 @@ from ..interop import is_array
 from ..errors import PyptoError
 from .signals import NeedsConcrete
 from .values import DYNAMIC_BOUND, Expr, Opcode, TensorValue, is_expr
+from . import masked_attention as MA
 from . import tracer as _tracer
 
 __all__ = []
@@ -143,7 +144,9 @@ def binary(op, a, b):
     oa, ob = operand(tr, a), operand(tr, b)
     if not isinstance(oa, _C.View) and not isinstance(ob, _C.View):
         raise PyptoError(f"{op.name} needs at least one tensor operand")
-    return wrap(tr, tr.b.binary(op, oa, ob))
+    r = wrap(tr, tr.b.binary(op, oa, ob))
+    MA.note_binary(tr, op, a, b, r)
+    return r
 
 
 def unary(op, x):
@@ -292,7 +295,11 @@ def mean(x, dim=None, keepdim=False):
 
 def matmul(a, b):
     tr = find_tracer(a, b)
-    return wrap(tr, tr.b.matmul(tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand")))
+    r = MA.blocked_product(tr, a, b)  # softmax(q k^T + a constant banded mask) @ v, by row blocks
+    if r is None:
+        r = wrap(tr, tr.b.matmul(tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand")))
+        MA.note_matmul(tr, a, b, r)
+    return r
 
 
 def matmul_as(a, b, dtype):
@@ -311,7 +318,9 @@ def matmul_acc(dst, a, b):
 
 def softmax(x, dim=-1):
     tr = find_tracer(x)
-    return wrap(tr, tr.b.softmax(tensor_of(tr, x), static_int(dim, "dim")))
+    r = wrap(tr, tr.b.softmax(tensor_of(tr, x), static_int(dim, "dim")))
+    MA.note_softmax(tr, x, dim, r)
+    return r
 
 
 def log_softmax(x, dim=-1):

@@ -9,10 +9,10 @@ A Llama block's attention in plain torch code is this (the mask from torch.full(
 its forward, which runs as Python, so the mask is a constant of the trace; a mask that is an
 argument, a closure's or a module buffer is read afresh at every call and is not inspected).
 The ops are recorded as they are traced (`note_*`: each result remembers the op and operands that
-made it); at `probs @ v` the chain is recognised and, where the mask's rows end early enough
-(a causal mask: half the keys), re-emitted block by block: row block [r0, r1) multiplies keys
-[0, c) where c is the end of the last finite column in those rows, so exp(-inf) = 0 weights are
-never computed. The full-size ops traced first are then unused, and the pipeline's dead code
+made it); at `probs @ v` the chain is recognised (`plan`) and, where the mask's rows end early
+enough (a causal mask: half the keys), tensor_ops re-emits it block by block: row block [r0, r1)
+multiplies keys [0, c) where c is the end of the last finite column in those rows, so exp(-inf)
+= 0 weights are never computed. The full-size ops traced first are then unused, and the pipeline's dead code
 elimination drops them. The results are those of the full computation: the columns left out are
 -inf in every row of the block (weight 0, and they take no part in the row's maximum), as long as
 no score there is +inf or NaN (inf + -inf: NaN in the full form; the blocked form never reads
@@ -123,11 +123,10 @@ def _blocks(ends, L, S):
     return list(zip(blocks, cols))
 
 
-def blocked_product(tr, p, v):
-    """probs @ v computed by blocks of query rows when probs is a softmax over a constant banded
-    mask added to (scaled) q @ kT; None otherwise."""
-    from . import tensor_ops as T
-
+def plan(p, v):
+    """For probs @ v where probs is a softmax over a constant banded mask added to (scaled)
+    q @ kT: (q, kT, the scalings innermost first as (op, scalar, side), the 2-D mask, [((r0, r1),
+    keys)]) to compute it by row blocks; None otherwise."""
     o = _origin(p)
     if o is None or o[0] != "softmax" or not isinstance(v, TensorValue):
         return None
@@ -141,24 +140,10 @@ def blocked_product(tr, p, v):
     mm = _origin(x)
     if mm is None or mm[0] != "matmul":
         return None
-    q, kt = mm[1], mm[2]
     L, S = p.shape[-2], p.shape[-1]
     if not all(isinstance(n, int) for n in (L, S)) or v.ndim < 2 or v.shape[-2] != S:
         return None
     blocks = _blocks(m[2], L, S)
     if blocks is None:
         return None
-    mask = m[3]
-    tr.attention_rewriting = True
-    try:
-        parts = []
-        for (r0, r1), c in blocks:
-            s = T.matmul(T.index(q, (Ellipsis, slice(r0, r1), slice(None))),
-                         T.index(kt, (Ellipsis, slice(None), slice(0, c))))
-            for op, scalar, side in reversed(scales):
-                s = T.binary(op, s, scalar) if side == 0 else T.binary(op, scalar, s)
-            s = T.binary(Opcode.TADD, s, np.ascontiguousarray(mask[r0:r1, :c]))
-            parts.append(T.matmul(T.softmax(s, -1), T.index(v, (Ellipsis, slice(0, c), slice(None)))))
-        return T.concat(parts, -2)
-    finally:
-        tr.attention_rewriting = False
+    return mm[1], mm[2], scales[::-1], m[3], blocks

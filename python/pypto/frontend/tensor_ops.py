@@ -295,11 +295,29 @@ def mean(x, dim=None, keepdim=False):
 
 def matmul(a, b):
     tr = find_tracer(a, b)
-    r = MA.blocked_product(tr, a, b)  # softmax(q k^T + a constant banded mask) @ v, by row blocks
-    if r is None:
-        r = wrap(tr, tr.b.matmul(tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand")))
-        MA.note_matmul(tr, a, b, r)
+    p = None if getattr(tr, "attention_rewriting", False) else MA.plan(a, b)
+    if p is not None:  # softmax(q k^T * s + a constant banded mask) @ v
+        return _masked_attention_by_blocks(tr, b, *p)
+    r = wrap(tr, tr.b.matmul(tensor_of(tr, a, "matmul operand"), tensor_of(tr, b, "matmul operand")))
+    MA.note_matmul(tr, a, b, r)
     return r
+
+
+def _masked_attention_by_blocks(tr, v, q, kt, scales, mask, blocks):
+    """Row block [r0, r1) of the attention against keys [0, c) only (frontend/masked_attention.py)."""
+    tr.attention_rewriting = True
+    try:
+        parts = []
+        for (r0, r1), c in blocks:
+            s = matmul(index(q, (Ellipsis, slice(r0, r1), slice(None))),
+                       index(kt, (Ellipsis, slice(None), slice(0, c))))
+            for op, scalar, side in scales:
+                s = binary(op, s, scalar) if side == 0 else binary(op, scalar, s)
+            s = binary(Opcode.TADD, s, np.ascontiguousarray(mask[r0:r1, :c]))
+            parts.append(matmul(softmax(s, -1), index(v, (Ellipsis, slice(0, c), slice(None)))))
+        return concat(parts, -2)
+    finally:
+        tr.attention_rewriting = False
 
 
 def matmul_as(a, b, dtype):

@@ -167,6 +167,15 @@ def test_patch_embedding_is_one_product(backend):
     assert torch.autograd.gradcheck(jit(conv, backend), (xg,))
 
 
+def _grads_match(kern, fn, args, tol=1e-10):
+    """The gradients of sum(out^2) through the kernel and through torch agree for every input."""
+    mine, ref = ([x.clone().requires_grad_() for x in args] for _ in range(2))
+    kern(*mine).pow(2).sum().backward()
+    fn(*ref).pow(2).sum().backward()
+    for g, r in zip(mine, ref):
+        assert_close(g.grad.numpy(), r.grad.numpy(), tol)
+
+
 def causal_sdpa(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
@@ -184,12 +193,7 @@ def test_causal_attention_skips_the_hidden_keys(L, S):
     # q_b @ k[.., 0:c, :]^T: the keys each block reads (a view's dims print as offset:size)
     keys = [int(m.group(1)) for m in re.finditer(r"TMATMUL [^\n]*%k\[0:1, 0:2, 0:(\d+), 0:8\]", text)]
     assert len(keys) >= 2 and max(keys) == min(L, S) and sum(keys) < len(keys) * S, text
-    qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
-    kern(qs, ks, vs).pow(2).sum().backward()
-    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
-    causal_sdpa(qr, kr, vr).pow(2).sum().backward()
-    for g, r in ((qs.grad, qr.grad), (ks.grad, kr.grad), (vs.grad, vr.grad)):
-        assert_close(g.numpy(), r.numpy(), 1e-10)
+    _grads_match(kern, causal_sdpa, (q, k, v))
 
 
 def test_causal_attention_float32_and_interpreter():
@@ -254,12 +258,7 @@ def test_hand_written_attention_over_a_constant_band_runs_by_blocks(band):
     assert_close(kern(q, k, v).numpy(), f(q, k, v).numpy(), 1e-12)
     text = kern.lower(q, k, v).as_text("tensor")
     assert (_sliced_key_products(text) > 1) == (band != "scattered"), text
-    qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
-    kern(qs, ks, vs).pow(2).sum().backward()
-    qr, kr, vr = (x.clone().requires_grad_() for x in (q, k, v))
-    f(qr, kr, vr).pow(2).sum().backward()
-    for g, r in ((qs.grad, qr.grad), (ks.grad, kr.grad), (vs.grad, vr.grad)):
-        assert_close(g.numpy(), r.numpy(), 1e-10)
+    _grads_match(kern, f, (q, k, v))
 
 
 def test_hand_written_attention_whose_scores_are_also_returned():

@@ -110,13 +110,21 @@ def _row_ends(mask, shape):
     return ends, arr2
 
 
-def _blocks(ends, L, S):
-    """Row blocks [r0, r1) and the keys [0, c) each reads; None where blocking saves too little."""
+def row_blocks(L, S):
+    """Blocks [r0, r1) of L query rows for attention over S keys: at most 8 of at least 64 rows
+    (multiples of 16); [] below 128 queries or keys."""
     if L < 128 or S < 128:
-        return None
+        return []
     n = min(8, L // 64)
     r = (-(-L // n) + 15) // 16 * 16
-    blocks = [(r0, min(L, r0 + r)) for r0 in range(0, L, r)]
+    return [(r0, min(L, r0 + r)) for r0 in range(0, L, r)]
+
+
+def _blocks(ends, L, S):
+    """Row blocks [r0, r1) and the keys [0, c) each reads; None where blocking saves too little."""
+    blocks = row_blocks(L, S)
+    if not blocks:
+        return None
     cols = [max(1, int(ends[r0:r1].max())) for r0, r1 in blocks]
     if sum((r1 - r0) * c for (r0, r1), c in zip(blocks, cols)) > 0.75 * L * S:
         return None

@@ -15,6 +15,7 @@ from ..errors import PyptoError
 from .index_ops import flip
 from .values import Opcode, TensorValue
 from . import composite_ops as C
+from . import masked_attention as MA
 from . import random_ops as R
 from . import math_ops as M
 from . import tensor_ops as T
@@ -242,9 +243,9 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if len(blocks) > 1:
         # Each block of query rows against the keys it can see: the products of the hidden half
         # are never computed (its weights are 0; a hidden key is never read, as torch masks it)
-        parts = [_causal_attention(T.index(q, (Ellipsis, slice(r0, r1), slice(None))),
-                                   T.index(k, (Ellipsis, slice(0, min(S, r1)), slice(None))),
-                                   T.index(v, (Ellipsis, slice(0, min(S, r1)), slice(None))), s, r0)
+        parts = [T.matmul(_causal_softmax(T.index(q, (Ellipsis, slice(r0, r1), slice(None))),
+                                          T.index(k, (Ellipsis, slice(0, min(S, r1)), slice(None))), s, r0),
+                          T.index(v, (Ellipsis, slice(0, min(S, r1)), slice(None))))
                  for r0, r1 in blocks]
         return T.concat(parts, -2)
     if is_causal:
@@ -269,14 +270,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 def _causal_row_blocks(L, S):
-    """Blocks [r0, r1) of the query rows of a causal attention with a static shape: at most 8 of at
-    least 64 rows (multiples of 16), block b reading keys [0, min(S, r1)) only; the rows that see
-    all S keys form the last block. [] for one block."""
-    if not isinstance(L, int) or not isinstance(S, int) or L < 128 or S < 128:
+    """Blocks [r0, r1) of the query rows of a causal attention with a static shape, block b reading
+    keys [0, min(S, r1)) only; the rows that see all S keys form the last block. [] for one block."""
+    if not isinstance(L, int) or not isinstance(S, int):
         return []
-    n = min(8, L // 64)
-    r = (-(-L // n) + 15) // 16 * 16
-    blocks = [(r0, min(L, r0 + r)) for r0 in range(0, L, r)]
+    blocks = MA.row_blocks(L, S)
     while len(blocks) > 1 and blocks[-2][1] >= S:  # rows that see every key: one block
         blocks[-2:] = [(blocks[-2][0], L)]
     return blocks
@@ -296,10 +294,6 @@ def _causal_softmax(q, k, s, r0):
     rows = T.unsqueeze(T.arange(r0, r0 + q.shape[-2]), 1)
     cols = T.unsqueeze(T.arange(0, k.shape[-2]), 0)
     return T.softmax(T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf")), -1)
-
-
-def _causal_attention(q, k, v, s, r0):
-    return T.matmul(_causal_softmax(q, k, s, r0), v)
 
 
 def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002

@@ -215,12 +215,20 @@ GEMM_CHILD = textwrap.dedent(
     def scaled(a, b):
         return pypto.matmul(a, b) * 0.5
 
+    @pypto.jit
+    def linear(a, b, c):  # the product with its bias and relu fused: pto::mmatmul_bias
+        return pypto.relu(pypto.matmul(a, b) + c)
+
     rng = np.random.default_rng(0)
     a, b = rng.random((200, 300), np.float32) - 0.5, rng.random((300, 150), np.float32) - 0.5
+    c = rng.random(150, np.float32) - 0.5
     ref = a.astype(np.float64) @ b
     assert "pto::MMATMUL" in plain.lower(a, b).as_text("source")
+    assert "pto::mmatmul_bias(" in linear.lower(a, b, c).as_text("source")
     err = max(float(np.linalg.norm(np.asarray(plain(a, b)) - ref) / np.linalg.norm(ref)),
-              float(np.linalg.norm(2 * np.asarray(scaled(a, b)) - ref) / np.linalg.norm(ref)))
+              float(np.linalg.norm(2 * np.asarray(scaled(a, b)) - ref) / np.linalg.norm(ref)),
+              float(np.linalg.norm(np.asarray(linear(a, b, c)) - np.maximum(ref + c, 0))
+                    / np.linalg.norm(np.maximum(ref + c, 0))))
     print(json.dumps({"err": err, "from_cache": None, "seconds": 0}))
     """
 )
@@ -248,7 +256,11 @@ def test_matmul_kernels_share_one_compiled_gemm(cache, shared, monkeypatch):
     # build, else it is compiled into the cache.
     from_package = "shared GEMM library: loaded " + str(_prebuilt_dir()) in log
     assert from_package == (shared == "1" and _prebuilt_dir().is_dir() and any(_prebuilt_dir().glob("*.so")))
-    assert len(gemm) == (1 if shared == "1" and not from_package else 0) and len(objects) == 2 + len(gemm)
+    assert len(gemm) == (1 if shared == "1" and not from_package else 0) and len(objects) == 3 + len(gemm)
+    # every kernel's product calls the library instead of compiling the GEMM inline (~10 s of g++)
+    kernel_compiles = [ln for ln in log.splitlines() if "compiling:" in ln and "DEFINE" not in ln]
+    assert len(kernel_compiles) == 3
+    assert all(("-DPTO_SHARED_GEMM " in ln) == (shared == "1") for ln in kernel_compiles), kernel_compiles
     before = _snapshot(cache)
     run()  # warm: the library and both kernels load from the cache (or the package)
     assert _snapshot(cache) == before
@@ -275,7 +287,7 @@ def test_fresh_cache_takes_the_prebuilt_gemm_library(cache):
     assert json.loads(proc.stdout.strip().splitlines()[-1])["err"] < 1e-5
     assert f"shared GEMM library: loaded {lib}" in proc.stderr
     sources = [so.with_suffix(".cpp").read_text() for so in _check_entries(cache)]
-    assert len(sources) == 2 and not any("PTO_SHARED_GEMM_DEFINE" in s for s in sources)
+    assert len(sources) == 3 and not any("PTO_SHARED_GEMM_DEFINE" in s for s in sources)
     # another compiler's build is not this one: the library is compiled into the cache again
     cache2 = cache.parent / "cache2"
     env.update(PYPTO_CACHE_DIR=str(cache2), PYPTO_CXXFLAGS="-DPYPTO_TEST_OTHER_FLAGS")
@@ -303,7 +315,7 @@ def test_gemm_library_that_cannot_be_built_leaves_the_gemm_inline(cache, tmp_pat
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["err"] < 1e-5
     # no library; the first kernel was compiled against it (side by side with its build), then
-    # inline; the second inline only, the library being known to be unavailable by then
+    # inline; the others inline only, the library being known to be unavailable by then
     sources = [so.with_suffix(".cpp").read_text() for so in _check_entries(cache)]
     assert not any("PTO_SHARED_GEMM_DEFINE" in s for s in sources)
-    assert len(sources) == 3 and all("pto::MMATMUL" in s for s in sources)
+    assert len(sources) == 4 and all("pto::MMATMUL" in s or "pto::mmatmul_bias(" in s for s in sources)

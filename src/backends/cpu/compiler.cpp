@@ -213,6 +213,15 @@ std::string checksum_line(const std::string& data) {
 // is loaded into the global scope, where kernels built against it find the symbol.
 constexpr const char* kSharedGemmSymbol = "pto_shared_gemm_f32";
 
+// Whether generated code calls an f32 product that reaches the packed GEMM (gemm_share_f32 in
+// pto/cpu/matmul.hpp): MMATMUL(_ACC), mmatmul_sum(_wrapped) and mmatmul_bias (a product with a
+// fused bias/relu: missing here, a static fused linear compiled the GEMM inline, 10 s of g++).
+bool calls_f32_gemm(const std::string& source) {
+  for (const char* entry : {"pto::MMATMUL", "pto::mmatmul_sum", "pto::mmatmul_bias("})
+    if (source.find(entry) != std::string::npos) return true;
+  return false;
+}
+
 std::shared_ptr<CompiledKernel> load(const std::string& path, std::string* error,
                                      const char* symbol = "pypto_kernel") {
   const bool gemm = std::string(symbol) == kSharedGemmSymbol;
@@ -568,10 +577,7 @@ CompileResult compile_cpp(const std::string& source, bool inline_gemm, bool lazy
                 " (set PYPTO_INCLUDE_DIR, or reinstall pypto)");
   std::vector<std::string> flags = all_flags(inc);
   const char* shared = std::getenv("PYPTO_SHARED_GEMM");
-  const bool gemm = !inline_gemm &&
-                    (source.find("pto::MMATMUL") != std::string::npos ||
-                     source.find("pto::mmatmul_sum") != std::string::npos) &&
-                    !(shared && std::string(shared) == "0") &&
+  const bool gemm = !inline_gemm && calls_f32_gemm(source) && !(shared && std::string(shared) == "0") &&
                     !shared_gemm_known_unavailable(cxx, flags, inc);
   // A kernel calling the shared GEMM library is compiled while the library is loaded or built
   // (on a cold cache the two compiles run side by side) and loaded once the library is in.

@@ -1,6 +1,7 @@
 // Loop interchange for reuse (see interchange.h).
 #include "passes/interchange.h"
 
+#include <map>
 #include <set>
 
 #include "ir/mutator.h"
@@ -96,9 +97,85 @@ bool only_prefetches(const Stmt& s) {
   return ok && s->orelse.empty();
 }
 
+// Whether an allocation in body sizes a buffer by an expression naming `var`.
+bool sizes_by(const std::vector<Stmt>& body, const std::string& var) {
+  bool found = false;
+  walk(body, [&](const Stmt& t) {
+    if (t->kind == StmtKind::Alloc)
+      for (const Expr& e : t->buffer->dyn) found |= e && names_any(e, {var});
+  });
+  return found;
+}
+
+// body with variable `from` renamed `to` (a copy of a loop keeps the names distinct: ir.h).
+std::vector<Stmt> renamed(const std::vector<Stmt>& body, const std::string& from, const std::string& to) {
+  struct Rename : StmtMutator {
+    std::map<std::string, Expr> repl;
+    Expr mutate_expr(const Expr& e) override { return substitute(e, repl); }
+  } r;
+  r.repl[from] = var(to);
+  return r.mutate_block(body);
+}
+
+// Every loop and let variable of a program (fresh names are chosen outside this set).
+std::set<std::string> defined_names(const Program& p) {
+  std::set<std::string> names = effects_of(p.body).defined;
+  for (const auto& b : p.params) names.insert(b->name);
+  for (const auto& sp : p.scalars) names.insert(sp.name);
+  walk(p.body, [&](const Stmt& t) {
+    if (t->kind == StmtKind::Alloc) names.insert(t->buffer->name);
+  });
+  return names;
+}
+
 class Interchange : public StmtMutator {
+ public:
+  explicit Interchange(std::set<std::string> names) : names_(std::move(names)) {}
+
+ private:
+  std::set<std::string> names_;
+
   Stmt mutate_for(const Stmt& s) override {
     Stmt n = StmtMutator::mutate_for(s);
+    if (Stmt u = unswitch(n)) return u;
+    return interchange(n);
+  }
+
+  // A parallel loop whose body is one `if` with a condition free of the loop's variable (the
+  // variants codegen's dynamic row groups choose between by a dynamic width) becomes the `if`
+  // over a copy of the loop in each branch, where a nest under a branch can then be interchanged.
+  // Only done when a branch's loop is interchanged (null otherwise).
+  Stmt unswitch(const Stmt& n) {
+    if (n->loop_kind != LoopKind::Parallel || n->body.size() != 1 || n->body[0]->kind != StmtKind::If)
+      return nullptr;
+    const Stmt& branch = n->body[0];
+    if (names_any(branch->cond, {n->var}) || sizes_by(n->body, n->var)) return nullptr;
+    auto loop_over = [&](const std::vector<Stmt>& body, const std::string& v) {
+      return for_loop(v, n->lo, n->hi, n->step, body, LoopKind::Parallel);
+    };
+    const Stmt then_loop = loop_over(branch->body, n->var);
+    Stmt then_done = unswitch(then_loop);
+    if (!then_done) then_done = interchange(then_loop);
+    std::vector<Stmt> orelse;
+    bool changed = then_done != then_loop;
+    if (!branch->orelse.empty()) {
+      std::string fresh;
+      for (int k = 1; fresh.empty() || names_.count(fresh); ++k) fresh = n->var + "_" + std::to_string(k);
+      names_.insert(fresh);
+      const Stmt else_loop = loop_over(renamed(branch->orelse, n->var, fresh), fresh);
+      Stmt else_done = unswitch(else_loop);
+      if (!else_done) else_done = interchange(else_loop);
+      changed |= else_done != else_loop;
+      orelse.push_back(else_done);
+    }
+    if (!changed) return nullptr;
+    auto out = std::make_shared<StmtNode>(*branch);  // keeps its label (tile_fused's kWideRowsElse)
+    out->body = {then_done};
+    out->orelse = std::move(orelse);
+    return out;
+  }
+
+  Stmt interchange(const Stmt& n) {
     if (n->loop_kind != LoopKind::Parallel || n->body.size() != 1) return n;
     const Stmt& in = n->body[0];
     if (in->kind != StmtKind::For || in->loop_kind != LoopKind::Parallel) return n;
@@ -146,6 +223,6 @@ class Interchange : public StmtMutator {
 
 }  // namespace
 
-Program interchange_for_reuse(const Program& p) { return Interchange().mutate_program(p); }
+Program interchange_for_reuse(const Program& p) { return Interchange(defined_names(p)).mutate_program(p); }
 
 }  // namespace pypto::passes

@@ -15,6 +15,10 @@
 // iterations for the thread pool (a static trip count of at least 8, or of the outer loop's).
 // The new inner loop is serial: backends run nested parallel loops serially anyway, and its body
 // now uses tiles allocated outside it.
+// A parallel loop whose body is one `if` with a condition free of its variable (the variants for
+// a dynamic width that tile_ops chooses between) is first unswitched, the `if` outside and a copy
+// of the loop in each branch (renamed in the else branch), where it is kept only if a branch's
+// nest is then interchanged: a dynamic-length attention reloaded K and V per query block.
 #pragma once
 #include "ir/ir.h"
 

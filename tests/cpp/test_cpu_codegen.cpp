@@ -398,6 +398,43 @@ TEST(CpuCodegen, ParallelLoopSharingAnOuterTileRunsSerially) {
   EXPECT_LT(rel_err(Sh.data, want), 1e-5);
 }
 
+// A 2-D elementwise nest as tile_ops makes it: the tiles allocated in the row loop's body, outside
+// the column loop. The column loop's body is then one fused call (binary_rows: rows read and
+// written in place), since the tiles are the loop's own (loop_local_tiles); not when the sum's
+// tile is read after the loop (`keep`: D gets the last column block's sum).
+Program column_nest(bool keep) {
+  const int64_t M = 10, N = 70;
+  auto A = param("A", {M, N}), B = param("B", {M, N}), C = output("C", {M, N}), D = output("D", {M, 32});
+  auto ta = tile("ta", 4, 32), tb = tile("tb", 4, 32), tc = tile("tc", 4, 32);
+  Expr i = V("i"), j = V("j");
+  std::vector<Stmt> row = {
+      alloc(ta), alloc(tb), alloc(tc),
+      for_loop("j", I(0), I(N), I(32),
+               {op(Opcode::TLOAD, {W(ta), clamped(A, i, j, 4, 32)}),
+                op(Opcode::TLOAD, {W(tb), clamped(B, i, j, 4, 32)}), op(Opcode::TADD, {W(tc), W(ta), W(tb)}),
+                op(Opcode::TSTORE, {clamped(C, i, j, 4, 32), W(tc)})})};
+  if (keep) row.push_back(op(Opcode::TSTORE, {clamped(D, i, I(0), 4, 32), W(tc)}));
+  return program("column_nest", {A, B, C, D}, {pfor("i", I(0), I(M), I(4), row)});
+}
+
+TEST(CpuCodegen, ColumnLoopOwnsTheTilesAllocatedOutsideIt) {
+  REQUIRE_PTO_HEADERS();
+  for (bool keep : {false, true}) {
+    Program p = column_nest(keep);
+    std::string src = pypto::cpu::generate_cpp(p);
+    EXPECT_EQ(src.find("binary_rows") != std::string::npos, !keep) << src;
+    HostF A = random_f32({10, 70}, 3), B = random_f32({10, 70}, 4);
+    HostF C = nan_f32({10, 70}), D = nan_f32({10, 32}), Ci = nan_f32({10, 70}), Di = nan_f32({10, 32});
+    run_cpu(p, {{A.arg(), B.arg(), C.arg(), D.arg()}, {}});
+    pypto::interp::interpret(p, {{A.arg(), B.arg(), Ci.arg(), Di.arg()}, {}});
+    EXPECT_EQ(rel_err(C.data, Ci.data), 0.0);
+    if (keep) {
+      EXPECT_EQ(rel_err(D.data, Di.data), 0.0);
+      EXPECT_FALSE(std::isnan(D.data[0]));
+    }
+  }
+}
+
 // ---- errors --------------------------------------------------------------------------------------
 
 void expect_codegen_error(const Program& p, std::vector<std::string> fragments) {

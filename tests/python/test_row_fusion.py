@@ -138,6 +138,19 @@ def test_binary_elementwise_fuses_loads_and_store():
         np.testing.assert_array_equal(kernel(x, y), ref(x, y), err_msg=fn.__name__)
 
 
+def test_binary_rows_of_a_matrix_by_column_blocks():
+    """A 2-D product of wide rows runs by column blocks (its tiles are allocated outside the column
+    loop); the blocks are read and streamed in place too. Strided operands (a transposed view)
+    take the loads and stores as written, with the same results."""
+    x, y = rand(37, 4100), rand(37, 4100)
+    for fn, ref in BINARY.items():
+        kernel = pypto.jit(fn, backend="cpu")
+        assert "pto::fused::binary_rows<" in kernel.lower(x, y).as_text("source"), fn.__name__
+        np.testing.assert_array_equal(kernel(x, y), ref(x, y), err_msg=fn.__name__)
+    xt, yt = rand(4100, 37).T, rand(4100, 37).T
+    np.testing.assert_array_equal(pypto.jit(mul, backend="cpu")(xt, yt), xt * yt)
+
+
 def shifted_add_into(x, y):
     x[1:, :] = x[:-1, :] + y[1:, :]
 

@@ -525,6 +525,11 @@ class Gen : private StmtVisitor {
                << (e->relu ? ", true);\n" : ", false);\n");
         continue;
       }
+      if (body[i]->kind == StmtKind::For) {
+        LoopLocalScope local(&body[i]->body, loop_local_tiles(body, i));
+        visit(body[i]);
+        continue;
+      }
       visit(body[i]);
     }
   }

@@ -105,7 +105,7 @@ bool mentions(const Stmt& s, const Buffer* b) {
 // b is allocated in this body (so it is not carried between iterations of an enclosing loop) and
 // nothing from body[from] on reads it.
 bool dead_from(const std::vector<Stmt>& body, size_t from, const Buffer* b) {
-  bool here = false;
+  bool here = LoopLocalScope::holds(body, b);
   for (const Stmt& s : body) here |= s && s->kind == StmtKind::Alloc && s->buffer.get() == b;
   if (!here) return false;
   for (size_t j = from; j < body.size(); ++j)
@@ -337,6 +337,52 @@ std::optional<RowFusion> match_gather(const std::vector<Stmt>& body, size_t i) {
   return f;
 }
 }  // namespace
+
+namespace {
+thread_local LoopLocalScope* g_loop_scope = nullptr;  // the innermost; codegen runs per thread
+
+// Whether s is an instruction writing b as its destination and reading no other part of it.
+bool writes_only(const Stmt& s, const Buffer* b) {
+  if (!s || s->kind != StmtKind::OpStmt || s->op.code == Opcode::TPREFETCH || s->op.args.empty())
+    return false;
+  const View* d = std::get_if<View>(&s->op.args[0]);
+  if (!d || d->buf.get() != b) return false;
+  for (size_t k = 1; k < s->op.args.size(); ++k)
+    if (const View* v = std::get_if<View>(&s->op.args[k]); v && v->buf.get() == b) return false;
+  return true;
+}
+}  // namespace
+
+std::set<const Buffer*> loop_local_tiles(const std::vector<Stmt>& block, size_t loop) {
+  std::set<const Buffer*> out;
+  if (loop >= block.size() || !block[loop] || block[loop]->kind != StmtKind::For) return out;
+  const std::vector<Stmt>& body = block[loop]->body;
+  for (const Stmt& a : block) {
+    if (!a || a->kind != StmtKind::Alloc || a->buffer->space == Space::Global) continue;
+    const Buffer* b = a->buffer.get();
+    bool elsewhere = false;
+    for (size_t j = 0; j < block.size() && !elsewhere; ++j)
+      elsewhere = j != loop && row_match::mentions(block[j], b);
+    if (elsewhere) continue;
+    for (const Stmt& s : body)
+      if (row_match::mentions(s, b)) {
+        if (writes_only(s, b)) out.insert(b);
+        break;
+      }
+  }
+  return out;
+}
+
+LoopLocalScope::LoopLocalScope(const std::vector<Stmt>* body, std::set<const Buffer*> tiles)
+    : body_(body), tiles_(std::move(tiles)), outer_(g_loop_scope) {
+  g_loop_scope = this;
+}
+LoopLocalScope::~LoopLocalScope() { g_loop_scope = outer_; }
+bool LoopLocalScope::holds(const std::vector<Stmt>& body, const Buffer* b) {
+  for (const LoopLocalScope* s = g_loop_scope; s; s = s->outer_)
+    if (s->body_ == &body && s->tiles_.count(b)) return true;
+  return false;
+}
 
 namespace row_match {
 std::optional<RowFusion> match_pattern(const std::string& fn, const std::vector<Stmt>& body, size_t i) {

@@ -15,6 +15,7 @@
 #pragma once
 #include <cstddef>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,28 @@ struct RowFusion {
 
 // The fused call for the run starting at body[i], if one matches.
 std::optional<RowFusion> match_row_fusion(const std::vector<ir::Stmt>& body, size_t i);
+
+// The tiles allocated in `block` that its loop block[loop] uses as if they were allocated in the
+// loop's body: no other statement of the block names them, and each iteration writes them (as
+// an instruction's destination only) before anything else in the body names them. tile_ops
+// allocates a nest's tiles outside its inner loop (a 2-D elementwise nest's column loop); the
+// fused calls, which leave tiles dead after their run unwritten, may take these as the body's.
+std::set<const ir::Buffer*> loop_local_tiles(const std::vector<ir::Stmt>& block, size_t loop);
+
+// While alive, the matchers treat `tiles` as allocated in `body` (the loop body codegen visits).
+class LoopLocalScope {
+ public:
+  LoopLocalScope(const std::vector<ir::Stmt>* body, std::set<const ir::Buffer*> tiles);
+  ~LoopLocalScope();
+  LoopLocalScope(const LoopLocalScope&) = delete;
+  LoopLocalScope& operator=(const LoopLocalScope&) = delete;
+  static bool holds(const std::vector<ir::Stmt>& body, const ir::Buffer* b);
+
+ private:
+  const std::vector<ir::Stmt>* body_;
+  std::set<const ir::Buffer*> tiles_;
+  LoopLocalScope* outer_;
+};
 
 // Whether body[i] is a TLOAD of a 1 x C f32 tile from an f32 view that only the fused call
 // starting shortly after reads, as a row operand (a norm's weight or bias), and nothing after it:

@@ -117,7 +117,8 @@ std::vector<Stmt> renamed(const std::vector<Stmt>& body, const std::string& from
   return r.mutate_block(body);
 }
 
-// Every loop and let variable of a program (fresh names are chosen outside this set).
+// Every name a program defines: loop and let variables, parameters, buffers (fresh names for a
+// copied loop's variable are chosen outside this set).
 std::set<std::string> defined_names(const Program& p) {
   std::set<std::string> names = effects_of(p.body).defined;
   for (const auto& b : p.params) names.insert(b->name);
@@ -142,7 +143,7 @@ class Interchange : public StmtMutator {
   }
 
   // A parallel loop whose body is one `if` with a condition free of the loop's variable (the
-  // variants codegen's dynamic row groups choose between by a dynamic width) becomes the `if`
+  // variants tile_fused chooses between by a dynamic row width) becomes the `if`
   // over a copy of the loop in each branch, where a nest under a branch can then be interchanged.
   // Only done when a branch's loop is interchanged (null otherwise).
   Stmt unswitch(const Stmt& n) {

@@ -151,6 +151,52 @@ def test_binary_rows_of_a_matrix_by_column_blocks():
     np.testing.assert_array_equal(pypto.jit(mul, backend="cpu")(xt, yt), xt * yt)
 
 
+def plus_one(x):
+    return x + 1.0
+
+
+def one_minus(x):
+    return 1.0 - x
+
+
+def two_over(x):
+    return 2.0 / x
+
+
+def halved_max(x):
+    return pypto.maximum(x * 0.5, 0.25)
+
+
+MAPS = [plus_one, one_minus, two_over, pypto.relu, pypto.exp, pypto.sqrt, pypto.tanh, pypto.sigmoid,
+        pypto.gelu, pypto.abs, pypto.neg]
+
+
+@pytest.mark.parametrize("fn", MAPS, ids=lambda f: f.__name__)
+def test_unary_and_scalar_ops_map_rows_in_place(fn):
+    """A unary instruction, or a binary one with a scalar operand (either side), between a TLOAD
+    and a TSTORE is one call reading and writing the rows in place (unary_rows / scalar_rows):
+    bit for bit the instructions as written (which a column-strided input takes inside the call),
+    inf / NaN / denormals included, and the interpreter's results (to float rounding: the
+    transcendentals' vector forms may differ from its scalar ones in the last bit)."""
+    def kernel_fn(x):
+        return fn(x)
+    kernel = pypto.jit(kernel_fn, backend="cpu")
+    ref = pypto.jit(kernel_fn, backend="interp")
+    for x in (edge_rand(37, 4100), edge_rand(37, 2703).reshape(-1)):
+        src = kernel.lower(x).as_text("source")
+        assert "pto::fused::unary_rows<" in src or "pto::fused::scalar_rows<" in src, fn.__name__
+        got = kernel(x)
+        as_written = kernel(np.asfortranarray(x) if x.ndim == 2 else np.repeat(x, 2)[::2])  # strided
+        np.testing.assert_array_equal(got, as_written)
+        np.testing.assert_allclose(got, ref(x), rtol=2e-6, atol=1e-37)
+
+
+def test_a_chain_of_scalar_ops_stays_correct():
+    x = rand(37, 4100)
+    kernel = pypto.jit(halved_max, backend="cpu")
+    np.testing.assert_array_equal(kernel(x), pypto.jit(halved_max, backend="interp")(x))
+
+
 def shifted_add_into(x, y):
     x[1:, :] = x[:-1, :] + y[1:, :]
 

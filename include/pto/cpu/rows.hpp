@@ -264,6 +264,32 @@ PTO_INLINE void binary_span(float* d, const float* a, const float* b, int64_t n,
   for (; i < n; ++i) d[i] = op(a[i], b[i]);
 }
 
+// d[i] = f(a[i]); NT: by streaming stores (d may be a). f: one element, the instruction's own
+// functor (elementwise.hpp), so the results are the instruction's.
+template <bool NT, class F>
+PTO_INLINE void map_span(float* d, const float* a, int64_t n, F f) {
+  int64_t i = 0;
+#ifdef PTO_VF16
+  if constexpr (NT) {
+    for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) d[i] = f(a[i]);
+    for (; i + 16 <= n; i += 16) {
+      if constexpr (std::is_same_v<F, OpExp>) {  // TEXP's own vector form (exp_span)
+        store16<true>(d + i, vexp16(vf16_load(a + i)));
+      } else {
+        alignas(64) float v[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; ++j) v[j] = f(a[i + j]);
+        store16<true>(d + i, vf16_load(v));
+      }
+    }
+  } else if constexpr (std::is_same_v<F, OpExp>) {
+    exp_span(d, a, n);
+    return;
+  }
+#endif
+  for (; i < n; ++i) d[i] = f(a[i]);
+}
+
 // Runs row(Streaming<false>{}, dst_row, dst_row, src_row, n, r) over x's valid rows; sets the
 // valid regions the sequence gives its result z and its per-row scalars.
 template <int R, int C, class Row, class... S>
@@ -444,6 +470,58 @@ inline void binary_rows(GlobalView<float> out, GlobalView<float> ga, GlobalView<
   if constexpr (Stream) pto::detail::stream_fence();
   a.vr = int(ar), a.vc = int(ac), b.vr = int(br), b.vc = int(bc);  // as the TLOADs would say
   y.vr = int(vr), y.vc = int(vc);  // y is not written: dead after the store (matcher)
+}
+
+// An instruction's functor with its scalar operand bound: op(x, s), or op(s, x) when Left.
+template <class Op, bool Left>
+struct WithScalar {
+  float s;
+  PTO_INLINE float operator()(float x) const { return Left ? Op{}(s, x) : Op{}(x, s); }
+};
+
+// TLOAD a, ga; <op> y, a; TSTORE out, y (R x C tiles, C > 1): a unary instruction, or a binary
+// one with a scalar operand (scalar_rows: 1 - x, x * 2), row by row from and to global memory
+// where the views allow it (as binary_rows); otherwise the three steps as written.
+template <bool Stream, int R, int C, class Op>
+inline void unary_rows(GlobalView<float> out, GlobalView<float> ga, Tile<float, R, C>& a,
+                       Tile<float, R, C>& y, Op op) {
+  static_assert(C > 1, "unary_rows: a 1-column tile would broadcast");
+  if (ga.cs != 1 || out.cs != 1 || !detail::rowwise_safe(out, ga, R, C)) {
+    TLOAD(a, ga);
+    pto::detail::unary(y, a, op);
+    if constexpr (Stream)
+      TSTORE(out, y, kStream);
+    else
+      TSTORE(out, y);
+    return;
+  }
+  using pto::detail::clamp0;
+  const int64_t vr = clamp0(ga.vr, R), vc = clamp0(ga.vc, C);
+  const int64_t wr = pto::detail::imin(clamp0(out.vr, R), vr), wc = pto::detail::imin(clamp0(out.vc, C), vc);
+  for (int64_t r = 0; r < wr; ++r) detail::map_span<Stream>(out.ptr + r * out.rs, ga.ptr + r * ga.rs, wc, op);
+  if constexpr (Stream) pto::detail::stream_fence();
+  a.vr = int(vr), a.vc = int(vc);  // as the TLOAD would say
+  y.vr = int(vr), y.vc = int(vc);  // y is not written: dead after the store (matcher)
+}
+struct ScalarFirst {};   // scalar_rows: op(s, x)
+struct ScalarSecond {};  // op(x, s)
+template <bool Stream, int R, int C, class Op, class Side>
+inline void scalar_rows(GlobalView<float> out, GlobalView<float> ga, Tile<float, R, C>& a,
+                        Tile<float, R, C>& y, Op op, float s, Side) {
+  constexpr bool kLeft = std::is_same_v<Side, ScalarFirst>;
+  if (ga.cs != 1 || out.cs != 1 || !detail::rowwise_safe(out, ga, R, C)) {
+    TLOAD(a, ga);
+    if constexpr (kLeft)
+      pto::detail::binary(y, s, a, op);
+    else
+      pto::detail::binary(y, a, s, op);
+    if constexpr (Stream)
+      TSTORE(out, y, kStream);
+    else
+      TSTORE(out, y);
+    return;
+  }
+  unary_rows<Stream>(out, ga, a, y, WithScalar<Op, kLeft>{s});
 }
 
 }  // namespace fused

@@ -273,6 +273,59 @@ std::optional<RowFusion> match_binary(const std::vector<Stmt>& body, size_t i) {
   return f;
 }
 
+// TLOAD a, ga; <op> y, a [, scalar]; TSTORE gy, y: a float unary instruction, or a binary one whose
+// other operand is a scalar (either side), with a and y dead afterwards (y may be a).
+std::optional<RowFusion> match_map(const std::vector<Stmt>& body, size_t i) {
+  static const std::map<Opcode, std::string> unary = {
+      {Opcode::TEXP, "OpExp"},         {Opcode::TLOG, "OpLog"},
+      {Opcode::TSQRT, "OpSqrt"},       {Opcode::TRSQRT, "OpRsqrt"},
+      {Opcode::TRECIP, "OpRecip"},     {Opcode::TTANH, "OpTanh"},
+      {Opcode::TSIGMOID, "OpSigmoid"}, {Opcode::TERF, "OpErf"},
+      {Opcode::TGELU, "OpGelu"},       {Opcode::TGELU_TANH, "OpGeluTanh"},
+      {Opcode::TSILU, "OpSilu"},       {Opcode::TNEG, "OpNeg"},
+      {Opcode::TABS, "OpAbs"},         {Opcode::TRELU, "OpRelu"}};
+  static const std::map<Opcode, std::string> binary = {{Opcode::TADD, "OpAdd"}, {Opcode::TSUB, "OpSub"},
+                                                       {Opcode::TMUL, "OpMul"}, {Opcode::TDIV, "OpDiv"},
+                                                       {Opcode::TMAX, "OpMax"}, {Opcode::TMIN, "OpMin"}};
+  const Op *ld = op_at(body, i), *op = op_at(body, i + 1), *st = op_at(body, i + 2);
+  if (!ld || !op || !st || ld->code != Opcode::TLOAD || st->code != Opcode::TSTORE) return std::nullopt;
+  if (!global_f32(*ld, 1) || !global_f32(*st, 0)) return std::nullopt;
+  const bool is_unary = unary.count(op->code) && op->args.size() == 2;
+  const bool is_binary = binary.count(op->code) && op->args.size() == 3;
+  if (!is_unary && !is_binary) return std::nullopt;
+  size_t src = 1, scalar = 0;  // the tile operand's position, the scalar's
+  if (is_binary) {
+    const bool left = std::holds_alternative<Expr>(op->args[1]),
+               right = std::holds_alternative<Expr>(op->args[2]);
+    if (left == right) return std::nullopt;
+    src = left ? 2 : 1;
+    scalar = left ? 1 : 2;
+  }
+  const View *a = view_of(*ld, 0), *y = view_of(*op, 0), *x = view_of(*op, src), *s = view_of(*st, 1);
+  for (const View* v : {a, y, x, s})
+    if (!v || !is_f32_tile(*v)) return std::nullopt;
+  if (y->buf->shape[1] < 2 || a->buf->shape != y->buf->shape || x->buf != a->buf || s->buf != y->buf)
+    return std::nullopt;
+  for (const Buffer* t : {a->buf.get(), y->buf.get()})
+    if (!dead_from(body, i + 3, t)) return std::nullopt;
+  RowFusion f;
+  f.count = 3;
+  f.global = true;
+  using K = RowFusion::Kind;
+  f.args = {{K::Global, 2, 0}, {K::Global, 0, 1}, {K::Tile, 0, 0}, {K::Tile, 1, 0}};
+  if (is_unary) {
+    f.fn = "unary_rows";
+    f.args.push_back({K::Text, 0, 0, "pto::detail::" + unary.at(op->code) + "{}"});
+  } else {
+    f.fn = "scalar_rows";  // the scalar as the instruction converts it (to the tile's float)
+    f.args.push_back({K::Text, 0, 0, "pto::detail::" + binary.at(op->code) + "{}"});
+    f.args.push_back({K::Scalar, 1, scalar});
+    f.args.push_back(
+        {K::Text, 0, 0, scalar == 1 ? "pto::fused::ScalarFirst{}" : "pto::fused::ScalarSecond{}"});
+  }
+  return f;
+}
+
 // TCVT y, a (a whole int32 tile); TMUL y, y, c (R x 1); TLOADs of other tiles; TMUL y, y, r (1 x C):
 // an integer product's row and column scales (scaled_mm), one pass (pto/cpu/matmul_int8.hpp).
 std::optional<RowFusion> match_scaled_cvt(const std::vector<Stmt>& body, size_t i) {
@@ -399,6 +452,7 @@ std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t 
     if (auto f = match_at(p, body, i)) return f;
   if (auto f = match_scaled_cvt(body, i)) return f;
   if (auto f = match_binary(body, i)) return f;
+  if (auto f = match_map(body, i)) return f;
   return match_gather(body, i);
 }
 

@@ -2,6 +2,7 @@
 
 #include "backends/cpu/row_fusion_grad.h"
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 
@@ -24,6 +25,9 @@ struct Pattern {
   std::vector<std::string> dead;    // R x C temporaries the call does not write
   std::vector<std::string> params;  // per-row tiles and scalars after (dst, src), in call order
   bool affine = false;              // an optional `* %w` then `+ %b` tail on dst
+  // Full tiles that may be one buffer (the run computed in place: its row function reads each
+  // element of src before writing it to dst); any other two variables are distinct buffers.
+  std::vector<std::string> in_place = {};
 };
 
 const std::vector<Pattern>& patterns() {
@@ -39,7 +43,8 @@ const std::vector<Pattern>& patterns() {
        "E",
        {},
        {"m", "s"},
-       false},
+       false,
+       {"X", "E"}},  // attention's scores: softmax_row's passes read x before writing d
       {"rms_norm_rows",
        {{Opcode::TMUL, {"Y", "X", "X"}},
         {Opcode::TROWSUM, {"r", "Y"}},
@@ -123,6 +128,7 @@ namespace {
 using namespace row_match;
 
 struct Matcher {
+  std::vector<std::string> in_place;  // Pattern::in_place
   std::map<std::string, const Buffer*> tiles;
   std::map<std::string, RowFusion::Arg> where;  // first occurrence of each variable
   std::vector<int64_t> shape;                   // R, C
@@ -145,8 +151,9 @@ struct Matcher {
     if (s != want) return false;
     auto it = tiles.find(var);
     if (it != tiles.end()) return it->second == v->buf.get();
+    auto shares = [&](const std::string& a) { return std::count(in_place.begin(), in_place.end(), a) > 0; };
     for (const auto& [name, b] : tiles)
-      if (b == v->buf.get()) return false;
+      if (b == v->buf.get() && !(shares(name) && shares(var))) return false;
     tiles[var] = v->buf.get();
     where[var] = {var[0] == '%' ? RowFusion::Kind::RowData : RowFusion::Kind::Tile, stmt, k};
     return true;
@@ -187,6 +194,7 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
   const Op* load = op_at(body, i);
   const size_t first = load && load->code == Opcode::TLOAD ? 1 : 0;
   Matcher m;
+  m.in_place = p.in_place;
   if (first) {
     const View* x = view_of(*load, 0);
     if (!x || !is_f32_tile(*x) || !global_f32(*load, 1)) return std::nullopt;

@@ -281,6 +281,15 @@ PTO_INLINE void binary_span(float* d, const float* a, const float* b, int64_t n,
   for (; i < n; ++i) d[i] = op(a[i], b[i]);
 }
 
+// TSTORE out, y as the run wrote it (Stream: by streaming stores).
+template <bool Stream, int R, int C>
+PTO_INLINE void store_result(GlobalView<float> out, const Tile<float, R, C>& y) {
+  if constexpr (Stream)
+    TSTORE(out, y, kStream);
+  else
+    TSTORE(out, y);
+}
+
 // d[i] = f(a[i]); NT: by streaming stores (d may be a). f: one element, the instruction's own
 // functor (elementwise.hpp), so the results are the instruction's.
 template <bool NT, class F>
@@ -467,11 +476,7 @@ inline void binary_rows(GlobalView<float> out, GlobalView<float> ga, GlobalView<
     TLOAD(a, ga);
     TLOAD(b, gb);
     pto::detail::binary(y, a, b, op);
-    if constexpr (Stream)
-      TSTORE(out, y, kStream);
-    else
-      TSTORE(out, y);
-    return;
+    return detail::store_result<Stream>(out, y);
   }
   using pto::detail::clamp0;
   const int64_t ar = clamp0(ga.vr, R), br = clamp0(gb.vr, R), ac = clamp0(ga.vc, C), bc = clamp0(gb.vc, C);
@@ -494,27 +499,30 @@ struct WithScalar {
 
 // TLOAD a, ga; <op> y, a; TSTORE out, y (R x C tiles, C > 1): a unary instruction, or a binary
 // one with a scalar operand (scalar_rows: 1 - x, x * 2), row by row from and to global memory
-// where the views allow it (as binary_rows); otherwise the three steps as written.
+// where the views allow it (as binary_rows), each element through f; otherwise the TLOAD, the
+// instruction as `as_written` computes it, and the TSTORE.
+namespace detail {
+template <bool Stream, int R, int C, class F, class W>
+inline void map_rows(GlobalView<float> out, GlobalView<float> ga, Tile<float, R, C>& a, Tile<float, R, C>& y,
+                     F f, W as_written) {
+  static_assert(C > 1, "unary_rows: a 1-column tile would broadcast");
+  if (ga.cs != 1 || out.cs != 1 || !rowwise_safe(out, ga, R, C)) {
+    TLOAD(a, ga);
+    as_written();
+    return store_result<Stream>(out, y);
+  }
+  const int64_t vr = clamp0(ga.vr, R), vc = clamp0(ga.vc, C);
+  const int64_t wr = imin(clamp0(out.vr, R), vr), wc = imin(clamp0(out.vc, C), vc);
+  for (int64_t r = 0; r < wr; ++r) map_span<Stream>(out.ptr + r * out.rs, ga.ptr + r * ga.rs, wc, f);
+  if constexpr (Stream) stream_fence();
+  a.vr = int(vr), a.vc = int(vc);  // as the TLOAD would say
+  y.vr = int(vr), y.vc = int(vc);  // y is not written: dead after the store (matcher)
+}
+}  // namespace detail
 template <bool Stream, int R, int C, class Op>
 inline void unary_rows(GlobalView<float> out, GlobalView<float> ga, Tile<float, R, C>& a,
                        Tile<float, R, C>& y, Op op) {
-  static_assert(C > 1, "unary_rows: a 1-column tile would broadcast");
-  if (ga.cs != 1 || out.cs != 1 || !detail::rowwise_safe(out, ga, R, C)) {
-    TLOAD(a, ga);
-    pto::detail::unary(y, a, op);
-    if constexpr (Stream)
-      TSTORE(out, y, kStream);
-    else
-      TSTORE(out, y);
-    return;
-  }
-  using pto::detail::clamp0;
-  const int64_t vr = clamp0(ga.vr, R), vc = clamp0(ga.vc, C);
-  const int64_t wr = pto::detail::imin(clamp0(out.vr, R), vr), wc = pto::detail::imin(clamp0(out.vc, C), vc);
-  for (int64_t r = 0; r < wr; ++r) detail::map_span<Stream>(out.ptr + r * out.rs, ga.ptr + r * ga.rs, wc, op);
-  if constexpr (Stream) pto::detail::stream_fence();
-  a.vr = int(vr), a.vc = int(vc);  // as the TLOAD would say
-  y.vr = int(vr), y.vc = int(vc);  // y is not written: dead after the store (matcher)
+  detail::map_rows<Stream>(out, ga, a, y, op, [&] { pto::detail::unary(y, a, op); });
 }
 struct ScalarFirst {};   // scalar_rows: op(s, x)
 struct ScalarSecond {};  // op(x, s)
@@ -522,19 +530,12 @@ template <bool Stream, int R, int C, class Op, class Side>
 inline void scalar_rows(GlobalView<float> out, GlobalView<float> ga, Tile<float, R, C>& a,
                         Tile<float, R, C>& y, Op op, float s, Side) {
   constexpr bool kLeft = std::is_same_v<Side, ScalarFirst>;
-  if (ga.cs != 1 || out.cs != 1 || !detail::rowwise_safe(out, ga, R, C)) {
-    TLOAD(a, ga);
+  detail::map_rows<Stream>(out, ga, a, y, WithScalar<Op, kLeft>{s}, [&] {
     if constexpr (kLeft)
       pto::detail::binary(y, s, a, op);
     else
       pto::detail::binary(y, a, s, op);
-    if constexpr (Stream)
-      TSTORE(out, y, kStream);
-    else
-      TSTORE(out, y);
-    return;
-  }
-  unary_rows<Stream>(out, ga, a, y, WithScalar<Op, kLeft>{s});
+  });
 }
 
 }  // namespace fused

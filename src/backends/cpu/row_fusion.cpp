@@ -243,11 +243,18 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
   return f;
 }
 
-// TLOAD a, ga; TLOAD b, gb; <binary> y, a, b; TSTORE gy, y, with a, b and y dead afterwards.
-std::optional<RowFusion> match_binary(const std::vector<Stmt>& body, size_t i) {
+// The binary instructions binary_rows and scalar_rows compute, with their functors
+// (pto::detail:: in elementwise.hpp).
+const std::map<Opcode, std::string>& binary_functors() {
   static const std::map<Opcode, std::string> ops = {{Opcode::TADD, "OpAdd"}, {Opcode::TSUB, "OpSub"},
                                                     {Opcode::TMUL, "OpMul"}, {Opcode::TDIV, "OpDiv"},
                                                     {Opcode::TMAX, "OpMax"}, {Opcode::TMIN, "OpMin"}};
+  return ops;
+}
+
+// TLOAD a, ga; TLOAD b, gb; <binary> y, a, b; TSTORE gy, y, with a, b and y dead afterwards.
+std::optional<RowFusion> match_binary(const std::vector<Stmt>& body, size_t i) {
+  const std::map<Opcode, std::string>& ops = binary_functors();
   const Op *l0 = op_at(body, i), *l1 = op_at(body, i + 1), *op = op_at(body, i + 2), *st = op_at(body, i + 3);
   if (!l0 || !l1 || !op || !st || l0->code != Opcode::TLOAD || l1->code != Opcode::TLOAD ||
       st->code != Opcode::TSTORE || !ops.count(op->code) || op->args.size() != 3)
@@ -292,9 +299,7 @@ std::optional<RowFusion> match_map(const std::vector<Stmt>& body, size_t i) {
       {Opcode::TGELU, "OpGelu"},       {Opcode::TGELU_TANH, "OpGeluTanh"},
       {Opcode::TSILU, "OpSilu"},       {Opcode::TNEG, "OpNeg"},
       {Opcode::TABS, "OpAbs"},         {Opcode::TRELU, "OpRelu"}};
-  static const std::map<Opcode, std::string> binary = {{Opcode::TADD, "OpAdd"}, {Opcode::TSUB, "OpSub"},
-                                                       {Opcode::TMUL, "OpMul"}, {Opcode::TDIV, "OpDiv"},
-                                                       {Opcode::TMAX, "OpMax"}, {Opcode::TMIN, "OpMin"}};
+  const std::map<Opcode, std::string>& binary = binary_functors();
   const Op *ld = op_at(body, i), *op = op_at(body, i + 1), *st = op_at(body, i + 2);
   if (!ld || !op || !st || ld->code != Opcode::TLOAD || st->code != Opcode::TSTORE) return std::nullopt;
   if (!global_f32(*ld, 1) || !global_f32(*st, 0)) return std::nullopt;

@@ -15,6 +15,7 @@
 #pragma once
 #include "pto/cpu/types.hpp"
 #include "pto/cpu/vexp.hpp"
+#include "pto/cpu/vgelu.hpp"
 #include "pto/elem.hpp"
 #include "pto/math.hpp"
 
@@ -354,6 +355,19 @@ inline void float_span_tile(Tile<float, R, C>& dst, const Tile<float, R2, C2>& s
   dst.vc = int(vc);
 }
 
+// The float unary instructions with a vector form over spans (vexp.hpp, vgelu.hpp), whose results
+// are their functor's bit for bit: span_form<Op>(d, s, n) computes d[i] = Op{}(s[i]).
+template <class Op>
+constexpr bool has_span_form = std::is_same_v<Op, OpExp> || std::is_same_v<Op, OpGelu>;
+template <class Op>
+PTO_INLINE void span_form(float* d, const float* s, int64_t n) {
+  static_assert(has_span_form<Op>);
+  if constexpr (std::is_same_v<Op, OpExp>)
+    exp_span(d, s, n);
+  else
+    gelu_span(d, s, n);
+}
+
 template <int R, int C, int R2, int C2>
 inline void sqrt_tile(Tile<float, R, C>& dst, const Tile<float, R2, C2>& src, bool recip) {
   float_span_tile(dst, src, [recip](float* d, const float* s, int64_t n) { sqrt_span(d, s, n, recip); });
@@ -398,7 +412,6 @@ PTO_DEFINE_UNARY(TRELU, OpRelu)
 PTO_DEFINE_UNARY(TTANH, OpTanh)
 PTO_DEFINE_UNARY(TSIGMOID, OpSigmoid)
 PTO_DEFINE_UNARY(TERF, OpErf)
-PTO_DEFINE_UNARY(TGELU, OpGelu)
 PTO_DEFINE_UNARY(TGELU_TANH, OpGeluTanh)
 PTO_DEFINE_UNARY(TSILU, OpSilu)
 PTO_DEFINE_UNARY(TFLOOR, OpFloor)
@@ -424,14 +437,19 @@ inline void TSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
   else
     detail::unary(dst, src, detail::OpSqrt{});
 }
-// float exp through exp_span (vexp.hpp): math::exp's results in fewer instructions.
-template <class D, int R, int C, class S, int R2, int C2>
-inline void TEXP(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
-  if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float>)
-    detail::float_span_tile(dst, src, detail::exp_span);
-  else
-    detail::unary(dst, src, detail::OpExp{});
-}
+// float exp and gelu through their span forms (vexp.hpp, vgelu.hpp): math::exp's and math::gelu's
+// results in fewer instructions.
+#define PTO_DEFINE_SPAN_UNARY(NAME, OP)                                 \
+  template <class D, int R, int C, class S, int R2, int C2>             \
+  inline void NAME(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {    \
+    if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float>) \
+      detail::float_span_tile(dst, src, detail::span_form<detail::OP>); \
+    else                                                                \
+      detail::unary(dst, src, detail::OP{});                            \
+  }
+PTO_DEFINE_SPAN_UNARY(TEXP, OpExp)
+PTO_DEFINE_SPAN_UNARY(TGELU, OpGelu)
+#undef PTO_DEFINE_SPAN_UNARY
 template <class D, int R, int C, class S, int R2, int C2>
 inline void TRSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
   if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float>)

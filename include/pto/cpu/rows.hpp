@@ -299,13 +299,13 @@ PTO_INLINE void map_span(float* d, const float* a, int64_t n, F f) {
   if constexpr (NT) {
     for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) d[i] = f(a[i]);
     i = stream_blocks(d, i, n, [&](float* v, int64_t at, int64_t m) {
-      if constexpr (std::is_same_v<F, OpExp>)
-        exp_span(v, a + at, m);  // TEXP's own vector form
+      if constexpr (has_span_form<F>)
+        span_form<F>(v, a + at, m);  // the instruction's own vector form (TEXP, TGELU)
       else
         for (int64_t j = 0; j < m; ++j) v[j] = f(a[at + j]);
     });
-  } else if constexpr (std::is_same_v<F, OpExp>) {
-    exp_span(d, a, n);
+  } else if constexpr (has_span_form<F>) {
+    span_form<F>(d, a, n);
     return;
   }
 #endif

@@ -2,6 +2,7 @@
 // template named after its opcode (operand 0 = destination), see docs/isa.md (the ISA reference).
 #pragma once
 #include "pto/abi.h"
+#include "pto/cpu/chain_rows.hpp"
 #include "pto/cpu/elementwise.hpp"
 #include "pto/cpu/gather.hpp"
 #include "pto/cpu/layout.hpp"

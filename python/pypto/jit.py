@@ -397,8 +397,9 @@ class JitFunction:
                             self._dyn_learned[i].add(d)
                             self._dyn_why.setdefault((i, d), f"automatic: dim {d} of '{self._names[i]}' "
                                                              f"seen as {n0} and {n}")
-                dims |= self._dyn_learned.get(i, set())
-            dims = {d for d in dims if shape[d] > 1 and (i, d) not in self._static_dims} | empty
+                if first is None or len(first) == len(shape):  # learned dims are of the first rank
+                    dims |= self._dyn_learned.get(i, set())
+            dims = {d for d in dims if d < len(shape) and shape[d] > 1 and (i, d) not in self._static_dims} | empty
             if dims:
                 out[i] = dims
         return out

@@ -45,8 +45,10 @@ TEST(CpuCodegen, GeneratedSourceShape) {
   EXPECT_NE(src.find("void pypto_kernel(const pto_kernel_args* args)"), std::string::npos);
   EXPECT_NE(src.find("pto::parallel_for(args->parallel_for"), std::string::npos);
   EXPECT_NE(src.find("pto::Tile<float, 16, 32> t_ta;"), std::string::npos);
-  EXPECT_NE(src.find("pto::TADD(t_tc, t_ta, t_tb);"), std::string::npos);
-  EXPECT_NE(src.find("pto::TSUB(t_tc, t_tc, pto::elem::cast<float>(0.5));"), std::string::npos);
+  // the run is an elementwise chain (one call; chain_nest below has the instructions as written)
+  EXPECT_NE(src.find("pto::fused::chain_rows<"), std::string::npos);
+  EXPECT_NE(src.find("pto::fused::Binary<pto::detail::OpAdd, 2, 0, 1>"), std::string::npos);
+  EXPECT_NE(src.find("pto::elem::cast<float>(0.5))"), std::string::npos);
   EXPECT_NE(src.find("pto::gview("), std::string::npos);
   EXPECT_EQ(src.find("std::"), std::string::npos) << "generated code should not need the standard library";
 }
@@ -432,6 +434,59 @@ TEST(CpuCodegen, ColumnLoopOwnsTheTilesAllocatedOutsideIt) {
       EXPECT_EQ(rel_err(D.data, Di.data), 0.0);
       EXPECT_FALSE(std::isnan(D.data[0]));
     }
+  }
+}
+
+// An elementwise chain (row_fusion_chain.cpp): TLOAD ta, tb; tc = tb - ta; tc = 1 - tc; td = tc * ta;
+// TSTORE td. One chain_rows call, with the operands each way round; not when a tile of the run is
+// read after it (`keep`: D gets tc), nor when a step reads a tile the run did not load (`outside`:
+// te, filled before the loop).
+Program chain_nest(bool keep, bool outside) {
+  const int64_t M = 10, N = 70;
+  auto A = param("A", {M, N}), B = param("B", {M, N}), C = output("C", {M, N}), D = output("D", {M, 32});
+  auto ta = tile("ta", 4, 32), tb = tile("tb", 4, 32), tc = tile("tc", 4, 32), td = tile("td", 4, 32),
+       te = tile("te", 4, 32);
+  Expr i = V("i"), j = V("j");
+  std::vector<Stmt> row = {
+      alloc(ta),
+      alloc(tb),
+      alloc(tc),
+      alloc(td),
+      alloc(te),
+      op(Opcode::TLOAD, {W(te), clamped(B, i, I(0), 4, 32)}),
+      for_loop(
+          "j", I(0), I(N), I(32),
+          {op(Opcode::TLOAD, {W(ta), clamped(A, i, j, 4, 32)}),
+           op(Opcode::TLOAD, {W(tb), clamped(B, i, j, 4, 32)}), op(Opcode::TSUB, {W(tc), W(tb), W(ta)}),
+           op(Opcode::TSUB, {W(tc), F(1.0), W(tc)}), op(Opcode::TMUL, {W(td), W(tc), W(outside ? te : ta)}),
+           op(Opcode::TSTORE, {clamped(C, i, j, 4, 32), W(td)})})};
+  if (keep) row.push_back(op(Opcode::TSTORE, {clamped(D, i, I(0), 4, 32), W(tc)}));
+  return program("chain_nest", {A, B, C, D}, {pfor("i", I(0), I(M), I(4), row)});
+}
+
+TEST(CpuCodegen, ElementwiseChainIsOneCallWhereItsTilesAreItsOwn) {
+  REQUIRE_PTO_HEADERS();
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool keep = variant == 1, outside = variant == 2;
+    Program p = chain_nest(keep, outside);
+    std::string src = pypto::cpu::generate_cpp(p);
+    EXPECT_EQ(src.find("chain_rows") != std::string::npos, variant == 0) << src;
+    if (variant != 0) {  // the instructions as written
+      EXPECT_NE(src.find("pto::TSUB(t_tc, t_tb, t_ta);"), std::string::npos) << src;
+      EXPECT_NE(src.find("pto::TSUB(t_tc, pto::elem::cast<float>(1.0), t_tc);"), std::string::npos) << src;
+    }
+    if (variant == 0)
+      EXPECT_NE(src.find("pto::fused::Chain<2, 2, 1, 3, pto::fused::Binary<pto::detail::OpSub, 2, 1, 0>, "
+                         "pto::fused::Scalar<pto::detail::OpSub, 2, 2, 0, true>, "
+                         "pto::fused::Binary<pto::detail::OpMul, 3, 2, 0>>{}"),
+                std::string::npos)
+          << src;
+    HostF A = random_f32({10, 70}, 5), B = random_f32({10, 70}, 6);
+    HostF C = nan_f32({10, 70}), D = nan_f32({10, 32}), Ci = nan_f32({10, 70}), Di = nan_f32({10, 32});
+    run_cpu(p, {{A.arg(), B.arg(), C.arg(), D.arg()}, {}});
+    pypto::interp::interpret(p, {{A.arg(), B.arg(), Ci.arg(), Di.arg()}, {}});
+    EXPECT_EQ(rel_err(C.data, Ci.data), 0.0);
+    if (keep) EXPECT_EQ(rel_err(D.data, Di.data), 0.0);
   }
 }
 

@@ -51,6 +51,16 @@ def test_twenty_sequence_lengths_compile_at_most_twice(backend):
     assert any("automatic" in w for w in info.why)
 
 
+def test_automatic_dynamic_after_a_change_of_rank(backend):
+    """Dims learned from two matrices do not apply to a vector or a 3-d array passed later to
+    the same kernel (they indexed past its shape): each new rank compiles for itself."""
+    kernel = jit(lambda a, b: a * b + 1.0, backend)
+    for shape in [(37, 100), (6, 45), (300,), (5, 7), (2, 3, 4), (400,)]:
+        a, b = rand(*shape), rand(*shape)
+        np.testing.assert_array_equal(kernel(a, b), a * b + np.float32(1.0), err_msg=str(shape))
+    assert {"a": [0, 1], "b": [0, 1]} in kernel.cache_info().dynamic
+
+
 def test_dynamic_true_compiles_once(backend):
     @pypto.jit(backend=str(backend), dynamic=True)
     def norm(x, w, b):

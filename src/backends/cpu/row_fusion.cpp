@@ -1,6 +1,8 @@
 #include "backends/cpu/row_fusion.h"
 
+#include "backends/cpu/row_fusion_chain.h"
 #include "backends/cpu/row_fusion_grad.h"
+#include "backends/cpu/row_match.h"
 
 #include <algorithm>
 #include <cctype>
@@ -121,6 +123,24 @@ bool dead_from(const std::vector<Stmt>& body, size_t from, const Buffer* b) {
 bool global_f32(const Op& op, size_t k) {
   const View* v = view_of(op, k);
   return v && v->buf && v->buf->space == Space::Global && v->buf->dtype == DType::F32;
+}
+
+const std::map<Opcode, std::string>& unary_functors() {
+  static const std::map<Opcode, std::string> ops = {
+      {Opcode::TEXP, "OpExp"},         {Opcode::TLOG, "OpLog"},
+      {Opcode::TSQRT, "OpSqrt"},       {Opcode::TRSQRT, "OpRsqrt"},
+      {Opcode::TRECIP, "OpRecip"},     {Opcode::TTANH, "OpTanh"},
+      {Opcode::TSIGMOID, "OpSigmoid"}, {Opcode::TERF, "OpErf"},
+      {Opcode::TGELU, "OpGelu"},       {Opcode::TGELU_TANH, "OpGeluTanh"},
+      {Opcode::TSILU, "OpSilu"},       {Opcode::TNEG, "OpNeg"},
+      {Opcode::TABS, "OpAbs"},         {Opcode::TRELU, "OpRelu"}};
+  return ops;
+}
+const std::map<Opcode, std::string>& binary_functors() {
+  static const std::map<Opcode, std::string> ops = {{Opcode::TADD, "OpAdd"}, {Opcode::TSUB, "OpSub"},
+                                                    {Opcode::TMUL, "OpMul"}, {Opcode::TDIV, "OpDiv"},
+                                                    {Opcode::TMAX, "OpMax"}, {Opcode::TMIN, "OpMin"}};
+  return ops;
 }
 }  // namespace row_match
 
@@ -243,15 +263,6 @@ std::optional<RowFusion> match_at(const Pattern& p, const std::vector<Stmt>& bod
   return f;
 }
 
-// The binary instructions binary_rows and scalar_rows compute, with their functors
-// (pto::detail:: in elementwise.hpp).
-const std::map<Opcode, std::string>& binary_functors() {
-  static const std::map<Opcode, std::string> ops = {{Opcode::TADD, "OpAdd"}, {Opcode::TSUB, "OpSub"},
-                                                    {Opcode::TMUL, "OpMul"}, {Opcode::TDIV, "OpDiv"},
-                                                    {Opcode::TMAX, "OpMax"}, {Opcode::TMIN, "OpMin"}};
-  return ops;
-}
-
 // TLOAD a, ga; TLOAD b, gb; <binary> y, a, b; TSTORE gy, y, with a, b and y dead afterwards.
 std::optional<RowFusion> match_binary(const std::vector<Stmt>& body, size_t i) {
   const std::map<Opcode, std::string>& ops = binary_functors();
@@ -291,14 +302,7 @@ std::optional<RowFusion> match_binary(const std::vector<Stmt>& body, size_t i) {
 // TLOAD a, ga; <op> y, a [, scalar]; TSTORE gy, y: a float unary instruction, or a binary one whose
 // other operand is a scalar (either side), with a and y dead afterwards (y may be a).
 std::optional<RowFusion> match_map(const std::vector<Stmt>& body, size_t i) {
-  static const std::map<Opcode, std::string> unary = {
-      {Opcode::TEXP, "OpExp"},         {Opcode::TLOG, "OpLog"},
-      {Opcode::TSQRT, "OpSqrt"},       {Opcode::TRSQRT, "OpRsqrt"},
-      {Opcode::TRECIP, "OpRecip"},     {Opcode::TTANH, "OpTanh"},
-      {Opcode::TSIGMOID, "OpSigmoid"}, {Opcode::TERF, "OpErf"},
-      {Opcode::TGELU, "OpGelu"},       {Opcode::TGELU_TANH, "OpGeluTanh"},
-      {Opcode::TSILU, "OpSilu"},       {Opcode::TNEG, "OpNeg"},
-      {Opcode::TABS, "OpAbs"},         {Opcode::TRELU, "OpRelu"}};
+  const std::map<Opcode, std::string>& unary = unary_functors();
   const std::map<Opcode, std::string>& binary = binary_functors();
   const Op *ld = op_at(body, i), *op = op_at(body, i + 1), *st = op_at(body, i + 2);
   if (!ld || !op || !st || ld->code != Opcode::TLOAD || st->code != Opcode::TSTORE) return std::nullopt;
@@ -466,6 +470,7 @@ std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t 
   if (auto f = match_scaled_cvt(body, i)) return f;
   if (auto f = match_binary(body, i)) return f;
   if (auto f = match_map(body, i)) return f;
+  if (auto f = match_chain(body, i)) return f;
   return match_gather(body, i);
 }
 

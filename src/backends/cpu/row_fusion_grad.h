@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/row_fusion.h"
+#include "backends/cpu/row_match.h"
 #include "ir/ir.h"
 
 namespace pypto::cpu {
@@ -19,17 +20,5 @@ std::optional<RowFusion> match_layer_norm_grad(const std::vector<ir::Stmt>& body
 // first column, the layer norm's sequence into the xhat the run reads): one call that reads each
 // row of x in place, without the copy of x or xhat written to a tile (layer_norm_x_grad_rows).
 std::optional<RowFusion> match_layer_norm_x_grad(const std::vector<ir::Stmt>& body, size_t i);
-
-// The operand checks of row_fusion.cpp that the matcher above shares (defined there).
-namespace row_match {
-const ir::Op* op_at(const std::vector<ir::Stmt>& body, size_t i);
-const ir::View* view_of(const ir::Op& op, size_t k);
-bool is_f32_tile(const ir::View& v);  // a whole local f32 rank-2 tile
-bool global_f32(const ir::Op& op, size_t k);
-// b is allocated in this body and nothing from body[from] on names it.
-bool dead_from(const std::vector<ir::Stmt>& body, size_t from, const ir::Buffer* b);
-// The fusion of row_fusion.cpp's pattern `fn` (say "layer_norm_rows") at body[i], if it matches.
-std::optional<RowFusion> match_pattern(const std::string& fn, const std::vector<ir::Stmt>& body, size_t i);
-}  // namespace row_match
 
 }  // namespace pypto::cpu

@@ -486,7 +486,9 @@ TEST(CpuCodegen, ElementwiseChainIsOneCallWhereItsTilesAreItsOwn) {
     run_cpu(p, {{A.arg(), B.arg(), C.arg(), D.arg()}, {}});
     pypto::interp::interpret(p, {{A.arg(), B.arg(), Ci.arg(), Di.arg()}, {}});
     EXPECT_EQ(rel_err(C.data, Ci.data), 0.0);
-    if (keep) EXPECT_EQ(rel_err(D.data, Di.data), 0.0);
+    if (keep) {
+      EXPECT_EQ(rel_err(D.data, Di.data), 0.0);
+    }
   }
 }
 

@@ -92,8 +92,26 @@ def test_chain_into_its_own_source_and_an_overlapping_output():
     np.testing.assert_array_equal(xc, ref)
 
 
-def test_chain_with_a_broadcast_row_stays_correct():
-    """A bias row (a 1 x C tile) is no whole-tile operand: the run is not a chain, and still right."""
-    x, b = rand(37, 700), rand(700)
-    got = one(lambda x, b: pypto.relu(x * 2.0 + b))(x, b)
-    np.testing.assert_array_equal(got, np.maximum(x * np.float32(2.0) + b, 0))
+# Broadcast operands: a bias row (1 x C, loaded in the run), a per-row column (R x 1, loaded
+# before the column loop: a tile the run only reads), both at once, and a column by a row.
+BROADCASTS = {
+    "relu(x*2+b)": (lambda x, b, c: pypto.relu(x * 2.0 + b), lambda x, b, c: RELU(ADD(MUL2(x), b))),
+    "(x-c)*x": (lambda x, b, c: (x - c) * x, lambda x, b, c: MUL(SUB(x, c), x)),
+    "(b-x)/c+b": (lambda x, b, c: (b - x) / c + b, lambda x, b, c: ADD(DIV(SUB(b, x), c), b)),
+    "c*b+x": (lambda x, b, c: c * b + x, lambda x, b, c: ADD(MUL(c, b), x)),
+}
+MUL2 = one(lambda a: a * 2.0)
+
+
+@pytest.mark.parametrize("name", list(BROADCASTS))
+def test_chain_with_broadcast_operands(name):
+    chain, steps = BROADCASTS[name]
+    kernel = one(chain)
+    for rows, cols in [(64, 700), (5, 4100), (6, 17)]:
+        x, b, c = edge_rand(rows, cols), rand(cols), rand(rows, 1)
+        assert "pto::fused::chain_rows<" in kernel.lower(x, b, c).as_text("source"), name
+        want = steps(x, b, c)
+        np.testing.assert_array_equal(kernel(x, b, c), want, err_msg=f"{name} {rows}x{cols}")
+        np.testing.assert_array_equal(kernel(np.asfortranarray(x), b, c), want, err_msg=f"{name} strided")
+        ref = pypto.jit(chain, backend="interp")(x, b, c)
+        np.testing.assert_array_equal(kernel(x, b, c), ref, err_msg=f"{name} interpreter")

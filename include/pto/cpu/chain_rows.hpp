@@ -31,6 +31,10 @@ struct Binary {};  // slot D = op(slot A, slot B)
 template <class Op, int D, int A, int S, bool Left>
 struct Scalar {};  // slot D = op(slot A, scalar S), or op(scalar S, slot A) when Left
 
+// A source tile filled before the run (chain_rows' (kFilled, tile) pairs).
+struct Filled {};
+constexpr Filled kFilled{};
+
 // N sources, T intermediate slots, S scalars; the result is slot Out.
 template <int N, int T, int S, int Out, class... Steps>
 struct Chain {
@@ -86,14 +90,48 @@ PTO_INLINE const float* chain_block(Chain<N, T, S, Out, Steps...>, const float* 
   return t[Out - N];
 }
 
-// One row: d[0, n) from the sources' rows src[k]; Stream: by streaming stores.
+// How the chain reads a source: row r's elements at base + r * rs (rs 0: one row broadcast down
+// the tile), or, splat, the one value base[r * rs] for the whole row (a column broadcast across);
+// lim_r / lim_c: what its valid region leaves of the result's, as an elementwise instruction's
+// operand (elementwise.hpp, Src).
+struct ChainSource {
+  const float* base = nullptr;
+  int64_t rs = 0;
+  bool splat = false;
+  int64_t lim_r = 0, lim_c = 0;
+};
+
+// A source of Rs x Cs elements, valid vr x vc, at p with row stride rs, for an R x C result.
+template <int R, int C, int Rs, int Cs>
+PTO_INLINE ChainSource chain_source(const float* p, int64_t rs, int64_t vr, int64_t vc) {
+  static_assert((Rs == R || Rs == 1) && (Cs == C || Cs == 1), "chain_rows: a source broadcasts or fits");
+  constexpr bool bc_r = Rs == 1, bc_c = Cs == 1;  // (R == 1: the broadcast rule is the plain one)
+  vr = clamp0(vr, Rs), vc = clamp0(vc, Cs);
+  return {p, bc_r ? 0 : rs, bc_c, bc_r ? (vr > 0 ? R : 0) : vr, bc_c ? (vc > 0 ? C : 0) : vc};
+}
+
+// One row r: d[0, n) from the sources; Stream: by streaming stores.
 template <bool Stream, class Ch>
-PTO_INLINE void chain_row(Ch ch, float* d, const float* const* src, const float* scalars, int64_t n) {
+PTO_INLINE void chain_row(Ch ch, float* d, const ChainSource* src, int64_t r, const float* scalars,
+                          int64_t n) {
   constexpr int N = Ch::kSources;
   alignas(64) float tmp[Ch::kTemps][kChainBlock];
+  alignas(64) float splat[N][kChainBlock];
+  const float* row[N];
+  bool any_splat = false;
+  for (int k = 0; k < N; ++k) {
+    row[k] = src[k].base + r * src[k].rs;
+    if (src[k].splat) {
+      for (int64_t j = 0; j < kChainBlock; ++j) splat[k][j] = row[k][0];
+      any_splat = true;
+    }
+  }
   const float* in[N];
   auto block = [&](int64_t at, int64_t m) {
-    for (int k = 0; k < N; ++k) in[k] = src[k] + at;
+    for (int k = 0; k < N; ++k) in[k] = row[k] + at;
+    if (any_splat)
+      for (int k = 0; k < N; ++k)
+        if (src[k].splat) in[k] = splat[k];
     return chain_block(ch, in, tmp, scalars, m);
   };
   int64_t i = 0;
@@ -115,10 +153,37 @@ PTO_INLINE void chain_row(Ch ch, float* d, const float* const* src, const float*
   }
 }
 
-// chain_rows' arguments: the N (view, tile) pairs, then the scalars.
-template <class Tuple, class TileT, size_t... K>
-PTO_INLINE void take_sources(Tuple& all, GlobalView<float>* g, TileT** t, std::index_sequence<K...>) {
-  ((g[K] = std::get<2 * K>(all), t[K] = &std::get<2 * K + 1>(all)), ...);
+// chain_rows' sources: (view, tile) for a source the run loads, (kFilled, tile) for a tile filled
+// before it.
+template <int R, int C, int Rs, int Cs>
+PTO_INLINE bool readable_in_place(GlobalView<float> out, GlobalView<float> g, const Tile<float, Rs, Cs>&) {
+  return (g.cs == 1 || Cs == 1) && rowwise_safe(out, g, Rs, Cs);
+}
+template <int R, int C, int Rs, int Cs>
+PTO_INLINE bool readable_in_place(GlobalView<float>, Filled, const Tile<float, Rs, Cs>&) {
+  return true;
+}
+// In place: the view's rows (the tile then says what the TLOAD would have); else the tile, loaded.
+template <int R, int C, int Rs, int Cs>
+PTO_INLINE ChainSource take_source(bool in_place, GlobalView<float> g, Tile<float, Rs, Cs>& t) {
+  if (!in_place) {
+    TLOAD(t, g);
+    return chain_source<R, C, Rs, Cs>(t.data, Cs, t.vr, t.vc);
+  }
+  t.vr = int(clamp0(g.vr, Rs)), t.vc = int(clamp0(g.vc, Cs));  // y and t dead after (matcher)
+  return chain_source<R, C, Rs, Cs>(g.ptr, g.rs, g.vr, g.vc);
+}
+template <int R, int C, int Rs, int Cs>
+PTO_INLINE ChainSource take_source(bool, Filled, Tile<float, Rs, Cs>& t) {
+  return chain_source<R, C, Rs, Cs>(t.data, Cs, t.vr, t.vc);
+}
+template <int R, int C, class Tuple, size_t... K>
+PTO_INLINE bool sources_in_place(GlobalView<float> out, Tuple& all, std::index_sequence<K...>) {
+  return (readable_in_place<R, C>(out, std::get<2 * K>(all), std::get<2 * K + 1>(all)) && ...);
+}
+template <int R, int C, class Tuple, size_t... K>
+PTO_INLINE void take_sources(bool in_place, Tuple& all, ChainSource* s, std::index_sequence<K...>) {
+  ((s[K] = take_source<R, C>(in_place, std::get<2 * K>(all), std::get<2 * K + 1>(all))), ...);
 }
 template <int N, class Tuple, size_t... K>
 PTO_INLINE void take_scalars(Tuple& all, float* s, std::index_sequence<K...>) {
@@ -126,48 +191,37 @@ PTO_INLINE void take_scalars(Tuple& all, float* s, std::index_sequence<K...>) {
 }
 }  // namespace detail
 
-// TLOAD t_k, g_k (k < N); the chain's instructions; TSTORE out, y. `rest` is g_0, t_0, .., g_N-1,
-// t_N-1 (the sources' views and tiles), then the chain's S scalars. Row by row from and to global
-// memory where the views allow it (unit column strides; out and each source the same rows or
-// disjoint, as binary_rows); otherwise the TLOADs, the chain over the tiles' rows into y, the
-// TSTORE.
+// TLOAD t_k, g_k for the sources the run loads; the chain's instructions; TSTORE out, y. `rest` is
+// one pair per source, (g_k, t_k) or (kFilled, t_k) for a tile filled before the run (a bias row
+// loaded outside the loop), then the chain's S scalars. A source tile is R x C, 1 x C (a row
+// broadcast down) or R x 1 (a column broadcast across). Row by row from and to global memory where
+// the views allow it (unit column strides; out and each loaded source the same rows or disjoint,
+// as binary_rows); otherwise the TLOADs, the chain over the tiles' rows into y, the TSTORE.
 template <bool Stream, int R, int C, class Ch, class... Rest>
 inline void chain_rows(GlobalView<float> out, Tile<float, R, C>& y, Ch ch, Rest&&... rest) {
   static_assert(C > 1, "chain_rows: a 1-column tile would broadcast");
   constexpr int N = Ch::kSources, S = Ch::kScalars;
-  static_assert(sizeof...(Rest) == size_t(2 * N + S), "chain_rows: N views and tiles, then S scalars");
+  static_assert(sizeof...(Rest) == size_t(2 * N + S),
+                "chain_rows: N sources (two arguments each), S scalars");
   auto all = std::forward_as_tuple(rest...);
-  GlobalView<float> g[N];
-  Tile<float, R, C>* t[N];
   float scalars[S > 0 ? S : 1];
-  detail::take_sources(all, g, t, std::make_index_sequence<N>{});
   detail::take_scalars<N>(all, scalars, std::make_index_sequence<S>{});
+  const bool in_place =
+      out.cs == 1 && detail::sources_in_place<R, C>(out, all, std::make_index_sequence<N>{});
+  detail::ChainSource src[N];
+  detail::take_sources<R, C>(in_place, all, src, std::make_index_sequence<N>{});
   using pto::detail::clamp0;
   using pto::detail::imin;
-  bool in_place = out.cs == 1;
   int64_t vr = R, vc = C;
-  for (int k = 0; k < N; ++k) {
-    in_place = in_place && g[k].cs == 1 && detail::rowwise_safe(out, g[k], R, C);
-    vr = imin(vr, clamp0(g[k].vr, R));
-    vc = imin(vc, clamp0(g[k].vc, C));
-  }
-  const float* src[N];
+  for (int k = 0; k < N; ++k) vr = imin(vr, src[k].lim_r), vc = imin(vc, src[k].lim_c);
   if (!in_place) {
-    for (int k = 0; k < N; ++k) TLOAD(*t[k], g[k]);
-    for (int64_t r = 0; r < vr; ++r) {
-      for (int k = 0; k < N; ++k) src[k] = t[k]->data + r * C;
-      detail::chain_row<false>(ch, y.data + r * C, src, scalars, vc);
-    }
+    for (int64_t r = 0; r < vr; ++r) detail::chain_row<false>(ch, y.data + r * C, src, r, scalars, vc);
     y.vr = int(vr), y.vc = int(vc);
     return detail::store_result<Stream>(out, y);
   }
   const int64_t wr = imin(clamp0(out.vr, R), vr), wc = imin(clamp0(out.vc, C), vc);
-  for (int64_t r = 0; r < wr; ++r) {
-    for (int k = 0; k < N; ++k) src[k] = g[k].ptr + r * g[k].rs;
-    detail::chain_row<Stream>(ch, out.ptr + r * out.rs, src, scalars, wc);
-  }
+  for (int64_t r = 0; r < wr; ++r) detail::chain_row<Stream>(ch, out.ptr + r * out.rs, src, r, scalars, wc);
   if constexpr (Stream) pto::detail::stream_fence();
-  for (int k = 0; k < N; ++k) t[k]->vr = int(clamp0(g[k].vr, R)), t[k]->vc = int(clamp0(g[k].vc, C));
   y.vr = int(vr), y.vc = int(vc);  // y is not written: dead after the store (matcher)
 }
 

@@ -1,5 +1,6 @@
 #include "backends/cpu/row_fusion_chain.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -35,31 +36,50 @@ struct Step {
 std::optional<RowFusion> match_chain(const std::vector<Stmt>& body, size_t i) {
   const std::map<Opcode, std::string>& unary = unary_functors();
   const std::map<Opcode, std::string>& binary = binary_functors();
+  // R x C: the first instruction's destination (each step's destination is a whole R x C tile).
   std::vector<int64_t> shape;
-  auto full_tile = [&](const View* v) {
+  for (size_t k = i; k < body.size() && shape.empty(); ++k) {
+    const Op* op = op_at(body, k);
+    if (!op || op->code != Opcode::TLOAD) {
+      const View* d = op ? view_of(*op, 0) : nullptr;
+      if (!d || !is_f32_tile(*d)) return std::nullopt;
+      shape = d->buf->shape;
+    }
+  }
+  if (shape.empty() || shape[1] < 2) return std::nullopt;
+  auto full_tile = [&](const View* v) { return v && is_f32_tile(*v) && v->buf->shape == shape; };
+  // A source: R x C, or 1 x C / R x 1 (broadcast down / across, as the instructions broadcast).
+  auto source_tile = [&](const View* v) {
     if (!v || !is_f32_tile(*v)) return false;
-    if (shape.empty()) shape = v->buf->shape;
-    return v->buf->shape == shape && shape[1] >= 2;
+    const std::vector<int64_t>& s = v->buf->shape;
+    return (s[0] == shape[0] || s[0] == 1) && (s[1] == shape[1] || s[1] == 1);
   };
-  std::vector<size_t> loads;                // the sources' TLOADs (offsets from i)
-  std::map<const Buffer*, Slot> current;    // each tile's slot now
-  std::map<const Buffer*, size_t> temp_of;  // each destination tile's intermediate
-  std::vector<unsigned> temp_deps;          // the sources each intermediate depends on (bits)
-  std::vector<const Buffer*> tiles;         // every tile of the run
+  // Sources: the run's TLOADs (offset from i) and the tiles filled before it (nullopt offset).
+  std::vector<std::optional<size_t>> loads;
+  std::vector<std::pair<size_t, size_t>> filled_at;  // (offset, operand) of a filled tile's first read
+  std::map<const Buffer*, Slot> current;             // each tile's slot now
+  std::map<const Buffer*, size_t> temp_of;           // each destination tile's intermediate
+  std::vector<unsigned> temp_deps;                   // the sources each intermediate depends on (bits)
+  std::vector<const Buffer*> written;                // the tiles the run writes
+  std::vector<const Buffer*> filled;                 // the tiles filled before it
   std::vector<Step> steps;
   std::vector<std::pair<size_t, size_t>> scalars;  // (offset, operand) of each scalar
   size_t n = 0;
   auto deps = [&](const Slot& s) { return s.temp ? temp_deps[s.index] : 1u << s.index; };
+  auto named = [&](const std::vector<const Buffer*>& v, const Buffer* b) {
+    return std::find(v.begin(), v.end(), b) != v.end();
+  };
   for (;; ++n) {
     const Op* op = op_at(body, i + n);
     if (!op) return std::nullopt;
     if (op->code == Opcode::TLOAD) {
       const View* d = view_of(*op, 0);
-      if (!full_tile(d) || !global_f32(*op, 1) || current.count(d->buf.get()) || loads.size() >= 16)
+      if (!source_tile(d) || !global_f32(*op, 1) || current.count(d->buf.get()) || loads.size() >= 16)
         return std::nullopt;
       current[d->buf.get()] = {false, loads.size()};
-      tiles.push_back(d->buf.get());
+      written.push_back(d->buf.get());
       loads.push_back(n);
+      filled_at.push_back({0, 0});
       continue;
     }
     if (op->code == Opcode::TSTORE) break;
@@ -79,12 +99,20 @@ std::optional<RowFusion> match_chain(const std::vector<Stmt>& body, size_t i) {
         continue;
       }
       const View* v = view_of(*op, k);
-      if (!full_tile(v) || !current.count(v->buf.get())) return std::nullopt;
-      reads.push_back(current.at(v->buf.get()));
+      if (!source_tile(v)) return std::nullopt;
+      const Buffer* b = v->buf.get();
+      if (!current.count(b)) {  // filled before the run: a source, if the run never writes it
+        if (named(written, b) || loads.size() >= 16) return std::nullopt;
+        current[b] = {false, loads.size()};
+        filled.push_back(b);
+        loads.push_back(std::nullopt);
+        filled_at.push_back({n, k});
+      }
+      reads.push_back(current.at(b));
       dep |= deps(reads.back());
     }
     const View* d = view_of(*op, 0);
-    if (!full_tile(d) || reads.empty()) return std::nullopt;
+    if (!full_tile(d) || reads.empty() || named(filled, d->buf.get())) return std::nullopt;
     st.a = reads[0];
     if (reads.size() > 1) st.b = reads[1];
     if (st.scalar) {
@@ -96,7 +124,7 @@ std::optional<RowFusion> match_chain(const std::vector<Stmt>& body, size_t i) {
       if (temp_of.size() >= kMaxTemps) return std::nullopt;
       temp_of[db] = temp_of.size();
       temp_deps.push_back(0);
-      if (!current.count(db)) tiles.push_back(db);
+      if (!named(written, db)) written.push_back(db);
     }
     st.dst = {true, temp_of.at(db)};
     temp_deps[st.dst.index] = dep;
@@ -112,7 +140,7 @@ std::optional<RowFusion> match_chain(const std::vector<Stmt>& body, size_t i) {
   // The last step's result, depending on every source (its valid region is theirs, intersected).
   if (!out.temp || out.index != steps.back().dst.index || deps(out) != (1u << loads.size()) - 1)
     return std::nullopt;
-  for (const Buffer* b : tiles)
+  for (const Buffer* b : written)
     if (!dead_from(body, i + n + 1, b)) return std::nullopt;
 
   const size_t sources = loads.size();
@@ -136,9 +164,14 @@ std::optional<RowFusion> match_chain(const std::vector<Stmt>& body, size_t i) {
   f.global = true;
   f.count = n + 1;
   f.args = {{K::Global, n, 0}, {K::Tile, n, 1}, {K::Text, 0, 0, chain}};
-  for (size_t l : loads) {
-    f.args.push_back({K::Global, l, 1});
-    f.args.push_back({K::Tile, l, 0});
+  for (size_t k = 0; k < loads.size(); ++k) {
+    if (loads[k]) {
+      f.args.push_back({K::Global, *loads[k], 1});
+      f.args.push_back({K::Tile, *loads[k], 0});
+    } else {
+      f.args.push_back({K::Text, 0, 0, "pto::fused::kFilled"});
+      f.args.push_back({K::Tile, filled_at[k].first, filled_at[k].second});
+    }
   }
   for (const auto& [stmt, k] : scalars) f.args.push_back({K::Scalar, stmt, k});
   return f;

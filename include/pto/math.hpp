@@ -25,6 +25,15 @@ PTO_INLINE float sel(bool c, float a, float b) {
   const uint32_t m = 0u - uint32_t(c);
   return bit_cast<float>((bit_cast<uint32_t>(a) & m) | (bit_cast<uint32_t>(b) & ~m));
 }
+// a * b + c rounded once: one instruction where the target has FMA (a library call where it
+// has not; exact either way).
+PTO_INLINE float fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return __builtin_fmaf(a, b, c);
+#endif
+}
 PTO_INLINE bool is_nan(float x) { return (bit_cast<uint32_t>(x) & 0x7fffffffu) > 0x7f800000u; }
 
 // ---- exp ---------------------------------------------------------------------------------------
@@ -87,11 +96,12 @@ PTO_INLINE float tanh(float x) {
   p = p * z - 5.37397151e-02f;
   p = p * z + 1.33314422e-01f;
   p = p * z - 3.33332819e-01f;
-  float small = x + x * z * p;
+  // One FMA, written out: whether GCC contracts x + (x z) p by itself depends on the context it
+  // is inlined into, and the span form (cpu/vactivation.hpp) must give the same bits.
+  float small = fma(x * z, p, x);
   float a = fabs(x);
   float big = 1.0f - 2.0f / (exp(2.0f * a) + 1.0f);
-  big = copysign_bits(big, x);
-  return sel(a < 0.625f, small, big);
+  return copysign_bits(sel(a < 0.625f, small, big), x);  // small's sign is x's, but at -0 (-0 + +0)
 }
 PTO_INLINE double tanh(double x) { return __builtin_tanh(x); }
 
@@ -138,13 +148,7 @@ PTO_INLINE float erfc_core(float a, float a2h, float a2l) {
   return exp(hi) * (1.0f + lo) * t;
 }
 // a * b as hi + lo exactly (lo = the product's rounding error, from one FMA).
-PTO_INLINE float product_error(float a, float b, float hi) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, -hi);
-#else
-  return __builtin_fmaf(a, b, -hi);  // one instruction where the target has FMA; exact either way
-#endif
-}
+PTO_INLINE float product_error(float a, float b, float hi) { return fma(a, b, -hi); }
 PTO_INLINE float erfc_big(float a) {
   const float a2 = a * a;
   return erfc_core(a, a2, product_error(a, a, a2));

@@ -438,15 +438,17 @@ TEST(CpuCodegen, ColumnLoopOwnsTheTilesAllocatedOutsideIt) {
 }
 
 // An elementwise chain (row_fusion_chain.cpp): TLOAD ta, tb; tc = tb - ta; tc = 1 - tc; td = tc * ta;
-// TSTORE td. One chain_rows call, with the operands each way round; not when a tile of the run is
-// read after it (`keep`: D gets tc), nor when a step reads a tile the run did not load (`outside`:
-// te, filled before the loop).
-Program chain_nest(bool keep, bool outside) {
+// TSTORE td. One chain_rows call, with the operands each way round. Variants: 1, a tile of the run
+// read after it (D gets tc): not fused; 2, the last step reads te, filled before the column loop
+// and only read by the run: fused, te a kFilled source; 3, the last step writes te (te = tc * te,
+// TSTORE te): a tile filled before the run and written by it, not fused.
+Program chain_nest(int variant) {
   const int64_t M = 10, N = 70;
   auto A = param("A", {M, N}), B = param("B", {M, N}), C = output("C", {M, N}), D = output("D", {M, 32});
   auto ta = tile("ta", 4, 32), tb = tile("tb", 4, 32), tc = tile("tc", 4, 32), td = tile("td", 4, 32),
        te = tile("te", 4, 32);
   Expr i = V("i"), j = V("j");
+  const auto& last = variant == 3 ? te : td;
   std::vector<Stmt> row = {
       alloc(ta),
       alloc(tb),
@@ -454,39 +456,42 @@ Program chain_nest(bool keep, bool outside) {
       alloc(td),
       alloc(te),
       op(Opcode::TLOAD, {W(te), clamped(B, i, I(0), 4, 32)}),
-      for_loop(
-          "j", I(0), I(N), I(32),
-          {op(Opcode::TLOAD, {W(ta), clamped(A, i, j, 4, 32)}),
-           op(Opcode::TLOAD, {W(tb), clamped(B, i, j, 4, 32)}), op(Opcode::TSUB, {W(tc), W(tb), W(ta)}),
-           op(Opcode::TSUB, {W(tc), F(1.0), W(tc)}), op(Opcode::TMUL, {W(td), W(tc), W(outside ? te : ta)}),
-           op(Opcode::TSTORE, {clamped(C, i, j, 4, 32), W(td)})})};
-  if (keep) row.push_back(op(Opcode::TSTORE, {clamped(D, i, I(0), 4, 32), W(tc)}));
+      for_loop("j", I(0), I(N), I(32),
+               {op(Opcode::TLOAD, {W(ta), clamped(A, i, j, 4, 32)}),
+                op(Opcode::TLOAD, {W(tb), clamped(B, i, j, 4, 32)}), op(Opcode::TSUB, {W(tc), W(tb), W(ta)}),
+                op(Opcode::TSUB, {W(tc), F(1.0), W(tc)}),
+                op(Opcode::TMUL, {W(last), W(tc), W(variant >= 2 ? te : ta)}),
+                op(Opcode::TSTORE, {clamped(C, i, j, 4, 32), W(last)})})};
+  if (variant == 1) row.push_back(op(Opcode::TSTORE, {clamped(D, i, I(0), 4, 32), W(tc)}));
   return program("chain_nest", {A, B, C, D}, {pfor("i", I(0), I(M), I(4), row)});
 }
 
 TEST(CpuCodegen, ElementwiseChainIsOneCallWhereItsTilesAreItsOwn) {
   REQUIRE_PTO_HEADERS();
-  for (int variant = 0; variant < 3; ++variant) {
-    const bool keep = variant == 1, outside = variant == 2;
-    Program p = chain_nest(keep, outside);
+  for (int variant = 0; variant < 4; ++variant) {
+    Program p = chain_nest(variant);
     std::string src = pypto::cpu::generate_cpp(p);
-    EXPECT_EQ(src.find("chain_rows") != std::string::npos, variant == 0) << src;
-    if (variant != 0) {  // the instructions as written
+    const bool fused = variant == 0 || variant == 2;
+    EXPECT_EQ(src.find("chain_rows") != std::string::npos, fused) << variant << src;
+    if (!fused) {  // the instructions as written
       EXPECT_NE(src.find("pto::TSUB(t_tc, t_tb, t_ta);"), std::string::npos) << src;
       EXPECT_NE(src.find("pto::TSUB(t_tc, pto::elem::cast<float>(1.0), t_tc);"), std::string::npos) << src;
-    } else {
+    } else if (variant == 0) {
       EXPECT_NE(src.find("pto::fused::Chain<2, 2, 1, 3, pto::fused::Binary<pto::detail::OpSub, 2, 1, 0>, "
                          "pto::fused::Scalar<pto::detail::OpSub, 2, 2, 0, true>, "
                          "pto::fused::Binary<pto::detail::OpMul, 3, 2, 0>>{}"),
                 std::string::npos)
           << src;
+    } else {  // te, the third source, read where it lies
+      EXPECT_NE(src.find("pto::fused::Binary<pto::detail::OpMul, 4, 3, 2>>{}"), std::string::npos) << src;
+      EXPECT_NE(src.find("pto::fused::kFilled, t_te"), std::string::npos) << src;
     }
     HostF A = random_f32({10, 70}, 5), B = random_f32({10, 70}, 6);
     HostF C = nan_f32({10, 70}), D = nan_f32({10, 32}), Ci = nan_f32({10, 70}), Di = nan_f32({10, 32});
     run_cpu(p, {{A.arg(), B.arg(), C.arg(), D.arg()}, {}});
     pypto::interp::interpret(p, {{A.arg(), B.arg(), Ci.arg(), Di.arg()}, {}});
-    EXPECT_EQ(rel_err(C.data, Ci.data), 0.0);
-    if (keep) {
+    EXPECT_EQ(rel_err(C.data, Ci.data), 0.0) << variant;
+    if (variant == 1) {
       EXPECT_EQ(rel_err(D.data, Di.data), 0.0);
     }
   }

@@ -3,8 +3,8 @@
 // without -march (the portable paths): a self-checking program.
 // - exp_span equals math::exp (the element semantics) bit for bit, on a sweep of the float range
 //   with the special values, and is within 2 ulp of double-precision exp on the normal range;
-// - gelu_span (vgelu.hpp) equals math::gelu bit for bit on such a sweep, its range edges and a
-//   dense grid where its two formulas meet;
+// - gelu_span, tanh_span, sigmoid_span and silu_span (vactivation.hpp) equal math::'s functions
+//   bit for bit on such a sweep, their range edges and a dense grid where their formulas meet;
 // - each fused row function computes what its instruction sequence computes (tile form and
 //   global form, partial valid regions, odd widths, a strided view, inf / NaN rows);
 // - binary_rows and gather_rows (gather.hpp) equal the instructions they stand for.
@@ -50,19 +50,33 @@ static void exp_checks() {
   CHECK(worst <= 2.0, "exp: %.2f ulp from double", worst);
 }
 
-static void gelu_checks() {
+template <class Span, class Ref>
+static void activation_checks(const char* name, Span span, Ref ref) {
   std::vector<float> x;
   const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 16.0f, -16.0f, 16.0001f, -16.0001f,
                             15.0f, -15.0f, 15.0001f, -15.0001f, 1.4142135f, -1.4142135f, 1.4142137f,
-                            -1.4142137f, 14.849242f, -14.849242f, 1e30f, -1e30f, 1e-40f, -1e-40f};
+                            -1.4142137f, 14.849242f, -14.849242f, 0.625f, -0.625f, 0.62499994f, -0.62499994f,
+                            200.0f, -200.0f, -200.00002f, 88.0f, -88.0f, 1e30f, -1e30f, 1e-40f, -1e-40f};
   for (float s : specials) x.push_back(s);
   for (uint64_t b = 0; b < (1ull << 32); b += 4099) x.push_back(bit_cast<float>(uint32_t(b)));
   for (int i = 0; i <= 200001; ++i) x.push_back(-8.0f + 16.0f * float(i) / 200000.0f);  // odd count: a tail
   std::vector<float> y(x.size());
-  detail::gelu_span(y.data(), x.data(), int64_t(x.size()));
+  span(y.data(), x.data(), int64_t(x.size()));
   for (size_t i = 0; i < x.size(); ++i)
-    CHECK(same(y[i], math::gelu(x[i])), "gelu(%a): %a, math::gelu %a", x[i], y[i], math::gelu(x[i]));
-  CHECK(y[2] == INFINITY && same(y[3], -0.0f) && y[4] != y[4] && same(y[1], -0.0f), "gelu specials");
+    CHECK(same(y[i], ref(x[i])), "%s(%a): %a, math:: %a", name, x[i], y[i], ref(x[i]));
+}
+static void activations_checks() {
+  activation_checks("gelu", detail::gelu_span, [](float v) { return math::gelu(v); });
+  activation_checks("tanh", detail::tanh_span, [](float v) { return math::tanh(v); });
+  activation_checks("sigmoid", detail::sigmoid_span, [](float v) { return math::sigmoid(v); });
+  activation_checks("silu", detail::silu_span, [](float v) { return math::silu(v); });
+  std::vector<float> s = {INFINITY, -INFINITY, NAN, -0.0f}, y(4);
+  detail::gelu_span(y.data(), s.data(), 4);
+  CHECK(y[0] == INFINITY && same(y[1], -0.0f) && y[2] != y[2] && same(y[3], -0.0f), "gelu specials");
+  detail::silu_span(y.data(), s.data(), 4);
+  CHECK(y[0] == INFINITY && same(y[1], -0.0f) && y[2] != y[2], "silu specials");
+  detail::tanh_span(y.data(), s.data(), 4);
+  CHECK(y[0] == 1.0f && y[1] == -1.0f && y[2] != y[2] && same(y[3], -0.0f), "tanh specials");
 }
 
 constexpr int R = 3, C = 203;  // odd width: blocks of 32 and 16 and a tail
@@ -255,7 +269,7 @@ static void gather_checks() {
 
 int main() {
   exp_checks();
-  gelu_checks();
+  activations_checks();
   binary_checks();
   gather_checks();
   for (int kind = 0; kind < 5; ++kind) {

@@ -14,8 +14,8 @@
 // Element semantics (integer wrap, x / 0, NaN/inf rules): pto/elem.hpp, one function per opcode.
 #pragma once
 #include "pto/cpu/types.hpp"
+#include "pto/cpu/vactivation.hpp"
 #include "pto/cpu/vexp.hpp"
-#include "pto/cpu/vgelu.hpp"
 #include "pto/elem.hpp"
 #include "pto/math.hpp"
 
@@ -355,17 +355,25 @@ inline void float_span_tile(Tile<float, R, C>& dst, const Tile<float, R2, C2>& s
   dst.vc = int(vc);
 }
 
-// The float unary instructions with a vector form over spans (vexp.hpp, vgelu.hpp), whose results
+// The float unary instructions with a vector form over spans (vexp.hpp, vactivation.hpp), whose results
 // are their functor's bit for bit: span_form<Op>(d, s, n) computes d[i] = Op{}(s[i]).
 template <class Op>
-constexpr bool has_span_form = std::is_same_v<Op, OpExp> || std::is_same_v<Op, OpGelu>;
+constexpr bool has_span_form =
+    std::is_same_v<Op, OpExp> || std::is_same_v<Op, OpGelu> || std::is_same_v<Op, OpTanh> ||
+    std::is_same_v<Op, OpSigmoid> || std::is_same_v<Op, OpSilu>;
 template <class Op>
 PTO_INLINE void span_form(float* d, const float* s, int64_t n) {
   static_assert(has_span_form<Op>);
   if constexpr (std::is_same_v<Op, OpExp>)
     exp_span(d, s, n);
-  else
+  else if constexpr (std::is_same_v<Op, OpGelu>)
     gelu_span(d, s, n);
+  else if constexpr (std::is_same_v<Op, OpTanh>)
+    tanh_span(d, s, n);
+  else if constexpr (std::is_same_v<Op, OpSigmoid>)
+    sigmoid_span(d, s, n);
+  else
+    silu_span(d, s, n);
 }
 
 template <int R, int C, int R2, int C2>
@@ -409,11 +417,8 @@ PTO_DEFINE_UNARY(TABS, OpAbs)
 PTO_DEFINE_UNARY(TLOG, OpLog)
 PTO_DEFINE_UNARY(TRECIP, OpRecip)
 PTO_DEFINE_UNARY(TRELU, OpRelu)
-PTO_DEFINE_UNARY(TTANH, OpTanh)
-PTO_DEFINE_UNARY(TSIGMOID, OpSigmoid)
 PTO_DEFINE_UNARY(TERF, OpErf)
 PTO_DEFINE_UNARY(TGELU_TANH, OpGeluTanh)
-PTO_DEFINE_UNARY(TSILU, OpSilu)
 PTO_DEFINE_UNARY(TFLOOR, OpFloor)
 PTO_DEFINE_UNARY(TNOT, OpNot)
 PTO_DEFINE_UNARY(TTAN, OpTan)
@@ -437,8 +442,8 @@ inline void TSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
   else
     detail::unary(dst, src, detail::OpSqrt{});
 }
-// float exp and gelu through their span forms (vexp.hpp, vgelu.hpp): math::exp's and math::gelu's
-// results in fewer instructions.
+// float exp and the activations with a span form (vexp.hpp, vactivation.hpp): math::'s results in
+// fewer instructions.
 #define PTO_DEFINE_SPAN_UNARY(NAME, OP)                                 \
   template <class D, int R, int C, class S, int R2, int C2>             \
   inline void NAME(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {    \
@@ -449,6 +454,9 @@ inline void TSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {
   }
 PTO_DEFINE_SPAN_UNARY(TEXP, OpExp)
 PTO_DEFINE_SPAN_UNARY(TGELU, OpGelu)
+PTO_DEFINE_SPAN_UNARY(TTANH, OpTanh)
+PTO_DEFINE_SPAN_UNARY(TSIGMOID, OpSigmoid)
+PTO_DEFINE_SPAN_UNARY(TSILU, OpSilu)
 #undef PTO_DEFINE_SPAN_UNARY
 template <class D, int R, int C, class S, int R2, int C2>
 inline void TRSQRT(Tile<D, R, C>& dst, const Tile<S, R2, C2>& src) {

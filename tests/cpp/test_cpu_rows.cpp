@@ -5,7 +5,8 @@
 //   with the special values, and is within 2 ulp of double-precision exp on the normal range;
 // - gelu_span, tanh_span, sigmoid_span and silu_span (vactivation.hpp) equal math::'s functions
 //   bit for bit on such a sweep, their range edges and a dense grid where their formulas meet;
-// - each fused row function computes what its instruction sequence computes (tile form and
+// - each fused row function (softmax also after a scale) computes what its instruction sequence computes
+// (tile form and
 //   global form, partial valid regions, odd widths, a strided view, inf / NaN rows);
 // - binary_rows and gather_rows (gather.hpp) equal the instructions they stand for.
 #include <sys/wait.h>
@@ -133,6 +134,38 @@ static void softmax_checks(int vr, int vc, int kind) {
                              gview(tr.data(), int64_t(1), int64_t(R), int64_t(vr), int64_t(vc)), xg, eg, mg, sg);
   for (int r = 0; r < vr; ++r)
     for (int c = 0; c < vc; ++c) CHECK(same(out2[r * C + c], e.data[r * C + c]), "softmax strided [%d,%d]", r, c);
+}
+
+// The softmax after the scores' scale (mul_softmax_rows / div_softmax_rows): a power-of-two
+// divisor (taken as a product), another divisor, two factors; tile form (also in place, as the
+// attention's scores) and global form. Row 0 of kind 0 holds subnormal-making values.
+static void scaled_softmax_checks(int vr, int vc, int kind) {
+  const float scales[] = {8.0f, 11.3137085f, 0.125f, 0.0883883476f};
+  for (int k = 0; k < 4; ++k) {
+    const bool div = k < 2;
+    const float f = scales[k];
+    Full x, y, e, e2, e3; Col m, s, m2, s2;
+    fill(x, vr, vc, kind);
+    if (kind == 0)
+      for (int c = 0; c < C; ++c) x.data[c] *= 1e-38f;
+    if (div) TDIV(y, x, f); else TMUL(y, x, f);
+    TROWMAX(m, y); TSUB(e, y, m); TEXP(e, e); TROWSUM(s, e); TRECIP(s, s); TMUL(e, e, s);
+    if (div) fused::div_softmax_rows(e2, x, m2, s2, f); else fused::mul_softmax_rows(e2, x, m2, s2, f);
+    expect_same_tile(e2, e, 0.0f, div ? "div_softmax" : "mul_softmax");
+    expect_same_col(m2, m, 0.0f, "scaled softmax max");
+    expect_same_col(s2, s, 0.0f, "scaled softmax 1/sum");
+    e3 = x;  // in place
+    if (div) fused::div_softmax_rows(e3, e3, m2, s2, f); else fused::mul_softmax_rows(e3, e3, m2, s2, f);
+    expect_same_tile(e3, e, 0.0f, "scaled softmax in place");
+    std::vector<float> in(R * C), out(R * C, -7.0f);
+    for (int i = 0; i < R * C; ++i) in[i] = x.data[i];
+    Full xg, eg; Col mg, sg;
+    auto o = gview(out.data(), int64_t(C), int64_t(1), int64_t(vr), int64_t(vc));
+    auto g = gview(in.data(), int64_t(C), int64_t(1), int64_t(vr), int64_t(vc));
+    if (div) fused::div_softmax_rows<true>(o, g, xg, eg, mg, sg, f); else fused::mul_softmax_rows<true>(o, g, xg, eg, mg, sg, f);
+    for (int r = 0; r < vr; ++r)
+      for (int c = 0; c < vc; ++c) CHECK(same(out[r * C + c], e.data[r * C + c]), "scaled softmax global [%d,%d]", r, c);
+  }
 }
 
 static void norm_checks(int vr, int vc, int kind, bool use_w, bool use_b) {
@@ -275,6 +308,8 @@ int main() {
   for (int kind = 0; kind < 5; ++kind) {
     softmax_checks(R, C, kind);
     softmax_checks(2, 37, kind);
+    scaled_softmax_checks(R, C, kind);
+    scaled_softmax_checks(3, 37, kind);
     norm_checks(R, C, kind, kind != 1, kind != 2);
     norm_checks(2, 100, kind, true, true);
   }

@@ -34,8 +34,32 @@ PTO_INLINE void prefetch_next(const float* next, int64_t i) {
   if (next) __builtin_prefetch(next + i, 0, 2);  // into L2: the row in hand fills L1
 }
 
-// d[i] = exp(s[i] - m); returns the sum of d in TROWSUM's order.
-PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m, const float* next) {
+// The scores' scale a softmax may start with (TMUL x, x, f or TDIV x, x, d): y = x * f or x / d,
+// rounded before anything else uses it (the empty asm: no FMA with the next subtraction).
+struct NoScale {
+  PTO_INLINE float operator()(float x) const { return x; }
+#ifdef PTO_VF16
+  PTO_INLINE vf16 operator()(vf16 x) const { return x; }
+#endif
+};
+struct ScaleMul {
+  float f;
+  PTO_INLINE float operator()(float x) const { return rounded(elem::mul(x, f)); }
+#ifdef PTO_VF16
+  PTO_INLINE vf16 operator()(vf16 x) const { return vf16_rounded(x * f); }
+#endif
+};
+struct ScaleDiv {
+  float d;
+  PTO_INLINE float operator()(float x) const { return elem::div(x, d); }
+#ifdef PTO_VF16
+  PTO_INLINE vf16 operator()(vf16 x) const { return x / d; }
+#endif
+};
+
+// d[i] = exp(y[i] - m), y = scale(s); returns the sum of d in TROWSUM's order.
+template <class Scale = NoScale>
+PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m, const float* next, Scale sc = {}) {
   float acc[32];
   for (float& a : acc) a = 0.0f;
   int64_t i = 0;
@@ -45,7 +69,7 @@ PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m, const
   for (; i + 32 <= n; i += 32) {
     prefetch_next(next, i);
     prefetch_next(next, i + 16);
-    const vf16 e0 = vexp16(vf16_load(s + i) - mv), e1 = vexp16(vf16_load(s + i + 16) - mv);
+    const vf16 e0 = vexp16(sc(vf16_load(s + i)) - mv), e1 = vexp16(sc(vf16_load(s + i + 16)) - mv);
     vf16_store(d + i, e0);
     vf16_store(d + i + 16, e1);
     a0 += e0;
@@ -56,16 +80,32 @@ PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m, const
 #else
   for (; i + 32 <= n; i += 32)
     for (int j = 0; j < 32; ++j) {
-      d[i + j] = elem::exp(elem::sub(s[i + j], m));
+      d[i + j] = elem::exp(elem::sub(sc(s[i + j]), m));
       acc[j] = elem::add(acc[j], d[i + j]);
     }
 #endif
   float tail = 0.0f;
   for (; i < n; ++i) {
-    d[i] = elem::exp(elem::sub(s[i], m));
+    d[i] = elem::exp(elem::sub(sc(s[i]), m));
     tail = elem::add(tail, d[i]);
   }
   return combine32(acc, tail);
+}
+
+// The row maximum of scale(s) in TROWMAX's order (reduce_span's lanes and combining steps).
+template <class Scale>
+PTO_INLINE float max_scaled(const float* s, int64_t n, Scale sc) {
+  constexpr int L = 32;
+  float acc[L];
+  for (float& a : acc) a = MaxR<float>::init();
+  const int64_t nb = n / L * L;
+  for (int64_t i = 0; i < nb; i += L)
+    for (int j = 0; j < L; ++j) acc[j] = MaxR<float>{}(acc[j], sc(s[i + j]));
+  float tail = MaxR<float>::init();
+  for (int64_t i = nb; i < n; ++i) tail = MaxR<float>{}(tail, sc(s[i]));
+  for (int w = L / 2; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] = MaxR<float>{}(acc[j], acc[j + w]);
+  return MaxR<float>{}(acc[0], tail);
 }
 
 // The element a norm centres: s[i] - c0, then - c1 when Two (a layer norm's shift, then the mean
@@ -204,11 +244,15 @@ struct Streaming {
 
 // One row of each sequence: d (the result row) from x, through tmp (a scratch row, or d itself)
 // where the sequence needs its intermediate. Per-row scalars through the pointers.
-template <bool NT>
+template <bool NT, class Scale = NoScale>
 PTO_INLINE void softmax_row(Streaming<NT> how, float* d, float* tmp, const float* x, int64_t n, float* m,
-                            float* s) {
-  const float mr = reduce_span<float>(x, n, MaxR<float>{});
-  const float inv = elem::recip(exp_sub_sum(tmp, x, n, mr, how.next));
+                            float* s, Scale sc = {}) {
+  float mr;
+  if constexpr (std::is_same_v<Scale, NoScale>)
+    mr = reduce_span<float>(x, n, MaxR<float>{});
+  else
+    mr = max_scaled(x, n, sc);
+  const float inv = elem::recip(exp_sub_sum(tmp, x, n, mr, how.next, sc));
   normalize_span_wb<false, false, false, NT>(d, tmp, n, 0.0f, 0.0f, inv, nullptr,
                                              nullptr);  // e * inv (e - 0 == e)
   *m = mr;
@@ -413,6 +457,68 @@ inline void softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float
         detail::softmax_row(nt, d, tmp, xr, n, &m.data[r], &s.data[r]);
       },
       m, s);
+}
+
+// The softmax sequence after the scores' scale, TMUL e, x, f (mul_softmax_rows) or TDIV e, x, d
+// (div_softmax_rows): the scale applied as each pass reads the row (the row maximum of the scaled
+// values, then exp(scaled - max)), not a pass of its own. A division by a power of two is the
+// multiplication by its reciprocal (the same real value, rounded once: the same bits).
+namespace detail {
+PTO_INLINE bool exact_reciprocal(float d) {
+  const uint32_t b = bit_cast<uint32_t>(d), e = (b >> 23) & 0xff;
+  return (b & 0x7fffff) == 0 && e >= 2 && e <= 252;  // 2^k with 2^-k normal too
+}
+template <class Rows>
+PTO_INLINE void by_divisor(float d, Rows rows) {
+  if (exact_reciprocal(d))
+    rows(ScaleMul{1.0f / d});
+  else
+    rows(ScaleDiv{d});
+}
+}  // namespace detail
+template <int R, int C>
+inline void mul_softmax_rows(Tile<float, R, C>& e, const Tile<float, R, C>& x, Tile<float, R, 1>& m,
+                             Tile<float, R, 1>& s, float f) {
+  detail::tile_rows(
+      e, x,
+      [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
+        detail::softmax_row(nt, d, tmp, xr, n, &m.data[r], &s.data[r], detail::ScaleMul{f});
+      },
+      m, s);
+}
+template <bool Stream, int R, int C>
+inline void mul_softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                             Tile<float, R, C>& e, Tile<float, R, 1>& m, Tile<float, R, 1>& s, float f) {
+  detail::global_rows<Stream>(
+      out, in, x, e,
+      [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
+        detail::softmax_row(nt, d, tmp, xr, n, &m.data[r], &s.data[r], detail::ScaleMul{f});
+      },
+      m, s);
+}
+template <int R, int C>
+inline void div_softmax_rows(Tile<float, R, C>& e, const Tile<float, R, C>& x, Tile<float, R, 1>& m,
+                             Tile<float, R, 1>& s, float dv) {
+  detail::by_divisor(dv, [&](auto sc) {
+    detail::tile_rows(
+        e, x,
+        [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
+          detail::softmax_row(nt, d, tmp, xr, n, &m.data[r], &s.data[r], sc);
+        },
+        m, s);
+  });
+}
+template <bool Stream, int R, int C>
+inline void div_softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                             Tile<float, R, C>& e, Tile<float, R, 1>& m, Tile<float, R, 1>& s, float dv) {
+  detail::by_divisor(dv, [&](auto sc) {
+    detail::global_rows<Stream>(
+        out, in, x, e,
+        [&](auto nt, float* d, float* tmp, const float* xr, int64_t n, int64_t r) {
+          detail::softmax_row(nt, d, tmp, xr, n, &m.data[r], &s.data[r], sc);
+        },
+        m, s);
+  });
 }
 
 // TMUL (dead), x, x; TROWSUM r, (dead); TDIV r, r, cnt; TADD r, r, eps; TRSQRT r, r; TMUL z, x, r;

@@ -32,8 +32,36 @@ struct Pattern {
   std::vector<std::string> in_place = {};
 };
 
+// The softmax sequence after a first step (the scores' scale), its result in E.
+std::vector<Step> softmax_after(Step first) {
+  return {first,
+          {Opcode::TROWMAX, {"m", "E"}},
+          {Opcode::TSUB, {"E", "E", "m"}},
+          {Opcode::TEXP, {"E", "E"}},
+          {Opcode::TROWSUM, {"s", "E"}},
+          {Opcode::TRECIP, {"s", "s"}},
+          {Opcode::TMUL, {"E", "E", "s"}}};
+}
+
 const std::vector<Pattern>& patterns() {
   static const std::vector<Pattern> p = {
+      // attention's scores scaled by 1/sqrt(d) first: the scale applied as the passes read the row
+      {"mul_softmax_rows",
+       softmax_after({Opcode::TMUL, {"E", "X", "$f"}}),
+       "X",
+       "E",
+       {},
+       {"m", "s", "$f"},
+       false,
+       {"X", "E"}},
+      {"div_softmax_rows",
+       softmax_after({Opcode::TDIV, {"E", "X", "$d"}}),
+       "X",
+       "E",
+       {},
+       {"m", "s", "$d"},
+       false,
+       {"X", "E"}},
       {"softmax_rows",
        {{Opcode::TROWMAX, {"m", "X"}},
         {Opcode::TSUB, {"E", "X", "m"}},

@@ -198,12 +198,13 @@ def test_a_chain_of_scalar_ops_stays_correct():
 
 
 def test_attention_scores_softmax_in_place_is_one_call():
-    """The seed attention's softmax runs in place on the scores tile (TSUB s, s, m; TEXP s, s...):
-    one softmax_rows call, each row's passes in L1, instead of one pass per instruction."""
+    """The seed attention's softmax runs in place on the scores tile (TDIV s, s, sqrt(d); TROWMAX
+    m, s; TSUB s, s, m; TEXP s, s...): one call with the scale folded in (div_softmax_rows), each
+    row's passes in L1, instead of one pass per instruction."""
     from pypto import seed_kernels
     kernel = pypto.jit(seed_kernels.optimized_attention, fusion=True, backend="cpu")
     q, k, v = (rand(1, 3, 300, 32) for _ in range(3))
-    assert "pto::fused::softmax_rows(" in kernel.lower(q, k, v).as_text("source")
+    assert "pto::fused::div_softmax_rows(" in kernel.lower(q, k, v).as_text("source")
     s = torch.from_numpy(q).double() @ torch.from_numpy(k).double().transpose(-2, -1) / np.sqrt(32)
     ref = (torch.softmax(s, -1) @ torch.from_numpy(v).double()).numpy()
     out = kernel(q, k, v)

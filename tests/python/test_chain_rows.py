@@ -1,5 +1,5 @@
 """Elementwise chains in the CPU backend (src/backends/cpu/row_fusion_chain.cpp,
-include/pto/cpu/chain_rows.hpp): TLOADs, two or more elementwise f32 instructions and the TSTORE of
+include/pto/cpu/chain_rows.hpp): TLOADs, elementwise f32 instructions and the TSTORE of
 the last result are one call that reads the sources' rows in place and writes the result once.
 
 The reference for bit-for-bit checks is the same chain run one instruction per kernel: each such
@@ -99,6 +99,7 @@ BROADCASTS = {
     "(x-c)*x": (lambda x, b, c: (x - c) * x, lambda x, b, c: MUL(SUB(x, c), x)),
     "(b-x)/c+b": (lambda x, b, c: (b - x) / c + b, lambda x, b, c: ADD(DIV(SUB(b, x), c), b)),
     "c*b+x": (lambda x, b, c: c * b + x, lambda x, b, c: ADD(MUL(c, b), x)),
+    "x+b": (lambda x, b, c: x + b, lambda x, b, c: ADD(x, b)),  # one instruction: a bias add
 }
 MUL2 = one(lambda a: a * 2.0)
 

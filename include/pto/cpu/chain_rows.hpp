@@ -1,4 +1,4 @@
-// Elementwise chains over rows: TLOADs of N sources, two or more elementwise f32 instructions on
+// Elementwise chains over rows: TLOADs of N sources, one or more elementwise f32 instructions on
 // whole R x C tiles (unary, tile-tile binary, binary with a scalar), and the TSTORE of the last
 // one's result (src/backends/cpu/row_fusion_chain.cpp matches them). `x * y + 1`, `relu(x) + b`,
 // `x * sigmoid(x)` as written run one instruction per pass over the tile, after a copy of each

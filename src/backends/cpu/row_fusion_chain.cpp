@@ -133,8 +133,10 @@ std::optional<RowFusion> match_chain(const std::vector<Stmt>& body, size_t i) {
   }
   const Op* store = op_at(body, i + n);
   const View* y = view_of(*store, 1);
-  if (steps.size() < 2 || loads.empty() || !global_f32(*store, 0) || !full_tile(y) ||
-      !current.count(y->buf.get()))
+  // At least one source read from memory in the run (where all are tiles already, the
+  // instructions as written are as good).
+  const bool loads_one = std::any_of(loads.begin(), loads.end(), [](const auto& l) { return l.has_value(); });
+  if (steps.empty() || !loads_one || !global_f32(*store, 0) || !full_tile(y) || !current.count(y->buf.get()))
     return std::nullopt;
   const Slot out = current.at(y->buf.get());
   // The last step's result, depending on every source (its valid region is theirs, intersected).

@@ -109,8 +109,8 @@ def test_cumsum_gradient():
 
 def test_streaming_store_of_an_output_bigger_than_the_cache():
     """A kernel output bigger than the last-level cache is stored with streaming stores (TSTORE's
-    kStream hint): rows of 1001 floats start at every alignment, so the unaligned head and tail
-    of each row are covered too."""
+    kStream hint, or an elementwise chain's own): rows of 1001 floats start at every alignment, so
+    the unaligned head and tail of each row are covered too."""
     cols = 1001
     rows = pypto.target()["caches"]["l3"] // (cols * 4) + 3
     x = rand(rows, cols)
@@ -122,4 +122,10 @@ def test_streaming_store_of_an_output_bigger_than_the_cache():
     out = poisoned(rows, cols)
     pypto.jit(f)(x, y, out)
     np.testing.assert_array_equal(out, x * np.float32(2.0) + y)
-    assert "pto::kStream" in pypto.jit(f).lower(x, y, out).as_text("source")
+    src = pypto.jit(f).lower(x, y, out).as_text("source")
+    assert "pto::fused::chain_rows<true>" in src  # (an elementwise chain: its own streaming stores)
+    f_plain = pypto.jit(f, fusion="off")  # one instruction per nest: TSTORE's kStream hint
+    out = poisoned(rows, cols)
+    f_plain(x, y, out)
+    np.testing.assert_array_equal(out, x * np.float32(2.0) + y)
+    assert "pto::kStream" in f_plain.lower(x, y, out).as_text("source")

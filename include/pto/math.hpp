@@ -87,15 +87,27 @@ PTO_INLINE float log(float x) {
 }
 PTO_INLINE double log(double x) { return __builtin_log(x); }
 
+// ---- polynomials -------------------------------------------------------------------------------
+// c[0] z^(N-1) + ... + c[N-1] by Horner's rule, each step p * z + c (contracted to one FMA), for a
+// float or a vector of floats: the span forms of cpu/vactivation.hpp evaluate the same tables the
+// same way, so their results are these functions' bit for bit.
+template <class V, int N>
+PTO_INLINE V horner(V z, const float (&c)[N]) {
+  V p = V{} + c[0];
+  for (int k = 1; k < N; ++k) p = p * z + c[k];
+  return p;
+}
+constexpr float kTanhSmall[] = {-5.70498717e-03f, 2.06390874e-02f, -5.37397151e-02f, 1.33314422e-01f,
+                                -3.33332819e-01f};
+constexpr float kErfSmall[] = {7.85387893e-05f, -8.01019939e-04f, 5.18832841e-03f, -2.68538124e-02f,
+                               1.12835852e-01f, -3.76126258e-01f, 1.12837917e+00f};
+constexpr float kErfcQ[] = {-1.87519999e+01f, 4.20687874e+01f, -2.96314680e+01f, 5.30283913e+00f,
+                            -3.66804230e-01f, 1.59361676e+00f, 1.99540224e+00f,  -5.72270631e-01f};
+
 // ---- tanh / sigmoid ----------------------------------------------------------------------------
 // |x| < 0.625: x + x^3 P(x^2) (degree 4, rel. error 4e-9); beyond: 1 - 2/(exp(2|x|)+1).
 PTO_INLINE float tanh(float x) {
-  float z = x * x;
-  float p = -5.70498717e-03f;
-  p = p * z + 2.06390874e-02f;
-  p = p * z - 5.37397151e-02f;
-  p = p * z + 1.33314422e-01f;
-  p = p * z - 3.33332819e-01f;
+  const float z = x * x, p = horner(z, kTanhSmall);
   // One FMA, written out: whether GCC contracts x + (x z) p by itself depends on the context it
   // is inlined into, and the span form (cpu/vactivation.hpp) must give the same bits.
   float small = fma(x * z, p, x);
@@ -110,17 +122,7 @@ PTO_INLINE double sigmoid(double x) { return 1.0 / (1.0 + __builtin_exp(-x)); }
 
 // ---- erf / erfc --------------------------------------------------------------------------------
 // erf(x) for |x| < 1: x P(x^2) (degree 6, rel. error 1.2e-9).
-PTO_INLINE float erf_small(float x) {
-  float z = x * x;
-  float p = 7.85387893e-05f;
-  p = p * z - 8.01019939e-04f;
-  p = p * z + 5.18832841e-03f;
-  p = p * z - 2.68538124e-02f;
-  p = p * z + 1.12835852e-01f;
-  p = p * z - 3.76126258e-01f;
-  p = p * z + 1.12837917e+00f;
-  return x * p;
-}
+PTO_INLINE float erf_small(float x) { return x * horner(x * x, kErfSmall); }
 
 // erfc(a) for 1 <= a (meaningful up to ~10.1, where it underflows), given a^2 exactly as the
 // float sum a2h + a2l (a2l from an FMA): erfc(a) = exp(Q(t) - a^2) t with t = 1/(a+2), Q degree 7
@@ -130,15 +132,7 @@ PTO_INLINE float erf_small(float x) {
 // vectorised loops run 16 lanes per instruction (the double form ran 8, plus conversions).
 PTO_INLINE float erfc_core(float a, float a2h, float a2l) {
   a = sel(a < 10.5f, a, 10.5f);  // beyond the fit range erfc is 0 in float anyway (also NaN/inf)
-  float t = 1.0f / (a + 2.0f);
-  float q = -1.87519999e+01f;
-  q = q * t + 4.20687874e+01f;
-  q = q * t - 2.96314680e+01f;
-  q = q * t + 5.30283913e+00f;
-  q = q * t - 3.66804230e-01f;
-  q = q * t + 1.59361676e+00f;
-  q = q * t + 1.99540224e+00f;
-  q = q * t - 5.72270631e-01f;
+  const float t = 1.0f / (a + 2.0f), q = horner(t, kErfcQ);
   const bool inside = a2h < 110.25f;  // exp(-110.25) is far below float's range: cap there
   a2l = sel(inside, a2l, 0.0f);
   a2h = sel(inside, a2h, 110.25f);

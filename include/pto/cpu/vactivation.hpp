@@ -34,31 +34,13 @@ PTO_INLINE vf8 lanes_fma(vf8 a, vf8 b, vf8 c) { return __builtin_ia32_vfmaddps25
 #endif
 
 // math::erf_small on lanes.
-PTO_INLINE lanes lanes_erf_small(lanes x) {
-  const lanes z = x * x;
-  lanes p = lanes{} + 7.85387893e-05f;
-  p = p * z - 8.01019939e-04f;
-  p = p * z + 5.18832841e-03f;
-  p = p * z - 2.68538124e-02f;
-  p = p * z + 1.12835852e-01f;
-  p = p * z - 3.76126258e-01f;
-  p = p * z + 1.12837917e+00f;
-  return x * p;
-}
+PTO_INLINE lanes lanes_erf_small(lanes x) { return x * math::horner(x * x, math::kErfSmall); }
 
 // math::erfc_core on lanes.
 PTO_INLINE lanes lanes_erfc_core(lanes a, lanes a2h, lanes a2l) {
   const lanes zero{};
   a = a < 10.5f ? a : zero + 10.5f;
-  const lanes t = 1.0f / (a + 2.0f);
-  lanes q = zero - 1.87519999e+01f;
-  q = q * t + 4.20687874e+01f;
-  q = q * t - 2.96314680e+01f;
-  q = q * t + 5.30283913e+00f;
-  q = q * t - 3.66804230e-01f;
-  q = q * t + 1.59361676e+00f;
-  q = q * t + 1.99540224e+00f;
-  q = q * t - 5.72270631e-01f;
+  const lanes t = 1.0f / (a + 2.0f), q = math::horner(t, math::kErfcQ);
   const auto inside = a2h < 110.25f;
   a2l = inside ? a2l : zero;
   a2h = inside ? a2h : zero + 110.25f;
@@ -85,12 +67,7 @@ PTO_INLINE lanes lanes_gelu(lanes x) {
 
 // math::tanh on lanes.
 PTO_INLINE lanes lanes_tanh(lanes x) {
-  const lanes z = x * x;
-  lanes p = lanes{} - 5.70498717e-03f;
-  p = p * z + 2.06390874e-02f;
-  p = p * z - 5.37397151e-02f;
-  p = p * z + 1.33314422e-01f;
-  p = p * z - 3.33332819e-01f;
+  const lanes z = x * x, p = math::horner(z, math::kTanhSmall);
   const lanes small = lanes_fma(x * z, p, x);  // as math::tanh writes it out
   const lanes a = (lanes)((ilanes)x & 0x7fffffff);
   const lanes big = 1.0f - 2.0f / (lanes_exp(2.0f * a) + 1.0f);

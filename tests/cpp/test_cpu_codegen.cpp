@@ -497,6 +497,33 @@ TEST(CpuCodegen, ElementwiseChainIsOneCallWhereItsTilesAreItsOwn) {
   }
 }
 
+// A chain whose broadcast row is a row of its own output: A[i:i+4, :] = A[i:i+4, :] * A[0, :] + 1,
+// rows of 4 in order. The first block's row 0 is written while rows 1-3 still need the old row 0:
+// the call must take its tile path there (the instructions load the row before storing anything).
+TEST(CpuCodegen, ChainWithItsBroadcastRowInItsOutput) {
+  REQUIRE_PTO_HEADERS();
+  const int64_t M = 12, N = 70;
+  auto A = output("A", {M, N});
+  auto ta = tile("ta", 4, 32), tr = tile("tr", 1, 32), tc = tile("tc", 4, 32);
+  Expr i = V("i"), j = V("j");
+  Program p = program(
+      "chain_own_row", {A},
+      {for_loop("i", I(0), I(M), I(4),
+                {alloc(ta), alloc(tr), alloc(tc),
+                 for_loop("j", I(0), I(N), I(32),
+                          {op(Opcode::TLOAD, {W(ta), clamped(A, i, j, 4, 32)}),
+                           op(Opcode::TLOAD, {W(tr), clamped(A, I(0), j, 1, 32)}),
+                           op(Opcode::TMUL, {W(tc), W(ta), W(tr)}), op(Opcode::TADD, {W(tc), W(tc), F(1.0)}),
+                           op(Opcode::TSTORE, {clamped(A, i, j, 4, 32), W(tc)})})})});
+  std::string src = pypto::cpu::generate_cpp(p);
+  EXPECT_NE(src.find("chain_rows"), std::string::npos) << src;
+  HostF Ac = random_f32({M, N}, 7);
+  HostF Ai = Ac;
+  run_cpu(p, {{Ac.arg()}, {}});
+  pypto::interp::interpret(p, {{Ai.arg()}, {}});
+  EXPECT_EQ(rel_err(Ac.data, Ai.data), 0.0);
+}
+
 // ---- errors --------------------------------------------------------------------------------------
 
 void expect_codegen_error(const Program& p, std::vector<std::string> fragments) {

@@ -155,9 +155,16 @@ PTO_INLINE void chain_row(Ch ch, float* d, const ChainSource* src, int64_t r, co
 
 // chain_rows' sources: (view, tile) for a source the run loads, (kFilled, tile) for a tile filled
 // before it.
+// A row broadcast down the tile is read for every row: its memory must not meet the output's at
+// all (the rows written first would change what the later ones read); any other source as
+// binary_rows' (the same rows, each read before it is written, or apart).
 template <int R, int C, int Rs, int Cs>
 PTO_INLINE bool readable_in_place(GlobalView<float> out, GlobalView<float> g, const Tile<float, Rs, Cs>&) {
-  return (g.cs == 1 || Cs == 1) && rowwise_safe(out, g, Rs, Cs);
+  if (g.cs != 1 && Cs != 1) return false;
+  if constexpr (Rs == 1 && R > 1)
+    return disjoint(out, R, C, g, Rs, Cs);
+  else
+    return rowwise_safe(out, g, R, C);  // (a column: each row's value read as the row starts)
 }
 template <int R, int C, int Rs, int Cs>
 PTO_INLINE bool readable_in_place(GlobalView<float>, Filled, const Tile<float, Rs, Cs>&) {

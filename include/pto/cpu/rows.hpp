@@ -385,18 +385,23 @@ PTO_INLINE void tile_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Row 
 
 // Whether writing row r of `out` before reading row r + 1 of `in` reads what the TLOAD would
 // have: the views are the same rows, or their spans of memory do not meet.
-PTO_INLINE bool rowwise_safe(GlobalView<float> out, GlobalView<float> in, int64_t R, int64_t C) {
-  if (out.ptr == in.ptr && out.rs == in.rs) return true;
-  auto span = [&](const GlobalView<float>& v, const float*& lo, const float*& hi) {
-    const int64_t rows = clamp0(v.vr, R), cols = clamp0(v.vc, C);
+// Whether the memory spans of out (up to R x C) and of in (up to Ri x Ci) do not meet (unit column
+// strides, or one column).
+PTO_INLINE bool disjoint(GlobalView<float> out, int64_t R, int64_t C, GlobalView<float> in, int64_t Ri,
+                         int64_t Ci) {
+  auto span = [](const GlobalView<float>& v, int64_t Rv, int64_t Cv, const float*& lo, const float*& hi) {
+    const int64_t rows = clamp0(v.vr, Rv), cols = clamp0(v.vc, Cv);
     lo = v.ptr;
     hi = v.ptr + (rows > 0 && cols > 0 ? (rows - 1) * v.rs + cols : 0);
     if (v.rs < 0) lo = v.ptr + (rows - 1) * v.rs, hi = v.ptr + cols;
   };
   const float *olo, *ohi, *ilo, *ihi;
-  span(out, olo, ohi);
-  span(in, ilo, ihi);
+  span(out, R, C, olo, ohi);
+  span(in, Ri, Ci, ilo, ihi);
   return ohi <= ilo || ihi <= olo;
+}
+PTO_INLINE bool rowwise_safe(GlobalView<float> out, GlobalView<float> in, int64_t R, int64_t C) {
+  return (out.ptr == in.ptr && out.rs == in.rs) || disjoint(out, R, C, in, R, C);
 }
 
 // TLOAD x, in; <the sequence: z from x>; TSTORE out, z — with the rows read from `in` and written

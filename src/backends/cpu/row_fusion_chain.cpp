@@ -15,7 +15,8 @@ namespace {
 // At most this many intermediate tiles: each is a 1 KiB block of the call's stack frame.
 constexpr size_t kMaxTemps = 8;
 
-// A slot of the chain: source k (its TLOAD's index) or intermediate t.
+// A slot of the chain: source k (in the order the run loads or first reads its sources) or
+// intermediate t.
 struct Slot {
   bool temp = false;
   size_t index = 0;

@@ -118,20 +118,14 @@ PTO_INLINE void chain_row(Ch ch, float* d, const ChainSource* src, int64_t r, co
   alignas(64) float tmp[Ch::kTemps][kChainBlock];
   alignas(64) float splat[N][kChainBlock];
   const float* row[N];
-  bool any_splat = false;
   for (int k = 0; k < N; ++k) {
     row[k] = src[k].base + r * src[k].rs;
-    if (src[k].splat) {
-      for (int64_t j = 0; j < kChainBlock; ++j) splat[k][j] = row[k][0];
-      any_splat = true;
-    }
+    if (src[k].splat)  // this row's value, as many times as a block reads it
+      for (int64_t j = 0, w = imin(n, kChainBlock); j < w; ++j) splat[k][j] = row[k][0];
   }
   const float* in[N];
   auto block = [&](int64_t at, int64_t m) {
-    for (int k = 0; k < N; ++k) in[k] = row[k] + at;
-    if (any_splat)
-      for (int k = 0; k < N; ++k)
-        if (src[k].splat) in[k] = splat[k];
+    for (int k = 0; k < N; ++k) in[k] = src[k].splat ? splat[k] : row[k] + at;
     return chain_block(ch, in, tmp, scalars, m);
   };
   int64_t i = 0;
@@ -154,10 +148,9 @@ PTO_INLINE void chain_row(Ch ch, float* d, const ChainSource* src, int64_t r, co
 }
 
 // chain_rows' sources: (view, tile) for a source the run loads, (kFilled, tile) for a tile filled
-// before it.
-// A row broadcast down the tile is read for every row: its memory must not meet the output's at
-// all (the rows written first would change what the later ones read); any other source as
-// binary_rows' (the same rows, each read before it is written, or apart).
+// before it. Read in place: a row broadcast down the tile is read for every row, so its memory
+// must not meet the output's at all (the rows written first would change what the later ones
+// read); any other source as binary_rows' (the same rows, each read before it is written, or apart).
 template <int R, int C, int Rs, int Cs>
 PTO_INLINE bool readable_in_place(GlobalView<float> out, GlobalView<float> g, const Tile<float, Rs, Cs>&) {
   if (g.cs != 1 && Cs != 1) return false;

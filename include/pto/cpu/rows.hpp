@@ -383,8 +383,6 @@ PTO_INLINE void tile_rows(Tile<float, R, C>& z, const Tile<float, R, C>& x, Row 
   z.vc = int(vc);
 }
 
-// Whether writing row r of `out` before reading row r + 1 of `in` reads what the TLOAD would
-// have: the views are the same rows, or their spans of memory do not meet.
 // Whether the memory spans of out (up to R x C) and of in (up to Ri x Ci) do not meet (unit column
 // strides, or one column).
 PTO_INLINE bool disjoint(GlobalView<float> out, int64_t R, int64_t C, GlobalView<float> in, int64_t Ri,
@@ -400,6 +398,8 @@ PTO_INLINE bool disjoint(GlobalView<float> out, int64_t R, int64_t C, GlobalView
   span(in, Ri, Ci, ilo, ihi);
   return ohi <= ilo || ihi <= olo;
 }
+// Whether writing row r of `out` before reading row r + 1 of `in` reads what the TLOAD would
+// have: the views are the same rows, or their spans of memory do not meet.
 PTO_INLINE bool rowwise_safe(GlobalView<float> out, GlobalView<float> in, int64_t R, int64_t C) {
   return (out.ptr == in.ptr && out.rs == in.rs) || disjoint(out, R, C, in, R, C);
 }

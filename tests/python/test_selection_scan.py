@@ -129,3 +129,45 @@ def test_streaming_store_of_an_output_bigger_than_the_cache():
     f_plain(x, y, out)
     np.testing.assert_array_equal(out, x * np.float32(2.0) + y)
     assert "pto::kStream" in f_plain.lower(x, y, out).as_text("source")
+
+
+def test_a_row_gather_streams_when_its_rows_and_output_pass_the_cache():
+    """An embedding lookup reads as many bytes of its table as it writes: with its output and those
+    rows together beyond the last-level cache (but neither alone), its stores stream; a lookup half
+    that size does not. Rows of 1001 floats start at every alignment."""
+    cols = 1001
+    rows = pypto.target()["caches"]["l3"] // (cols * 4) // 2 + 5
+    table = rand(3 * rows, cols)
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 3 * rows, size=rows).astype(np.int64)
+
+    def lookup(ids, table):
+        return pypto.embedding(ids, table)
+
+    big = pypto.jit(lookup)
+    np.testing.assert_array_equal(big(ids, table), table[ids])
+    assert "pto::fused::gather_rows<true>" in big.lower(ids, table).as_text("source")
+    few = ids[: rows // 2]
+    lookup = pypto.jit(lookup)  # a kernel of its own: a second size would make the dim dynamic
+    np.testing.assert_array_equal(lookup(few, table), table[few])
+    assert "pto::fused::gather_rows<false>" in lookup.lower(few, table).as_text("source")
+
+
+def test_an_output_of_dynamic_size_streams_by_its_size_at_run_time():
+    """Where an output's rows are dynamic, whether its stores stream is the kernel's decision at
+    run time (its static bound would make every such output stream, a small one included): the
+    source holds the rule's call instead of a constant, and both sides of it store every element."""
+    cols = 1001
+    big = pypto.target()["caches"]["l3"] // (cols * 4) + 3
+
+    def f(x, y):
+        return x * 2.0 + y
+
+    for fusion in ("auto", "off"):  # a chain's own streaming stores; TSTORE's hint
+        k = pypto.jit(f, dynamic={"x": [0], "y": [0]}, fusion=fusion)
+        for rows in (5, big):
+            x, y = rand(rows, cols), rand(rows, cols)
+            np.testing.assert_array_equal(k(x, y), x * np.float32(2.0) + y)
+        src = k.lower(x, y).as_text("source")
+        streams = [line for line in src.splitlines() if "<true>(" in line or "StreamHint" in line]
+        assert streams and all("pto::streams_past_cache(pto::buffer_bytes(4, " in line for line in streams)

@@ -1,6 +1,7 @@
 // Memory instructions: TLOAD / TSTORE between global views and tiles (with dtype conversion, e.g.
 // a f16/bf16 tensor into a f32 tile), and TPREFETCH.
 #pragma once
+#include "pto/cpu/stream_rule.hpp"
 #include "pto/cpu/transpose.hpp"
 #include "pto/cpu/types.hpp"
 
@@ -121,8 +122,11 @@ PTO_INLINE void stream_fence() {
 }  // namespace detail
 
 // The third operand of TSTORE that code generation adds for a destination much bigger than the
-// last-level cache: the same store, by streaming stores where it is a plain row copy.
-struct StreamHint {};
+// last-level cache (stream_rule.hpp): the same store, by streaming stores where it is a plain row
+// copy. `on` is decided at run time where the destination's size is dynamic.
+struct StreamHint {
+  bool on = true;
+};
 inline constexpr StreamHint kStream{};
 
 // dst.valid = the view's extent clamped to R x C; copies (and converts) that region.
@@ -142,10 +146,10 @@ inline void TSTORE(GlobalView<U> dst, const Tile<T, R, C>& src) {
 }
 
 template <class U, class T, int R, int C>
-inline void TSTORE(GlobalView<U> dst, const Tile<T, R, C>& src, StreamHint) {
+inline void TSTORE(GlobalView<U> dst, const Tile<T, R, C>& src, StreamHint hint) {
   if constexpr (std::is_same_v<std::remove_cv_t<U>, T>) {
     const int64_t vr = detail::clamp0(dst.vr, src.vr), vc = detail::clamp0(dst.vc, src.vc);
-    if (dst.cs == 1 && vc * int64_t(sizeof(T)) >= 1024) {
+    if (hint.on && dst.cs == 1 && vc * int64_t(sizeof(T)) >= 1024) {
       for (int64_t r = 0; r < vr; ++r)
         detail::stream_bytes(reinterpret_cast<char*>(dst.ptr + r * dst.rs),
                              reinterpret_cast<const char*>(src.data + r * C), vc * int64_t(sizeof(T)));

@@ -9,6 +9,7 @@
 #include "backends/cpu/matmul_runs.h"
 #include "backends/cpu/nests.h"
 #include "backends/cpu/row_fusion.h"
+#include "backends/cpu/stream_choice.h"
 #include "ir/number_text.h"
 #include "pto/elem.hpp"
 #include "target/target.h"
@@ -363,27 +364,6 @@ class Gen : private StmtVisitor {
     return v && v->buf && v->buf->space != Space::Global;
   }
   bool is_view(const Op& op, size_t i) { return std::holds_alternative<View>(op.args[i]); }
-  // Stores into a kernel output bigger than the last-level cache stream past the caches (memory.hpp):
-  // nothing in this kernel reads it back, and it would be evicted before the caller could. So do
-  // those into an output of at least 8 MiB that a call writes while it reads `alongside` bytes
-  // of other memory once (a fused row pass over two inputs of its size), when all of it exceeds
-  // the cache: the output's lines would be evicted as well, and a plain store first reads each
-  // line from memory.
-  static int64_t view_bytes(const View& v) {
-    // Saturating: a dynamic dim counts at its static bound (2^31 - 1), and two of them overflow
-    // int64 (undefined behaviour; make test-sanitize found it).
-    int64_t bytes = dtype_bytes(v.buf->dtype);
-    for (int64_t d : v.buf->shape)
-      if (__builtin_mul_overflow(bytes, d, &bytes)) bytes = std::numeric_limits<int64_t>::max();
-    return bytes;
-  }
-  static bool streams_to(const View& v, int64_t alongside = 0) {
-    if (!v.buf || v.buf->kind == BufferKind::Temp || v.buf->space != Space::Global) return false;
-    const int64_t bytes = view_bytes(v), cache = std::max<int64_t>(runtime::host_target().l3_bytes, 8 << 20);
-    int64_t all = 0;
-    if (__builtin_add_overflow(bytes, alongside, &all)) all = std::numeric_limits<int64_t>::max();
-    return bytes >= cache || (alongside > 0 && bytes >= (8 << 20) && all >= cache);
-  }
   DType tile_dtype(const Op& op, size_t i) {
     const View& v = std::get<View>(op.args[i]);
     return info_of(op, v).dtype;
@@ -407,7 +387,11 @@ class Gen : private StmtVisitor {
                           " must be a global view; a copy between local tiles is TMOV");
         a[g] = gview(op, g);
         a[1 - g] = tile(op, 1 - g);
-        if (op.code == Opcode::TSTORE && streams_to(std::get<View>(op.args[0]))) a.push_back("pto::kStream");
+        if (op.code == Opcode::TSTORE) {
+          const std::string stream = stream_choice(std::get<View>(op.args[0]), {}, ex_);
+          if (stream == "true") a.push_back("pto::kStream");
+          if (stream != "true" && stream != "false") a.push_back("pto::StreamHint{" + stream + "}");
+        }
         break;
       }
       case Opcode::TPREFETCH:
@@ -597,22 +581,22 @@ class Gen : private StmtVisitor {
     for (size_t h : f.hoisted)
       std::find(f.in_place.begin(), f.in_place.end(), h) != f.in_place.end() ? row_in_place(body[i + h]->op)
                                                                              : visit(body[i + h]);
-    std::string call = "pto::fused::" + f.fn;
+    std::string stream;  // the <stream> template argument, or a condition (stream_choice)
     if (f.global) {
       const View& out = std::get<View>(body[i + f.args[0].stmt]->op.args[0]);
-      int64_t alongside = 0;  // the other global views' bytes, each buffer once
+      std::vector<const View*> alongside;  // the other global views the call reads, each buffer once
+      if (f.reads_output_size) alongside.push_back(&out);
       std::vector<const Buffer*> seen{out.buf.get()};
       for (size_t k = 1; f.stream_by_traffic && k < f.args.size(); ++k) {
         if (f.args[k].kind != RowFusion::Kind::Global) continue;
         const View& v = std::get<View>(body[i + f.args[k].stmt]->op.args[f.args[k].arg]);
         if (!v.buf || std::find(seen.begin(), seen.end(), v.buf.get()) != seen.end()) continue;
         seen.push_back(v.buf.get());
-        if (__builtin_add_overflow(alongside, view_bytes(v), &alongside))
-          alongside = std::numeric_limits<int64_t>::max();
+        alongside.push_back(&v);
       }
-      call += streams_to(out, alongside) ? "<true>" : "<false>";
+      stream = stream_choice(out, alongside, ex_);
     }
-    call += "(";
+    std::string args = "(";
     for (size_t k = 0; k < f.args.size(); ++k) {
       const RowFusion::Arg& a = f.args[k];
       std::string s = "nullptr";
@@ -628,9 +612,16 @@ class Gen : private StmtVisitor {
         if (a.kind == RowFusion::Kind::Scalar) s = scalar(op, a.arg, DType::F32);
         if (a.kind == RowFusion::Kind::Text) s = a.text;
       }
-      call += (k ? ", " : "") + s;
+      args += (k ? ", " : "") + s;
     }
-    line() << call << ");\n";
+    const std::string fn = "pto::fused::" + f.fn;
+    if (!f.global)
+      line() << fn << args << ");\n";
+    else if (stream == "true" || stream == "false")
+      line() << fn << "<" << stream << ">" << args << ");\n";
+    else  // the output's size is dynamic: the kernel picks
+      line() << "if (" << stream << ") " << fn << "<true>" << args << "); else " << fn << "<false>" << args
+             << ");\n";
   }
 
   // The top-level statements with a hook call before and after each nest; the hooks are plain

@@ -430,6 +430,7 @@ std::optional<RowFusion> match_gather(const std::vector<Stmt>& body, size_t i) {
   f.fn = "gather_rows";
   f.count = 2;
   f.global = true;
+  f.reads_output_size = true;
   using K = RowFusion::Kind;
   f.args = {{K::Global, 1, 0}, {K::Global, 0, 1}, {K::Tile, 0, 2}, {K::Tile, 0, 0}, {K::Text, 0, 0, "args"}};
   return f;

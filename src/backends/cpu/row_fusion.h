@@ -39,6 +39,9 @@ struct RowFusion {
   // Whether <stream> also counts the bytes of its other global views, which the call reads once
   // each (codegen.cpp, streams_to).
   bool stream_by_traffic = false;
+  // Whether the call reads as many bytes as it writes from a view bigger than that (a row gather
+  // from a table): <stream> counts them alongside the output instead of the whole view.
+  bool reads_output_size = false;
   std::vector<Arg> args;
   std::vector<size_t> hoisted;  // offsets of TLOADs inside the run, emitted before the call
   // Those of them whose tile only the call reads, as a row operand (%w, %b), and nothing after:

@@ -79,6 +79,13 @@ CASES = {
     "bucketize": lambda t: torch.bucketize(t["x"], torch.sort(t["v"]).values, right=True).double(),
     "adaptive_avg_pool2d_uneven": lambda t: F.adaptive_avg_pool2d(t["img"], (3, 5)),
     "adaptive_avg_pool1d": lambda t: F.adaptive_avg_pool1d(t["b3"], 4),
+    # Tensor.unfold: sliding windows, not F.unfold's im2col of the same name
+    "tensor_unfold": lambda t: t["b3"].unfold(2, 3, 2), "tensor_unfold_mid": lambda t: t["b3"].unfold(-2, 2, 1),
+    "tensor_unfold_whole": lambda t: t["v"].unfold(0, 6, 1), "tensor_unfold_gap": lambda t: t["x"].unfold(1, 1, 4),
+    # the methods' (values, indices) as torch's named pairs
+    "sort_values": lambda t: t["x"].sort(-1).values + t["x"].sort(0, descending=True).indices,
+    "topk_values": lambda t: t["x"].topk(2, -1).values * t["x"].topk(2, -1, largest=False).indices,
+    "cummax_values": lambda t: t["x"].cummax(-1).values + t["x"].cummin(0).indices,
 }
 
 
@@ -94,7 +101,7 @@ def test_torch_more_matches_torch(name):
 
 @pytest.mark.parametrize("name", ["interp_bilinear", "tensordot", "std_mean", "cdist", "masked_scatter", "mul_",
                                   "pad_reflect", "pad_replicate", "pad_circular", "unfold_strided",
-                                  "local_response_norm", "adaptive_avg_pool2d_uneven"])
+                                  "local_response_norm", "adaptive_avg_pool2d_uneven", "tensor_unfold_mid"])
 def test_torch_more_gradients(name):
     f = CASES[name]
     t = _inputs()
@@ -185,3 +192,11 @@ def test_inplace_shape_changes_are_refused():
         return y
     with pytest.raises(pypto.PyptoError, match="squeeze_ is not supported"):
         pypto.jit(f, backend="interp")(torch.randn(4, 1, 5))
+
+
+def test_tensor_unfold_errors_name_the_line():
+    x = torch.randn(3, 10)
+    with pytest.raises(pypto.PyptoError, match=r"test_torch_more.py:\d+.*Tensor.unfold: size 11 and step 1"):
+        pypto.jit(lambda x: x.unfold(1, 11, 1))(x)
+    with pytest.raises(pypto.PyptoError, match=r"Tensor.unfold: size 2 and step 0"):
+        pypto.jit(lambda x: x.unfold(0, 2, 0))(x)

@@ -667,6 +667,10 @@ def _build():
                 f = getattr(ns, name, None)
                 if f is not None and callable(f):
                     table.setdefault(f, impl)
+    for impl, names in MORE.TENSOR_METHODS:  # over the function of the same name
+        for name in names:
+            _methods[name] = impl
+            table[getattr(torch.Tensor, name)] = impl
     _table = table
     NN.install_helpers(F)
 

@@ -204,6 +204,28 @@ def diff(input, n=1, dim=-1, prepend=None, append=None):  # noqa: A002
     return x
 
 
+def tensor_unfold(input, dimension, size, step):  # noqa: A002
+    """Tensor.unfold (not F.unfold, im2col): the windows of `size` elements every `step` along
+    `dimension`, that dimension becoming the window count and the window a new last dimension."""
+    d = _dims(T.static_int(dimension, "dimension"), max(input.ndim, 1))
+    size, step = T.static_int(size, "size"), T.static_int(step, "step")
+    length = input.shape[d] if input.ndim else 1
+    if not isinstance(length, int):
+        raise PyptoError("Tensor.unfold: the unfolded dimension must be static")
+    if step < 1 or size < 1 or size > length:
+        raise PyptoError(f"Tensor.unfold: size {size} and step {step} do not fit a dimension of {length} "
+                         f"(1 <= size <= {length}, step >= 1)")
+    x = input if input.ndim else T.reshape(input, [1])
+    n = (length - size) // step + 1
+    parts = []
+    for j in range(size):  # part j: element j of every window
+        key = [slice(None)] * x.ndim
+        key[d] = slice(j, j + (n - 1) * step + 1, step)
+        parts.append(T.index(x, tuple(key)))
+    out = C.stack(parts, -1)
+    return out if input.ndim else T.reshape(out, [n, size])
+
+
 def tensordot(a, b, dims=2, out=None):
     if out is not None:
         raise PyptoError("out= is not supported inside a kernel")
@@ -482,6 +504,9 @@ def multilabel_soft_margin_loss(input, target, weight=None, size_average=None, r
         loss = loss * weight
     return _reduced(T.mean(loss, -1, False), reduction, "multilabel_soft_margin_loss")
 
+
+# Tensor methods that share a name with a function of another meaning (x.unfold is not F.unfold).
+TENSOR_METHODS = [(tensor_unfold, ["unfold"])]
 
 ENTRIES = [
     (zero_, ["zero_"]), (fill_, ["fill_"]), (copy_, ["copy_"]),

@@ -249,11 +249,19 @@ class TensorValue:
     def cumsum(self, dim=None, dtype=None): return C.cumsum(self, dim, dtype)
     def cumprod(self, dim=None, dtype=None): return C.cumprod(self, dim, dtype)
     def prod(self, dim=None, keepdim=False, dtype=None): return C.prod(self, dim, keepdim, dtype)
-    def cummax(self, dim): return C.cummax(self, dim)
-    def cummin(self, dim): return C.cummin(self, dim)
-    def sort(self, dim=-1, descending=False, stable=True): return C.sort(self, dim, descending)
+    def cummax(self, dim): return self._torch_pair("cummax", C.cummax(self, dim))
+    def cummin(self, dim): return self._torch_pair("cummin", C.cummin(self, dim))
+    def sort(self, dim=-1, descending=False, stable=True):
+        return self._torch_pair("sort", C.sort(self, dim, descending))
+
     def argsort(self, dim=-1, descending=False, stable=True): return C.argsort(self, dim, descending)
-    def topk(self, k, dim=-1, largest=True, sorted=True): return C.topk(self, k, dim, largest)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        return self._torch_pair("topk", C.topk(self, k, dim, largest))
+
+    def _torch_pair(self, name, pair):
+        """(values, indices) as torch returns it to torch code (r.values, r.indices), else a tuple."""
+        return getattr(sys.modules["torch"].return_types, name)(pair) if self.tr.torch_flavour else pair
     def sin(self): return T.unary(Opcode.TSIN, self)
     def cos(self): return T.unary(Opcode.TCOS, self)
     def tan(self): return T.unary(Opcode.TTAN, self)

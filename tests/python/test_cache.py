@@ -319,3 +319,40 @@ def test_gemm_library_that_cannot_be_built_leaves_the_gemm_inline(cache, tmp_pat
     sources = [so.with_suffix(".cpp").read_text() for so in _check_entries(cache)]
     assert not any("PTO_SHARED_GEMM_DEFINE" in s for s in sources)
     assert len(sources) == 4 and all("pto::MMATMUL" in s or "pto::mmatmul_bias(" in s for s in sources)
+
+
+@requires_compiler
+@pytest.mark.parametrize("pch", ["1", "0"])
+def test_the_headers_are_precompiled_once_for_every_kernel_cache(tmp_path, pch):
+    """pto/pto.hpp is precompiled once into ~/.cache/pypto/pch/<key>/ (even when PYPTO_CACHE_DIR
+    points elsewhere, so a fresh kernel cache reuses it), and each kernel's compile puts that
+    directory first on its include path; PYPTO_PCH=0: neither. The kernel is right either way,
+    and a second process with another kernel cache builds no second header."""
+    home, log, cxx = tmp_path / "home", tmp_path / "compiles.log", tmp_path / "logging-cxx"
+    home.mkdir()
+    cxx.write_text('#!/bin/sh\ncase "$*" in *--version*) exec c++ "$@";; esac\n'
+                   f'echo "$*" >> "{log}"\nexec c++ "$@"\n')
+    cxx.chmod(0o755)
+    for run in ("first", "second"):
+        cache = tmp_path / f"cache-{run}"
+        env = _env(cache)
+        env.update(HOME=str(home), PYPTO_CXX=str(cxx), PYPTO_PCH=pch)
+        script = tmp_path / "child.py"
+        script.write_text(CHILD)
+        proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        _finish(proc)
+    lines = log.read_text().splitlines()
+    header_builds = [line for line in lines if "c++-header" in line]
+    kernel_compiles = [line.split() for line in lines if "c++-header" not in line]
+    headers = list((home / ".cache" / "pypto" / "pch").glob("*/pto/pto.hpp.gch"))
+    if pch == "0":
+        assert not header_builds and not headers
+        assert not any(w.startswith(f"-I{home}") for words in kernel_compiles for w in words)
+        return
+    assert len(header_builds) == 1 and len(headers) == 1, lines
+    assert oct(headers[0].stat().st_mode & 0o777) == "0o600"
+    pch_dir = f"-I{headers[0].parent.parent}"
+    for words in kernel_compiles:
+        includes = [w for w in words if w.startswith("-I")]
+        assert includes[0] == pch_dir and len(includes) == 2, words

@@ -144,6 +144,11 @@ std::string kernel_cache_dir() {
       refuse(dir, "PYPTO_CACHE_DIR", std::string("not writable: ") + std::strerror(errno));
     return dir;
   }
+  if (std::string dir = home_cache_dir(); !dir.empty()) return dir;
+  return temp_cache_dir();
+}
+
+std::string home_cache_dir() {
   const char* home = std::getenv("HOME");
   if (home && *home && home[0] == '/') {
     const std::string dir = std::string(home) + "/.cache/pypto";
@@ -155,7 +160,7 @@ std::string kernel_cache_dir() {
       return dir;
     }
   }
-  return temp_cache_dir();
+  return "";
 }
 
 std::string prebuilt_dir(bool create) {

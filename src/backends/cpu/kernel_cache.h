@@ -16,6 +16,9 @@ namespace pypto::cpu {
 // private directory made with mkdtemp under $TMPDIR or /tmp for this process (removed at exit).
 // Throws ir::Error naming the directory and the problem when the chosen directory is not private.
 std::string kernel_cache_dir();
+// ~/.cache/pypto (created if missing), or "" where HOME is unset or not writable; throws as
+// kernel_cache_dir does when it exists but is not private.
+std::string home_cache_dir();
 
 // The package's prebuilt directory: `prebuilt/` beside the library holding this code (for the
 // Python package, python/pypto/prebuilt). `make build` puts the shared GEMM library there

@@ -322,21 +322,22 @@ def test_gemm_library_that_cannot_be_built_leaves_the_gemm_inline(cache, tmp_pat
 
 
 @requires_compiler
-@pytest.mark.parametrize("pch", ["1", "0"])
+@pytest.mark.parametrize("pch", ["1", "0", "no home"])
 def test_the_headers_are_precompiled_once_for_every_kernel_cache(tmp_path, pch):
     """pto/pto.hpp is precompiled once into ~/.cache/pypto/pch/<key>/ (even when PYPTO_CACHE_DIR
     points elsewhere, so a fresh kernel cache reuses it), and each kernel's compile puts that
-    directory first on its include path; PYPTO_PCH=0: neither. The kernel is right either way,
-    and a second process with another kernel cache builds no second header."""
+    directory first on its include path; PYPTO_PCH=0, or a HOME where nothing can be made:
+    neither. The kernel is right either way, and a second process with another kernel cache
+    builds no second header."""
     home, log, cxx = tmp_path / "home", tmp_path / "compiles.log", tmp_path / "logging-cxx"
-    home.mkdir()
+    home.mkdir() if pch != "no home" else home.write_text("a file, not a directory")
     cxx.write_text('#!/bin/sh\ncase "$*" in *--version*) exec c++ "$@";; esac\n'
                    f'echo "$*" >> "{log}"\nexec c++ "$@"\n')
     cxx.chmod(0o755)
     for run in ("first", "second"):
         cache = tmp_path / f"cache-{run}"
         env = _env(cache)
-        env.update(HOME=str(home), PYPTO_CXX=str(cxx), PYPTO_PCH=pch)
+        env.update(HOME=str(home), PYPTO_CXX=str(cxx), PYPTO_PCH="0" if pch == "0" else "1")
         script = tmp_path / "child.py"
         script.write_text(CHILD)
         proc = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
@@ -345,8 +346,8 @@ def test_the_headers_are_precompiled_once_for_every_kernel_cache(tmp_path, pch):
     lines = log.read_text().splitlines()
     header_builds = [line for line in lines if "c++-header" in line]
     kernel_compiles = [line.split() for line in lines if "c++-header" not in line]
-    headers = list((home / ".cache" / "pypto" / "pch").glob("*/pto/pto.hpp.gch"))
-    if pch == "0":
+    headers = list((home / ".cache" / "pypto" / "pch").glob("*/pto/pto.hpp.gch")) if home.is_dir() else []
+    if pch != "1":
         assert not header_builds and not headers
         assert not any(w.startswith(f"-I{home}") for words in kernel_compiles for w in words)
         return

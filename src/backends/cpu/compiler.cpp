@@ -65,6 +65,8 @@ struct Entry {
   std::shared_ptr<CompiledKernel> kernel;
 };
 std::map<std::string, Entry>* g_memory = new std::map<std::string, Entry>();
+// Precompiled headers (pch_include_dir): key -> 0 being built, 1 built, -1 failed.
+std::map<std::string, int>& g_pch = *new std::map<std::string, int>();
 
 void fork_prepare() { g_mu.lock(); }
 void fork_parent() { g_mu.unlock(); }
@@ -72,6 +74,7 @@ void fork_parent() { g_mu.unlock(); }
 void fork_child() {
   new (&g_built) std::condition_variable();
   for (auto& kv : *g_memory) kv.second.building = false;
+  for (auto it = g_pch.begin(); it != g_pch.end();) it = it->second == 0 ? g_pch.erase(it) : std::next(it);
   g_mu.unlock();
 }
 [[maybe_unused]] const bool g_atfork = (pthread_atfork(&fork_prepare, &fork_parent, &fork_child), true);
@@ -570,13 +573,13 @@ std::string prebuild_shared_gemm() {
 // ---- the precompiled header ----------------------------------------------------------------------
 // Parsing pto/pto.hpp is ~70% of a kernel's compile (the seed's matrix_multiply: 0.95 s, 0.35 s
 // with it precompiled). GCC's precompiled header for a kernel's exact flags is built once (~1.8 s,
-// ~60 MB) into <root>/pch/<key>/pto/pto.hpp.gch, the key hashing the compiler's identity, its
-// flags, the CPU and the header tree; the kernel's compile puts <key> first on its include path, where GCC
-// finds the .gch before the header (and reads the header instead where the .gch does not apply). <root> is
-// ~/.cache/pypto even under PYPTO_CACHE_DIR (the header is no kernel's: a fresh kernel cache needs no new
-// one), else the kernel cache. Not for clang (its PCH is another mechanism); a build that fails is not tried
-// again in the process, and the kernels compile without; PYPTO_PCH=0 turns it off.
-std::map<std::string, int>& g_pch = *new std::map<std::string, int>();  // key -> 0 building, 1 ok, -1 failed
+// ~60 MB) into ~/.cache/pypto/pch/<key>/pto/pto.hpp.gch, the key hashing the compiler's identity,
+// its flags, the CPU and the header tree; the kernel's compile puts <key> first on its include
+// path, where GCC finds the .gch before the header (and reads the header instead where the .gch
+// does not apply). In the home cache even under PYPTO_CACHE_DIR: the header is no kernel's, and a
+// fresh kernel cache needs no new one; without a usable home, none (a temporary cache would build
+// it again in every process). Not for clang (its PCH is another mechanism); a build that fails is
+// not tried again in the process, and the kernels compile without; PYPTO_PCH=0 turns it off.
 
 // Keeps the newest few headers of the root (others are of older headers or flags).
 void prune_pch(const fs::path& root, const std::string& keep) {
@@ -618,8 +621,8 @@ std::string pch_include_dir(const std::string& cxx, const std::vector<std::strin
   const std::string id = compiler_identity(cxx);
   if (id.find("clang") != std::string::npos || id.find("Free Software Foundation") == std::string::npos)
     return "";
-  std::string root = home_cache_dir();
-  if (root.empty()) root = kernel_cache_dir();
+  const std::string root = home_cache_dir();
+  if (root.empty()) return "";
   // Keyed by what the compiler says it is, not its command (a wrapper script shares the header)
   // nor the headers' place (their contents count).
   std::string what = id + "\n" + host_cpu_identity() + "\n" + std::to_string(PTO_HEADERS_VERSION) + "\n" +

@@ -82,6 +82,7 @@ CASES = {
     # Tensor.unfold: sliding windows, not F.unfold's im2col of the same name
     "tensor_unfold": lambda t: t["b3"].unfold(2, 3, 2), "tensor_unfold_mid": lambda t: t["b3"].unfold(-2, 2, 1),
     "tensor_unfold_whole": lambda t: t["v"].unfold(0, 6, 1), "tensor_unfold_gap": lambda t: t["x"].unfold(1, 1, 4),
+    "tensor_unfold_0d": lambda t: t["x"][1, 2].unfold(0, 1, 1),
     # the methods' (values, indices) as torch's named pairs
     "sort_values": lambda t: t["x"].sort(-1).values + t["x"].sort(0, descending=True).indices,
     "topk_values": lambda t: t["x"].topk(2, -1).values * t["x"].topk(2, -1, largest=False).indices,

@@ -223,7 +223,7 @@ def tensor_unfold(input, dimension, size, step):  # noqa: A002
         key[d] = slice(j, j + (n - 1) * step + 1, step)
         parts.append(T.index(x, tuple(key)))
     out = C.stack(parts, -1)
-    return out if input.ndim else T.reshape(out, [n, size])
+    return out if input.ndim else T.reshape(out, [size])  # a 0-d input: one window, as torch
 
 
 def tensordot(a, b, dims=2, out=None):

@@ -36,17 +36,19 @@ std::string stream_choice(const View& out, const std::vector<const View*>& along
   if (!out.buf || out.buf->kind == BufferKind::Temp || out.buf->space != Space::Global) return "false";
   const int64_t cache = std::max<int64_t>(runtime::host_target().l3_bytes, 8 << 20);
   const Bytes o = buffer_bytes(out, ex);
-  int64_t fixed = 0;
-  std::string sum;  // the dynamic ones, as an expression
+  int64_t fixed = 0;  // the static sizes alongside, summed here; the dynamic ones by the kernel
+  std::vector<std::string> dynamic;
   for (const View* v : alongside) {
     const Bytes b = buffer_bytes(*v, ex);
-    if (b.dynamic.empty()) fixed = pto::saturating_add(fixed, b.value);
-    if (!b.dynamic.empty()) sum = "pto::saturating_add(" + (sum.empty() ? "0" : sum) + ", " + b.dynamic + ")";
+    if (b.dynamic.empty())
+      fixed = pto::saturating_add(fixed, b.value);
+    else
+      dynamic.push_back(b.dynamic);
   }
-  if (o.dynamic.empty() && sum.empty())
+  if (o.dynamic.empty() && dynamic.empty())
     return pto::streams_past_cache(o.value, fixed, cache) ? "true" : "false";
-  sum =
-      sum.empty() ? std::to_string(fixed) : "pto::saturating_add(" + sum + ", " + std::to_string(fixed) + ")";
+  std::string sum = std::to_string(fixed);
+  for (const std::string& d : dynamic) sum = "pto::saturating_add(" + sum + ", " + d + ")";
   return "pto::streams_past_cache(" + (o.dynamic.empty() ? std::to_string(o.value) : o.dynamic) + ", " + sum +
          ", " + std::to_string(cache) + ")";
 }

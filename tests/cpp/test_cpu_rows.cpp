@@ -127,6 +127,36 @@ static void softmax_checks(int vr, int vc, int kind) {
       CHECK(same(out[r * (C + 3) + c], want), "softmax global [%d,%d]: %a vs %a", r, c, out[r * (C + 3) + c], want);
     }
   expect_same_col(mg, m, 0.0f, "softmax global max");
+  // Every row stored: the rows overlapped (rows_piped), here in place and streaming, one float past a
+  // 64-byte boundary (each row's stores start after a head of single floats).
+  alignas(64) static float io[R * C + 16];
+  float* p = io + 1;
+  for (int i = 0; i < R * C; ++i) p[i] = x.data[i];
+  fused::softmax_rows<true>(gview(p, int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)),
+                            gview(p, int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)), xg, eg, mg, sg);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) {
+      const float want = r < vr && c < vc ? e.data[r * C + c] : x.data[r * C + c];
+      CHECK(same(p[r * C + c], want), "softmax in place [%d,%d]: %a vs %a", r, c, p[r * C + c], want);
+    }
+  expect_same_col(mg, m, 0.0f, "softmax in place max");
+  expect_same_col(sg, s, 0.0f, "softmax in place 1/sum");
+  // In place over rows that overlap one another (a row stride shorter than the row): every row
+  // is read before any is written, as TLOAD, the sequence, TSTORE.
+  if (vr > 1 && vc > 8) {
+    const int64_t rs = vc / 2;
+    std::vector<float> buf(size_t(rs * (vr - 1) + vc)), ref;
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = x.data[i % (R * C)];
+    ref = buf;
+    Full xl, el;
+    Col ml, sl;
+    TLOAD(xl, gview(ref.data(), rs, int64_t(1), int64_t(vr), int64_t(vc)));
+    TROWMAX(ml, xl); TSUB(el, xl, ml); TEXP(el, el); TROWSUM(sl, el); TRECIP(sl, sl); TMUL(el, el, sl);
+    TSTORE(gview(ref.data(), rs, int64_t(1), int64_t(vr), int64_t(vc)), el);
+    fused::softmax_rows<false>(gview(buf.data(), rs, int64_t(1), int64_t(vr), int64_t(vc)),
+                               gview(buf.data(), rs, int64_t(1), int64_t(vr), int64_t(vc)), xg, eg, mg, sg);
+    for (size_t i = 0; i < buf.size(); ++i) CHECK(same(buf[i], ref[i]), "softmax over overlapping rows [%zu]", i);
+  }
   // A view with a column stride: the instructions as written.
   std::vector<float> tr(C * R), out2(R * C, -7.0f);
   for (int r = 0; r < R; ++r) for (int c = 0; c < C; ++c) tr[c * R + r] = x.data[r * C + c];
@@ -200,6 +230,22 @@ static void norm_checks(int vr, int vc, int kind, bool use_w, bool use_b) {
                                eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
   for (int r = 0; r < vr; ++r)
     for (int c = 0; c < vc; ++c) CHECK(same(out[r * C + c], z2.data[r * C + c]), "layer_norm global [%d,%d]", r, c);
+  // Layer norm in place, streaming, one float past a 64-byte boundary (rows overlapped).
+  {
+    alignas(64) static float ln_io[R * C + 16];
+    float* q = ln_io + 1;
+    for (int i = 0; i < R * C; ++i) q[i] = x.data[i];
+    fused::layer_norm_rows<true>(gview(q, int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)),
+                                 gview(q, int64_t(C), int64_t(1), int64_t(vr), int64_t(vc)), xg, zg, c0, ug, rg, n, n,
+                                 eps, use_w ? w.data : nullptr, use_b ? b.data : nullptr);
+    for (int r = 0; r < R; ++r)
+      for (int c = 0; c < C; ++c) {
+        const float want = r < vr && c < vc ? z2.data[r * C + c] : x.data[r * C + c];
+        CHECK(same(q[r * C + c], want), "layer_norm in place [%d,%d]: %a vs %a", r, c, q[r * C + c], want);
+      }
+    expect_same_col(ug, u, 0.0f, "layer_norm in place mean");
+    expect_same_col(rg, r1, 0.0f, "layer_norm in place rsqrt");
+  }
   // RMS norm in place, streaming, at an address one float past a 64-byte boundary (the streaming
   // stores start after a head of single floats).
   alignas(64) static float io[R * C + 16];

@@ -101,10 +101,7 @@ std::string Builder::Impl::fresh(const std::string& hint) {
   std::string base;
   for (char c : hint) base += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
   if (base.empty() || std::isdigit(static_cast<unsigned char>(base[0]))) base = "t" + base;
-  std::string name = base;
-  for (int i = 1; names.count(name); ++i) name = base + "_" + std::to_string(i);
-  names.insert(name);
-  return name;
+  return names.fresh(base);
 }
 
 View Builder::Impl::new_temp(const std::vector<int64_t>& shape, DType dtype, const std::vector<Expr>& valid,
@@ -242,20 +239,14 @@ std::vector<int64_t> Builder::broadcast_shapes(const std::vector<int64_t>& a, co
 
 Builder Builder::extending(const Program& p) {
   Builder b(p.name);
-  auto& names = b.impl_->names;
+  b.impl_->names = FreshNames(p);
   for (auto& buf : p.params) {
-    names.insert(buf->name);
     // The dimension symbols of dynamic dims: the extents of new temporaries may use them.
     std::vector<std::string> symbols;
     for (const Expr& e : buf->dyn)
       if (e) collect_vars(e, symbols);
     for (auto& v : symbols) b.impl_->symbol_bounds[v] = Interval{0, kDynamicBound};
   }
-  for (auto& s : p.scalars) names.insert(s.name);
-  for_each_stmt(p.body, [&](const Stmt& s) {
-    if (!s->var.empty()) names.insert(s->var);
-    if (s->buffer) names.insert(s->buffer->name);
-  });
   return b;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ir/builder.h"
+#include "ir/names.h"
 
 namespace pypto::ir {
 
@@ -22,7 +23,7 @@ struct Builder::Impl {
 
   Program prog;
   std::vector<Frame> frames;
-  std::set<std::string> names;
+  FreshNames names;
   VarBounds var_bounds;  // induction variables in scope
   std::string where;     // source location of the statements being built
   std::map<const StmtNode*, std::string> locations;

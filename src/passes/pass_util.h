@@ -4,19 +4,13 @@
 #include <string>
 
 #include "ir/ir.h"
+#include "ir/names.h"
 #include "ir/visitor.h"
 
 namespace pypto::passes {
 
 // Hands out names not yet used anywhere in a program (buffers, loop variables, scalars).
-class NameGen {
- public:
-  explicit NameGen(const ir::Program& p);
-  std::string fresh(const std::string& hint);
-
- private:
-  std::set<std::string> used_;
-};
+using NameGen = ir::FreshNames;
 
 // Calls f on every statement (pre-order), descending into loops, ifs and sequences.
 template <class F>

@@ -1,6 +1,7 @@
 """The torch functions of frontend/torch_more.py inside kernels, each against torch in float64 on
 random inputs: in-place methods, statistics, shapes and indexing, products, resampling (linear
 and nearest at any size), losses; and gradients through a few of them."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -201,3 +202,40 @@ def test_tensor_unfold_errors_name_the_line():
         pypto.jit(lambda x: x.unfold(1, 11, 1))(x)
     with pytest.raises(pypto.PyptoError, match=r"Tensor.unfold: size 2 and step 0"):
         pypto.jit(lambda x: x.unfold(0, 2, 0))(x)
+
+
+# Empty slices, as transformers' rotary embeddings make them when the whole head rotates
+# (Phi3, GPT-NeoX / StableLM at factor 1): q[..., d:] has no elements, torch.cat skips it.
+def _rotate_all(q):
+    d = q.shape[-1]
+    rot, rest = q[..., :d], q[..., d:]
+    return torch.cat([rot * 2, rest], dim=-1)
+
+
+def _split_zero(q):
+    a, b = torch.split(q, [q.shape[-1], 0], -1)
+    return torch.cat([b, a], -1) + 1
+
+
+def _narrow_zero(q):
+    return torch.cat([q.narrow(1, q.shape[1], 0), q, q[:, 9:]], 1) * 3
+
+
+def _return_empty(q):
+    return q[..., q.shape[-1]:], q + 1
+
+
+@pytest.mark.parametrize("f", [_rotate_all, _split_zero, _narrow_zero, _return_empty])
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+def test_empty_slices_match_torch(f, backend):
+    q = torch.randn(2, 4, 8, dtype=torch.float64)
+    got, want = pypto.jit(f, backend=backend)(q), f(q)
+    for g, w in zip(got if isinstance(got, tuple) else [got], want if isinstance(want, tuple) else [want]):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        assert float((g - w).norm()) <= 1e-15 * max(float(w.norm()), 1.0)
+
+
+def test_empty_slice_in_numpy_kernels():
+    x = np.random.default_rng(0).standard_normal((3, 5)).astype(np.float32)
+    got = pypto.jit(lambda x: pypto.concat([x[:, 5:], x * 2, x[:, :0]], -1))(x)
+    assert got.shape == (3, 5) and np.array_equal(got, x * 2)

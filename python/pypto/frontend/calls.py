@@ -240,9 +240,9 @@ def call_value(ev, f, args, kwargs):
             raise NeedsConcrete(s, f"calling {getattr(f, '__name__', 'a function')} with a value only "
                                    "known at run time") from None
         raise
-    if is_array(result):
+    if is_array(result) and 0 not in tuple(result.shape):
         return ev.tr.const_input(result)
-    return result
+    return result  # an array with no elements (an empty slice) has nothing to read at run time
 
 
 def _is_torch_callable(f):

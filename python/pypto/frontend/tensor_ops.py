@@ -374,8 +374,13 @@ def rms_norm(x, normalized_shape, weight=None, eps=1e-6):
 def concat(xs, dim=0):
     if not isinstance(xs, (list, tuple)):
         raise PyptoError("concat expects a list or tuple of tensors")
-    tr = find_tracer(*xs)
-    return wrap(tr, tr.b.concat([tensor_of(tr, x, "concat input") for x in xs], static_int(dim, "dim")))
+    # Parts with no elements add nothing, as in torch: a real empty array (a cache's empty start,
+    # torch.tensor([])) or an empty slice of a traced tensor (_empty_result).
+    kept = [x for x in xs if isinstance(x, TensorValue) or int(np.prod(np.shape(x))) != 0]
+    if not kept:
+        raise PyptoError("concat: every tensor is empty")
+    tr = find_tracer(*kept)
+    return wrap(tr, tr.b.concat([tensor_of(tr, x, "concat input") for x in kept], static_int(dim, "dim")))
 
 
 def _pair(v, what):
@@ -524,7 +529,44 @@ def index(x, key):
             d += 1
     if all(isinstance(o, slice) and o == slice(None) for o in out):
         return x if isinstance(x, TensorValue) else wrap(tr, v)
+    empty = _empty_result(tr, v, out)
+    if empty is not None:
+        return empty
     return wrap(tr, tr.b.slice(v, out))
+
+
+def _empty_result(tr, v, items):
+    """x[key] where a slice of a static dim selects nothing (x[..., d:] with d the dim's size, as
+    transformers' rotary embeddings split a head): the tensor has no elements, so it is a real
+    empty array of the result's shape (torch's in torch code), which torch.cat skips as torch does.
+    None where the result has elements, or a size known only at run time."""
+    shape, empty, d = [], False, 0
+    for it in items:
+        if it is None:
+            shape.append(1)
+            continue
+        n = v.shape[d]
+        d += 1
+        if not isinstance(it, slice):
+            continue
+        parts = (it.start, it.stop, it.step)
+        if not isinstance(n, int) or any(p is not None and not isinstance(p, (int, np.integer)) for p in parts):
+            return None
+        k = len(range(*slice(*(None if p is None else int(p) for p in parts)).indices(n)))
+        empty |= k == 0
+        shape.append(k)
+    if not empty:
+        return None
+    shape += [n for n in v.shape[d:]]
+    if not all(isinstance(n, int) for n in shape):
+        return None
+    dt = _dt.from_c(v.dtype_enum)
+    if tr.torch_flavour:
+        import torch
+        return torch.empty(shape, dtype=dt.torch)
+    if dt.np is None:
+        return None  # NumPy has no bfloat16
+    return np.empty(shape, dtype=dt.np)
 
 
 def assign(dst, value):

@@ -333,11 +333,7 @@ def _varargs(a):
 
 def cat(tensors, dim=0, *, out=None):
     _no_out(out)
-    # Real tensors with no elements add nothing (torch skips them: a cache's empty start, torch.tensor([])).
-    kept = [t for t in tensors if isinstance(t, TensorValue) or getattr(t, "numel", lambda: 1)() != 0]
-    if not kept:
-        raise PyptoError("cat: every tensor is empty")
-    return kept[0] if len(kept) == 1 and isinstance(kept[0], TensorValue) else T.concat([_tv(t) for t in kept], dim)
+    return T.concat([t if isinstance(t, TensorValue) or t.numel() == 0 else _tv(t) for t in tensors], dim)
 
 
 def stack(tensors, dim=0, *, out=None):

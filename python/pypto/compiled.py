@@ -99,7 +99,7 @@ class CompiledKernel:
             return None
         if self.allocs and not self.single_out:
             return None
-        if not self.allocs and self.template != ("static", None):
+        if not self.allocs and not (self.template[0] == "static" and self.template[1] is None):
             return None
         torch_all = all(c is interop._torch_arg for c in self.convs)
         torch_arg = interop._torch_arg

@@ -333,7 +333,7 @@ def _varargs(a):
 
 def cat(tensors, dim=0, *, out=None):
     _no_out(out)
-    return T.concat([t if isinstance(t, TensorValue) or t.numel() == 0 else _tv(t) for t in tensors], dim)
+    return T.concat(list(tensors), dim)  # real tensors become kernel inputs there; empty ones are skipped
 
 
 def stack(tensors, dim=0, *, out=None):

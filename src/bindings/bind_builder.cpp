@@ -522,6 +522,7 @@ void bind_builder(nb::module_& m) {
             return b.clamp(x, l ? &*l : nullptr, h ? &*h : nullptr);
           },
           "x"_a, "lo"_a = nb::none(), "hi"_a = nb::none())
+      .def("hardtanh", &B::hardtanh, "x"_a, "lo"_a, "hi"_a)
       .def("tril", &B::tril, "x"_a, "k"_a)
       .def("triu", &B::triu, "x"_a, "k"_a)
       .def("variance", &B::variance, "x"_a, "dims"_a, "correction"_a, "keepdim"_a)

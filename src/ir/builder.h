@@ -94,6 +94,8 @@ class Builder {
   View concat(const std::vector<View>& xs, int dim);
   // min(max(x, lo), hi); an absent bound is not applied (both absent: x itself).
   View clamp(const View& x, const Operand* lo, const Operand* hi);
+  // min(max(x, lo), hi) with no gradient at the bounds (torch's hardtanh, relu6); a float x.
+  View hardtanh(const View& x, double lo, double hi);
   // Composites of builder_ops.cpp (masks, statistics, selection by value, layout).
   View tril(const View& x, int64_t k);  // keep x[.., i, j] where j - i <= k, else 0
   View triu(const View& x, int64_t k);  // keep x[.., i, j] where j - i >= k, else 0

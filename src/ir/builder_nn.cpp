@@ -135,6 +135,15 @@ View Builder::clamp(const View& x, const Operand* lo, const Operand* hi) {
   return out;
 }
 
+View Builder::hardtanh(const View& x, double lo, double hi) {
+  DType t = x.buf->dtype;
+  if (!is_float(t)) throw Error("hardtanh: x must be a float tensor, not " + std::string(dtype_name(t)));
+  View out = impl_->new_temp(x.shape(), t, x.valid_shape());
+  const DType s = t == DType::F64 ? DType::F64 : DType::F32;  // (as a clamp's scalar bounds)
+  impl_->emit_op(Opcode::HARDTANH, {out, x, float_imm(lo, s), float_imm(hi, s)});
+  return out;
+}
+
 // A reshape whose dims (size-1 dims dropped: s1 -> d1) fall into groups of equal products, each
 // one dim kept, one dim split into several or several merged into one, as one copy nest: a loop
 // over every outer factor of each group, each iteration copying the block the groups' innermost

@@ -143,6 +143,8 @@ enum class OpCategory : uint8_t {
 //                          pad top, pad bottom, pad left, pad right, dilation h, dilation w
 //   CONCAT                 dst, dim, x0, x1, ...
 //   CLAMP                  dst, x, lo, hi (tensors or scalars): min(max(x, lo), hi)
+//   HARDTANH               dst, x, lo, hi (scalars): min(max(x, lo), hi) as torch's hardtanh and
+//                          relu6, whose gradient is 0 at the bounds (a clamp's passes there)
 #define PYPTO_COMPOSITES(X)    \
   X(SOFTMAX, Composite, 3)     \
   X(LOG_SOFTMAX, Composite, 3) \
@@ -150,7 +152,8 @@ enum class OpCategory : uint8_t {
   X(RMS_NORM, Composite, 5)    \
   X(CONV2D, Composite, 12)     \
   X(CONCAT, Composite, -1)     \
-  X(CLAMP, Composite, 4)
+  X(CLAMP, Composite, 4)       \
+  X(HARDTANH, Composite, 4)
 
 enum class Opcode : uint8_t {
 #define PYPTO_X(name, cat, n) name,

@@ -56,6 +56,8 @@ const char* operand_kinds(Opcode op) {
       return "vs";  // then the tensors joined
     case Opcode::CLAMP:
       return "vvee";
+    case Opcode::HARDTANH:
+      return "vvss";
     case Opcode::TEXTRACT:
     case Opcode::TINSERT:
       return "vvss";

@@ -25,6 +25,36 @@ static bool mentions_buffer(const Stmt& s, const Buffer* b) {
   return found;
 }
 
+// The buffers each statement of a block allocates or names in an operand (with what it holds),
+// sorted, kept beside the block while it changes: the search for the next statement naming a
+// buffer reads these instead of walking the statements again for every zero fill (which made the
+// clean-up quadratic in a deep network's backward).
+struct BlockBuffers {
+  std::vector<Stmt>& body;
+  std::vector<std::vector<const Buffer*>> in;
+  static std::vector<const Buffer*> of(const Stmt& s) {
+    std::vector<const Buffer*> out;
+    walk({s}, [&](const Stmt& t) {
+      if (t->kind == StmtKind::Alloc) out.push_back(t->buffer.get());
+      if (t->kind != StmtKind::OpStmt) return;
+      for (auto& a : t->op.args)
+        if (auto v = view_of(a)) out.push_back(v->buf.get());
+    });
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+  explicit BlockBuffers(std::vector<Stmt>& b) : body(b) {
+    for (const Stmt& s : b) in.push_back(of(s));
+  }
+  bool names(size_t i, const Buffer* b) const { return std::binary_search(in[i].begin(), in[i].end(), b); }
+  void changed(size_t i) { in[i] = of(body[i]); }
+  void erase(size_t i) {
+    body.erase(body.begin() + long(i));
+    in.erase(in.begin() + long(i));
+  }
+};
+
 // The whole buffer, every element valid.
 static bool whole_and_valid(const View& v) {
   if (!v.is_whole()) return false;
@@ -149,22 +179,25 @@ static Stmt first_write_by_windows(const Stmt& loop, const View& a) {
 // instruction writes into a directly. Applied to every block, inner blocks first.
 static void write_first_contributions_here(std::vector<Stmt>& body, const std::set<const Buffer*>& adjoints,
                                            std::map<const Buffer*, int>& reads) {
+  BlockBuffers bb(body);
   for (size_t i = 0; i < body.size(); ++i) {
     const Stmt& fill = body[i];
     if (fill->kind != StmtKind::OpStmt || fill->op.code != Opcode::TEXPANDS) continue;
     const View& a = std::get<View>(fill->op.args[0]);
     if (!adjoints.count(a.buf.get()) || !whole_and_valid(a)) continue;
     size_t j = i + 1;
-    while (j < body.size() && !mentions_buffer(body[j], a.buf.get())) ++j;
+    while (j < body.size() && !bb.names(j, a.buf.get())) ++j;
     if (j == body.size()) continue;
     if (body[j]->kind == StmtKind::Seq && into_group(body[j]->body, fill, adjoints, reads)) {
-      body.erase(body.begin() + long(i--));
+      bb.changed(j);
+      bb.erase(i--);
       continue;
     }
     if (body[j]->kind == StmtKind::For) {
       if (Stmt loop = first_write_by_windows(body[j], a)) {
         body[j] = loop;
-        body.erase(body.begin() + long(i--));
+        bb.changed(j);
+        bb.erase(i--);
       }
       continue;
     }
@@ -180,7 +213,7 @@ static void write_first_contributions_here(std::vector<Stmt>& body, const std::s
     size_t k = j;
     if (c->is_whole() && c->buf->kind == BufferKind::Temp && reads[c->buf.get()] == 1) {
       for (size_t m = j; m-- > i + 1;) {
-        if (!mentions_buffer(body[m], c->buf.get())) continue;
+        if (!bb.names(m, c->buf.get())) continue;
         const Stmt& p = body[m];
         const View* pd =
             p->kind == StmtKind::OpStmt && !p->op.args.empty() ? view_of(p->op.args[0]) : nullptr;
@@ -193,11 +226,13 @@ static void write_first_contributions_here(std::vector<Stmt>& body, const std::s
     }
     if (k != j) {
       body[k]->op.args[0] = View::whole(a.buf);
-      body.erase(body.begin() + long(j));
+      bb.changed(k);
+      bb.erase(j);
     } else {
       body[j] = op_stmt(Op{Opcode::TMOV, {View::whole(a.buf), *c}});
+      bb.changed(j);
     }
-    body.erase(body.begin() + long(i));
+    bb.erase(i);
     --i;
   }
 }

@@ -35,7 +35,7 @@ std::string label(Opcode c) {
 // The composites kept whole for composite_rule: autodiff lowers every other composite first.
 const std::vector<Opcode>& composites_with_rules() {
   static const std::vector<Opcode> codes{Opcode::SOFTMAX, Opcode::LOG_SOFTMAX, Opcode::LAYER_NORM,
-                                         Opcode::RMS_NORM};
+                                         Opcode::RMS_NORM, Opcode::HARDTANH};
   return codes;
 }
 
@@ -101,6 +101,16 @@ void Differentiator::composite_rule(const StmtNode* s, const Env& env, const Vie
       View sw = dw ? summed_to(w, gx) : View{}, sb = db ? summed_to(*bias, g) : View{};
       if (dw) accumulate(w, sw, env);
       if (db) accumulate(*bias, sb, env);
+      b_.end_group();
+      return;
+    }
+    case Opcode::HARDTANH: {  // g where lo < x < hi, as torch (a clamp's lowering passes g at the bounds)
+      if (!has_adjoint(x)) return;
+      View xv = std::get<View>(value(x, s, env));
+      Expr zero = constant(0, xv);
+      b_.begin_group(label(op.code));
+      View below_hi = b_.select(bin(Opcode::TCMP_LT, xv, op.args[3]), g, zero);
+      accumulate(x, b_.select(bin(Opcode::TCMP_GT, xv, op.args[2]), below_hi, zero), env);
       b_.end_group();
       return;
     }

@@ -290,7 +290,7 @@ class Fuser : public StmtMutator {
   }
 
   bool grow(const std::vector<Stmt>& in, const std::vector<Origin>& origin, const std::set<size_t>& attention,
-            size_t i, std::set<const Buffer*> allocs, Group& g, size_t& end) {
+            size_t i, const std::set<const Buffer*>& allocs, Group& g, size_t& end) {
     const Op& first = in[i]->op;
     if (kind_of(first.code) == Kind::Other || narrowing(first) || column_reduction(first)) return false;
     Expr w;
@@ -309,17 +309,18 @@ class Fuser : public StmtMutator {
     int64_t k = group_key(in, origin, attention, i);
     g.rs = *rs;
     end = i + 1;
-    add(g, first, allocs);
+    DeclaredTemps declared{allocs, {}};
+    add(g, first, declared);
     for (size_t j = i + 1; j < in.size(); ++j) {
       const Stmt& s = in[j];
       if (s->kind == StmtKind::Alloc && s->buffer->space == Space::Global) {
-        allocs.insert(s->buffer.get());
+        declared.inside.insert(s->buffer.get());
         continue;
       }
       if (s->kind != StmtKind::OpStmt || !is_tensor_level(s->op) ||
           group_key(in, origin, attention, j) != k || !fits(g, s->op))
         break;
-      add(g, s->op, allocs);
+      add(g, s->op, declared);
       end = j + 1;
     }
     return true;

@@ -75,7 +75,7 @@ bool row_widths(const Op& op, Expr& w, bool& static_wide) {
   return true;
 }
 
-void add(Group& g, const Op& op, const std::set<const Buffer*>& allocs) {
+void add(Group& g, const Op& op, const DeclaredTemps& declared) {
   g.ops.push_back(&op);
   if (column_reduction(op)) g.column_sums = true;
   bool static_wide = false;
@@ -83,7 +83,7 @@ void add(Group& g, const Op& op, const std::set<const Buffer*>& allocs) {
   const View& d = dst(op);
   // A temporary is the group's own only when this write covers it: a partial write (the last
   // piece of a buffer written piecewise) leaves the rest to earlier writes outside the group.
-  if (d.buf->kind == BufferKind::Temp && allocs.count(d.buf.get()) && covers_buffer(d))
+  if (d.buf->kind == BufferKind::Temp && declared.count(d.buf.get()) && covers_buffer(d))
     g.produced.insert(d.buf.get());
   else
     g.written[d.buf.get()] = key(d);
@@ -92,15 +92,16 @@ void add(Group& g, const Op& op, const std::set<const Buffer*>& allocs) {
       if (!g.produced.count(v->buf.get())) g.read[v->buf.get()].insert(key(*v));
 }
 
-Group group_of(const StmtNode& seq, std::set<const Buffer*> allocs) {
+Group group_of(const StmtNode& seq, const std::set<const Buffer*>& allocs) {
   Group g;
+  DeclaredTemps declared{allocs, {}};
   g.epilogue = seq.var == kFusedEpilogue;
   for (const Stmt& s : seq.body) {
     if (s->kind == StmtKind::Alloc) {
-      allocs.insert(s->buffer.get());
+      declared.inside.insert(s->buffer.get());
     } else if (s->kind == StmtKind::OpStmt) {
       if (g.ops.empty()) g.rs = *row_space(dst(s->op));
-      add(g, s->op, allocs);
+      add(g, s->op, declared);
     } else {
       throw Error("internal: a fusion group holds only instructions and allocations");
     }

@@ -53,13 +53,22 @@ struct Group {
 // False when two dynamic widths differ.
 bool row_widths(const ir::Op& op, ir::Expr& w, bool& static_wide);
 
-// Adds op to g; `allocs`: the temporaries declared in the group's block so far.
-void add(Group& g, const ir::Op& op, const std::set<const ir::Buffer*>& allocs);
+// The temporaries declared in a group's block up to a point: those before the group, shared with
+// the block's walk (not copied: a deep network's backward declares thousands, and a copy per
+// instruction made fusion quadratic in them), and those declared inside the group so far.
+struct DeclaredTemps {
+  const std::set<const ir::Buffer*>& before;
+  std::set<const ir::Buffer*> inside;
+  bool count(const ir::Buffer* b) const { return before.count(b) || inside.count(b); }
+};
+
+// Adds op to g; `declared`: the temporaries declared in the group's block so far.
+void add(Group& g, const ir::Op& op, const DeclaredTemps& declared);
 // The text identifying a view's window (two views with equal keys touch the same elements).
 std::string key(const ir::View& v);
 
 // The group a labelled Seq holds; `allocs`: the temporaries declared in its block before it.
-Group group_of(const ir::StmtNode& seq, std::set<const ir::Buffer*> allocs);
+Group group_of(const ir::StmtNode& seq, const std::set<const ir::Buffer*>& allocs);
 
 // How often each buffer is referenced by an operand anywhere in `body`.
 std::map<const ir::Buffer*, int> count_refs(const std::vector<ir::Stmt>& body);

@@ -367,7 +367,8 @@ const std::map<Opcode, CompositeLowering>& default_lowerings() {
       {Opcode::RMS_NORM, rms_norm},
       {Opcode::CONV2D, [](Builder& b, const Op& op) { conv2d(b, op, true); }},
       {Opcode::CONCAT, concat},
-      {Opcode::CLAMP, clamp}};
+      {Opcode::CLAMP, clamp},
+      {Opcode::HARDTANH, clamp}};  // (differs in its gradient only: autodiff_composites.cpp)
   return table;
 }
 

@@ -40,7 +40,7 @@ class FusedEmitter {
   }
 
   void emit_group(const Group& g, const std::vector<Stmt>& in, std::vector<Stmt>& out,
-                  const LowerUnfused& unfused) {
+                  std::set<const Buffer*>& dropped, const LowerUnfused& unfused) {
     Emission e;
     e.g = &g;
     tier_ = 0;
@@ -54,19 +54,24 @@ class FusedEmitter {
         }
     for (auto* b : g.produced)
       if (refs_.count(b) && refs_.at(b) == mine[b]) e.internal.insert(b);
-    // Internal temps need no memory: drop their allocations (a guarded group's fallback takes
-    // them); keep the others, before the nest.
-    std::vector<Stmt> fallback;
-    auto internal_alloc = [&](const Stmt& s) {
-      return s->kind == StmtKind::Alloc && e.internal.count(s->buffer.get());
-    };
     for (const Op* op : g.ops)  // (a column sum's destination is written after the nest)
       if (column_reduction(*op)) e.internal.erase(dst(*op).buf.get());
-    for (const Stmt& s : out)
-      if (internal_alloc(s)) fallback.push_back(s);
-    out.erase(std::remove_if(out.begin(), out.end(), internal_alloc), out.end());
+    // Internal temps need no memory: their allocations are dropped, those among `out` by the
+    // caller (a guarded group's fallback declares them again); the others stay, before the nest.
+    std::set<const Buffer*> declared_in_group;
     for (const Stmt& s : in)
-      if (s->kind == StmtKind::Alloc && !e.internal.count(s->buffer.get())) out.push_back(s);
+      if (s->kind == StmtKind::Alloc) {
+        declared_in_group.insert(s->buffer.get());
+        if (!e.internal.count(s->buffer.get())) out.push_back(s);
+      }
+    std::vector<Stmt> fallback;
+    for (const Op* op : g.ops)
+      for (const auto& a : op->args)
+        if (auto v = std::get_if<View>(&a)) {
+          const Buffer* b = v->buf.get();
+          if (e.internal.count(b) && !declared_in_group.count(b) && dropped.insert(b).second)
+            fallback.push_back(alloc(v->buf));
+        }
     if (g.epilogue) return emit_epilogue(e, out);
     unfused_ = &unfused;
     if (!guarded) return emit_rows(e, out);
@@ -410,8 +415,14 @@ class FusedEmitter {
 
 void emit_fused_group(NestBuilder& nb, const TileSizes& ts, const std::map<const Buffer*, int>& refs,
                       const Group& g, const std::vector<Stmt>& in, std::vector<Stmt>& out,
-                      const LowerUnfused& unfused) {
-  FusedEmitter(nb, ts, refs).emit_group(g, in, out, unfused);
+                      std::set<const Buffer*>& dropped, const LowerUnfused& unfused) {
+  FusedEmitter(nb, ts, refs).emit_group(g, in, out, dropped, unfused);
+}
+
+void drop_allocs(std::vector<Stmt>& block, const std::set<const Buffer*>& dropped) {
+  if (dropped.empty()) return;
+  auto is_dropped = [&](const Stmt& s) { return s->kind == StmtKind::Alloc && dropped.count(s->buffer.get()); };
+  block.erase(std::remove_if(block.begin(), block.end(), is_dropped), block.end());
 }
 
 }  // namespace pypto::passes

@@ -23,12 +23,13 @@ class Lowerer : public StmtMutator {
   std::vector<Stmt> mutate_block(const std::vector<Stmt>& in) override {
     std::vector<Stmt> out;
     std::set<const Buffer*> allocs;
+    std::set<const Buffer*> dropped;  // the allocations of temporaries fused groups keep in tiles
     std::map<const StmtNode*, Stmt> opens;  // a label's opening marker in out -> the label
     const Stmt close = seq({});             // the closing marker
     std::function<void(const Stmt&)> lower_stmt = [&](const Stmt& s) {
       if (s->kind == StmtKind::Alloc) allocs.insert(s->buffer.get());
       if (fusion::is_group(s)) {
-        emit_fused_group(nb_, ts_, refs_, fusion::group_of(*s, allocs), s->body, out,
+        emit_fused_group(nb_, ts_, refs_, fusion::group_of(*s, allocs), s->body, out, dropped,
                          [this](const Stmt& t, std::vector<Stmt>& o) { mutate_into(t, o); });
       } else if (s->kind == StmtKind::Seq && !s->var.empty()) {
         out.push_back(seq({}));
@@ -40,6 +41,7 @@ class Lowerer : public StmtMutator {
       }
     };
     for (const Stmt& s : in) lower_stmt(s);
+    drop_allocs(out, dropped);
     if (opens.empty()) return out;
     std::vector<Stmt> labelled;
     std::vector<std::pair<Stmt, size_t>> open;  // the labels open at this point, where they began

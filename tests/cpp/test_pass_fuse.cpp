@@ -24,15 +24,16 @@ class EmitGroups : public StmtMutator {
   explicit EmitGroups(const Program& p) : nb_(p), refs_(passes::fusion::count_refs(p.body)) {}
   std::vector<Stmt> mutate_block(const std::vector<Stmt>& in) override {
     std::vector<Stmt> out;
-    std::set<const Buffer*> allocs;
+    std::set<const Buffer*> allocs, dropped;
     for (const Stmt& s : in) {
       if (s->kind == StmtKind::Alloc) allocs.insert(s->buffer.get());
       if (passes::fusion::is_group(s))
         passes::emit_fused_group(nb_, small_tiles(), refs_, passes::fusion::group_of(*s, allocs), s->body,
-                                 out, [this](const Stmt& t, std::vector<Stmt>& o) { mutate_into(t, o); });
+                                 out, dropped, [this](const Stmt& t, std::vector<Stmt>& o) { mutate_into(t, o); });
       else
         mutate_into(s, out);
     }
+    passes::drop_allocs(out, dropped);
     return out;
   }
 

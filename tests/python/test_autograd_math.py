@@ -67,3 +67,26 @@ def test_multihead_attention_with_boolean_mask_trains():
     m(x).backward(dy)
     assert float((gx - x.grad).norm() / x.grad.norm()) < 1e-5
     assert float((gw - mha.in_proj_weight.grad).norm() / mha.in_proj_weight.grad.norm()) < 1e-5
+
+
+KINKS = {  # torch's subgradient at the kinks: 0 at hardtanh's / relu6's / relu's, 1 at a clamp's bounds
+    "relu6": lambda x: torch.nn.functional.relu6(x), "ReLU6": lambda x: torch.nn.ReLU6()(x),
+    "hardtanh": lambda x: torch.nn.functional.hardtanh(x, -0.5, 6.0), "relu": lambda x: torch.relu(x),
+    "clamp": lambda x: torch.clamp(x, -0.5, 6.0), "clamp_min": lambda x: x.clamp_min(0.0),
+    "clamp_max": lambda x: x.clamp(max=6.0),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KINKS))
+def test_gradients_at_kinks_match_torch(name):
+    """Inputs exactly at the bounds (a ReLU6 after a norm whose bias is 0 over zero inputs, as in
+    MobileNetV2's padded borders) take torch's subgradient, not another valid one."""
+    f = KINKS[name]
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 8, generator=g, dtype=torch.float64) * 4
+    x[0, :4] = torch.tensor([0.0, 6.0, -0.5, -0.0], dtype=torch.float64)
+    x.requires_grad_()
+    dy = torch.randn(4, 8, generator=g, dtype=torch.float64)
+    got, = torch.autograd.grad(pypto.jit(f, backend="interp")(x), x, dy)
+    want, = torch.autograd.grad(f(x), x, dy)
+    assert torch.equal(got, want), (got[0, :4], want[0, :4])

@@ -246,6 +246,16 @@ def clamp(x, lo=None, hi=None):
                                None if hi is None else operand(tr, hi)))
 
 
+def hardtanh(x, lo, hi):
+    """min(max(x, lo), hi) with scalar bounds, its gradient 0 at the bounds (torch's hardtanh and
+    relu6; a clamp's gradient passes there); integer tensors as a clamp."""
+    tr = find_tracer(x)
+    t = tensor_of(tr, x)
+    if not _dt.to_dtype(t.dtype).is_floating_point:
+        return clamp(x, lo, hi)
+    return wrap(tr, tr.b.hardtanh(t, float(lo), float(hi)))
+
+
 def where(cond, a, b):
     tr = find_tracer(cond, a, b)
     oc = operand(tr, cond)

@@ -458,6 +458,7 @@ class Gen : private StmtVisitor {
   // A block's statements, a run that pto/cpu/rows.hpp computes in one call (row_fusion.h) as
   // that call.
   void visit_block(const std::vector<Stmt>& body) override {
+    std::optional<BlockTiles> tiles;  // built at the block's first loop
     for (size_t i = 0; i < body.size(); ++i) {
       if (auto f = match_row_fusion(body, i)) {
         fused_rows(body, i, *f);
@@ -510,7 +511,8 @@ class Gen : private StmtVisitor {
         continue;
       }
       if (body[i]->kind == StmtKind::For) {
-        LoopLocalScope local(&body[i]->body, loop_local_tiles(body, i));
+        if (!tiles) tiles.emplace(body);
+        LoopLocalScope local(&body[i]->body, loop_local_tiles(body, i, *tiles));
         visit(body[i]);
         continue;
       }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <functional>
 #include <map>
 
 namespace pypto::cpu {
@@ -452,23 +453,42 @@ bool writes_only(const Stmt& s, const Buffer* b) {
 }
 }  // namespace
 
-std::set<const Buffer*> loop_local_tiles(const std::vector<Stmt>& block, size_t loop) {
+BlockTiles::BlockTiles(const std::vector<Stmt>& block) : only_(block.size()) {
+  std::map<const Buffer*, std::vector<size_t>> named_by;  // buffer -> the statements naming it
+  std::vector<const Buffer*> tiles;
+  std::function<void(const Stmt&, size_t)> walk = [&](const Stmt& s, size_t j) {
+    if (!s) return;
+    if (s->kind == StmtKind::OpStmt)
+      for (const Operand& a : s->op.args)
+        if (const View* v = std::get_if<View>(&a)) {
+          auto& at = named_by[v->buf.get()];
+          if (at.empty() || at.back() != j) at.push_back(j);
+        }
+    for (const Stmt& c : s->body) walk(c, j);
+    for (const Stmt& c : s->orelse) walk(c, j);
+  };
+  for (size_t j = 0; j < block.size(); ++j) {
+    const Stmt& s = block[j];
+    if (s && s->kind == StmtKind::Alloc && s->buffer->space != Space::Global) tiles.push_back(s->buffer.get());
+    walk(s, j);
+  }
+  for (const Buffer* b : tiles) {
+    auto it = named_by.find(b);
+    if (it != named_by.end() && it->second.size() == 1) only_[it->second[0]].push_back(b);
+  }
+}
+
+const std::vector<const Buffer*>& BlockTiles::named_only_by(size_t stmt) const { return only_.at(stmt); }
+
+std::set<const Buffer*> loop_local_tiles(const std::vector<Stmt>& block, size_t loop, const BlockTiles& only_in) {
   std::set<const Buffer*> out;
   if (loop >= block.size() || !block[loop] || block[loop]->kind != StmtKind::For) return out;
-  const std::vector<Stmt>& body = block[loop]->body;
-  for (const Stmt& a : block) {
-    if (!a || a->kind != StmtKind::Alloc || a->buffer->space == Space::Global) continue;
-    const Buffer* b = a->buffer.get();
-    bool elsewhere = false;
-    for (size_t j = 0; j < block.size() && !elsewhere; ++j)
-      elsewhere = j != loop && row_match::mentions(block[j], b);
-    if (elsewhere) continue;
-    for (const Stmt& s : body)
+  for (const Buffer* b : only_in.named_only_by(loop))
+    for (const Stmt& s : block[loop]->body)
       if (row_match::mentions(s, b)) {
         if (writes_only(s, b)) out.insert(b);
         break;
       }
-  }
   return out;
 }
 

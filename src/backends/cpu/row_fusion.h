@@ -57,7 +57,22 @@ std::optional<RowFusion> match_row_fusion(const std::vector<ir::Stmt>& body, siz
 // an instruction's destination only) before anything else in the body names them. tile_ops
 // allocates a nest's tiles outside its inner loop (a 2-D elementwise nest's column loop); the
 // fused calls, which leave tiles dead after their run unwritten, may take these as the body's.
-std::set<const ir::Buffer*> loop_local_tiles(const std::vector<ir::Stmt>& block, size_t loop);
+// `only_in`: a block's tiles by the one statement naming them (BlockTiles).
+class BlockTiles;
+std::set<const ir::Buffer*> loop_local_tiles(const std::vector<ir::Stmt>& block, size_t loop,
+                                             const BlockTiles& only_in);
+
+// The tiles allocated in a block that exactly one of its statements names (nested statements
+// count as the one holding them), by that statement; built once per block. (Searching the block
+// for each loop and tile instead was cubic in a deep network's backward: thousands of nests.)
+class BlockTiles {
+ public:
+  explicit BlockTiles(const std::vector<ir::Stmt>& block);
+  const std::vector<const ir::Buffer*>& named_only_by(size_t stmt) const;
+
+ private:
+  std::vector<std::vector<const ir::Buffer*>> only_;
+};
 
 // While alive, the matchers treat `tiles` as allocated in `body` (the loop body codegen visits).
 class LoopLocalScope {

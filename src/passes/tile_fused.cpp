@@ -421,7 +421,9 @@ void emit_fused_group(NestBuilder& nb, const TileSizes& ts, const std::map<const
 
 void drop_allocs(std::vector<Stmt>& block, const std::set<const Buffer*>& dropped) {
   if (dropped.empty()) return;
-  auto is_dropped = [&](const Stmt& s) { return s->kind == StmtKind::Alloc && dropped.count(s->buffer.get()); };
+  auto is_dropped = [&](const Stmt& s) {
+    return s->kind == StmtKind::Alloc && dropped.count(s->buffer.get());
+  };
   block.erase(std::remove_if(block.begin(), block.end(), is_dropped), block.end());
 }
 

@@ -23,7 +23,7 @@ class Lowerer : public StmtMutator {
   std::vector<Stmt> mutate_block(const std::vector<Stmt>& in) override {
     std::vector<Stmt> out;
     std::set<const Buffer*> allocs;
-    std::set<const Buffer*> dropped;  // the allocations of temporaries fused groups keep in tiles
+    std::set<const Buffer*> dropped;        // the allocations of temporaries fused groups keep in tiles
     std::map<const StmtNode*, Stmt> opens;  // a label's opening marker in out -> the label
     const Stmt close = seq({});             // the closing marker
     std::function<void(const Stmt&)> lower_stmt = [&](const Stmt& s) {

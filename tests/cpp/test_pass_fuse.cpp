@@ -29,7 +29,8 @@ class EmitGroups : public StmtMutator {
       if (s->kind == StmtKind::Alloc) allocs.insert(s->buffer.get());
       if (passes::fusion::is_group(s))
         passes::emit_fused_group(nb_, small_tiles(), refs_, passes::fusion::group_of(*s, allocs), s->body,
-                                 out, dropped, [this](const Stmt& t, std::vector<Stmt>& o) { mutate_into(t, o); });
+                                 out, dropped,
+                                 [this](const Stmt& t, std::vector<Stmt>& o) { mutate_into(t, o); });
       else
         mutate_into(s, out);
     }

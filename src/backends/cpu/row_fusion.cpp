@@ -469,7 +469,8 @@ BlockTiles::BlockTiles(const std::vector<Stmt>& block) : only_(block.size()) {
   };
   for (size_t j = 0; j < block.size(); ++j) {
     const Stmt& s = block[j];
-    if (s && s->kind == StmtKind::Alloc && s->buffer->space != Space::Global) tiles.push_back(s->buffer.get());
+    if (s && s->kind == StmtKind::Alloc && s->buffer->space != Space::Global)
+      tiles.push_back(s->buffer.get());
     walk(s, j);
   }
   for (const Buffer* b : tiles) {
@@ -480,7 +481,8 @@ BlockTiles::BlockTiles(const std::vector<Stmt>& block) : only_(block.size()) {
 
 const std::vector<const Buffer*>& BlockTiles::named_only_by(size_t stmt) const { return only_.at(stmt); }
 
-std::set<const Buffer*> loop_local_tiles(const std::vector<Stmt>& block, size_t loop, const BlockTiles& only_in) {
+std::set<const Buffer*> loop_local_tiles(const std::vector<Stmt>& block, size_t loop,
+                                         const BlockTiles& only_in) {
   std::set<const Buffer*> out;
   if (loop >= block.size() || !block[loop] || block[loop]->kind != StmtKind::For) return out;
   for (const Buffer* b : only_in.named_only_by(loop))

@@ -97,3 +97,34 @@ def test_conv2d_stores_through_the_wrap(xs, ws, padding, dilation):
     out = poisoned(*want.shape)
     k.profile(x, w, b, out)  # the profiled build fuses the same way
     assert_close(out, want, 1e-5)
+
+
+DEPTHWISE = [  # input, stride, padding, dilation, bias
+    ((2, 6, 9, 7), 1, 1, 1, True), ((2, 6, 9, 8), 2, 1, 1, False), ((6, 10, 9), 1, "same", 2, True),
+    ((1, 5, 9, 9), 2, 0, 1, True), ((2, 4, 5, 5), 1, "valid", 1, False), ((2, 3, 8, 9), (2, 1), (0, 2), (1, 2), True),
+]
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+@pytest.mark.parametrize("xs, stride, padding, dilation, bias", DEPTHWISE)
+def test_depthwise_conv2d_and_its_gradients_match_torch(backend, xs, stride, padding, dilation, bias):
+    """torch.nn.functional.conv2d with groups == channels: multiply-adds of the padded input's
+    shifted windows (one nest), not a convolution per channel; values and the gradients of input,
+    weight and bias against torch in float64."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(*xs, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(xs[-3], 1, 3, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(xs[-3], generator=g, dtype=torch.float64, requires_grad=True) if bias else None
+
+    class Depthwise(torch.nn.Module):
+        def forward(self, x, w, b):
+            return torch.nn.functional.conv2d(x, w, b, stride, padding, dilation, groups=x.shape[-3])
+
+    m = Depthwise()
+    got, want = pypto.jit(m, backend=backend)(x, w, b), m(x, w, b)
+    assert got.shape == want.shape
+    assert float((got - want).norm()) < 1e-13 * float(want.norm())
+    dy = torch.randn(want.shape, generator=g, dtype=torch.float64)
+    params = [t for t in (x, w, b) if t is not None]
+    for a, r in zip(torch.autograd.grad(got, params, dy), torch.autograd.grad(want, params, dy)):
+        assert float((a - r).norm()) < 1e-13 * float(r.norm())

@@ -80,7 +80,8 @@ def _depthwise(input, weight, bias, stride, padding, dilation):  # noqa: A002
         for j in range(kw):
             window = T.index(x, (Ellipsis, slice(i * dh, i * dh + (ho - 1) * sh + 1, sh),
                                  slice(j * dw, j * dw + (wo - 1) * sw + 1, sw)))
-            term = T.binary(Opcode.TMUL, window, T.reshape(T.index(weight, (slice(None), 0, i, j)), [c, 1, 1]))
+            tap = T.index(weight, (slice(None), 0, slice(i, i + 1), slice(j, j + 1)))  # [c, 1, 1], a view
+            term = T.binary(Opcode.TMUL, window, tap)
             out = term if out is None else T.binary(Opcode.TADD, out, term)
     return out if bias is None else T.binary(Opcode.TADD, out, T.reshape(bias, [c, 1, 1]))
 

@@ -111,8 +111,12 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
       case Opcode::TROWMIN:
       case Opcode::TCOLMAX:
       case Opcode::TCOLMIN: {
+        // As torch's amax / amin / max(): the elements tied for the extreme share the gradient
+        // evenly (a reduction over several dims, one instruction per dim, shares it per stage).
         View hit = bin(Opcode::TCMP_EQ, val(1), out());
-        return accumulate(x, b_.select(hit, g, k(0)), env);
+        const bool rows = op.code == Opcode::TROWMAX || op.code == Opcode::TROWMIN;
+        View ties = b_.reduce(Opcode::TROWSUM, b_.select(hit, k(1), k(0)), {xm.rank() - (rows ? 1 : 2)}, true);
+        return accumulate(x, b_.select(hit, bin(Opcode::TDIV, g, ties), k(0)), env);
       }
       case Opcode::TNEG:
         return accumulate(x, g, env, true);

@@ -135,6 +135,16 @@ def test_unsupported_torch_function_names_it_the_line_and_the_nearest_op():
     assert "torch.fft.fft" in msg and "return torch.fft.fft(x)" in msg
 
 
+def uses_histc(x):
+    return torch.histc(x, 4)
+
+
+def test_unsupported_torch_function_suggests_no_unrelated_op():
+    with pytest.raises(pypto.PyptoError) as e:
+        pypto.jit(uses_histc, backend="interp")(torch.randn(3, 4))
+    assert "PyPTO has no counterpart" in str(e.value)  # not pypto.stack, a spelling alike
+
+
 # --- a Llama-style decoder block, torch and F calls only (bench/llama_block.py) ------------------
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from .. import dtypes as _dt
 from ..errors import PyptoError
-from .tensor_ops import cast, dims_arg, find_tracer, index, operand, static_float, static_int, tensor_of, unary, wrap
+from .tensor_ops import (cast, dims_arg, find_tracer, index, norm_sqrt, operand, static_float, static_int, tensor_of,
+                         wrap)
 from .values import Opcode, TensorValue
 
 
@@ -49,7 +50,7 @@ def var(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
 
 
 def std(x, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return unary(Opcode.TSQRT, var(x, dim, unbiased, keepdim, correction=correction))
+    return norm_sqrt(var(x, dim, unbiased, keepdim, correction=correction))
 
 
 def logsumexp(x, dim=None, keepdim=False):

@@ -199,7 +199,7 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
         x = T.cast(x, _dt.float32)
     a = T.unary(Opcode.TABS, x)
     if ord == 2:
-        return T.unary(Opcode.TSQRT, T.reduce("sum", T.binary(Opcode.TMUL, x, x), dim, keepdim))
+        return T.norm_sqrt(T.reduce("sum", T.binary(Opcode.TMUL, x, x), dim, keepdim))
     if ord == 1:
         return T.reduce("sum", a, dim, keepdim)
     if ord == math.inf:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ..errors import PyptoError
-from .tensor_ops import find_tracer, binary, clamp, compare, tensor_of, unary, where
+from .tensor_ops import find_tracer, binary, compare, hardtanh, tensor_of, unary, where
 from .values import Opcode, TensorValue
 
 
@@ -22,12 +22,12 @@ def mish(x):
     return binary(Opcode.TMUL, x, unary(Opcode.TTANH, softplus(x)))
 
 
-def hardswish(x):
-    return binary(Opcode.TMUL, x, binary(Opcode.TMUL, clamp(binary(Opcode.TADD, x, 3.0), 0.0, 6.0), 1.0 / 6.0))
+def hardswish(x):  # (hardtanh: torch's gradient at -3 and 3)
+    return binary(Opcode.TMUL, x, binary(Opcode.TMUL, hardtanh(binary(Opcode.TADD, x, 3.0), 0.0, 6.0), 1.0 / 6.0))
 
 
-def hardsigmoid(x):
-    return binary(Opcode.TMUL, clamp(binary(Opcode.TADD, x, 3.0), 0.0, 6.0), 1.0 / 6.0)
+def hardsigmoid(x):  # (hardtanh: no gradient at -3 and 3, as torch)
+    return binary(Opcode.TMUL, hardtanh(binary(Opcode.TADD, x, 3.0), 0.0, 6.0), 1.0 / 6.0)
 
 
 def leaky_relu(x, negative_slope=0.01):

@@ -256,6 +256,14 @@ def hardtanh(x, lo, hi):
     return wrap(tr, tr.b.hardtanh(t, float(lo), float(hi)))
 
 
+def norm_sqrt(u):
+    """sqrt(u) of a sum of squares (a 2-norm, a standard deviation, a distance), its gradient 0
+    where u is 0, as torch's backward of those (sqrt's own gradient is inf there, and NaN once
+    the sum of squares' backward multiplies it by 0: the zero diagonal of cdist(x, x))."""
+    zero = compare(Opcode.TCMP_EQ, u, 0.0)
+    return where(zero, 0.0, unary(Opcode.TSQRT, where(zero, 1.0, u)))
+
+
 def where(cond, a, b):
     tr = find_tracer(cond, a, b)
     oc = operand(tr, cond)
@@ -295,7 +303,18 @@ def reduce(kind, x, dim=None, keepdim=False):
     tr = find_tracer(x)
     if isinstance(x, TensorValue) and x.ndim == 0 and dim is None:
         return x  # the reduction of a single value (as NumPy)
-    return wrap(tr, tr.b.reduce(_REDUCE[kind], tensor_of(tr, x), dims_arg(dim), bool(keepdim)))
+    dims = dims_arg(dim)
+    if kind in ("max", "min") and isinstance(x, TensorValue) and x.ndim > 1:
+        # The trailing dims (all, for max()) reduced as one: a tie for the extreme shares the
+        # gradient evenly among all the tied elements, as torch (dim by dim, it is shared per dim).
+        n = x.ndim
+        ds = sorted({d % n for d in dims} if dims else range(n))
+        if len(ds) > 1 and ds == list(range(n - len(ds), n)) and all(isinstance(s, int) for s in x.shape):
+            lead = list(x.shape[:n - len(ds)])
+            flat = reshape(x, lead + [-1])
+            r = wrap(tr, tr.b.reduce(_REDUCE[kind], tensor_of(tr, flat), [-1], False))
+            return reshape(r, lead + [1] * len(ds)) if keepdim else r
+    return wrap(tr, tr.b.reduce(_REDUCE[kind], tensor_of(tr, x), dims, bool(keepdim)))
 
 
 def mean(x, dim=None, keepdim=False):

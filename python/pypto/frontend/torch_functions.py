@@ -196,13 +196,38 @@ def _minmax(kind, op, arg):
     def f(input, dim=None, keepdim=False, *, out=None):  # noqa: A002
         _no_out(out)
         if isinstance(dim, TensorValue) or _torch_tensor(dim):
-            return T.binary(op, input, dim)   # torch.max(a, b): elementwise
+            return _elementwise_extreme(op)(input, dim)   # torch.max(a, b): elementwise
         if dim is None:
             return T.reduce(kind, input, None, False)
-        values = T.reduce(kind, input, dim, keepdim)
-        return _torch().return_types.max((values, arg(input, dim, keepdim))) if kind == "max" else \
-            _torch().return_types.min((values, arg(input, dim, keepdim)))
+        # The values read at the indices: a tie's gradient goes to the index returned (the first),
+        # as torch's, not shared among the tied elements as amax's.
+        idx = arg(input, dim, True)
+        values = X.gather(input, dim, idx)
+        if not keepdim:
+            values, idx = T.squeeze(values, dim), T.squeeze(idx, dim)
+        return _torch().return_types.max((values, idx)) if kind == "max" else \
+            _torch().return_types.min((values, idx))
     return f
+
+
+def _elementwise_extreme(op):
+    """torch.maximum / minimum (and max / min of two tensors) of floats: a tie's gradient is split
+    evenly between the two, as torch's (the TMAX / TMIN rule gives it all to the first operand,
+    which max pooling's first-index choice relies on). At a tie the value is a / 2 + b / 2 = a."""
+    wins = Opcode.TCMP_GT if op is Opcode.TMAX else Opcode.TCMP_LT
+
+    def f(a, b, **kwargs):
+        if not any(_float_tensor(v) for v in (a, b)):
+            return T.binary(op, a, b)
+        tie = T.binary(Opcode.TADD, T.binary(Opcode.TMUL, a, 0.5), T.binary(Opcode.TMUL, b, 0.5))
+        return T.where(T.compare(wins, a, b), a, T.where(T.compare(wins, b, a), b, tie))
+    return f
+
+
+def _float_tensor(v):
+    if isinstance(v, TensorValue):
+        return v.dtype.is_floating_point
+    return _torch_tensor(v) and v.is_floating_point()
 
 
 torch_max = _minmax("max", Opcode.TMAX, C.argmax)
@@ -592,8 +617,9 @@ def _entries():
         (_scan("cumsum"), ["cumsum"]), (_scan("cumprod"), ["cumprod"]),
         (_activation(Opcode.TRELU), ["relu"]), (_activation(Opcode.TSILU), ["silu"]), (gelu, ["gelu"]),
         (clamp, ["clamp", "clip"]), (clamp_min, ["clamp_min"]), (clamp_max, ["clamp_max"]),
-        (lambda a, b, **k: T.binary(Opcode.TMAX, a, b), ["maximum", "fmax"]),
-        (lambda a, b, **k: T.binary(Opcode.TMIN, a, b), ["minimum", "fmin"]),
+        (_elementwise_extreme(Opcode.TMAX), ["maximum"]), (_elementwise_extreme(Opcode.TMIN), ["minimum"]),
+        (lambda a, b, **k: T.binary(Opcode.TMAX, a, b), ["fmax"]),
+        (lambda a, b, **k: T.binary(Opcode.TMIN, a, b), ["fmin"]),
         (where, ["where"]), (masked_fill, ["masked_fill"]), (masked_fill_, ["masked_fill_"]),
         (_cmp(Opcode.TCMP_EQ), ["eq", "__eq__"]), (_cmp(Opcode.TCMP_NE), ["ne", "not_equal", "__ne__"]),
         (_cmp(Opcode.TCMP_LT), ["lt", "less", "__lt__"]), (_cmp(Opcode.TCMP_LE), ["le", "less_equal", "__le__"]),
@@ -727,7 +753,8 @@ def unsupported(name):
     from (when that is not the kernel's own line, which the walker adds) and the nearest pypto.X."""
     short = name.rsplit(".", 1)[-1].strip("_")
     public = public_op_names()
-    near = [short] if short in public else difflib.get_close_matches(short, public, n=1, cutoff=0.6)
+    # (a close spelling only: at 0.6, histc suggested stack, unique unsqueeze, cov conv2d)
+    near = [short] if short in public else difflib.get_close_matches(short, public, n=1, cutoff=0.8)
     msg = f"{name} is not supported inside a PyPTO kernel"
     where = _caller_line()
     if where:

@@ -284,7 +284,7 @@ def cosine_similarity(x1, x2, dim=1, eps=1e-8):
 def pairwise_distance(x1, x2, p=2.0, eps=1e-6, keepdim=False):
     d = _add(_sub(x1, x2), float(eps))
     if p == 2:
-        return _u(Opcode.TSQRT, T.reduce("sum", _mul(d, d), -1, keepdim))
+        return T.norm_sqrt(T.reduce("sum", _mul(d, d), -1, keepdim))
     if p == 1:
         return T.reduce("sum", _u(Opcode.TABS, d), -1, keepdim)
     if p == math.inf:

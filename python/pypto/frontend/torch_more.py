@@ -317,7 +317,7 @@ def rot90(input, k=1, dims=(0, 1)):  # noqa: A002
 def matrix_norm(A, ord="fro", dim=(-2, -1), keepdim=False, *, dtype=None, out=None):  # noqa: N803
     d0, d1 = _dims(dim[0], A.ndim), _dims(dim[1], A.ndim)
     if ord == "fro":
-        return T.unary(Opcode.TSQRT, T.reduce("sum", A * A, [d0, d1], keepdim))
+        return T.norm_sqrt(T.reduce("sum", A * A, [d0, d1], keepdim))
     if ord in (1, -1, math.inf, -math.inf):
         inner, outer = (d0, d1) if ord in (1, -1) else (d1, d0)
         sums = T.reduce("sum", T.unary(Opcode.TABS, A), inner, True)
@@ -379,7 +379,7 @@ def resample(input, sizes, factors, mode, align_corners):  # noqa: A002
 def cdist(x1, x2, p=2.0, compute_mode=None):
     d = T.unsqueeze(x1, -2) - T.unsqueeze(x2, -3)
     if p == 2:
-        return T.unary(Opcode.TSQRT, T.reduce("sum", d * d, -1, False))
+        return T.norm_sqrt(T.reduce("sum", d * d, -1, False))
     if p == 1:
         return T.reduce("sum", T.unary(Opcode.TABS, d), -1, False)
     if p == math.inf:

@@ -115,7 +115,8 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
         // evenly (a reduction over several dims, one instruction per dim, shares it per stage).
         View hit = bin(Opcode::TCMP_EQ, val(1), out());
         const bool rows = op.code == Opcode::TROWMAX || op.code == Opcode::TROWMIN;
-        View ties = b_.reduce(Opcode::TROWSUM, b_.select(hit, k(1), k(0)), {xm.rank() - (rows ? 1 : 2)}, true);
+        View ties =
+            b_.reduce(Opcode::TROWSUM, b_.select(hit, k(1), k(0)), {xm.rank() - (rows ? 1 : 2)}, true);
         return accumulate(x, b_.select(hit, bin(Opcode::TDIV, g, ties), k(0)), env);
       }
       case Opcode::TNEG:

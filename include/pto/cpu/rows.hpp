@@ -52,9 +52,9 @@ struct RowsAt {
 // rows_serial runs each row's passes in turn. rows_piped overlaps rows: the last pass of row
 // r - 1, the middle pass of row r and the first pass of row r + 1 share one loop, so the
 // streaming stores of one row go out while the next rows are read and computed: without it the
-// memory system idles during the passes that neither read nor write it. The bench's 4096 x 4096
-// kernels (rows of 2, 2 threads, Zen 4), old and new build alternately in one process, 40 pairs:
-// softmax 5.16 -> 4.44 ms, layer norm 4.26 -> 4.09 ms (medians; copy ~3.2 ms). Each pass computes the
+// memory system idles during the passes that neither read nor write it. Each sequence says which
+// it takes (kPiped), as measured on the bench's 4096 x 4096 kernels (2 threads, Zen 4): the layer
+// norm piped, the softmax and RMS norm serial. Each pass computes the
 // same bits either way; in place (out == in) row r - 1 is written once rows r, r + 1 only are
 // still read. Its intermediate rows alternate between the two tmp rows.
 template <class Seq>
@@ -114,6 +114,9 @@ PTO_INLINE void rows_piped(Seq& q, int64_t rows) {
 template <bool NT, class Scale>
 struct SoftmaxSeq {
   static constexpr bool kMiddle = true;
+  // Rows in turn, not overlapped: 2-row tiles of the 4096 x 4096 softmax, both in one process,
+  // 3.8 ms serial vs 4.9 ms piped (Zen 4, 2 threads); the exp pass keeps the core busy already.
+  static constexpr bool kPiped = false;
   RowsAt at;
   Scale sc;
   float* m;
@@ -138,6 +141,9 @@ struct SoftmaxSeq {
 template <bool NT, bool W, bool B>
 struct RmsNormSeq {
   static constexpr bool kMiddle = false;
+  // Without a middle pass the loop of one row's stores and the next row's reads was 2-5% slower
+  // than the two passes in turn (same A/B as rows_piped's).
+  static constexpr bool kPiped = false;
   RowsAt at;
   float cnt, eps;
   const float* w;
@@ -162,6 +168,7 @@ struct RmsNormSeq {
 template <bool NT, bool W, bool B>
 struct LayerNormSeq {
   static constexpr bool kMiddle = true;
+  static constexpr bool kPiped = true;  // (overlapped: 3.8 ms vs 4.8 ms serial, as SoftmaxSeq's A/B)
   RowsAt at;
   const float* c;
   float cnt, cnt2, eps;
@@ -331,9 +338,7 @@ PTO_INLINE void global_rows(GlobalView<float> out, GlobalView<float> in, Tile<fl
   // are already on their way, farther ones were slower (A/B, 1 thread).
   make(RowsAt{out.ptr, out.rs, in.ptr, in.rs, vc, {z.data, x.data}, 2}, std::bool_constant<Stream>{},
        [&](auto& q) __attribute__((always_inline)) {
-         // Without a middle pass (the RMS norm) the loop of one row's stores and the next row's
-         // reads was 2-5% slower than the two passes in turn (same A/B as rows_piped's).
-         if constexpr (std::decay_t<decltype(q)>::kMiddle)
+         if constexpr (std::decay_t<decltype(q)>::kPiped)
            rows_piped(q, vr);
          else
            rows_serial(q, vr);

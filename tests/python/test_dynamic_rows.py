@@ -95,13 +95,14 @@ def test_layer_norm_over_a_dynamic_feature_dim(backend):
 
 
 def test_dynamic_row_group_is_fused_under_a_guard():
-    """The softmax of a dynamic width is one nest per tile width (256: 32 rows a tile; 4096: 2;
-    1048576: 1), each behind `width <= tile width`; the last else branch holds the unfused nests."""
+    """The softmax of a dynamic width is one nest per tile width (256: 32 rows a tile; 4096: 4, as
+    rows that wide stream from memory; 1048576: 1), each behind `width <= tile width`; the last
+    else branch holds the unfused nests."""
     kernel = pypto.jit(scaled_softmax_into, dynamic={"x": [1], "y": [1]})
     text = kernel.lower(rand(50, 40), poisoned(50, 40)).as_text("tile")
     *tiers, fallback = text.split("} else {")
     assert len(tiers) == 3
-    for tier, (rows, cols) in zip(tiers, [(32, 256), (2, 4096), (1, 1048576)]):
+    for tier, (rows, cols) in zip(tiers, [(32, 256), (4, 4096), (1, 1048576)]):
         assert f"<= {cols})" in tier and f"f32[{rows}, {cols}] vec" in tier
         assert tier.count("TLOAD") == 1 and tier.count("TSTORE") == 1  # x in, y out: nothing between
     assert fallback.count("TSTORE") > 2  # the fallback stores its temporaries

@@ -79,6 +79,7 @@ KINKS = {  # torch's subgradients where the derivative jumps, and its zero-norm 
     "max_of_two": lambda x: torch.max(x, x.flip(-2)),
     "amax": lambda x: torch.relu(x).amax(-1), "amin_cols": lambda x: torch.relu(x).amin(-2),
     "amax_dims": lambda x: torch.relu(x).amax((-1, -2)), "max_all": lambda x: torch.relu(x).max(),
+    "amin_outer_dims": lambda x: torch.relu(x).reshape(2, 3, 8).amin((0, 2), keepdim=True),
     "max_dim": lambda x: torch.relu(x).max(-1).values, "min_dim": lambda x: x.min(-2, keepdim=True)[0],
     "max_pool": lambda x: torch.nn.functional.max_pool2d(torch.relu(x)[None], 2),
     "cdist": lambda x: torch.cdist(x, x), "norm": lambda x: torch.relu(x - 2).norm(dim=-1) * x[:, :1],

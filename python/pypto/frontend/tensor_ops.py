@@ -305,15 +305,17 @@ def reduce(kind, x, dim=None, keepdim=False):
         return x  # the reduction of a single value (as NumPy)
     dims = dims_arg(dim)
     if kind in ("max", "min") and isinstance(x, TensorValue) and x.ndim > 1:
-        # The trailing dims (all, for max()) reduced as one: a tie for the extreme shares the
-        # gradient evenly among all the tied elements, as torch (dim by dim, it is shared per dim).
+        # Several dims (all, for max()) reduced as one, moved last first where they are not: a tie
+        # for the extreme shares the gradient evenly among all the tied elements, as torch's
+        # (reduced dim by dim, it would be shared per dim).
         n = x.ndim
         ds = sorted({d % n for d in dims} if dims else range(n))
-        if len(ds) > 1 and ds == list(range(n - len(ds), n)) and all(isinstance(s, int) for s in x.shape):
-            lead = list(x.shape[:n - len(ds)])
-            flat = reshape(x, lead + [-1])
-            r = wrap(tr, tr.b.reduce(_REDUCE[kind], tensor_of(tr, flat), [-1], False))
-            return reshape(r, lead + [1] * len(ds)) if keepdim else r
+        if len(ds) > 1 and all(isinstance(s, int) for s in x.shape):
+            keep = [d for d in range(n) if d not in ds]
+            moved = x if ds == list(range(n - len(ds), n)) else permute(x, keep + ds)
+            lead = [x.shape[d] for d in keep]
+            r = wrap(tr, tr.b.reduce(_REDUCE[kind], tensor_of(tr, reshape(moved, lead + [-1])), [-1], False))
+            return reshape(r, [1 if d in ds else x.shape[d] for d in range(n)]) if keepdim else r
     return wrap(tr, tr.b.reduce(_REDUCE[kind], tensor_of(tr, x), dims, bool(keepdim)))
 
 

@@ -428,14 +428,16 @@ View Builder::full(std::vector<int64_t> shape, DType dtype, Expr value, const st
   return t;
 }
 
-View Builder::arange(Expr start, int64_t n, Expr step, DType dtype) {
-  if (n <= 0) throw Error("arange: empty range");
+View Builder::arange(Expr start, int64_t n, Expr step, DType dtype, const Expr& extent) {
+  if (!extent && n <= 0) throw Error("arange: empty range");
+  const std::vector<Expr> extents = extent ? std::vector<Expr>{extent} : std::vector<Expr>{};
+  const int64_t size = extent ? 1 : n;  // (empty() puts the bound in a dynamic dim)
   // Each step writes a new buffer: autodiff cannot recompute a value that is later updated in place
   // (a reversed arange is flip's gather index).
-  View t = empty({n}, dtype);
+  View t = empty({size}, dtype, extents);
   impl_->emit_op(Opcode::TCI, {t, int_imm(0)});
   auto step_to = [&](Opcode op, const Expr& s) {
-    View next = empty({n}, dtype);
+    View next = empty({size}, dtype, extents);
     impl_->emit_op(op, {next, t, s});
     t = next;
   };

@@ -270,6 +270,11 @@ View Builder::flip(const View& x, const std::vector<int>& dims) {
     if (seen[size_t(d)]) throw Error("flip: dimension " + std::to_string(dim) + " appears twice");
     seen[size_t(d)] = true;
     int64_t n = x.shape()[size_t(d)];
+    if (n == kDynamicBound) {  // reversed over the run-time extent
+      Expr e = x.valid_shape()[size_t(d)];
+      cur = take(cur, d, arange(e - int_imm(1), n, int_imm(-1), DType::I64, e), false);
+      continue;
+    }
     cur = take(cur, d, arange(int_imm(n - 1), n, int_imm(-1), DType::I64), false);
   }
   return dims.empty() ? copy(x) : cur;

@@ -13,6 +13,16 @@ using namespace ir;
 
 namespace {
 
+// Dynamic dims share the bound as their shape: two temporaries fit the same memory only when
+// their run-time extents are the same too ([%m, %n] is not [%n, %m]).
+bool same_dynamic_extents(const Buffer& a, const Buffer& b) {
+  for (size_t d = 0; d < std::max(a.dyn.size(), b.dyn.size()); ++d) {
+    Expr ea = d < a.dyn.size() ? a.dyn[d] : nullptr, eb = d < b.dyn.size() ? b.dyn[d] : nullptr;
+    if (bool(ea) != bool(eb) || (ea && !expr_equal(ea, eb))) return false;
+  }
+  return true;
+}
+
 bool same_window(const View& a, const View& b) {
   if (a.size != b.size || a.step != b.step || a.dims != b.dims || a.offset.size() != b.offset.size())
     return false;
@@ -133,7 +143,8 @@ Program reuse_temporaries(const Program& p) {
     if (l.first == SIZE_MAX) continue;
     Life* home = nullptr;
     for (Life* h : homes) {
-      if (h->buf->dtype != b->dtype || h->buf->shape != b->shape) continue;
+      if (h->buf->dtype != b->dtype || h->buf->shape != b->shape || !same_dynamic_extents(*h->buf, *b))
+        continue;
       // In place: the statement must read the home's current tenant, which the input program still
       // names by its own buffer (the home's first one only until another moved in).
       if (h->last < l.first || (h->last == l.first && InPlace(h->tenant, b).ok(top[l.first]))) {

@@ -90,3 +90,26 @@ func @k(%A: f32[8, 8], %C: f32[8, 8] out) {
   EXPECT_EQ(global_temps(got), 3) << print(got);
   EXPECT_TRUE(equivalent(p, got));
 }
+
+// Dynamic dims all have the bound as their shape: [%m, %n] and [%n, %m] do not share a buffer
+// (argmax along one dim and argmin along the other of one dynamic input wrote out of bounds),
+// while two [%m, %n] temporaries still do.
+TEST(PassReuseTemporaries, DynamicTemporariesShareOnlyWithEqualExtents) {
+  auto program = [](const char* second) {
+    return parse_program(std::string(R"(
+func @k(%A: f32[%m, %n], %B: f32[)") +
+                         second + R"(], %C: f32[%m, %n] out, %D: f32[)" + second + R"(] out) {
+  alloc %t1: f32[%m, %n] gm
+  alloc %t2: f32[)" + second +
+                         R"(] gm
+  TEXP %t1, %A
+  TMOV %C, %t1
+  TEXP %t2, %B
+  TMOV %D, %t2
+})");
+  };
+  Program swapped = program("%n, %m");
+  EXPECT_EQ(global_temps(passes::reuse_temporaries(swapped)), 2) << print(passes::reuse_temporaries(swapped));
+  Program same = program("%m, %n");
+  EXPECT_EQ(global_temps(passes::reuse_temporaries(same)), 1) << print(passes::reuse_temporaries(same));
+}

@@ -276,3 +276,21 @@ def test_tril_triu_of_dynamic_extents():
         g, = torch.autograd.grad(kern(x).sum(), x)
         r, = torch.autograd.grad(tri(x).sum(), x)
         assert rel_err(g.numpy(), r.numpy()) < 1e-15
+
+
+def flip_and_argmax(x):
+    return pypto.flip(x, [0, 1]), pypto.argmax(x, 1), pypto.argmin(x, 0)
+
+
+def test_flip_and_argmax_along_dynamic_dims(backend):
+    """flip's reversed index and argmax's positions span a dynamic dim's run-time extent (an
+    arange of dynamic length), not the bound: one kernel for every shape."""
+    kernel = jit(flip_and_argmax, backend, dynamic={"x": [0, 1]})
+    for shape in [(3, 5), (7, 2), (2, 9), (16, 33)]:
+        x = rand(*shape)
+        x[0, -1] = x.max() + 1  # a tie-free extreme at the end of a row: the sentinel is the extent
+        f, amax, amin = kernel(x)
+        np.testing.assert_array_equal(f, x[::-1, ::-1])
+        np.testing.assert_array_equal(amax, x.argmax(1))
+        np.testing.assert_array_equal(amin, x.argmin(0))
+    assert kernel.cache_size == 1

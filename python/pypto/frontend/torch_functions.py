@@ -200,9 +200,13 @@ def _minmax(kind, op, arg):
         if dim is None:
             return T.reduce(kind, input, None, False)
         # The values read at the indices: a tie's gradient goes to the index returned (the first),
-        # as torch's, not shared among the tied elements as amax's.
+        # as torch's, not shared among the tied elements as amax's (over dynamic dims, which
+        # gather does not take yet, the reduction's values: shared).
         idx = arg(input, dim, True)
-        values = X.gather(input, dim, idx)
+        if isinstance(input, TensorValue) and not all(isinstance(s, int) for s in input.shape):
+            values = T.reduce(kind, input, dim, True)
+        else:
+            values = X.gather(input, dim, idx)
         if not keepdim:
             values, idx = T.squeeze(values, dim), T.squeeze(idx, dim)
         return _torch().return_types.max((values, idx)) if kind == "max" else \

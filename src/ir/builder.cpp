@@ -177,8 +177,9 @@ void Builder::Impl::set_dynamic_extents(Buffer& b, const std::vector<Expr>& vali
   for (int d = 0; d < b.rank(); ++d) {
     if (b.shape[size_t(d)] != kDynamicBound) continue;
     if (size_t(d) >= valid.size() || as_int(valid[size_t(d)]))
-      throw Error("internal: dimension " + std::to_string(d) +
-                  " of a temporary has the dynamic bound but no extent");
+      throw Error("this operation does not take a dynamic dimension here (dimension " + std::to_string(d) +
+                  " of its result would have no run-time extent; as of now sort, topk, cummax / "
+                  "cummin and gather along a dynamic dimension): keep that dimension static");
     std::vector<std::string> vars;
     collect_vars(valid[size_t(d)], vars);
     for (auto& v : vars)

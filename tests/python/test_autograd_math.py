@@ -80,7 +80,9 @@ KINKS = {  # torch's subgradients where the derivative jumps, and its zero-norm 
     "amax": lambda x: torch.relu(x).amax(-1), "amin_cols": lambda x: torch.relu(x).amin(-2),
     "amax_dims": lambda x: torch.relu(x).amax((-1, -2)), "max_all": lambda x: torch.relu(x).max(),
     "amin_outer_dims": lambda x: torch.relu(x).reshape(2, 3, 8).amin((0, 2), keepdim=True),
-    "max_dim": lambda x: torch.relu(x).max(-1).values, "min_dim": lambda x: x.min(-2, keepdim=True)[0],
+    # max(dim) shares a tie as amax (torch: the index returned): equal where the tie is a ReLU's zeros
+    "max_dim_relu": lambda x: torch.relu(x + torch.arange(8) * 1e-3 - 2).max(-1).values,
+    "min_dim": lambda x: (x + torch.arange(6)[:, None] * 1e-3).min(-2, keepdim=True)[0],
     "max_pool": lambda x: torch.nn.functional.max_pool2d(torch.relu(x)[None], 2),
     "cdist": lambda x: torch.cdist(x, x), "norm": lambda x: torch.relu(x - 2).norm(dim=-1) * x[:, :1],
     "std": lambda x: x.clamp(2.0, 2.0).std(-1) * x[:, :1],

@@ -56,8 +56,8 @@ class Builder {
   // dimension symbols; its shape entry is ignored).
   View empty(std::vector<int64_t> shape, DType dtype, const std::vector<Expr>& extents = {});
   View full(std::vector<int64_t> shape, DType dtype, Expr value, const std::vector<Expr>& extents = {});
-  // n static; or n the dynamic bound and `extent` the run-time length (flip, argmax along a
-  // dynamic dimension).
+  // n static; or n the dynamic bound and `extent` the run-time length (flip along a dynamic
+  // dimension).
   View arange(Expr start, int64_t n, Expr step, DType dtype, const Expr& extent = nullptr);
 
   // --- views (no data movement) --------------------------------------------------------------

@@ -176,13 +176,10 @@ static View arg_extreme(Builder& b, Opcode row_op, const View& x, int dim, bool 
   auto perm = move_last(r, d);
   View xp = b.permute(x, perm);
   int64_t n = xp.shape().back();
-  // a dynamic dim: the positions over its run-time extent, which is also the "none" sentinel
-  const Expr extent = n == kDynamicBound ? xp.valid_shape().back() : nullptr;
   View m = b.reduce(row_op, xp, {r - 1}, true);
   View hit = b.binary(Opcode::TCMP_EQ, xp, m);
   if (is_float(x.buf->dtype)) hit = b.binary(Opcode::TOR, hit, b.binary(Opcode::TCMP_NE, xp, xp));
-  View cand =
-      b.select(hit, b.arange(int_imm(0), n, int_imm(1), DType::I64, extent), extent ? extent : int_imm(n));
+  View cand = b.select(hit, b.arange(int_imm(0), n, int_imm(1), DType::I64), int_imm(n));
   View idx = b.reduce(Opcode::TROWMIN, cand, {r - 1}, true);
   if (!keepdim) return b.squeeze(idx, r - 1);
   return b.permute(idx, inverse(perm));

@@ -278,19 +278,18 @@ def test_tril_triu_of_dynamic_extents():
         assert rel_err(g.numpy(), r.numpy()) < 1e-15
 
 
-def flip_and_argmax(x):
-    return pypto.flip(x, [0, 1]), pypto.argmax(x, 1), pypto.argmin(x, 0)
+def flips(x):
+    return pypto.flip(x, [0, 1]), pypto.flip(x, [1])
 
 
-def test_flip_and_argmax_along_dynamic_dims(backend):
-    """flip's reversed index and argmax's positions span a dynamic dim's run-time extent (an
-    arange of dynamic length), not the bound: one kernel for every shape."""
-    kernel = jit(flip_and_argmax, backend, dynamic={"x": [0, 1]})
+def test_flip_along_dynamic_dims(backend):
+    """flip's reversed index spans a dynamic dim's run-time extent (an arange of dynamic length),
+    not the bound: one kernel for every shape. (argmax along a dynamic dim stays unsupported: over
+    an empty dim it must raise as torch does, which the compiled kernel cannot yet.)"""
+    kernel = jit(flips, backend, dynamic={"x": [0, 1]})
     for shape in [(3, 5), (7, 2), (2, 9), (16, 33)]:
         x = rand(*shape)
-        x[0, -1] = x.max() + 1  # a tie-free extreme at the end of a row: the sentinel is the extent
-        f, amax, amin = kernel(x)
-        np.testing.assert_array_equal(f, x[::-1, ::-1])
-        np.testing.assert_array_equal(amax, x.argmax(1))
-        np.testing.assert_array_equal(amin, x.argmin(0))
+        both, last = kernel(x)
+        np.testing.assert_array_equal(both, x[::-1, ::-1])
+        np.testing.assert_array_equal(last, x[:, ::-1])
     assert kernel.cache_size == 1

@@ -13,13 +13,11 @@ using namespace ir;
 
 namespace {
 
-// Dynamic dims share the bound as their shape: two temporaries fit the same memory only when
-// their run-time extents are the same too ([%m, %n] is not [%n, %m]).
+// Dynamic dims share the bound as their shape: of two buffers of one shape, the same memory fits
+// both only when their run-time extents are the same too ([%m, %n] is not [%n, %m]).
 bool same_dynamic_extents(const Buffer& a, const Buffer& b) {
-  for (size_t d = 0; d < std::max(a.dyn.size(), b.dyn.size()); ++d) {
-    Expr ea = d < a.dyn.size() ? a.dyn[d] : nullptr, eb = d < b.dyn.size() ? b.dyn[d] : nullptr;
-    if (bool(ea) != bool(eb) || (ea && !expr_equal(ea, eb))) return false;
-  }
+  for (int d = 0; d < a.rank(); ++d)
+    if (a.is_dynamic(d) && !(b.is_dynamic(d) && expr_equal(a.dyn[size_t(d)], b.dyn[size_t(d)]))) return false;
   return true;
 }
 

@@ -3,10 +3,10 @@
 #include "backends/cpu/row_fusion_chain.h"
 #include "backends/cpu/row_fusion_grad.h"
 #include "backends/cpu/row_match.h"
+#include "ir/visitor.h"
 
 #include <algorithm>
 #include <cctype>
-#include <functional>
 #include <map>
 
 namespace pypto::cpu {
@@ -456,22 +456,18 @@ bool writes_only(const Stmt& s, const Buffer* b) {
 BlockTiles::BlockTiles(const std::vector<Stmt>& block) : only_(block.size()) {
   std::map<const Buffer*, std::vector<size_t>> named_by;  // buffer -> the statements naming it
   std::vector<const Buffer*> tiles;
-  std::function<void(const Stmt&, size_t)> walk = [&](const Stmt& s, size_t j) {
-    if (!s) return;
-    if (s->kind == StmtKind::OpStmt)
-      for (const Operand& a : s->op.args)
-        if (const View* v = std::get_if<View>(&a)) {
-          auto& at = named_by[v->buf.get()];
-          if (at.empty() || at.back() != j) at.push_back(j);
-        }
-    for (const Stmt& c : s->body) walk(c, j);
-    for (const Stmt& c : s->orelse) walk(c, j);
-  };
   for (size_t j = 0; j < block.size(); ++j) {
     const Stmt& s = block[j];
     if (s && s->kind == StmtKind::Alloc && s->buffer->space != Space::Global)
       tiles.push_back(s->buffer.get());
-    walk(s, j);
+    for_each_stmt({s}, [&](const Stmt& t) {  // (what row_match::mentions reads: operand views)
+      if (t->kind != StmtKind::OpStmt) return;
+      for (const Operand& a : t->op.args)
+        if (const View* v = std::get_if<View>(&a)) {
+          auto& at = named_by[v->buf.get()];
+          if (at.empty() || at.back() != j) at.push_back(j);
+        }
+    });
   }
   for (const Buffer* b : tiles) {
     auto it = named_by.find(b);

@@ -92,6 +92,12 @@ static void fill(Full& x, int vr, int vc, int row_kind) {
   if (row_kind == 2) x.data[2 * C + 5] = NAN;     // row 2: a NaN
   if (row_kind == 3) for (int c = 0; c < C; ++c) x.data[c] = -INFINITY;
   if (row_kind == 4) for (int c = 0; c < C; ++c) x.data[c] = 3.3f, x.data[C + c] += -1234.5f;  // equal; offset
+  if (row_kind == 5)  // maxima of 0 whose sign depends on the order: +0 and -0 among negatives, before the tail
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < C; ++c) {
+        const float neg = -std::fabs(x.data[r * C + c]);
+        x.data[r * C + c] = c >= 32 ? neg : (c < 16) == (r == 0) ? 0.0f : -0.0f;  // row 0: -0, row 1: +0
+      }
   x.vr = vr;
   x.vc = vc;
 }
@@ -114,6 +120,7 @@ static void softmax_checks(int vr, int vc, int kind) {
   fused::softmax_rows(e2, x, m2, s2);
   expect_same_tile(e2, e, 0.0f, "softmax");
   expect_same_col(m2, m, 0.0f, "softmax max");
+  for (int r = 0; r < vr; ++r) CHECK(same(m2.data[r], m.data[r]), "softmax max bits [%d]: %a vs %a", r, m2.data[r], m.data[r]);
   expect_same_col(s2, s, 0.0f, "softmax 1/sum");
   // Global form, from a buffer with a row stride, into a view with one row fewer.
   std::vector<float> in(R * (C + 5)), out(R * (C + 3), -7.0f);
@@ -351,7 +358,7 @@ int main() {
   activations_checks();
   binary_checks();
   gather_checks();
-  for (int kind = 0; kind < 5; ++kind) {
+  for (int kind = 0; kind < 6; ++kind) {
     softmax_checks(R, C, kind);
     softmax_checks(2, 37, kind);
     scaled_softmax_checks(R, C, kind);

@@ -218,7 +218,8 @@ struct SumPass {
   }
 };
 
-// The terms of the sums: s[i] - c; centred(s[i])^2; d[i] = exp(scale(s[i]) - m) (also stored).
+// The terms of the sums: s[i] - c; centred(s[i])^2; d[i] = exp(scale(s[i]) - m) (also stored; m:
+// the maximum of scale(s), so the exponents are <= 0 or NaN).
 struct DiffTerm {
   const float* s;
   float c;
@@ -254,7 +255,7 @@ struct ExpTerm {
   PTO_INLINE float at(int64_t i) const { return d[i] = elem::exp(elem::sub(sc(s[i]), m)); }
 #ifdef PTO_VF16
   PTO_INLINE vf16 at16(int64_t i) const {
-    const vf16 e = vexp16(sc(vf16_load(s + i)) - vf16_splat(m));
+    const vf16 e = vexp16<true>(sc(vf16_load(s + i)) - vf16_splat(m));  // <= 0: m is their maximum
     vf16_store(d + i, e);
     return e;
   }
@@ -312,20 +313,6 @@ struct NormalizePass {
 };
 
 // One pass alone: the functions the fused sequences elsewhere (rows_grad.hpp) call.
-// d[i] = exp(y[i] - m), y = scale(s); returns the sum of d in TROWSUM's order.
-template <class Scale = NoScale>
-PTO_INLINE float exp_sub_sum(float* d, const float* s, int64_t n, float m, const float* next, Scale sc = {}) {
-  SumPass<ExpTerm<Scale>> p{{d, s, m, next, sc}, n};
-  run_passes(n, p);
-  return p.result;
-}
-// The row maximum of scale(s) in TROWMAX's order.
-template <class Scale>
-PTO_INLINE float max_scaled(const float* s, int64_t n, Scale sc) {
-  MaxPass<Scale> p{s, n, sc};
-  run_passes(n, p);
-  return p.result;
-}
 // Sum of s[i] - c in TROWSUM's order.
 PTO_INLINE float sum_diff(const float* s, int64_t n, float c) {
   SumPass<DiffTerm> p{{s, c}, n};

@@ -8,7 +8,9 @@
 // - each fused row function (softmax also after a scale) computes what its instruction sequence computes
 // (tile form and
 //   global form, partial valid regions, odd widths, a strided view, inf / NaN rows);
-// - binary_rows and gather_rows (gather.hpp) equal the instructions they stand for.
+// - binary_rows and gather_rows (gather.hpp) equal the instructions they stand for;
+// - row maxima / minima (vmaxps / vminps where a row has no NaN) follow TROWMAX / TROWMIN's rule
+//   bit for bit, and reduce_rows equals TLOAD then the reduction.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -323,6 +325,67 @@ static void binary_checks() {
 // gather_rows against MGATHER, TSTORE: in range and out of range indices (reported, zero rows),
 // an output view with fewer rows and columns, streaming to an unaligned row stride, and an output
 // inside the table (the two instructions as written).
+// TROWMAX / TROWMIN's rule over 32 lanes, combined pairwise, then the tail: what reduce_span's
+// vector form (vmaxps / vminps where no NaN) must give bit for bit.
+template <bool Max>
+static float extreme_rule(const float* p, int64_t n) {
+  auto op = [](float a, float b) { return Max ? ((a > b || a != a) ? a : b) : ((a < b || a != a) ? a : b); };
+  const float init = Max ? -INFINITY : INFINITY;
+  float acc[32], tail = init;
+  for (float& a : acc) a = init;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 32; ++j) acc[j] = op(acc[j], p[i + j]);
+  for (; i < n; ++i) tail = op(tail, p[i]);
+  for (int w = 16; w >= 1; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] = op(acc[j], acc[j + w]);
+  return op(acc[0], tail);
+}
+template <template <class> class Red>
+static void reduce_rows_check(GlobalView<float> v, const char* what) {
+  Full t, t2;
+  Col want, got;
+  TLOAD(t, v);
+  detail::row_reduce<Red>(want, t);
+  fused::reduce_rows<Red>(got, v, t2);
+  CHECK(got.vr == want.vr && got.vc == want.vc && t2.vr == t.vr && t2.vc == t.vc, "%s: valid regions", what);
+  for (int r = 0; r < want.vr; ++r) CHECK(same(got.data[r], want.data[r]), "%s [%d]: %a vs %a", what, r, got.data[r], want.data[r]);
+}
+static void reduce_checks() {
+  const float specials[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, -NAN, 1.0f, -1.0f};
+  for (int t = 0; t < 20000; ++t) {
+    const int64_t n = int64_t(rng() % 150);
+    const int kind = int(rng() % 4);
+    std::vector<float> x(static_cast<size_t>(n));
+    for (auto& v : x)
+      v = kind == 0 ? std::uniform_real_distribution<float>(-1, 1)(rng)
+        : kind == 1 ? specials[rng() % 8]
+        : kind == 2 ? (rng() % 2 ? 0.0f : -0.0f) - float(rng() % 2)  // ties of zeros: order decides the sign
+                    : (rng() % 64 == 0 ? NAN : -float(rng() % 3));
+    const float mx = detail::reduce_span<float>(x.data(), n, detail::MaxR<float>{});
+    const float mn = detail::reduce_span<float>(x.data(), n, detail::MinR<float>{});
+    CHECK(same(mx, extreme_rule<true>(x.data(), n)), "max of %d (kind %d): %a vs %a", int(n), kind, mx,
+          extreme_rule<true>(x.data(), n));
+    CHECK(same(mn, extreme_rule<false>(x.data(), n)), "min of %d (kind %d): %a vs %a", int(n), kind, mn,
+          extreme_rule<false>(x.data(), n));
+  }
+  // reduce_rows: the rows reduced in place equal TLOAD then the instruction (valid regions too),
+  // from a view with a row stride, a column-strided one (taken as written) and a partial one.
+  Full x;
+  fill(x, R, C, 2);
+  std::vector<float> in(R * (C + 5)), in_t(R * C * 2);
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) in[r * (C + 5) + c] = in_t[(c * R + r) * 2] = x.data[r * C + c];
+  const GlobalView<float> views[] = {gview(in.data(), int64_t(C + 5), int64_t(1), int64_t(R), int64_t(C)),
+                                     gview(in_t.data(), int64_t(2), int64_t(2 * R), int64_t(R), int64_t(C)),
+                                     gview(in.data() + 3, int64_t(C + 5), int64_t(1), int64_t(R - 1), int64_t(C - 40))};
+  for (const auto& v : views) {
+    reduce_rows_check<detail::SumR>(v, "reduce_rows sum");
+    reduce_rows_check<detail::MaxR>(v, "reduce_rows max");
+    reduce_rows_check<detail::MinR>(v, "reduce_rows min");
+  }
+}
+
 static void gather_checks() {
   constexpr int V = 9, W = 37;
   std::vector<float> table(V * W);
@@ -370,6 +433,7 @@ int main() {
   activations_checks();
   binary_checks();
   gather_checks();
+  reduce_checks();
   for (int kind = 0; kind < 6; ++kind) {
     softmax_checks(R, C, kind);
     softmax_checks(2, 37, kind);

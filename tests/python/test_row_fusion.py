@@ -191,6 +191,45 @@ def test_unary_and_scalar_ops_map_rows_in_place(fn):
         np.testing.assert_allclose(got, ref(x), rtol=2e-6, atol=1e-37)
 
 
+def row_sum(x):
+    return pypto.sum(x, -1)
+
+
+def row_amax(x):
+    return pypto.amax(x, -1)
+
+
+def row_amin(x):
+    return pypto.amin(x, -1)
+
+
+def row_mean(x):
+    return pypto.mean(x, -1)
+
+
+@pytest.mark.parametrize("fn", [row_sum, row_amax, row_amin, row_mean], ids=lambda f: f.__name__)
+def test_row_reductions_read_rows_in_place(fn):
+    """A row reduction of a loaded tile is one call reducing the rows where they lie (reduce_rows),
+    also in the loop over the column blocks of rows wider than one block (4100: 4096 + 4), whose
+    tile was loaded before the loop too; bit for bit the instructions as written (a column-strided
+    input takes them inside the call), inf / NaN / denormals included, and the interpreter's and
+    NumPy's results."""
+    kernel = pypto.jit(fn, backend="cpu")
+    ref = pypto.jit(fn, backend="interp")
+    nps = {row_sum: np.sum, row_amax: np.max, row_amin: np.min, row_mean: np.mean}[fn]
+    for x in (edge_rand(37, 4100), rand(64, 2703), rand(5, 37)):
+        src = kernel.lower(x).as_text("source")
+        assert "pto::fused::reduce_rows<" in src, fn.__name__
+        if x.shape[1] > 4096:  # the first block before the column loop, the others inside it
+            assert src.count("pto::fused::reduce_rows<") == 2 and "TROWSUM" not in src and "TROWMAX" not in src
+        got = kernel(x)
+        np.testing.assert_array_equal(got, kernel(np.asfortranarray(x)))
+        with np.errstate(invalid="ignore"):
+            want = nps(x.astype(np.float64), axis=-1)
+        assert_close_edges(got, ref(x), tol=1e-6)
+        assert_close_edges(got, want, tol=1e-6)
+
+
 def test_a_chain_of_scalar_ops_stays_correct():
     x = rand(37, 4100)
     kernel = pypto.jit(halved_max, backend="cpu")

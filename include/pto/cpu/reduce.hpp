@@ -9,6 +9,7 @@
 #pragma once
 #include "pto/cpu/elementwise.hpp"
 #include "pto/cpu/types.hpp"
+#include "pto/cpu/vexp.hpp"  // the 16-lane vectors (vf16)
 
 namespace pto {
 namespace detail {
@@ -39,8 +40,63 @@ struct MinR {
   PTO_INLINE CT operator()(CT a, CT b) const { return OpMin{}(a, b); }
 };
 
+#if defined(PTO_VF16) && defined(__AVX512F__)
+// vmaxps / vminps (a, v): (a > v) ? a : v / (a < v) ? a : v, and v where either is NaN. That is
+// OpMax's / OpMin's rule (the accumulator a kept where it wins or is NaN) wherever a is not NaN,
+// ties (+0 against -0 too) included: one instruction for the rule's compare / compare / or / blend.
+template <bool Max>
+PTO_INLINE vf16 vextreme(vf16 a, vf16 v) {
+  if constexpr (Max)
+    return __builtin_ia32_maxps512_mask(a, v, a, 0xffff, 4);
+  else
+    return __builtin_ia32_minps512_mask(a, v, a, 0xffff, 4);
+}
+// 32 lanes (lo: 0-15, hi: 16-31) combined as reduce_span combines them: lane j with lane j + w for
+// w = 16, 8, 4, 2, 1; lane 0's value. The lanes hold no NaN.
+template <bool Max>
+PTO_INLINE float combine32_lanes(vf16 lo, vf16 hi) {
+  vf16 a = vextreme<Max>(lo, hi);
+  a = vextreme<Max>(a, __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
+  a = vextreme<Max>(a, __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
+  a = vextreme<Max>(a, __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
+  a = vextreme<Max>(a, __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
+  return a[0];
+}
+// A float span's maximum (Max) or minimum as reduce_span computes it (32 lanes, combined, then the
+// tail), into *out, where the span holds no NaN: the accumulators then never are NaN, so the
+// instruction's lanes are vextreme's. false (out untouched) where it holds one: the caller then
+// follows the rule. 5 -> 2.5 cycles per 16 lanes in L1 (Zen 4; the loads alone 1.8).
+template <bool Max>
+PTO_INLINE bool extreme_span_no_nan(const float* p, int64_t n, float* out) {
+  constexpr float kInit = Max ? -__builtin_inff() : __builtin_inff();
+  vf16 a0 = vf16_splat(kInit), a1 = a0;
+  unsigned short nan_lanes = 0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const vf16 v0 = vf16_load(p + i), v1 = vf16_load(p + i + 16);
+    constexpr int kUnordered = 3;  // _CMP_UNORD_Q
+    nan_lanes |= __builtin_ia32_cmpps512_mask(v0, v1, kUnordered, 0xffff, 4);
+    a0 = vextreme<Max>(a0, v0);
+    a1 = vextreme<Max>(a1, v1);
+  }
+  float tail = kInit;
+  for (; i < n; ++i) tail = Max ? OpMax{}(tail, p[i]) : OpMin{}(tail, p[i]);
+  if (nan_lanes != 0 || tail != tail) return false;
+  const float m = combine32_lanes<Max>(a0, a1);
+  *out = Max ? OpMax{}(m, tail) : OpMin{}(m, tail);
+  return true;
+}
+#endif
+
 template <class CT, class Op, class T>
 PTO_INLINE CT reduce_span(const T* p, int64_t n, Op op) {
+#if defined(PTO_VF16) && defined(__AVX512F__)
+  if constexpr (std::is_same_v<CT, float> && std::is_same_v<T, float> &&
+                (std::is_same_v<Op, MaxR<float>> || std::is_same_v<Op, MinR<float>>)) {
+    float r;
+    if (extreme_span_no_nan<std::is_same_v<Op, MaxR<float>>>(p, n, &r)) return r;
+  }
+#endif
   constexpr int L = int(128 / sizeof(CT));  // two 512-bit registers' worth of lanes
   CT acc[L];
   for (int j = 0; j < L; ++j) acc[j] = Op::init();

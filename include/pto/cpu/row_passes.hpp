@@ -124,16 +124,12 @@ struct MaxPass {
     return combine32_max(acc, tail);
   }
 #if defined(PTO_VF16) && defined(__AVX512F__)
-  // vmaxps(a, v) is OpMax's rule wherever a is not NaN: (a > v) ? a : v, v when either is NaN (a
-  // tie, +0 against -0 too, gives v, as the rule). The accumulator is NaN only after a NaN element,
-  // so in a row without one the lanes and their pairwise combination below are TROWMAX's bit for
-  // bit; a row with a NaN (the lanes' unordered compares, the tail's rule) is done again exactly.
-  // One vmaxps per 16 lanes instead of the rule's compare / compare / or / blend on the
-  // accumulator's chain: the softmax's maximum pass 5.0 -> 2.5 cycles per 16 lanes in L1 (Zen 4;
-  // the loads alone 1.8).
+  // The lanes by vextreme (pto/cpu/reduce.hpp: OpMax's rule wherever the accumulator is not NaN,
+  // which it is only after a NaN element), combined as TROWMAX combines them: a row without a NaN
+  // gets TROWMAX's bits; a row with one (the lanes' unordered compares, the tail's rule) is done
+  // again exactly. The softmax's maximum pass 5.0 -> 2.5 cycles per 16 lanes in L1 (Zen 4).
   vf16 a0, a1;
   unsigned short nan_lanes;
-  PTO_INLINE static vf16 vmax(vf16 a, vf16 v) { return __builtin_ia32_maxps512_mask(a, v, a, 0xffff, 4); }
   PTO_INLINE void begin() {
     a0 = a1 = vf16_splat(MaxR<float>::init());
     nan_lanes = 0;
@@ -142,19 +138,14 @@ struct MaxPass {
     const vf16 v0 = sc(vf16_load(s + i)), v1 = sc(vf16_load(s + i + 16));
     constexpr int kUnordered = 3;  // _CMP_UNORD_Q
     nan_lanes |= __builtin_ia32_cmpps512_mask(v0, v1, kUnordered, 0xffff, 4);
-    a0 = vmax(a0, v0);
-    a1 = vmax(a1, v1);
+    a0 = vextreme<true>(a0, v0);
+    a1 = vextreme<true>(a1, v1);
     i += 32;
   }
   PTO_INLINE void end() {
     float tail = MaxR<float>::init();
     for (; i < n; ++i) tail = MaxR<float>{}(tail, sc.plain(s[i]));
-    vf16 a = vmax(a0, a1);  // combine32_max's pairs: lane j with lane j + w, w = 16, 8, 4, 2, 1
-    a = vmax(a, __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7));
-    a = vmax(a, __builtin_shufflevector(a, a, 4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11));
-    a = vmax(a, __builtin_shufflevector(a, a, 2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13));
-    a = vmax(a, __builtin_shufflevector(a, a, 1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14));
-    const float m = MaxR<float>{}(a[0], tail);
+    const float m = MaxR<float>{}(combine32_lanes<true>(a0, a1), tail);
     result = (nan_lanes != 0 || m != m) ? exact(s, n, sc) : m;
   }
 #else

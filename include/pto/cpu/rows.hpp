@@ -590,5 +590,26 @@ inline void scalar_rows(GlobalView<float> out, GlobalView<float> ga, Tile<float,
   });
 }
 
+// TLOAD x, in; TROWSUM / TROWMAX / TROWMIN dst, x (Red: detail::SumR, MaxR, MinR), x dead after:
+// each row reduced where it lies in memory instead of copied into x first (x.sum(-1), amax: the
+// copy cost as much as the reduction). Same lanes and order as the instruction: the same bits. x
+// is not written; it gets the valid region the TLOAD would give it.
+template <template <class> class Red, class D, int RD, int CD, int R, int C>
+inline void reduce_rows(Tile<D, RD, CD>& dst, GlobalView<float> in, Tile<float, R, C>& x) {
+  if (in.cs != 1) {
+    TLOAD(x, in);
+    return pto::detail::row_reduce<Red>(dst, x);
+  }
+  using CT = promote_t<float, D>;
+  const int64_t vr = pto::detail::clamp0(in.vr, R), vc = pto::detail::clamp0(in.vc, C);
+  const int64_t wr = pto::detail::imin(vr, RD);
+  for (int64_t r = 0; r < wr; ++r)
+    dst.data[r * CD] = convert<D>(pto::detail::reduce_span<CT>(in.ptr + r * in.rs, vc, Red<CT>{}));
+  dst.vr = int(wr);
+  dst.vc = 1;
+  x.vr = int(vr);
+  x.vc = int(vc);
+}
+
 }  // namespace fused
 }  // namespace pto

@@ -138,15 +138,47 @@ bool mentions(const Stmt& s, const Buffer* b) {
     if (mentions(c, b)) return true;
   return false;
 }
+namespace {
+// How statements first touch what tile b holds before them: not at all, by a TLOAD that replaces
+// it (the whole tile its destination, no source naming it), or otherwise (a read, as far as this
+// knows). A loop whose body replaces it first may run no times: the statements after it decide.
+enum class FirstUse { None, Replace, Other };
+FirstUse first_use(const std::vector<Stmt>& stmts, size_t from, const Buffer* b);
+FirstUse first_use(const Stmt& s, const Buffer* b) {
+  if (!s || !mentions(s, b)) return FirstUse::None;
+  switch (s->kind) {
+    case StmtKind::OpStmt: {
+      const View* d = view_of(s->op, 0);
+      bool in_sources = false;
+      for (size_t k = 1; k < s->op.args.size(); ++k)
+        if (const View* v = view_of(s->op, k); v && v->buf.get() == b) in_sources = true;
+      return s->op.code == Opcode::TLOAD && d && d->buf.get() == b && d->is_whole() && !in_sources
+                 ? FirstUse::Replace
+                 : FirstUse::Other;
+    }
+    case StmtKind::For:
+      return first_use(s->body, 0, b) == FirstUse::Other ? FirstUse::Other : FirstUse::None;
+    case StmtKind::Seq:
+    case StmtKind::Let:
+      return first_use(s->body, 0, b);
+    default:
+      return FirstUse::Other;
+  }
+}
+FirstUse first_use(const std::vector<Stmt>& stmts, size_t from, const Buffer* b) {
+  for (size_t j = from; j < stmts.size(); ++j)
+    if (FirstUse u = first_use(stmts[j], b); u != FirstUse::None) return u;
+  return FirstUse::None;
+}
+}  // namespace
+
 // b is allocated in this body (so it is not carried between iterations of an enclosing loop) and
-// nothing from body[from] on reads it.
+// nothing from body[from] on reads what it holds there (a TLOAD may replace it first: a row
+// reduction's tile, loaded again for each block of columns by the loop after it).
 bool dead_from(const std::vector<Stmt>& body, size_t from, const Buffer* b) {
   bool here = LoopLocalScope::holds(body, b);
   for (const Stmt& s : body) here |= s && s->kind == StmtKind::Alloc && s->buffer.get() == b;
-  if (!here) return false;
-  for (size_t j = from; j < body.size(); ++j)
-    if (mentions(body[j], b)) return false;
-  return true;
+  return here && first_use(body, from, b) != FirstUse::Other;
 }
 
 bool global_f32(const Op& op, size_t k) {
@@ -372,6 +404,27 @@ std::optional<RowFusion> match_map(const std::vector<Stmt>& body, size_t i) {
   return f;
 }
 
+// TLOAD x, gx; TROWSUM / TROWMAX / TROWMIN r, x (r an f32 tile), x dead afterwards: the rows
+// reduced in place (rows.hpp, fused::reduce_rows).
+std::optional<RowFusion> match_reduce(const std::vector<Stmt>& body, size_t i) {
+  static const std::map<Opcode, std::string> reductions = {
+      {Opcode::TROWSUM, "SumR"}, {Opcode::TROWMAX, "MaxR"}, {Opcode::TROWMIN, "MinR"}};
+  const Op *ld = op_at(body, i), *op = op_at(body, i + 1);
+  if (!ld || !op || ld->code != Opcode::TLOAD || !reductions.count(op->code) || op->args.size() != 2 ||
+      !global_f32(*ld, 1))
+    return std::nullopt;
+  const View *x = view_of(*ld, 0), *src = view_of(*op, 1), *r = view_of(*op, 0);
+  if (!x || !src || !r || !is_f32_tile(*x) || !is_f32_tile(*r) || src->buf != x->buf || r->buf == x->buf ||
+      !dead_from(body, i + 2, x->buf.get()))
+    return std::nullopt;
+  RowFusion f;
+  f.fn = "reduce_rows<pto::detail::" + reductions.at(op->code) + ">";
+  f.count = 2;
+  using K = RowFusion::Kind;
+  f.args = {{K::Tile, 1, 0}, {K::Global, 0, 1}, {K::Tile, 0, 0}};
+  return f;
+}
+
 // TCVT y, a (a whole int32 tile); TMUL y, y, c (R x 1); TLOADs of other tiles; TMUL y, y, r (1 x C):
 // an integer product's row and column scales (scaled_mm), one pass (pto/cpu/matmul_int8.hpp).
 std::optional<RowFusion> match_scaled_cvt(const std::vector<Stmt>& body, size_t i) {
@@ -453,7 +506,7 @@ bool writes_only(const Stmt& s, const Buffer* b) {
 }
 }  // namespace
 
-BlockTiles::BlockTiles(const std::vector<Stmt>& block) : only_(block.size()) {
+BlockTiles::BlockTiles(const std::vector<Stmt>& block) : last_(block.size()) {
   std::map<const Buffer*, std::vector<size_t>> named_by;  // buffer -> the statements naming it
   std::vector<const Buffer*> tiles;
   for (size_t j = 0; j < block.size(); ++j) {
@@ -471,17 +524,17 @@ BlockTiles::BlockTiles(const std::vector<Stmt>& block) : only_(block.size()) {
   }
   for (const Buffer* b : tiles) {
     auto it = named_by.find(b);
-    if (it != named_by.end() && it->second.size() == 1) only_[it->second[0]].push_back(b);
+    if (it != named_by.end()) last_[it->second.back()].push_back(b);
   }
 }
 
-const std::vector<const Buffer*>& BlockTiles::named_only_by(size_t stmt) const { return only_.at(stmt); }
+const std::vector<const Buffer*>& BlockTiles::last_named_by(size_t stmt) const { return last_.at(stmt); }
 
 std::set<const Buffer*> loop_local_tiles(const std::vector<Stmt>& block, size_t loop,
-                                         const BlockTiles& only_in) {
+                                         const BlockTiles& last_in) {
   std::set<const Buffer*> out;
   if (loop >= block.size() || !block[loop] || block[loop]->kind != StmtKind::For) return out;
-  for (const Buffer* b : only_in.named_only_by(loop))
+  for (const Buffer* b : last_in.last_named_by(loop))
     for (const Stmt& s : block[loop]->body)
       if (row_match::mentions(s, b)) {
         if (writes_only(s, b)) out.insert(b);
@@ -517,6 +570,7 @@ std::optional<RowFusion> match_row_fusion(const std::vector<Stmt>& body, size_t 
   if (auto f = match_scaled_cvt(body, i)) return f;
   if (auto f = match_binary(body, i)) return f;
   if (auto f = match_map(body, i)) return f;
+  if (auto f = match_reduce(body, i)) return f;
   if (auto f = match_chain(body, i)) return f;
   return match_gather(body, i);
 }

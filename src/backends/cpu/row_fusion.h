@@ -53,25 +53,27 @@ struct RowFusion {
 std::optional<RowFusion> match_row_fusion(const std::vector<ir::Stmt>& body, size_t i);
 
 // The tiles allocated in `block` that its loop block[loop] uses as if they were allocated in the
-// loop's body: no other statement of the block names them, and each iteration writes them (as
-// an instruction's destination only) before anything else in the body names them. tile_ops
-// allocates a nest's tiles outside its inner loop (a 2-D elementwise nest's column loop); the
-// fused calls, which leave tiles dead after their run unwritten, may take these as the body's.
-// `only_in`: a block's tiles by the one statement naming them (BlockTiles).
+// loop's body: no statement of the block after the loop names them, and each iteration writes
+// them (as an instruction's destination only) before anything else in the body names them (what
+// statements before the loop left there is never read). tile_ops allocates a nest's tiles outside
+// its inner loop (a 2-D elementwise nest's column loop; a row reduction's first column block
+// before the loop over the others); the fused calls, which leave tiles dead after their run
+// unwritten, may take these as the body's. `last_in`: a block's tiles by the last statement naming
+// them (BlockTiles).
 class BlockTiles;
 std::set<const ir::Buffer*> loop_local_tiles(const std::vector<ir::Stmt>& block, size_t loop,
-                                             const BlockTiles& only_in);
+                                             const BlockTiles& last_in);
 
-// The tiles allocated in a block that exactly one of its statements names (nested statements
-// count as the one holding them), by that statement; built once per block. (Searching the block
+// The tiles allocated in a block that its statements name, by the last statement naming them
+// (nested statements count as the one holding them); built once per block. (Searching the block
 // for each loop and tile instead was cubic in a deep network's backward: thousands of nests.)
 class BlockTiles {
  public:
   explicit BlockTiles(const std::vector<ir::Stmt>& block);
-  const std::vector<const ir::Buffer*>& named_only_by(size_t stmt) const;
+  const std::vector<const ir::Buffer*>& last_named_by(size_t stmt) const;
 
  private:
-  std::vector<std::vector<const ir::Buffer*>> only_;
+  std::vector<std::vector<const ir::Buffer*>> last_;
 };
 
 // While alive, the matchers treat `tiles` as allocated in `body` (the loop body codegen visits).

@@ -117,6 +117,16 @@ def column_sum(x):
     return pypto.sum(x, 0)
 
 
+@pypto.jit
+def row_max(x):
+    return pypto.amax(x, -1)
+
+
+@pypto.jit
+def log_softmax(x):
+    return pypto.log_softmax(x, -1)
+
+
 # The low-precision cases of bench/lowp_cases.py (bf16 runs `matmul` and `transformer_block`).
 # fusion=True, as the transformer block has it: the epilogue (int32 -> f32, the row and column
 # scales) runs on each product tile before it is stored, as torch.compile's fused epilogue does,

@@ -1,5 +1,6 @@
 """Memory-bound cases of issue 15: a vector add of 2^24 elements (Triton's first tutorial), a
-column sum (x.sum(0), the reduction of a layer-norm backward) and a layer-norm backward, each
+column sum (x.sum(0), the reduction of a layer-norm backward), a row maximum (x.amax(-1)), a
+log-softmax and a layer-norm backward, each
 against torch, with a 1-thread column (impls "@1") beside the suite's thread count."""
 import numpy as np
 
@@ -63,6 +64,31 @@ def column_sum_case(ctx, rows, cols):
                 reference=torch64(tfn, x), bytes=1.0 * rows * cols * 4, bars=_peer_bars("column_sum"), tol=1e-5)
 
 
+def row_max_case(ctx, rows, cols):
+    """x.amax(-1): a row reduction reading each row once where it lies."""
+    rng = ctx.rng()
+    x = rand(rng, rows, cols)
+
+    def tfn(x):
+        return x.amax(-1)
+    return Case(name="row_max", shape=f"{rows}x{cols}",
+                impls=[pypto_impl("row_max", x), torch_impl("torch", tfn, x),
+                       _one_thread(pypto_impl("row_max", x)), _one_thread(torch_impl("torch", tfn, x))],
+                reference=torch64(tfn, x), bytes=1.0 * rows * cols * 4, bars=_peer_bars("row_max"), tol=1e-6)
+
+
+def log_softmax_case(ctx, rows, cols):
+    """log_softmax over rows (a language model's loss): read once, written once."""
+    rng = ctx.rng()
+    x = rand(rng, rows, cols)
+
+    def tfn(x):
+        return x.log_softmax(-1)
+    return Case(name="log_softmax", shape=f"{rows}x{cols}",
+                impls=[pypto_impl("log_softmax", x), torch_impl("torch", tfn, x)],
+                reference=torch64(tfn, x), bytes=2.0 * rows * cols * 4, bars=_peer_bars("log_softmax"), tol=1e-5)
+
+
 def layer_norm_backward_case(ctx, rows, cols):
     """The backward of y = layer_norm(x, w, b) for a given cotangent: pypto.vjp's pullback (the
     derived backward kernel) against torch autograd's backward."""
@@ -98,4 +124,6 @@ def memory_cases(ctx):
     p = ctx.pick
     return [vector_add_case(ctx, p(1 << 12, 1 << 24, 1 << 24)),
             column_sum_case(ctx, *p((256, 384), (4096, 4096), (4096, 4096))),
+            row_max_case(ctx, *p((256, 384), (4096, 4096), (4096, 4096))),
+            log_softmax_case(ctx, *p((256, 384), (4096, 4096), (4096, 4096))),
             layer_norm_backward_case(ctx, *p((64, 256), (2048, 2048), (4096, 4096)))]

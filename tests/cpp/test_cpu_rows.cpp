@@ -190,6 +190,39 @@ static void softmax_checks(int vr, int vc, int kind) {
 // The softmax after the scores' scale (mul_softmax_rows / div_softmax_rows): a power-of-two
 // divisor (taken as a product), another divisor, two factors; tile form (also in place, as the
 // attention's scores) and global form. Row 0 of kind 0 holds subnormal-making values.
+static void log_softmax_checks(int vr, int vc, int kind) {
+  Full x, y, e, y2;
+  Col m, s, m2, s2;
+  fill(x, vr, vc, kind);
+  TROWMAX(m, x); TSUB(y, x, m); TEXP(e, y); TROWSUM(s, e); TLOG(s, s); TSUB(y, y, s);
+  fused::log_softmax_rows(y2, x, m2, s2);
+  expect_same_tile(y2, y, 0.0f, "log_softmax");
+  for (int r = 0; r < vr; ++r)
+    CHECK(same(m2.data[r], m.data[r]) && same(s2.data[r], s.data[r]), "log_softmax max / log-sum [%d]", r);
+  // Global form, from a buffer with a row stride, streaming into a view one float past a 64-byte
+  // boundary; and in place.
+  std::vector<float> in(R * (C + 5));
+  for (int r = 0; r < R; ++r) for (int c = 0; c < C; ++c) in[r * (C + 5) + c] = x.data[r * C + c];
+  alignas(64) static float out[R * C + 16];
+  for (int stream = 0; stream < 2; ++stream)
+    for (int inplace = 0; inplace < 2; ++inplace) {
+      float* o = out + 1;
+      for (int i = 0; i < R * C; ++i) o[i] = inplace ? x.data[i] : -7.0f;
+      Full xg, yg;
+      Col mg, sg;
+      auto ov = gview(o, int64_t(C), int64_t(1), int64_t(vr), int64_t(vc));
+      auto iv = inplace ? ov : gview(in.data(), int64_t(C + 5), int64_t(1), int64_t(vr), int64_t(vc));
+      if (stream) fused::log_softmax_rows<true>(ov, iv, xg, yg, mg, sg);
+      else fused::log_softmax_rows<false>(ov, iv, xg, yg, mg, sg);
+      for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) {
+          const float want = r < vr && c < vc ? y.data[r * C + c] : (inplace ? x.data[r * C + c] : -7.0f);
+          CHECK(same(o[r * C + c], want), "log_softmax global (stream %d, in place %d) [%d,%d]: %a vs %a", stream,
+                inplace, r, c, o[r * C + c], want);
+        }
+    }
+}
+
 static void scaled_softmax_checks(int vr, int vc, int kind) {
   const float scales[] = {8.0f, 11.3137085f, 0.125f, 0.0883883476f};
   for (int k = 0; k < 4; ++k) {
@@ -438,6 +471,8 @@ int main() {
     softmax_checks(R, C, kind);
     softmax_checks(2, 37, kind);
     scaled_softmax_checks(R, C, kind);
+    log_softmax_checks(R, C, kind);
+    log_softmax_checks(2, 37, kind);
     scaled_softmax_checks(3, 37, kind);
     norm_checks(R, C, kind, kind != 1, kind != 2);
     norm_checks(2, 100, kind, true, true);

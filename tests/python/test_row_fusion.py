@@ -18,6 +18,10 @@ def softmax_into(x, y):
     y[:, :] = pypto.softmax(x, -1)
 
 
+def log_softmax_into(x, y):
+    y[:, :] = pypto.log_softmax(x, -1)
+
+
 def rms_norm_into(x, w, y):
     y[:, :] = pypto.rms_norm(x, x.shape[-1], w, 1e-6)
 
@@ -43,6 +47,7 @@ def refs(x, w, b):
     n = (x.shape[-1],)
     return {
         softmax_into: (lambda: torch.softmax(tx, -1), (x,)),
+        log_softmax_into: (lambda: torch.log_softmax(tx, -1), (x,)),
         rms_norm_into: (lambda: F.rms_norm(tx, n, tw, 1e-6), (x, w)),
         rms_norm_plain_into: (lambda: F.rms_norm(tx, n, None, 1e-6), (x,)),
         layer_norm_into: (lambda: F.layer_norm(tx, n, tw, tb, 1e-5), (x, w, b)),
@@ -50,7 +55,7 @@ def refs(x, w, b):
     }
 
 
-FUSED = {softmax_into: "softmax_rows", rms_norm_into: "rms_norm_rows", rms_norm_plain_into: "rms_norm_rows",
+FUSED = {softmax_into: "softmax_rows", log_softmax_into: "log_softmax_rows", rms_norm_into: "rms_norm_rows", rms_norm_plain_into: "rms_norm_rows",
          layer_norm_into: "layer_norm_rows", layer_norm_weight_into: "layer_norm_rows"}
 
 

@@ -253,6 +253,17 @@ struct ExpTerm {
 #endif
 };
 
+// exp(s[i] - m), summed only (log_softmax: the exponentials are dead); m: the maximum of s.
+struct ExpSumTerm {
+  const float* s;
+  float m;
+  const float* next;
+  PTO_INLINE float at(int64_t i) const { return elem::exp(elem::sub(s[i], m)); }
+#ifdef PTO_VF16
+  PTO_INLINE vf16 at16(int64_t i) const { return vexp16<true>(vf16_load(s + i) - vf16_splat(m)); }
+#endif
+};
+
 // d[i] = (centred(s[i]) * r) [* w[i]] [+ b[i]]; NT: by streaming stores (d may be s); prefetches
 // `next` meanwhile.
 template <bool Two, bool W, bool B, bool NT>

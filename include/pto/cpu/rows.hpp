@@ -133,6 +133,27 @@ struct SoftmaxSeq {
   }
 };
 
+// TROWMAX m, x; TSUB y, x, m; TEXP (dead), y; TROWSUM s, (dead); TLOG s, s; TSUB y, y, s: the last
+// pass stores ((x - m) - s) * 1 (exact: the two subtractions' bits).
+template <bool NT>
+struct LogSoftmaxSeq {
+  static constexpr bool kMiddle = true;
+  static constexpr bool kPiped = false;  // as SoftmaxSeq: the exp pass keeps the core busy
+  RowsAt at;
+  float* m;
+  float* s;
+  PTO_INLINE MaxPass<NoScale> first(int64_t r) const { return MaxPass<NoScale>{at.in_row(r), at.n, {}}; }
+  PTO_INLINE void after_first(int64_t r, const MaxPass<NoScale>& p) { m[r] = p.result; }
+  PTO_INLINE SumPass<ExpSumTerm> middle(int64_t r) const {
+    return SumPass<ExpSumTerm>{{at.in_row(r), m[r], at.next(r)}, at.n};
+  }
+  PTO_INLINE void after_middle(int64_t r, const SumPass<ExpSumTerm>& p) { s[r] = elem::log(p.result); }
+  PTO_INLINE NormalizePass<true, false, false, NT> last(int64_t r) const {
+    return NormalizePass<true, false, false, NT>{at.out_row(r), at.in_row(r), at.n,    m[r],
+                                                 s[r],          1.0f,         nullptr, nullptr};
+  }
+};
+
 // TMUL (dead), x, x; TROWSUM r, (dead); TDIV r, r, cnt; TADD r, r, eps; TRSQRT r, r; TMUL z, x, r;
 // then the affine tail (W: * w, B: + b). Its prefetch goes in the last pass: the first already
 // reads the row from memory (idle machine, 2 threads, 4096 x 4096, ABBA A/B of wall-time medians:
@@ -382,6 +403,31 @@ inline void softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float
       out, in, x, e,
       [&](const detail::RowsAt& at, auto nt, auto k) {
         detail::SoftmaxSeq<decltype(nt)::value, detail::NoScale> q{at, {}, m.data, s.data};
+        k(q);
+      },
+      m, s);
+}
+
+// TROWMAX m, x; TSUB y, x, m; TEXP (dead), y; TROWSUM s, (dead); TLOG s, s; TSUB y, y, s.
+template <int R, int C>
+inline void log_softmax_rows(Tile<float, R, C>& y, const Tile<float, R, C>& x, Tile<float, R, 1>& m,
+                             Tile<float, R, 1>& s) {
+  detail::tile_rows(
+      y, x,
+      [&](const detail::RowsAt& at, auto nt, auto k) {
+        detail::LogSoftmaxSeq<decltype(nt)::value> q{at, m.data, s.data};
+        k(q);
+      },
+      m, s);
+}
+// TLOAD x, in; the log-softmax sequence; TSTORE out, y.
+template <bool Stream, int R, int C>
+inline void log_softmax_rows(GlobalView<float> out, GlobalView<float> in, Tile<float, R, C>& x,
+                             Tile<float, R, C>& y, Tile<float, R, 1>& m, Tile<float, R, 1>& s) {
+  detail::global_rows<Stream>(
+      out, in, x, y,
+      [&](const detail::RowsAt& at, auto nt, auto k) {
+        detail::LogSoftmaxSeq<decltype(nt)::value> q{at, m.data, s.data};
         k(q);
       },
       m, s);

@@ -52,29 +52,23 @@ def vector_add_case(ctx, n):
                                                      label="vector_add 1 thread >= 1.0x torch")], tol=1e-6)
 
 
-def column_sum_case(ctx, rows, cols):
-    rng = ctx.rng()
-    x = rand(rng, rows, cols)
+def _reduction_case(ctx, name, tfn, rows, cols, tol):
+    """A reduction of a rows x cols matrix that reads it once: PyPTO's `name` kernel against torch,
+    each also on one thread."""
+    x = rand(ctx.rng(), rows, cols)
+    return Case(name=name, shape=f"{rows}x{cols}",
+                impls=[pypto_impl(name, x), torch_impl("torch", tfn, x),
+                       _one_thread(pypto_impl(name, x)), _one_thread(torch_impl("torch", tfn, x))],
+                reference=torch64(tfn, x), bytes=1.0 * rows * cols * 4, bars=_peer_bars(name), tol=tol)
 
-    def tfn(x):
-        return x.sum(0)
-    return Case(name="column_sum", shape=f"{rows}x{cols}",
-                impls=[pypto_impl("column_sum", x), torch_impl("torch", tfn, x),
-                       _one_thread(pypto_impl("column_sum", x)), _one_thread(torch_impl("torch", tfn, x))],
-                reference=torch64(tfn, x), bytes=1.0 * rows * cols * 4, bars=_peer_bars("column_sum"), tol=1e-5)
+
+def column_sum_case(ctx, rows, cols):
+    return _reduction_case(ctx, "column_sum", lambda x: x.sum(0), rows, cols, 1e-5)
 
 
 def row_max_case(ctx, rows, cols):
     """x.amax(-1): a row reduction reading each row once where it lies."""
-    rng = ctx.rng()
-    x = rand(rng, rows, cols)
-
-    def tfn(x):
-        return x.amax(-1)
-    return Case(name="row_max", shape=f"{rows}x{cols}",
-                impls=[pypto_impl("row_max", x), torch_impl("torch", tfn, x),
-                       _one_thread(pypto_impl("row_max", x)), _one_thread(torch_impl("torch", tfn, x))],
-                reference=torch64(tfn, x), bytes=1.0 * rows * cols * 4, bars=_peer_bars("row_max"), tol=1e-6)
+    return _reduction_case(ctx, "row_max", lambda x: x.amax(-1), rows, cols, 1e-6)
 
 
 def log_softmax_case(ctx, rows, cols):

@@ -158,14 +158,14 @@ namespace {
 enum class FirstUse { None, Replace, Other };
 FirstUse first_use(const std::vector<Stmt>& stmts, size_t from, const Buffer* b);
 FirstUse first_use(const Stmt& s, const Buffer* b) {
-  if (!s || !mentions(s, b)) return FirstUse::None;
+  if (!s) return FirstUse::None;
   switch (s->kind) {
-    case StmtKind::OpStmt: {
-      const View* d = view_of(s->op, 0);
-      bool in_sources = false;
-      for (size_t k = 1; k < s->op.args.size(); ++k)
-        if (const View* v = view_of(s->op, k); v && v->buf.get() == b) in_sources = true;
-      return s->op.code == Opcode::TLOAD && d && d->buf.get() == b && d->is_whole() && !in_sources
+    case StmtKind::OpStmt: {  // (each operand looked at once: no walk of the statement beforehand)
+      bool in_dst = false, in_sources = false;
+      for (size_t k = 0; k < s->op.args.size(); ++k)
+        if (const View* v = view_of(s->op, k); v && v->buf.get() == b) (k == 0 ? in_dst : in_sources) = true;
+      if (!in_dst && !in_sources) return FirstUse::None;
+      return s->op.code == Opcode::TLOAD && in_dst && !in_sources && view_of(s->op, 0)->is_whole()
                  ? FirstUse::Replace
                  : FirstUse::Other;
     }
@@ -175,7 +175,7 @@ FirstUse first_use(const Stmt& s, const Buffer* b) {
     case StmtKind::Let:
       return first_use(s->body, 0, b);
     default:
-      return FirstUse::Other;
+      return mentions(s, b) ? FirstUse::Other : FirstUse::None;
   }
 }
 FirstUse first_use(const std::vector<Stmt>& stmts, size_t from, const Buffer* b) {
@@ -520,7 +520,7 @@ bool writes_only(const Stmt& s, const Buffer* b) {
 }  // namespace
 
 BlockTiles::BlockTiles(const std::vector<Stmt>& block) : last_(block.size()) {
-  std::map<const Buffer*, std::vector<size_t>> named_by;  // buffer -> the statements naming it
+  std::map<const Buffer*, size_t> named_by;  // buffer -> the last statement naming it
   std::vector<const Buffer*> tiles;
   for (size_t j = 0; j < block.size(); ++j) {
     const Stmt& s = block[j];
@@ -529,15 +529,12 @@ BlockTiles::BlockTiles(const std::vector<Stmt>& block) : last_(block.size()) {
     for_each_stmt({s}, [&](const Stmt& t) {  // (what row_match::mentions reads: operand views)
       if (t->kind != StmtKind::OpStmt) return;
       for (const Operand& a : t->op.args)
-        if (const View* v = std::get_if<View>(&a)) {
-          auto& at = named_by[v->buf.get()];
-          if (at.empty() || at.back() != j) at.push_back(j);
-        }
+        if (const View* v = std::get_if<View>(&a)) named_by[v->buf.get()] = j;
     });
   }
   for (const Buffer* b : tiles) {
     auto it = named_by.find(b);
-    if (it != named_by.end()) last_[it->second.back()].push_back(b);
+    if (it != named_by.end()) last_[it->second].push_back(b);
   }
 }
 

@@ -123,6 +123,11 @@ def row_max(x):
 
 
 @pypto.jit
+def argmax(x):
+    return pypto.argmax(x, -1)
+
+
+@pypto.jit
 def log_softmax(x):
     return pypto.log_softmax(x, -1)
 

@@ -1,6 +1,6 @@
 """Memory-bound cases of issue 15: a vector add of 2^24 elements (Triton's first tutorial), a
-column sum (x.sum(0), the reduction of a layer-norm backward), a row maximum (x.amax(-1)), a
-log-softmax and a layer-norm backward, each
+column sum (x.sum(0), the reduction of a layer-norm backward), a row maximum (x.amax(-1)), an
+argmax over logits, a log-softmax and a layer-norm backward, each
 against torch, with a 1-thread column (impls "@1") beside the suite's thread count."""
 import numpy as np
 
@@ -71,6 +71,12 @@ def row_max_case(ctx, rows, cols):
     return _reduction_case(ctx, "row_max", lambda x: x.amax(-1), rows, cols, 1e-6)
 
 
+def argmax_case(ctx, rows, cols):
+    """x.argmax(-1) over a language model's logits (greedy decoding): the first maximum of each
+    row, read once where it lies; exact."""
+    return _reduction_case(ctx, "argmax", lambda x: x.argmax(-1), rows, cols, 0.0)
+
+
 def log_softmax_case(ctx, rows, cols):
     """log_softmax over rows (a language model's loss): read once, written once."""
     rng = ctx.rng()
@@ -119,5 +125,6 @@ def memory_cases(ctx):
     return [vector_add_case(ctx, p(1 << 12, 1 << 24, 1 << 24)),
             column_sum_case(ctx, *p((256, 384), (4096, 4096), (4096, 4096))),
             row_max_case(ctx, *p((256, 384), (4096, 4096), (4096, 4096))),
+            argmax_case(ctx, *p((64, 1000), (256, 32000), (256, 32000))),
             log_softmax_case(ctx, *p((256, 384), (4096, 4096), (4096, 4096))),
             layer_norm_backward_case(ctx, *p((64, 256), (2048, 2048), (4096, 4096)))]

@@ -177,6 +177,8 @@ class Builder {
   bool reshape_by_groups(const View& v, const View& cur, const std::vector<int64_t>& s1,
                          const std::vector<int64_t>& d1, const std::vector<int64_t>& shape,
                          const std::vector<Expr>& out_extents, View& out);
+  // argmax / argmin: TROWARGMAX / TROWARGMIN along `dim` (builder_ops.cpp).
+  View arg_extreme(Opcode arg_op, const View& x, int dim, bool keepdim, const char* what);
 };
 
 }  // namespace pypto::ir

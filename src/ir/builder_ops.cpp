@@ -168,29 +168,36 @@ View Builder::all(const View& x, std::vector<int> dims, bool keepdim) {
 }
 
 // The first index along `dim` holding the extreme value; a NaN counts as the extreme (as torch).
-static View arg_extreme(Builder& b, Opcode row_op, const View& x, int dim, bool keepdim, const char* what) {
+View Builder::arg_extreme(Opcode arg_op, const View& x, int dim, bool keepdim, const char* what) {
   int r = x.rank();
   if (r == 0) throw Error(std::string(what) + ": needs a tensor of at least 1 dimension");
   if (x.buf->dtype == DType::Bool) throw Error(std::string(what) + ": not supported for bool tensors");
   int d = normalize_dim(dim, r, what);
   auto perm = move_last(r, d);
-  View xp = b.permute(x, perm);
-  int64_t n = xp.shape().back();
-  View m = b.reduce(row_op, xp, {r - 1}, true);
-  View hit = b.binary(Opcode::TCMP_EQ, xp, m);
-  if (is_float(x.buf->dtype)) hit = b.binary(Opcode::TOR, hit, b.binary(Opcode::TCMP_NE, xp, xp));
-  View cand = b.select(hit, b.arange(int_imm(0), n, int_imm(1), DType::I64), int_imm(n));
-  View idx = b.reduce(Opcode::TROWMIN, cand, {r - 1}, true);
-  if (!keepdim) return b.squeeze(idx, r - 1);
-  return b.permute(idx, inverse(perm));
+  View xp = permute(x, perm);
+  auto shape = xp.shape();
+  auto valid = xp.valid_shape();
+  if (!as_int(valid.back())) {  // as torch, no index of an empty dimension: an error when it runs
+    const size_t checks = impl_->prog.index_checks.size();
+    impl_->require_in_range(int_imm(0), valid.back(), d);
+    if (impl_->prog.index_checks.size() > checks)
+      impl_->prog.index_checks.back().message = std::string(what) + ": dimension " + std::to_string(d) +
+                                                " is empty at run time: there is no index to return";
+  }
+  shape.back() = 1;
+  valid.back() = int_imm(1);
+  View idx = impl_->new_temp(shape, DType::I64, valid);
+  impl_->emit_op(arg_op, {idx, xp});
+  if (!keepdim) return squeeze(idx, r - 1);
+  return permute(idx, inverse(perm));
 }
 
 View Builder::argmax(const View& x, int dim, bool keepdim) {
-  return arg_extreme(*this, Opcode::TROWMAX, x, dim, keepdim, "argmax");
+  return arg_extreme(Opcode::TROWARGMAX, x, dim, keepdim, "argmax");
 }
 
 View Builder::argmin(const View& x, int dim, bool keepdim) {
-  return arg_extreme(*this, Opcode::TROWMIN, x, dim, keepdim, "argmin");
+  return arg_extreme(Opcode::TROWARGMIN, x, dim, keepdim, "argmin");
 }
 
 View Builder::stack(const std::vector<View>& xs, int dim) {

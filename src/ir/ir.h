@@ -204,14 +204,17 @@ struct CheckScope {
 
 // A run-time integer index the builder could not prove in range: wherever `scopes` execute,
 // 0 <= index < length must hold; with `same_extent`, `index` and `length` are two extents of a
-// broadcast that must be equal (two different dynamic dims). The runtime evaluates it on the host before the
-// kernel runs (runtime/index_checks.h), over each loop nest's whole range at once, and raises naming `where`.
+// broadcast that must be equal (two different dynamic dims). `message`, where set, is the error
+// instead of the index's (argmax over a dynamic dim: index 0, length the extent: not empty). The runtime
+// evaluates it on the host before the kernel runs (runtime/index_checks.h), over each loop nest's whole range
+// at once, and raises naming `where`.
 struct IndexCheck {
   Expr index, length;
   int dim = 0;
   bool same_extent = false;
   std::vector<CheckScope> scopes;  // outermost first
   std::string where;               // the kernel's "file:line: source text" (Builder::set_location)
+  std::string message;
 };
 
 struct Program {

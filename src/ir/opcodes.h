@@ -109,6 +109,8 @@ enum class OpCategory : uint8_t {
   X(TROWSUM, Reduce, 2)      \
   X(TROWMAX, Reduce, 2)      \
   X(TROWMIN, Reduce, 2)      \
+  X(TROWARGMAX, Reduce, 2)   \
+  X(TROWARGMIN, Reduce, 2)   \
   X(TCOLSUM, Reduce, 2)      \
   X(TCOLMAX, Reduce, 2)      \
   X(TCOLMIN, Reduce, 2)      \
@@ -170,6 +172,8 @@ struct OpcodeInfo {
 const OpcodeInfo& opcode_info(Opcode op);
 std::optional<Opcode> parse_opcode(std::string_view name);
 inline std::string_view opcode_name(Opcode op) { return opcode_info(op).name; }
+// TROWARGMAX / TROWARGMIN: reductions whose result is an index, not a value of the source.
+inline bool is_arg_reduction(Opcode op) { return op == Opcode::TROWARGMAX || op == Opcode::TROWARGMIN; }
 
 // Pipes of the abstract machine, used by the sync instructions and by the simulator.
 enum class Pipe : uint8_t {

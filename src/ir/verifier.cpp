@@ -9,7 +9,7 @@
 //    them); at tile level elementwise, reduce, expand and layout ops need view sources of the
 //    destination's dtype (TCVT / TLOAD / TSTORE convert; TNOT / TAND / TOR / compares may write
 //    bool; compares need equal source dtypes; matmul operands agree with each other);
-//  * gather/scatter indices are i32 or i64 at both levels.
+//  * gather/scatter indices, TARGSORT's and TROWARGMAX / TROWARGMIN's results are i32 or i64.
 #include "ir/verifier.h"
 
 #include <algorithm>
@@ -303,6 +303,13 @@ class Verifier : public StmtVisitor {
         if (o.code == Opcode::TAND || o.code == Opcode::TOR) break;  // logic on 0/1 of any type
         [[fallthrough]];
       case OpCategory::Reduce:
+        if (is_arg_reduction(o.code)) {  // indices of a source of any dtype
+          if (t != DType::I32 && t != DType::I64)
+            fail(std::string(opcode_name(o.code)) + " writes i32 or i64 indices, not " +
+                 std::string(dtype_name(t)));
+          break;
+        }
+        [[fallthrough]];
       case OpCategory::Expand:
         for (size_t k = 1; k < o.args.size(); ++k) same(k, t, "the destination");
         break;
@@ -426,7 +433,8 @@ class Verifier : public StmtVisitor {
       }
       case OpCategory::Reduce: {
         auto d = shape(0), s = shape(1);
-        bool row = o.code == Opcode::TROWSUM || o.code == Opcode::TROWMAX || o.code == Opcode::TROWMIN;
+        bool row = o.code == Opcode::TROWSUM || o.code == Opcode::TROWMAX || o.code == Opcode::TROWMIN ||
+                   is_arg_reduction(o.code);
         if (row)
           want(d[0] == s[0] && d[1] == 1,
                "dst must be " + std::to_string(s[0]) + "x1 for src " + sh(s) + ", got " + sh(d));

@@ -126,6 +126,7 @@ class Lowerer : public StmtMutator {
       case OpCategory::Reduce:
         if (op.code == Opcode::TROWSUM || op.code == Opcode::TROWMAX || op.code == Opcode::TROWMIN)
           return reduce(op, out);
+        if (is_arg_reduction(op.code)) return whole_rows(op, out);
         break;
       case OpCategory::Matrix:
         if (op.code == Opcode::TMATMUL || op.code == Opcode::TMATMUL_ACC) return matmul(op, out);
@@ -424,7 +425,8 @@ class Lowerer : public StmtMutator {
     emit(n, std::move(body), out);
   }
 
-  // TARGSORT and TSCAN over the last dimension: blocks of whole rows, each in one tile. A TARGSORT
+  // TARGSORT, TSCAN, TROWARGMAX and TROWARGMIN over the last dimension: blocks of whole rows, each
+  // in one tile (an arg-reduction's partial results would need their values to combine). A TARGSORT
   // destination narrower than the source (topk) keeps the first columns of each row's permutation.
   // A scan runs in place on blocks of up to 8 rows (independent chains for the CPU to overlap) that
   // still fit a 64 KiB tile (the CPU backend's largest stack tile).
@@ -441,6 +443,7 @@ class Lowerer : public StmtMutator {
           std::string(opcode_name(op.code)) +
           " at the tensor level: the destination must have the source's shape but for a narrower last "
           "dimension");
+    if (is_arg_reduction(op.code) && xs.back() == kDynamicBound) return arg_blocks(op, out);
     const bool scan = op.code == Opcode::TSCAN;
     const int64_t scan_rows = std::min<int64_t>(
         8, (64 << 10) / std::max<int64_t>(1, xs.back() * dtype_bytes(compute_dtype(x->buf->dtype))));
@@ -457,10 +460,59 @@ class Lowerer : public StmtMutator {
     auto [tr, tc] = tile_shape(sel, 2);
     View xt = tile("x", compute_dtype(x->buf->dtype), tr, tile_shape(xsel, 2).second);
     View it = scan ? xt : tile("order", d.buf->dtype, tr, tc);
+    std::vector<Operand> args{it, xt};
+    args.insert(args.end(), op.args.begin() + 2, op.args.end());  // TARGSORT's order, TSCAN's kind
     emit(n,
-         {op_stmt(Op{Opcode::TLOAD, {xt, sub(*x, xsel)}}), op_stmt(Op{op.code, {it, xt, op.args[2]}}),
+         {op_stmt(Op{Opcode::TLOAD, {xt, sub(*x, xsel)}}), op_stmt(Op{op.code, std::move(args)}),
           op_stmt(Op{Opcode::TSTORE, {sub(d, sel), it}})},
          out);
+  }
+
+  // TROWARGMAX / TROWARGMIN along a dynamic last dimension, in blocks of columns: each block's
+  // first extreme (the instruction) and extreme (TROWMAX / TROWMIN) replace the running ones where
+  // the block wins: its extreme strictly beyond the running one, or NaN, while the running one is
+  // not NaN. That is the instruction's rule over the whole row (the first extreme; the first NaN).
+  void arg_blocks(const Op& op, std::vector<Stmt>& out) {
+    const View& d = std::get<View>(op.args[0]);
+    const View& x = std::get<View>(op.args[1]);
+    auto xs = x.shape();
+    const int r = int(xs.size()), ft = std::max(r - 2, 0);
+    const int64_t tc = std::max(ts_.elem_cols * 2, ts_.elem_rows * ts_.elem_cols / 2);
+    std::vector<int64_t> ext(size_t(r), 1);
+    if (r >= 2)
+      ext[size_t(r - 2)] =
+          std::max<int64_t>(1, std::min(xs[size_t(r - 2)], ts_.elem_rows * ts_.elem_cols / tc));
+    Nest n = nest(d, ext, "e");
+    auto [rows, one] = tile_shape(n.dst_sel(ft), r - ft);
+    (void)one;
+    const DType vt = compute_dtype(x.buf->dtype), it = d.buf->dtype;
+    const bool max = op.code == Opcode::TROWARGMAX;
+    const Opcode extreme = max ? Opcode::TROWMAX : Opcode::TROWMIN;
+    View xt = tile("x", vt, rows, tc), at = tile("at", it, rows, 1), val = tile("val", vt, rows, 1);
+    View part_at = tile("part_at", it, rows, 1), part = tile("part", vt, rows, 1);
+    View win = tile("win", DType::Bool, rows, 1), flag = tile("flag", DType::Bool, rows, 1);
+    auto load = [&](Expr c0) {  // columns c0 .. c0 + tc of the rows of this iteration
+      auto sel = n.dst_sel(ft);
+      sel[size_t(r - 1)] = Sel{c0, tc, true, false};
+      return op_stmt(Op{Opcode::TLOAD, {xt, sub(x, sel)}});
+    };
+    auto ins = [](Opcode c, std::vector<Operand> args) { return op_stmt(Op{c, std::move(args)}); };
+    std::vector<Stmt> body{load(int_imm(0)), ins(op.code, {at, xt}), ins(extreme, {val, xt})};
+    const std::string c = nb_.fresh("c");
+    std::vector<Stmt> block{load(var(c)),
+                            ins(op.code, {part_at, xt}),
+                            ins(extreme, {part, xt}),
+                            ins(Opcode::TADD, {part_at, part_at, var(c)}),
+                            ins(max ? Opcode::TCMP_GT : Opcode::TCMP_LT, {win, part, val}),
+                            ins(Opcode::TCMP_NE, {flag, part, part}),  // the block holds a NaN
+                            ins(Opcode::TOR, {win, win, flag}),
+                            ins(Opcode::TCMP_EQ, {flag, val, val}),  // the running extreme is no NaN
+                            ins(Opcode::TAND, {win, win, flag}),
+                            ins(Opcode::TSEL, {at, win, part_at, at}),
+                            ins(Opcode::TSEL, {val, win, part, val})};
+    body.push_back(for_loop(c, int_imm(tc), x.valid_shape()[size_t(r - 1)], int_imm(tc), std::move(block)));
+    body.push_back(op_stmt(Op{Opcode::TSTORE, {sub(d, n.dst_sel(ft)), at}}));
+    emit(n, std::move(body), out);
   }
 
   void matmul(const Op& op, std::vector<Stmt>& out) {

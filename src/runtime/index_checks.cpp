@@ -17,6 +17,7 @@ constexpr int64_t kWalkBudget = int64_t(1) << 22;
 std::string at(const ir::IndexCheck& c) { return c.where.empty() ? std::string() : " (at " + c.where + ")"; }
 
 [[noreturn]] void fail(const ir::IndexCheck& c, int64_t k, int64_t len) {
+  if (!c.message.empty()) throw Error(c.message + at(c));
   if (c.same_extent)
     throw Error("dynamic dimensions of extents " + std::to_string(len) + " and " + std::to_string(k) +
                 " cannot be broadcast together (dimension " + std::to_string(c.dim) + " of the result)" +

@@ -124,6 +124,14 @@ TEST(CpuCodegenOps, EveryOpcodeMatchesTheInterpreter) {
     P.keep(d);
     P.keep(e);
   }
+  for (Opcode r : {Opcode::TROWARGMAX, Opcode::TROWARGMIN}) {  // on the ragged tile and on i32 values
+    auto d = P.T(kR, 1, DType::I64), di = P.T(kR, 1, DType::I32), iv = P.T(kR, kC, DType::I32);
+    P.emit(r, {W(d), W(rag)});
+    P.keep(d);
+    P.emit(Opcode::TCVT, {W(iv), W(b)});  // ties between the truncated values
+    P.emit(r, {W(di), W(iv)});
+    P.keep(di);
+  }
   for (Opcode c : {Opcode::TCOLSUM, Opcode::TCOLMAX, Opcode::TCOLMIN}) {
     auto d = P.T(1, kC), e = P.T(kR, kC);
     P.emit(c, {W(d), W(rag)});

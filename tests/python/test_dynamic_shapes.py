@@ -284,8 +284,7 @@ def flips(x):
 
 def test_flip_along_dynamic_dims(backend):
     """flip's reversed index spans a dynamic dim's run-time extent (an arange of dynamic length),
-    not the bound: one kernel for every shape. (argmax along a dynamic dim stays unsupported: over
-    an empty dim it must raise as torch does, which the compiled kernel cannot yet.)"""
+    not the bound: one kernel for every shape (argmax along a dynamic dim: test_arg_extremes.py)."""
     kernel = jit(flips, backend, dynamic={"x": [0, 1]})
     for shape in [(3, 5), (7, 2), (2, 9), (16, 33)]:
         x = rand(*shape)

@@ -279,6 +279,43 @@ def test_argsort():
         compare(text, x=x)
 
 
+def _arg_extreme_rows():
+    """Rows of 70 (four 16-lane blocks and a tail) covering each way to get an arg-reduction wrong:
+    ties (the first wins), the extreme in the tail, signed zeros, infinities, NaN (the first NaN
+    wins, also where an infinity or a later extreme comes first), a row of equal values."""
+    x = rand((9, 70))
+    x[0, 5] = x[0, 60] = 9.0       # tied maximum, in a vector block and in another
+    x[0, 7] = x[0, 66] = -9.0      # tied minimum, the second in the tail
+    x[1, 68] = 7.0                 # the extreme in the scalar tail
+    x[1, 69] = -7.0
+    x[2, :] = -np.abs(x[2, :]) - 0.5
+    x[2, 10], x[2, 40] = -0.0, 0.0  # signed zeros compare equal: the first is the maximum
+    x[3, 20], x[3, 30] = np.inf, -np.inf
+    x[4, 50], x[4, 2], x[4, 3] = np.nan, np.inf, -np.inf  # NaN after the infinities
+    x[5, 17], x[5, 69] = np.nan, np.nan                   # two NaNs: the first
+    x[6, 69] = np.nan                                     # a NaN in the tail only
+    x[7, :] = 3.5                                         # all equal: column 0
+    x[8, :] = -np.inf
+    return x
+
+
+def test_row_arg_extremes():
+    """TROWARGMAX / TROWARGMIN on both backends, equal to NumPy's first-extreme rule with NaN
+    counted as the extreme (torch.argmax's), into i64 and i32, f32 and i32 sources."""
+    x = _arg_extreme_rows()
+    for dt, data in (("f32", x), ("i32", np.nan_to_num(x, posinf=5, neginf=-5).astype(np.int32))):
+        for op in ("TROWARGMAX", "TROWARGMIN"):
+            for it in ("i64", "i32"):
+                text = func([f"%x: {dt}[9, 70]", f"%o: {it}[9, 1] out"],
+                            [f"alloc %a: {dt}[16, 72] vec", f"alloc %d: {it}[16, 1] vec", "TLOAD %a, %x",
+                             f"{op} %d, %a", "TSTORE %o, %d"])
+                ref = compare(text, x=data)
+                d64 = data.astype(np.float64)
+                nan = np.isnan(d64)
+                want = np.where(nan.any(1), nan.argmax(1), d64.argmax(1) if op == "TROWARGMAX" else d64.argmin(1))
+                np.testing.assert_array_equal(ref["o"][:, 0], want, err_msg=f"{dt} {op} {it}")
+
+
 def test_topk_selection_and_scan():
     """TARGSORT into a narrow destination (the CPU's selection path) and TSCAN (running sums and
     products, forward and from the end) on a ragged valid region with NaN and ties."""

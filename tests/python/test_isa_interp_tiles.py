@@ -30,6 +30,23 @@ def test_col_reduce(op):
     check_region(run(text, x=x)["o"], COL[op](x.astype(float), axis=0, keepdims=True), 1, 5, tol=1e-7)
 
 
+@pytest.mark.parametrize("op", ["TROWARGMAX", "TROWARGMIN"])
+def test_row_arg_reduce(op):
+    """Only the valid region is searched (a larger value past the 7 valid columns does not count);
+    ties keep the first column; a NaN is the extreme; an empty valid region gives 0."""
+    x = rand((5, 7))
+    x[1, 2] = x[1, 5] = 9.0 if op == "TROWARGMAX" else -9.0
+    x[2, 4], x[2, 6] = np.nan, np.nan
+    text = func(["%x: f32[5, 7]", "%o: i64[8, 1] out", "%e: i32[8, 1] out"],
+                ["alloc %a: f32[8, 16] vec", "alloc %r: i64[8, 1] vec", "alloc %z: i32[8, 1] vec",
+                 "TEXPANDS %a, 100.0f", "TLOAD %a, %x", f"{op} %r, %a", "TSTORE %o, %r",
+                 "TFILLPAD %a, %a, 0.0f", "TEXTRACT %a, %a, 0, 7", f"{op} %z, %a", "TSTORE %e, %z"])
+    got = run(text, x=x)
+    want = np.where(np.isnan(x).any(1), np.isnan(x).argmax(1), x.argmax(1) if op == "TROWARGMAX" else x.argmin(1))
+    np.testing.assert_array_equal(got["o"][:5, 0], want)
+    assert (got["e"][:5, 0] == 0).all()
+
+
 def test_row_expand():
     v = rand((5, 1))
     text = func(["%v: f32[5, 1]", "%o: f32[8, 6] out"],

@@ -1,4 +1,5 @@
-// Reductions (TROWSUM/MAX/MIN, TCOLSUM/MAX/MIN) and expansions (TROWEXPAND, TCOLEXPAND).
+// Reductions (TROWSUM/MAX/MIN, TCOLSUM/MAX/MIN), arg-reductions (TROWARGMAX/MIN) and expansions
+// (TROWEXPAND, TCOLEXPAND).
 //
 // Row reductions keep a block of independent lane accumulators (which the compiler maps onto
 // SIMD registers) and combine them pairwise at the end: vectorised without -ffast-math, and more
@@ -158,6 +159,46 @@ inline void col_reduce(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
   dst.vc = int(vc);
 }
 
+// The index of a span's first NaN if it has one, else of its first element equal to its maximum
+// (Max) or minimum; 0 for an empty span. The extreme comes from reduce_span, which carries a NaN
+// through, then a search for the first match: two vectorised reads of a row that sits in L1 / L2,
+// where one pass keeping an index per lane would need a blend per compare. *extreme (if given)
+// gets the extreme: TROWMAX's / TROWMIN's result, bit for bit.
+template <bool Max, class T>
+PTO_INLINE int64_t arg_extreme_span(const T* p, int64_t n, arith_t<T>* extreme = nullptr) {
+  using CT = arith_t<T>;
+  const CT m = Max ? reduce_span<CT>(p, n, MaxR<CT>{}) : reduce_span<CT>(p, n, MinR<CT>{});
+  if (extreme) *extreme = m;
+  if (n <= 0) return 0;
+  const bool nan = m != m;  // then only a NaN matches
+  int64_t i = 0;
+#if defined(PTO_VF16) && defined(__AVX512F__)
+  if constexpr (std::is_same_v<T, float>) {
+    constexpr int kEqual = 0, kUnordered = 3;  // _CMP_EQ_OQ, _CMP_UNORD_Q
+    const vf16 mv = vf16_splat(m);
+    for (; i + 16 <= n; i += 16) {
+      const vf16 v = vf16_load(p + i);
+      const unsigned hits = nan ? __builtin_ia32_cmpps512_mask(v, v, kUnordered, 0xffff, 4)
+                                : __builtin_ia32_cmpps512_mask(v, mv, kEqual, 0xffff, 4);
+      if (hits) return i + __builtin_ctz(hits);
+    }
+  }
+#endif
+  for (; i < n; ++i) {
+    const CT v = convert<CT>(p[i]);
+    if (nan ? v != v : v == m) return i;
+  }
+  return 0;  // (not reached: the extreme is one of the elements)
+}
+
+template <bool Max, class D, int RD, int CD, class T, int R, int C>
+inline void row_arg_extreme(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
+  const int64_t vr = imin(src.vr, RD), vc = clamp0(src.vc, C);
+  for (int64_t r = 0; r < vr; ++r) dst.data[r * CD] = D(arg_extreme_span<Max>(src.data + r * C, vc));
+  dst.vr = int(vr);
+  dst.vc = 1;
+}
+
 }  // namespace detail
 
 template <class D, int RD, int CD, class T, int R, int C>
@@ -171,6 +212,15 @@ inline void TROWMAX(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
 template <class D, int RD, int CD, class T, int R, int C>
 inline void TROWMIN(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
   detail::row_reduce<detail::MinR>(dst, src);
+}
+// dst[r, 0] = the column of row r's first NaN, else of its first maximum / minimum (0: empty row).
+template <class D, int RD, int CD, class T, int R, int C>
+inline void TROWARGMAX(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
+  detail::row_arg_extreme<true>(dst, src);
+}
+template <class D, int RD, int CD, class T, int R, int C>
+inline void TROWARGMIN(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
+  detail::row_arg_extreme<false>(dst, src);
 }
 template <class D, int RD, int CD, class T, int R, int C>
 inline void TCOLSUM(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {

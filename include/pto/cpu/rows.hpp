@@ -636,6 +636,35 @@ inline void scalar_rows(GlobalView<float> out, GlobalView<float> ga, Tile<float,
   });
 }
 
+namespace detail {
+template <bool Max, class D, int RD, int CD, int R, int C, int RE, int CE>
+inline void arg_extreme_rows(Tile<D, RD, CD>& dst, GlobalView<float> in, Tile<float, R, C>& x,
+                             Tile<float, RE, CE>* ext) {
+  if (in.cs != 1) {
+    TLOAD(x, in);
+    pto::detail::row_arg_extreme<Max>(dst, x);
+    if (ext && Max) TROWMAX(*ext, x);
+    if (ext && !Max) TROWMIN(*ext, x);
+    return;
+  }
+  const int64_t vr = pto::detail::clamp0(in.vr, R), vc = pto::detail::clamp0(in.vc, C);
+  const int64_t wr = pto::detail::imin(vr, RD);
+  for (int64_t r = 0; r < wr; ++r) {
+    float m;
+    dst.data[r * CD] = D(pto::detail::arg_extreme_span<Max>(in.ptr + r * in.rs, vc, &m));
+    if (ext && r < RE) ext->data[r * CE] = m;
+  }
+  dst.vr = int(wr);
+  dst.vc = 1;
+  if (ext) {
+    ext->vr = int(pto::detail::imin(vr, RE));
+    ext->vc = 1;
+  }
+  x.vr = int(vr);
+  x.vc = int(vc);
+}
+}  // namespace detail
+
 // TLOAD x, in; TROWSUM / TROWMAX / TROWMIN dst, x (Red: detail::SumR, MaxR, MinR), x dead after:
 // each row reduced where it lies in memory instead of copied into x first (x.sum(-1), amax: the
 // copy cost as much as the reduction). Same lanes and order as the instruction: the same bits. x
@@ -655,6 +684,20 @@ inline void reduce_rows(Tile<D, RD, CD>& dst, GlobalView<float> in, Tile<float, 
   dst.vc = 1;
   x.vr = int(vr);
   x.vc = int(vc);
+}
+
+// TLOAD x, in; TROWARGMAX (Max) / TROWARGMIN dst, x, x dead after: as reduce_rows (x.argmax(-1)).
+template <bool Max, class D, int RD, int CD, int R, int C>
+inline void arg_extreme_rows(Tile<D, RD, CD>& dst, GlobalView<float> in, Tile<float, R, C>& x) {
+  Tile<float, RD, 1>* no_extreme = nullptr;
+  detail::arg_extreme_rows<Max>(dst, in, x, no_extreme);
+}
+// The same and TROWMAX (Max) / TROWMIN ext, x: a block of a row too wide for one tile (a dynamic
+// width), whose extreme is combined with the other blocks'.
+template <bool Max, class D, int RD, int CD, int R, int C, int RE, int CE>
+inline void arg_extreme_rows(Tile<D, RD, CD>& dst, GlobalView<float> in, Tile<float, R, C>& x,
+                             Tile<float, RE, CE>& ext) {
+  detail::arg_extreme_rows<Max>(dst, in, x, &ext);
 }
 
 }  // namespace fused

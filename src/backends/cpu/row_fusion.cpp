@@ -417,24 +417,44 @@ std::optional<RowFusion> match_map(const std::vector<Stmt>& body, size_t i) {
   return f;
 }
 
-// TLOAD x, gx; TROWSUM / TROWMAX / TROWMIN r, x (r an f32 tile), x dead afterwards: the rows
-// reduced in place (rows.hpp, fused::reduce_rows).
+// TLOAD x, gx; TROWSUM / TROWMAX / TROWMIN r, x (r an f32 tile) or TROWARGMAX / TROWARGMIN r, x
+// (r an i32 / i64 tile; then maybe TROWMAX / TROWMIN e, x too: a block of a dynamic-width
+// argmax), x dead afterwards: the rows reduced in place (rows.hpp, fused::reduce_rows,
+// fused::arg_extreme_rows).
 std::optional<RowFusion> match_reduce(const std::vector<Stmt>& body, size_t i) {
   static const std::map<Opcode, std::string> reductions = {
-      {Opcode::TROWSUM, "SumR"}, {Opcode::TROWMAX, "MaxR"}, {Opcode::TROWMIN, "MinR"}};
+      {Opcode::TROWSUM, "reduce_rows<pto::detail::SumR>"},
+      {Opcode::TROWMAX, "reduce_rows<pto::detail::MaxR>"},
+      {Opcode::TROWMIN, "reduce_rows<pto::detail::MinR>"},
+      {Opcode::TROWARGMAX, "arg_extreme_rows<true>"},
+      {Opcode::TROWARGMIN, "arg_extreme_rows<false>"}};
   const Op *ld = op_at(body, i), *op = op_at(body, i + 1);
   if (!ld || !op || ld->code != Opcode::TLOAD || !reductions.count(op->code) || op->args.size() != 2 ||
       !global_f32(*ld, 1))
     return std::nullopt;
   const View *x = view_of(*ld, 0), *src = view_of(*op, 1), *r = view_of(*op, 0);
-  if (!x || !src || !r || !is_f32_tile(*x) || !is_f32_tile(*r) || src->buf != x->buf || r->buf == x->buf ||
-      !dead_from(body, i + 2, x->buf.get()))
+  const bool arg = is_arg_reduction(op->code);
+  auto index_tile = [](const View& v) {
+    return v.buf->space != Space::Global && v.is_whole() && v.buf->rank() == 2 &&
+           (v.buf->dtype == DType::I32 || v.buf->dtype == DType::I64);
+  };
+  if (!x || !src || !r || !is_f32_tile(*x) || !(arg ? index_tile(*r) : is_f32_tile(*r)) ||
+      src->buf != x->buf || r->buf == x->buf)
     return std::nullopt;
-  RowFusion f;
-  f.fn = "reduce_rows<pto::detail::" + reductions.at(op->code) + ">";
-  f.count = 2;
   using K = RowFusion::Kind;
+  RowFusion f;
+  f.fn = reductions.at(op->code);
+  f.count = 2;
   f.args = {{K::Tile, 1, 0}, {K::Global, 0, 1}, {K::Tile, 0, 0}};
+  if (const Op* ex = op_at(body, i + 2);
+      arg && ex && ex->code == (op->code == Opcode::TROWARGMAX ? Opcode::TROWMAX : Opcode::TROWMIN)) {
+    const View *e = view_of(*ex, 0), *es = view_of(*ex, 1);
+    if (e && es && es->buf == x->buf && is_f32_tile(*e) && e->buf != x->buf && e->buf != r->buf) {
+      f.count = 3;
+      f.args.push_back({K::Tile, 2, 0});
+    }
+  }
+  if (!dead_from(body, i + f.count, x->buf.get())) return std::nullopt;
   return f;
 }
 

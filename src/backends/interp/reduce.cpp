@@ -1,5 +1,5 @@
-// Row/column reductions (TROWSUM TROWMAX TROWMIN TCOLSUM TCOLMAX TCOLMIN) and expansions
-// (TROWEXPAND TCOLEXPAND).
+// Row/column reductions (TROWSUM TROWMAX TROWMIN TCOLSUM TCOLMAX TCOLMIN), row arg-reductions
+// (TROWARGMAX TROWARGMIN) and expansions (TROWEXPAND TCOLEXPAND).
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -48,6 +48,22 @@ Num reduce_t(Red k, int64_t n, const std::function<Num(int64_t)>& x) {
     return fnum(double(acc));
 }
 
+// The column of the row's first NaN if it has one (a NaN is the extreme, as torch), else of the
+// first element equal to the row's maximum (Max) or minimum; 0 for an empty row. Values compare
+// exactly: floats as doubles (every source float is one), integers as int64.
+Num arg_extreme(bool max, int64_t n, const std::function<Num(int64_t)>& x) {
+  int64_t best = 0;
+  Num bv{};
+  for (int64_t i = 0; i < n; ++i) {
+    const Num v = x(i);
+    if (v.is_float && std::isnan(v.f)) return inum(i);
+    const bool better =
+        i == 0 || (v.is_float ? (max ? v.f > bv.f : v.f < bv.f) : (max ? v.i > bv.i : v.i < bv.i));
+    if (better) best = i, bv = v;
+  }
+  return inum(best);
+}
+
 Num reduce(DType ct, Red k, int64_t n, const std::function<Num(int64_t)>& x) {
   switch (ct) {
     case DType::I32:
@@ -71,6 +87,14 @@ void exec_reduce_expand(Machine& m, const Op& op) {
       const Red k = kind(op.code);
       commit(m, op, dst, src.vr, 1, [&](int64_t r, int64_t) {
         return reduce(ct, k, src.vc, [&](int64_t c) { return m.get(op, src, r, c); });
+      });
+      break;
+    }
+    case Opcode::TROWARGMAX:
+    case Opcode::TROWARGMIN: {
+      const bool max = op.code == Opcode::TROWARGMAX;
+      commit(m, op, dst, src.vr, 1, [&](int64_t r, int64_t) {
+        return arg_extreme(max, src.vc, [&](int64_t c) { return m.get(op, src, r, c); });
       });
       break;
     }

@@ -49,6 +49,13 @@ std::vector<int> inverse_perm(const std::vector<int>& p) {
 
 // A rank-1 copy of v in row-major order (each reshape step merges the last two dimensions).
 static View flatten_all(Builder& b, const View& v) {
+  if (v.rank() > 1)
+    for (int64_t s : v.shape())
+      if (s == kDynamicBound)
+        throw Error(
+            "gather, scatter, the values of sort / topk and indexing by a tensor of 2 or more dims "
+            "address elements by their flat position, which needs static shapes: " +
+            shape_str(v.shape()) + " has a dynamic dimension (keep it static)");
   View cur = v;
   if (cur.rank() == 0) return b.reshape(cur, {1});
   while (cur.rank() > 1) {
@@ -235,6 +242,7 @@ View Builder::sort_order(const View& x, int dim, bool descending, int64_t k) {
     if (i != d) perm.push_back(i);
   perm.push_back(d);
   View xp = permute(x, perm);
+  impl_->require_whole_row(xp, d, k > 0 ? "topk" : "sort");
   auto shape = xp.shape();
   auto valid = xp.valid_shape();
   if (k > 0) {

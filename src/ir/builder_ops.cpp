@@ -177,13 +177,10 @@ View Builder::arg_extreme(Opcode arg_op, const View& x, int dim, bool keepdim, c
   View xp = permute(x, perm);
   auto shape = xp.shape();
   auto valid = xp.valid_shape();
-  if (!as_int(valid.back())) {  // as torch, no index of an empty dimension: an error when it runs
-    const size_t checks = impl_->prog.index_checks.size();
-    impl_->require_in_range(int_imm(0), valid.back(), d);
-    if (impl_->prog.index_checks.size() > checks)
-      impl_->prog.index_checks.back().message = std::string(what) + ": dimension " + std::to_string(d) +
-                                                " is empty at run time: there is no index to return";
-  }
+  if (!as_int(valid.back()))  // as torch, no index of an empty dimension: an error when it runs
+    impl_->require_extent(valid.back(), 1, kDynamicBound, d,
+                          std::string(what) + ": dimension " + std::to_string(d) +
+                              " is empty at run time: there is no index to return");
   shape.back() = 1;
   valid.back() = int_imm(1);
   View idx = impl_->new_temp(shape, DType::I64, valid);
@@ -307,6 +304,7 @@ View Builder::row_scan(const View& x, int dim, bool product, bool reverse) {
     if (i != d) perm.push_back(i);
   perm.push_back(d);
   View xp = permute(x, perm);
+  impl_->require_whole_row(xp, d, product ? "cumprod" : "cumsum");
   View out = impl_->new_temp(xp.shape(), x.buf->dtype, xp.valid_shape(), "scan");
   impl_->emit_op(Opcode::TSCAN, {out, xp, int_imm((product ? 1 : 0) | (reverse ? 2 : 0))});
   return permute(out, inverse_perm(perm));

@@ -47,6 +47,13 @@ void Builder::Impl::require_in_range(const Expr& k, const Expr& len, int dim) {
   prog.index_checks.push_back(std::move(c));
 }
 
+void Builder::Impl::require_extent(const Expr& extent, int64_t lo, int64_t hi, int dim,
+                                   const std::string& message) {
+  const size_t before = prog.index_checks.size();
+  require_in_range(extent - int_imm(lo), int_imm(hi - lo + 1), dim);
+  if (prog.index_checks.size() > before) prog.index_checks.back().message = message;
+}
+
 std::vector<CheckScope> Builder::Impl::check_scopes() const {
   std::vector<CheckScope> scopes;
   for (auto& f : frames) {

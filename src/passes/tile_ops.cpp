@@ -443,20 +443,44 @@ class Lowerer : public StmtMutator {
           std::string(opcode_name(op.code)) +
           " at the tensor level: the destination must have the source's shape but for a narrower last "
           "dimension");
-    if (is_arg_reduction(op.code) && xs.back() == kDynamicBound) return arg_blocks(op, out);
+    if (xs.back() != kDynamicBound) return whole_row_nest(op, xs.back(), out);
+    if (is_arg_reduction(op.code)) return arg_blocks(op, out);
+    // A dynamic width: a nest per tile width, behind run-time tests of the width (the narrowest
+    // first, so short rows get many rows per tile); the builder checks that a row fits the widest.
+    std::vector<int64_t> tiers;
+    for (int64_t t : {std::max<int64_t>(1, ts_.elem_cols / 2), ts_.dyn_row_cols()})
+      if (t < kMaxDynamicWholeRow && (tiers.empty() || t > tiers.back())) tiers.push_back(t);
+    std::vector<Stmt> chain;
+    whole_row_nest(op, kMaxDynamicWholeRow, chain);
+    for (auto t = tiers.rbegin(); t != tiers.rend(); ++t) {
+      std::vector<Stmt> narrow;
+      whole_row_nest(op, *t, narrow);
+      chain = {if_then(cmp(ExprOp::Le, x->valid_shape().back(), int_imm(*t)), std::move(narrow),
+                       std::move(chain))};
+    }
+    out.insert(out.end(), chain.begin(), chain.end());
+  }
+
+  // whole_rows with rows `width` wide (static, or the tile width for a dynamic one).
+  void whole_row_nest(const Op& op, int64_t width, std::vector<Stmt>& out) {
+    const View& d = std::get<View>(op.args[0]);
+    const View* x = std::get_if<View>(&op.args[1]);
+    auto shape = d.shape();
+    const int r = int(shape.size());
+    if (shape.back() == kDynamicBound) shape.back() = width;
     const bool scan = op.code == Opcode::TSCAN;
     const int64_t scan_rows = std::min<int64_t>(
-        8, (64 << 10) / std::max<int64_t>(1, xs.back() * dtype_bytes(compute_dtype(x->buf->dtype))));
+        8, (64 << 10) / std::max<int64_t>(1, width * dtype_bytes(compute_dtype(x->buf->dtype))));
     std::vector<int64_t> ext(size_t(r), 1);
     ext[size_t(r - 1)] = shape.back();
     if (r >= 2)
       ext[size_t(r - 2)] = std::max<int64_t>(
           1, std::min(shape[size_t(r - 2)],
-                      std::max<int64_t>(scan ? scan_rows : 1, ts_.elem_rows * ts_.elem_cols / xs.back())));
+                      std::max<int64_t>(scan ? scan_rows : 1, ts_.elem_rows * ts_.elem_cols / width)));
     Nest n = nest(d, ext, "s");
     auto sel = n.dst_sel(std::max(r - 2, 0));
     auto xsel = sel;
-    xsel.back() = Sel{int_imm(0), xs.back(), sel.back().keep, false};
+    xsel.back() = Sel{int_imm(0), width, sel.back().keep, false};
     auto [tr, tc] = tile_shape(sel, 2);
     View xt = tile("x", compute_dtype(x->buf->dtype), tr, tile_shape(xsel, 2).second);
     View it = scan ? xt : tile("order", d.buf->dtype, tr, tc);

@@ -57,8 +57,8 @@ struct Builder::Impl {
   void require_in_range(const Expr& k, const Expr& len, int dim);
   // lo <= extent <= hi at run time (a dynamic dimension's extent), else `message` is the error.
   void require_extent(const Expr& extent, int64_t lo, int64_t hi, int dim, const std::string& message);
-  // An instruction over whole rows (TSCAN, TARGSORT) along a dynamic last dim of `xp` (dim `dim`
-  // of the caller's tensor): at most kMaxDynamicWholeRow elements, the widest tile it is given.
+  // A sort or a reversed scan along a dynamic last dim of `xp` (dim `dim` of the caller's tensor):
+  // at most kMaxDynamicWholeRow elements, the widest tile it is given.
   void require_whole_row(const View& xp, int dim, const char* what) {
     if (xp.shape().back() == kDynamicBound)
       require_extent(xp.valid_shape().back(), 0, kMaxDynamicWholeRow, dim,

@@ -304,7 +304,7 @@ View Builder::row_scan(const View& x, int dim, bool product, bool reverse) {
     if (i != d) perm.push_back(i);
   perm.push_back(d);
   View xp = permute(x, perm);
-  impl_->require_whole_row(xp, d, product ? "cumprod" : "cumsum");
+  if (reverse) impl_->require_whole_row(xp, d, product ? "reversed cumprod" : "reversed cumsum");
   View out = impl_->new_temp(xp.shape(), x.buf->dtype, xp.valid_shape(), "scan");
   impl_->emit_op(Opcode::TSCAN, {out, xp, int_imm((product ? 1 : 0) | (reverse ? 2 : 0))});
   return permute(out, inverse_perm(perm));

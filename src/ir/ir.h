@@ -52,10 +52,11 @@ enum class BufferKind : uint8_t { Param, Output, Temp };
 // The static bound of a dynamic dimension: its `shape` entry, and the largest extent a call may
 // give it (2^31 - 1, so that products of two dynamic dims stay far from overflow).
 constexpr int64_t kDynamicBound = (int64_t(1) << 31) - 1;
-// The widest row an instruction over whole rows (TSCAN, TARGSORT) takes along a dynamic dimension:
-// its tile is chosen at run time among widths up to this one (passes/tile_ops.cpp whole_rows), and
-// a wider row is an error naming the kernel line before the kernel runs.
-constexpr int64_t kMaxDynamicWholeRow = int64_t(1) << 20;
+// The widest row a sort (TARGSORT) or a reversed scan (TSCAN from the end) takes along a dynamic
+// dimension: its tile is chosen at run time among widths up to this one (passes/tile_ops.cpp
+// whole_rows), and a wider row is an error naming the kernel line before the kernel runs. (A
+// forward scan takes blocks of columns: any width.)
+constexpr int64_t kMaxDynamicWholeRow = int64_t(1) << 24;
 
 struct Buffer {
   std::string name;

@@ -443,15 +443,24 @@ class Lowerer : public StmtMutator {
           std::string(opcode_name(op.code)) +
           " at the tensor level: the destination must have the source's shape but for a narrower last "
           "dimension");
+    const bool forward_scan =
+        op.code == Opcode::TSCAN && (as_int(std::get<Expr>(op.args[2])).value_or(2) & 2) == 0;
+    if (forward_scan && xs.back() > kBlockedScanFrom) return scan_blocks(op, out);  // (a dynamic width too)
     if (xs.back() != kDynamicBound) return whole_row_nest(op, xs.back(), out);
     if (is_arg_reduction(op.code)) return arg_blocks(op, out);
     // A dynamic width: a nest per tile width, behind run-time tests of the width (the narrowest
-    // first, so short rows get many rows per tile); the builder checks that a row fits the widest.
+    // first, so short rows get many rows per tile); the widest branch scans in blocks or, for a
+    // sort or a reversed scan, takes rows of up to kMaxDynamicWholeRow (the builder checks that).
     std::vector<int64_t> tiers;
-    for (int64_t t : {std::max<int64_t>(1, ts_.elem_cols / 2), ts_.dyn_row_cols()})
-      if (t < kMaxDynamicWholeRow && (tiers.empty() || t > tiers.back())) tiers.push_back(t);
+    for (int64_t t : {std::max<int64_t>(1, ts_.elem_cols / 2), ts_.dyn_row_cols(), kBlockedScanFrom})
+      if (t < kMaxDynamicWholeRow && (tiers.empty() || t > tiers.back()) &&
+          !(forward_scan && t == kBlockedScanFrom))
+        tiers.push_back(t);
     std::vector<Stmt> chain;
-    whole_row_nest(op, kMaxDynamicWholeRow, chain);
+    if (forward_scan)
+      scan_blocks(op, chain);
+    else
+      whole_row_nest(op, kMaxDynamicWholeRow, chain);
     for (auto t = tiers.rbegin(); t != tiers.rend(); ++t) {
       std::vector<Stmt> narrow;
       whole_row_nest(op, *t, narrow);
@@ -459,6 +468,48 @@ class Lowerer : public StmtMutator {
                        std::move(chain))};
     }
     out.insert(out.end(), chain.begin(), chain.end());
+  }
+
+  // A forward TSCAN in blocks of columns: each block's first column gets the running total of the
+  // blocks before it (added, or multiplied for a product) before the block is scanned, so every
+  // element is accumulated in the order of one scan over the whole row: the same bits.
+  static constexpr int64_t kBlockedScanFrom = 1 << 16;  // wider static rows too: no huge tiles
+  void scan_blocks(const Op& op, std::vector<Stmt>& out) {
+    const View& d = std::get<View>(op.args[0]);
+    const View& x = std::get<View>(op.args[1]);
+    auto shape = d.shape();
+    const int r = int(shape.size()), ft = std::max(r - 2, 0);
+    const int64_t kind = *as_int(std::get<Expr>(op.args[2]));
+    const DType ct = compute_dtype(x.buf->dtype);
+    const int64_t tc = ts_.dyn_row_cols();
+    std::vector<int64_t> ext(size_t(r), 1);
+    ext[size_t(r - 1)] = shape.back();  // the nest walks the rows; the column blocks are a loop inside
+    if (r >= 2)
+      ext[size_t(r - 2)] = std::max<int64_t>(
+          1, std::min(shape[size_t(r - 2)], std::min<int64_t>(8, (64 << 10) / (tc * dtype_bytes(ct)))));
+    Nest n = nest(d, ext, "s");
+    auto [rows, one] = tile_shape(n.dst_sel(ft), r - ft);
+    (void)one;
+    View xt = tile("x", ct, rows, tc), carry = tile("carry", ct, rows, 1), first = tile("first", ct, rows, 1);
+    const std::string c = nb_.fresh("c");
+    auto window = [&](const View& v) {
+      auto sel = n.dst_sel(ft);
+      sel[size_t(r - 1)] = Sel{var(c), tc, true, false};
+      return sub(v, sel);
+    };
+    const Expr width = x.valid_shape().back();
+    auto ins = [](Opcode code, std::vector<Operand> args) { return op_stmt(Op{code, std::move(args)}); };
+    std::vector<Stmt> block{
+        ins(Opcode::TLOAD, {xt, window(x)}),
+        ins(Opcode::TEXTRACT, {first, xt, int_imm(0), int_imm(0)}),
+        ins((kind & 1) ? Opcode::TMUL : Opcode::TADD, {first, first, carry}),
+        ins(Opcode::TINSERT, {xt, first, int_imm(0), int_imm(0)}),
+        ins(Opcode::TSCAN, {xt, xt, int_imm(kind)}),
+        ins(Opcode::TSTORE, {window(d), xt}),
+        ins(Opcode::TEXTRACT, {carry, xt, int_imm(0), min(int_imm(tc), width - var(c)) - int_imm(1)})};
+    std::vector<Stmt> body{ins(Opcode::TEXPANDS, {carry, int_imm((kind & 1) ? 1 : 0)}),
+                           for_loop(c, int_imm(0), width, int_imm(tc), std::move(block))};
+    emit(n, std::move(body), out);
   }
 
   // whole_rows with rows `width` wide (static, or the tile width for a dynamic one).

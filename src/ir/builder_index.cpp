@@ -53,7 +53,7 @@ static View flatten_all(Builder& b, const View& v) {
     for (int64_t s : v.shape())
       if (s == kDynamicBound)
         throw Error(
-            "gather, scatter, the values of sort / topk and indexing by a tensor of 2 or more dims "
+            "scatter and indexing by a tensor of 2 or more dims "
             "address elements by their flat position, which needs static shapes: " +
             shape_str(v.shape()) + " has a dynamic dimension (keep it static)");
   View cur = v;
@@ -188,6 +188,11 @@ static View linear_index(Builder& b, const std::vector<int64_t>& xs, int d, cons
   return flatten_all(b, lin);
 }
 
+// torch.gather: out[.., k, ..] = x[.., idx[.., k, ..], ..] along dim. With dim moved last (views),
+// a loop over idx's other indices gathers each row of idx from x's row (a rank-1 TGATHER: its
+// elements are the rows): nothing is flattened, so x is not copied (a language model's log-prob
+// gather from its logits read 4 bytes of them per index, not all), any dim may be dynamic, and the
+// gather checks every index against x's extent along dim.
 View Builder::gather_elements(const View& x, int dim, const View& idx) {
   check_index(idx, "gather");
   int r = x.rank();
@@ -195,9 +200,27 @@ View Builder::gather_elements(const View& x, int dim, const View& idx) {
     throw Error("gather: the index must have the input's rank " + std::to_string(r) + ", got shape " +
                 shape_str(idx.shape()));
   int d = normalize_dim(dim, r, "gather");
-  View lin = linear_index(*this, x.shape(), d, idx);
-  View g = gather_rows(flatten_all(*this, x), lin);
-  return r == 1 ? g : reshape(g, idx.shape());
+  auto xs = x.shape(), is = idx.shape();
+  for (int k = 0; k < r; ++k)
+    if (k != d && xs[size_t(k)] != kDynamicBound && is[size_t(k)] > xs[size_t(k)])
+      throw Error("gather: index shape " + shape_str(is) + " exceeds the tensor's " + shape_str(xs) +
+                  " in dimension " + std::to_string(k));
+  if (r == 1) return gather_rows(x, idx);  // (a rank-1 table's elements are its rows)
+  std::vector<int> perm;
+  for (int i = 0; i < r; ++i)
+    if (i != d) perm.push_back(i);
+  perm.push_back(d);
+  View xp = permute(x, perm), ip = permute(idx, perm);
+  View out = impl_->new_temp(ip.shape(), x.buf->dtype, ip.valid_shape(), "gathered");
+  std::vector<Index> at(static_cast<size_t>(r));
+  const auto iv = ip.valid_shape();
+  for (int k = 0; k < r - 1; ++k) {
+    at[size_t(k)].kind = Index::Int;
+    at[size_t(k)].start = begin_for("g", int_imm(0), iv[size_t(k)], int_imm(1));
+  }
+  impl_->emit_op(Opcode::TGATHER, {slice(out, at), slice(xp, at), slice(ip, at)});  // into out's row
+  for (int k = 0; k < r - 1; ++k) end_for();
+  return permute(out, inverse_perm(perm));
 }
 
 View Builder::scatter_elements(const View& x, int dim, const View& idx, const Operand& src, bool accumulate) {
@@ -266,6 +289,10 @@ std::pair<View, View> Builder::topk(const View& x, int64_t k, int dim, bool larg
   if (k < 1 || k > n)
     throw Error("topk: k = " + std::to_string(k) + " is out of range for a dimension of size " +
                 std::to_string(n));
+  if (n == kDynamicBound)  // as torch: an error when the dim is shorter than k at run time
+    impl_->require_extent(x.valid_shape()[size_t(d)], k, kDynamicBound, d,
+                          "topk: k = " + std::to_string(k) + " is out of range for dimension " +
+                              std::to_string(d) + " of the run-time size");
   View idx = sort_order(x, d, largest, k);
   return {gather_elements(x, d, idx), idx};
 }

@@ -322,3 +322,35 @@ def test_running_sums_and_sorts_along_a_dynamic_dim(backend):
             np.testing.assert_array_equal(order, torch.sort(torch.from_numpy(x), dim=-1, descending=True,
                                                             stable=True).indices.numpy())
     assert kernel.cache_size == 1
+
+
+def sorted_and_gathered(x, i):
+    values, order = pypto.sort(x, -1, descending=True)
+    top, at = pypto.topk(x, 2, 0)
+    return values, order, top, at, pypto.gather(x, 1, i), pypto.gather(x, 0, i[:1])
+
+
+def test_gather_sort_topk_along_dynamic_dims(backend):
+    """gather gathers row by row (no flattening): one kernel for every extent of x's and the
+    index's dims, sort's and topk's values included; an index out of range and a topk longer
+    than the run-time dim raise naming the line."""
+    import torch
+    kernel = jit(sorted_and_gathered, backend, dynamic={"x": [0, 1], "i": [0, 1]})
+    for rows, cols, k in [(3, 7, 2), (5, 300, 9), (4, 33, 31)]:
+        x = rand(rows, cols)
+        x[1, 3] = x[1, 5]  # a tie: the stable order
+        i = np.random.default_rng(cols).integers(0, min(rows, cols), (rows, k))
+        t, ti = torch.from_numpy(x), torch.from_numpy(i)
+        got = kernel(x, i)
+        s = torch.sort(t, dim=-1, descending=True, stable=True)
+        tk = torch.topk(t, 2, 0)
+        want = [s.values, s.indices, tk.values, tk.indices, torch.gather(t, 1, ti), torch.gather(t, 0, ti[:1])]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(np.asarray(g), w.numpy())
+    assert kernel.cache_size == 1
+    bad = np.full((3, 2), 7)
+    with pytest.raises(pypto.PyptoError, match="out of range") as e:
+        kernel(rand(3, 7), bad)
+    assert "test_dynamic_shapes.py" in str(e.value)
+    with pytest.raises(pypto.PyptoError, match="topk: k = 2 is out of range"):
+        kernel(rand(2, 7)[:0], np.zeros((0, 2), np.int64))

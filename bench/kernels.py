@@ -102,6 +102,11 @@ def topk_values(x):
 
 
 @pypto.jit
+def sort_values(x):
+    return pypto.sort(x, -1, descending=True)[0]
+
+
+@pypto.jit
 def cumsum(x):
     return pypto.cumsum(x, -1)
 

@@ -1,5 +1,5 @@
-"""Cases of the everyday ops (issue 14): an embedding lookup (row gather), top-k over 32k logits
-(sort), and a cumulative sum (scan), each against torch eager and torch.compile."""
+"""Cases of the everyday ops (issue 14): an embedding lookup (row gather), top-k and a sort over
+32k logits, and a cumulative sum (scan), each against torch eager and torch.compile."""
 import numpy as np
 
 from bench.cases import Bar, Case, pypto_impl, rand, torch64, torch_compile_impl, torch_impl
@@ -37,6 +37,19 @@ def topk_case(ctx, rows, n, k):
                 reference=torch64(tfn, x), bytes=rows * n * 4.0, bars=_peer_bars("topk"), tol=1e-6)
 
 
+def sort_case(ctx, rows, n):
+    """The descending sort of top-p sampling over 32k logits: values and their order."""
+    rng = ctx.rng()
+    x = rand(rng, rows, n)
+
+    def tfn(x):
+        import torch
+        return torch.sort(x, dim=-1, descending=True).values
+    return Case(name="sort", shape=f"{rows}x{n}",
+                impls=[pypto_impl("sort_values", x), torch_impl("torch", tfn, x), torch_compile_impl(ctx, tfn, x)],
+                reference=torch64(tfn, x), bytes=2.0 * rows * n * 4, bars=_peer_bars("sort"), tol=1e-6)
+
+
 def cumsum_case(ctx, rows, cols):
     rng = ctx.rng()
     x = rand(rng, rows, cols)
@@ -53,4 +66,5 @@ def op_cases(ctx):
     p = ctx.pick
     return [embedding_case(ctx, p(1000, 32000, 32000), p(64, 1024, 1024), p(256, 4096, 4096)),
             topk_case(ctx, p(4, 32, 32), p(4096, 32768, 32768), 50),
+            sort_case(ctx, p(4, 32, 32), p(4096, 32768, 32768)),
             cumsum_case(ctx, *p((256, 512), (4096, 4096), (4096, 4096)))]

@@ -279,6 +279,32 @@ def test_argsort():
         compare(text, x=x)
 
 
+@pytest.mark.parametrize("dt", ["f32", "i32", "f64"])
+def test_argsort_long_rows(dt):
+    """Rows of 300 (the CPU's radix sort for 32-bit keys, a merge sort for f64): ties keep their
+    order, -0.0 and +0.0 are equal (kept in place), NaN of either sign sorts after +inf
+    ascending and first descending, a row of one value, a row whose keys share their high bytes."""
+    x = rand((6, 300)).astype(np.float64)
+    x[0, ::7] = x[0, 5]                         # many ties
+    x[1, 10], x[1, 20], x[1, 30] = -0.0, 0.0, -0.0
+    x[2, 3], x[2, 50], x[2, 99] = np.nan, -np.nan, np.inf
+    x[2, 4], x[2, 60] = -np.inf, np.nan
+    x[3, :] = 2.5
+    x[4, :] = 1.0 + np.arange(300) * 1e-6       # one exponent: only the low bytes differ
+    if dt == "i32":
+        x = np.nan_to_num(x * 50, posinf=1e9, neginf=-1e9).astype(np.int32)
+    np_dt = {"f32": np.float32, "i32": np.int32, "f64": np.float64}[dt]
+    x = x.astype(np_dt)
+    for desc in (0, 1):
+        text = func([f"%x: {dt}[6, 300]", "%o: i64[6, 300] out"],
+                    [f"alloc %a: {dt}[8, 304] vec", "alloc %d: i64[8, 304] vec", "TLOAD %a, %x",
+                     f"TARGSORT %d, %a, {desc}", "TSTORE %o, %d"])
+        ref = compare(text, x=x)
+        import torch
+        want = torch.sort(torch.from_numpy(x), dim=-1, descending=bool(desc), stable=True).indices.numpy()
+        np.testing.assert_array_equal(ref["o"], want)
+
+
 def _arg_extreme_rows():
     """Rows of 70 (four 16-lane blocks and a tail) covering each way to get an arg-reduction wrong:
     ties (the first wins), the extreme in the tail, signed zeros, infinities, NaN (the first NaN

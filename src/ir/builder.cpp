@@ -178,8 +178,7 @@ void Builder::Impl::set_dynamic_extents(Buffer& b, const std::vector<Expr>& vali
     if (b.shape[size_t(d)] != kDynamicBound) continue;
     if (size_t(d) >= valid.size() || as_int(valid[size_t(d)]))
       throw Error("this operation does not take a dynamic dimension here (dimension " + std::to_string(d) +
-                  " of its result would have no run-time extent; as of now cummax / cummin along a "
-                  "dynamic dimension): keep that dimension static");
+                  " of its result would have no run-time extent): keep that dimension static");
     std::vector<std::string> vars;
     collect_vars(valid[size_t(d)], vars);
     for (auto& v : vars)

@@ -310,32 +310,36 @@ View Builder::row_scan(const View& x, int dim, bool product, bool reverse) {
   return permute(out, inverse_perm(perm));
 }
 
+// cummax / cummin: the running extreme by one TSCAN (TMAX's / TMIN's rule: a NaN stays), and
+// the index of the last element that reached it (torch's: a tie takes the later index; after a
+// NaN, the latest NaN): the running maximum of the indices where x equals the running extreme or
+// is NaN. The values returned are x gathered at those indices (the same values), so that their
+// gradient goes to the element each came from, as torch's. Two scans along dim instead of log2(n) passes over
+// the tensor (1024^2 cummax on 2 Zen 4 cores: 20.5 -> 1.8 ms, torch 1.0), and a dynamic dim works as any
+// other.
 std::pair<View, View> Builder::scan_extreme(Opcode combine, const View& x, int dim) {
   int r = x.rank();
   if (r == 0) throw Error("scan: needs a tensor of at least 1 dimension");
   if (x.buf->dtype == DType::Bool) throw Error("cummax/cummin: not supported for bool tensors");
   int d = normalize_dim(dim, r, "scan");
-  int64_t n = x.shape()[size_t(d)];
-  View val = copy(x);
-  View idx = broadcast_to(iota_along(*this, n, r, d), x.shape());
-  Opcode keep_later = combine == Opcode::TMAX ? Opcode::TCMP_GE : Opcode::TCMP_LE;
-  for (int64_t k = 1; k < n; k *= 2) {
-    std::vector<Index> head(size_t(d) + 1), tail(size_t(d) + 1), prev(size_t(d) + 1);
-    head[size_t(d)] = span(0, k);
-    tail[size_t(d)] = span(k, n);
-    prev[size_t(d)] = span(0, n - k);
-    View own = slice(val, tail), earlier = slice(val, prev);
-    View later = binary(keep_later, own, earlier);
-    if (is_float(x.buf->dtype)) later = binary(Opcode::TOR, later, binary(Opcode::TCMP_NE, own, own));
-    View nv = empty(x.shape(), x.buf->dtype), ni = empty(x.shape(), DType::I64);
-    assign(slice(nv, head), slice(val, head));
-    assign(slice(ni, head), slice(idx, head));
-    assign(slice(nv, tail), select(later, own, earlier));
-    assign(slice(ni, tail), select(later, slice(idx, tail), slice(idx, prev)));
-    val = nv;
-    idx = ni;
-  }
-  return {val, idx};
+  std::vector<int> perm;
+  for (int i = 0; i < r; ++i)
+    if (i != d) perm.push_back(i);
+  perm.push_back(d);
+  View xp = permute(x, perm);
+  auto scan = [&](const View& v, int64_t kind) {
+    View out = impl_->new_temp(v.shape(), v.buf->dtype, v.valid_shape(), "scan");
+    impl_->emit_op(Opcode::TSCAN, {out, v, int_imm(kind)});
+    return out;
+  };
+  View val = scan(xp, combine == Opcode::TMIN ? 5 : 4);
+  View hit = binary(Opcode::TCMP_EQ, xp, val);
+  if (is_float(x.buf->dtype)) hit = binary(Opcode::TOR, hit, binary(Opcode::TCMP_NE, xp, xp));
+  View iota = impl_->new_temp(xp.shape(), DType::I64, xp.valid_shape(), "iota");
+  impl_->emit_op(Opcode::TCI, {iota, int_imm(0)});  // the index along the last dim
+  View idx = scan(select(hit, iota, int_imm(0)), 4);
+  View at = permute(idx, inverse(perm));
+  return {gather_elements(x, d, at), at};
 }
 
 View Builder::one_hot(const View& idx, int64_t num_classes) {

@@ -37,11 +37,15 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
   if (!dv) return;
   const View& D = *dv;
   auto cat = opcode_info(op.code).category;
-  if (op.code == Opcode::TSCAN && as_int(std::get<Expr>(op.args[2])).value_or(1) & 1)
+  const int64_t scan_kind = op.code == Opcode::TSCAN ? as_int(std::get<Expr>(op.args[2])).value_or(1) : 0;
+  if (op.code == Opcode::TSCAN && (scan_kind & 5) == 1)
     refuse(s, "the gradient of a running product (cumprod) is not derived");
   if (cat == OpCategory::Layout)
     refuse(s, std::string(opcode_name(op.code)) + " is not differentiated at the tensor level");
   if (!adj_.count(D.buf.get())) return;  // no gradient flows through a non-float value
+  // A running maximum / minimum (cummax / cummin) only feeds the compares that find its indices:
+  // the values returned are gathered at them, and the gather carries the gradient.
+  if (op.code == Opcode::TSCAN && (scan_kind & 4)) return;
   if (cat == OpCategory::Gather && op.code != Opcode::TSCAN) return indexed_rows_rule(s, env);
   View g = adjoint(D, env);
   if (!in_place_linear(op) && overwritten(D.buf.get())) {

@@ -2,6 +2,7 @@
 #include "passes/tile_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "ir/mutator.h"
@@ -470,9 +471,10 @@ class Lowerer : public StmtMutator {
     out.insert(out.end(), chain.begin(), chain.end());
   }
 
-  // A forward TSCAN in blocks of columns: each block's first column gets the running total of the
-  // blocks before it (added, or multiplied for a product) before the block is scanned, so every
-  // element is accumulated in the order of one scan over the whole row: the same bits.
+  // A forward TSCAN in blocks of columns: each block's first column gets the running value of the
+  // blocks before it (added, multiplied, or its maximum / minimum taken, the running value first)
+  // before the block is scanned, so every element is accumulated in the order of one scan over
+  // the whole row: the same bits.
   static constexpr int64_t kBlockedScanFrom = 1 << 16;  // wider static rows too: no huge tiles
   void scan_blocks(const Op& op, std::vector<Stmt>& out) {
     const View& d = std::get<View>(op.args[0]);
@@ -480,6 +482,12 @@ class Lowerer : public StmtMutator {
     auto shape = d.shape();
     const int r = int(shape.size()), ft = std::max(r - 2, 0);
     const int64_t kind = *as_int(std::get<Expr>(op.args[2]));
+    const bool extreme = (kind & 4) != 0, second = (kind & 1) != 0;  // max / min; product / min
+    const Opcode combine =
+        extreme ? (second ? Opcode::TMIN : Opcode::TMAX) : (second ? Opcode::TMUL : Opcode::TADD);
+    // The scan's start: 0, 1, or -inf / +inf (an integer tile takes its type's lowest / highest).
+    const Expr start =
+        extreme ? float_imm(second ? INFINITY : -INFINITY, DType::F64) : int_imm(second ? 1 : 0);
     const DType ct = compute_dtype(x.buf->dtype);
     const int64_t tc = ts_.dyn_row_cols();
     std::vector<int64_t> ext(size_t(r), 1);
@@ -502,12 +510,12 @@ class Lowerer : public StmtMutator {
     std::vector<Stmt> block{
         ins(Opcode::TLOAD, {xt, window(x)}),
         ins(Opcode::TEXTRACT, {first, xt, int_imm(0), int_imm(0)}),
-        ins((kind & 1) ? Opcode::TMUL : Opcode::TADD, {first, first, carry}),
+        ins(combine, {first, carry, first}),  // (the running value first: TMAX's rule at a NaN)
         ins(Opcode::TINSERT, {xt, first, int_imm(0), int_imm(0)}),
         ins(Opcode::TSCAN, {xt, xt, int_imm(kind)}),
         ins(Opcode::TSTORE, {window(d), xt}),
         ins(Opcode::TEXTRACT, {carry, xt, int_imm(0), min(int_imm(tc), width - var(c)) - int_imm(1)})};
-    std::vector<Stmt> body{ins(Opcode::TEXPANDS, {carry, int_imm((kind & 1) ? 1 : 0)}),
+    std::vector<Stmt> body{ins(Opcode::TEXPANDS, {carry, start}),
                            for_loop(c, int_imm(0), width, int_imm(tc), std::move(block))};
     emit(n, std::move(body), out);
   }

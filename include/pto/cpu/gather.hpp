@@ -385,6 +385,17 @@ template <class D, int RD, int CD, class U, class I, int RI, int CI>
 inline void MGATHER(Tile<D, RD, CD>& dst, GlobalView<U> src, const Tile<I, RI, CI>& idx,
                     const pto_kernel_args* args) {
   const int64_t n = detail::imin(detail::index_count(idx), RD), vc = detail::clamp0(src.vc, CD);
+  if (vc == 1) {  // elements (torch.gather, a row at a time): no copy loop per index
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t i = detail::index_at(idx, r);
+      const bool in = i >= 0 && i < src.vr;
+      dst.data[r * CD] = in ? convert<D>(src.ptr[i * src.rs]) : D{};
+      if (!in) detail::report_index(args, "MGATHER", i, src.vr);
+    }
+    dst.vr = int(n);
+    dst.vc = 1;
+    return;
+  }
   for (int64_t r = 0; r < n; ++r) {
     const int64_t i = detail::index_at(idx, r);
     D* d = dst.data + r * CD;

@@ -236,54 +236,62 @@ inline void TCOLMIN(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src) {
 }
 
 namespace detail {
-// Running sums (or products) of rows r0..r0+G-1 at once: G independent chains, which the CPU
-// overlaps where one row's chain would wait on each add's latency. Reads element c of a row before
-// writing it, so dst may be src.
-template <int G, bool Prod, bool Rev, class CT, class D, class T>
+// Running sums, products, maxima or minima (Red: SumR, ProdR, MaxR, MinR; the accumulator is the
+// first operand) of rows r0..r0+G-1 at once: G independent chains, which the CPU overlaps where one
+// row's chain would wait on each step's latency. Reads element c of a row before writing it, so dst
+// may be src.
+template <class CT>
+struct ProdR {
+  static constexpr CT init() { return CT(1); }
+  PTO_INLINE CT operator()(CT a, CT b) const { return elem::mul(a, b); }  // integers wrap
+};
+template <int G, template <class> class Red, bool Rev, class CT, class D, class T>
 PTO_INLINE void scan_rows(D* d, int64_t dc, const T* s, int64_t sc, int64_t vc) {
   CT acc[G];
-  for (int g = 0; g < G; ++g) acc[g] = CT(Prod ? 1 : 0);
+  for (int g = 0; g < G; ++g) acc[g] = Red<CT>::init();
   for (int64_t i = 0; i < vc; ++i) {
     const int64_t c = Rev ? vc - 1 - i : i;
     for (int g = 0; g < G; ++g) {
-      const CT v = convert<CT>(s[g * sc + c]);
-      acc[g] = Prod ? elem::mul(acc[g], v) : elem::add(acc[g], v);
+      acc[g] = Red<CT>{}(acc[g], convert<CT>(s[g * sc + c]));
       d[g * dc + c] = convert<D>(acc[g]);
     }
   }
 }
-template <bool Prod, bool Rev, class D, int RD, int CD, class T, int R, int C>
+template <template <class> class Red, bool Rev, class D, int RD, int CD, class T, int R, int C>
 inline void scan_tile(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t vr, int64_t vc) {
   using CT = arith_t<promote_t<D, T>>;
   constexpr int G = 8;
   int64_t r = 0;
-  for (; r + G <= vr; r += G) scan_rows<G, Prod, Rev, CT>(dst.data + r * CD, CD, src.data + r * C, C, vc);
+  for (; r + G <= vr; r += G) scan_rows<G, Red, Rev, CT>(dst.data + r * CD, CD, src.data + r * C, C, vc);
   for (; r + G / 2 <= vr; r += G / 2)
-    scan_rows<G / 2, Prod, Rev, CT>(dst.data + r * CD, CD, src.data + r * C, C, vc);
-  for (; r < vr; ++r) scan_rows<1, Prod, Rev, CT>(dst.data + r * CD, CD, src.data + r * C, C, vc);
+    scan_rows<G / 2, Red, Rev, CT>(dst.data + r * CD, CD, src.data + r * C, C, vc);
+  for (; r < vr; ++r) scan_rows<1, Red, Rev, CT>(dst.data + r * CD, CD, src.data + r * C, C, vc);
+}
+template <bool Rev, class D, int RD, int CD, class T, int R, int C>
+inline void scan_kind(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t vr, int64_t vc, int64_t kind) {
+  switch (kind & 5) {
+    case 0:
+      return scan_tile<SumR, Rev>(dst, src, vr, vc);
+    case 1:
+      return scan_tile<ProdR, Rev>(dst, src, vr, vc);
+    case 4:
+      return scan_tile<MaxR, Rev>(dst, src, vr, vc);
+    default:
+      return scan_tile<MinR, Rev>(dst, src, vr, vc);
+  }
 }
 }  // namespace detail
 
 // dst[r, c] = src[r, 0] + ... + src[r, c] (kind bit 0: product; bit 1: from the end,
-// src[r, c] + ... + src[r, vc-1]), accumulated in order in the compute type. dst may be src.
-// dst.valid = src.valid (clamped to dst).
+// src[r, c] + ... + src[r, vc-1]; bit 2: maximum, with bit 0 minimum, by TMAX's / TMIN's rule),
+// accumulated in order in the compute type. dst may be src. dst.valid = src.valid (clamped).
 template <class D, int RD, int CD, class T, int R, int C>
 inline void TSCAN(Tile<D, RD, CD>& dst, const Tile<T, R, C>& src, int64_t kind) {
   const int64_t vr = detail::imin(src.vr, RD), vc = detail::imin(src.vc, CD);
-  switch (kind & 3) {
-    case 0:
-      detail::scan_tile<false, false>(dst, src, vr, vc);
-      break;
-    case 1:
-      detail::scan_tile<true, false>(dst, src, vr, vc);
-      break;
-    case 2:
-      detail::scan_tile<false, true>(dst, src, vr, vc);
-      break;
-    default:
-      detail::scan_tile<true, true>(dst, src, vr, vc);
-      break;
-  }
+  if (kind & 2)
+    detail::scan_kind<true>(dst, src, vr, vc, kind);
+  else
+    detail::scan_kind<false>(dst, src, vr, vc, kind);
   dst.vr = int(vr);
   dst.vc = int(vc);
 }

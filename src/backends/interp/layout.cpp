@@ -3,6 +3,7 @@
 #include <string>
 
 #include "backends/interp/machine.h"
+#include "pto/elem.hpp"
 
 namespace pypto::interp {
 using namespace ir;
@@ -101,21 +102,31 @@ void exec_layout(Machine& m, const Op& op) {
       break;
     }
     case Opcode::TSCAN: {
-      // Running sum or product of each row, in order (kind bit 0: product, bit 1: from the end).
+      // Running sum or product of each row, in order (kind bit 0: product, bit 1: from the end);
+      // bit 2: running maximum (bit 0: minimum) by TMAX's / TMIN's rule, the accumulator first.
       const int64_t kind = m.int_scalar(op, 2);
-      const bool prod = (kind & 1) != 0, rev = (kind & 2) != 0;
+      const bool prod = (kind & 1) != 0, rev = (kind & 2) != 0, extreme = (kind & 4) != 0;
       const DType ct = compute_dtype(dst.dtype);
       auto mul_num = [](const Num& a, const Num& b) {  // integers wrap, as elem::mul
         if (a.is_float || b.is_float) return fnum(a.as_double() * b.as_double());
         return inum(int64_t(uint64_t(a.i) * uint64_t(b.i)));
       };
+      auto extreme_num = [&](const Num& a, const Num& b) {
+        namespace e = pto::elem;
+        if (a.is_float || b.is_float)
+          return fnum(prod ? e::min(a.as_double(), b.as_double()) : e::max(a.as_double(), b.as_double()));
+        return inum(prod ? e::min(a.i, b.i) : e::max(a.i, b.i));
+      };
       std::vector<Num> out(size_t(src.vr * src.vc));
       for (int64_t r = 0; r < src.vr; ++r) {
-        Num acc = round_to(ct, prod ? inum(1) : inum(0));
+        Num acc = round_to(ct, prod && !extreme ? inum(1) : inum(0));
         for (int64_t i = 0; i < src.vc; ++i) {
           const int64_t c = rev ? src.vc - 1 - i : i;
           const Num v = m.get(op, src, r, c);
-          acc = round_to(ct, prod ? mul_num(acc, v) : add_num(acc, v));
+          // A running extreme starts at the first element: the rule's max(-inf, v) is v, NaN too.
+          acc = round_to(ct, extreme ? (i == 0 ? v : extreme_num(acc, v))
+                             : prod  ? mul_num(acc, v)
+                                     : add_num(acc, v));
           out[size_t(r * src.vc + c)] = acc;
         }
       }

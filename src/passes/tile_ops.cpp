@@ -2,7 +2,6 @@
 #include "passes/tile_ops.h"
 
 #include <algorithm>
-#include <cmath>
 #include <functional>
 
 #include "ir/mutator.h"
@@ -471,10 +470,11 @@ class Lowerer : public StmtMutator {
     out.insert(out.end(), chain.begin(), chain.end());
   }
 
-  // A forward TSCAN in blocks of columns: each block's first column gets the running value of the
-  // blocks before it (added, multiplied, or its maximum / minimum taken, the running value first)
-  // before the block is scanned, so every element is accumulated in the order of one scan over
-  // the whole row: the same bits.
+  // A forward TSCAN in blocks of columns: the first block scanned as it is, each later one's first
+  // column given the running value of the blocks before it (added, multiplied, or its maximum /
+  // minimum taken, the running value first) before the block is scanned, so every element is
+  // accumulated in the order of one scan over the whole row: the same bits. (No start value: a
+  // narrow integer tile could not hold -inf's saturation.)
   static constexpr int64_t kBlockedScanFrom = 1 << 16;  // wider static rows too: no huge tiles
   void scan_blocks(const Op& op, std::vector<Stmt>& out) {
     const View& d = std::get<View>(op.args[0]);
@@ -485,9 +485,6 @@ class Lowerer : public StmtMutator {
     const bool extreme = (kind & 4) != 0, second = (kind & 1) != 0;  // max / min; product / min
     const Opcode combine =
         extreme ? (second ? Opcode::TMIN : Opcode::TMAX) : (second ? Opcode::TMUL : Opcode::TADD);
-    // The scan's start: 0, 1, or -inf / +inf (an integer tile takes its type's lowest / highest).
-    const Expr start =
-        extreme ? float_imm(second ? INFINITY : -INFINITY, DType::F64) : int_imm(second ? 1 : 0);
     const DType ct = compute_dtype(x.buf->dtype);
     const int64_t tc = ts_.dyn_row_cols();
     std::vector<int64_t> ext(size_t(r), 1);
@@ -500,23 +497,29 @@ class Lowerer : public StmtMutator {
     (void)one;
     View xt = tile("x", ct, rows, tc), carry = tile("carry", ct, rows, 1), first = tile("first", ct, rows, 1);
     const std::string c = nb_.fresh("c");
-    auto window = [&](const View& v) {
+    auto window = [&](const View& v, const Expr& c0) {
       auto sel = n.dst_sel(ft);
-      sel[size_t(r - 1)] = Sel{var(c), tc, true, false};
+      sel[size_t(r - 1)] = Sel{c0, tc, true, false};
       return sub(v, sel);
     };
     const Expr width = x.valid_shape().back();
     auto ins = [](Opcode code, std::vector<Operand> args) { return op_stmt(Op{code, std::move(args)}); };
+    auto last_column = [&](const Expr& c0) {  // of the block at c0 (0 for an empty row)
+      return ins(Opcode::TEXTRACT,
+                 {carry, xt, int_imm(0), max(min(int_imm(tc), width - c0) - int_imm(1), int_imm(0))});
+    };
     std::vector<Stmt> block{
-        ins(Opcode::TLOAD, {xt, window(x)}),
+        ins(Opcode::TLOAD, {xt, window(x, var(c))}),
         ins(Opcode::TEXTRACT, {first, xt, int_imm(0), int_imm(0)}),
         ins(combine, {first, carry, first}),  // (the running value first: TMAX's rule at a NaN)
         ins(Opcode::TINSERT, {xt, first, int_imm(0), int_imm(0)}),
         ins(Opcode::TSCAN, {xt, xt, int_imm(kind)}),
-        ins(Opcode::TSTORE, {window(d), xt}),
-        ins(Opcode::TEXTRACT, {carry, xt, int_imm(0), min(int_imm(tc), width - var(c)) - int_imm(1)})};
-    std::vector<Stmt> body{ins(Opcode::TEXPANDS, {carry, start}),
-                           for_loop(c, int_imm(0), width, int_imm(tc), std::move(block))};
+        ins(Opcode::TSTORE, {window(d, var(c)), xt}),
+        last_column(var(c))};
+    std::vector<Stmt> body{ins(Opcode::TLOAD, {xt, window(x, int_imm(0))}),
+                           ins(Opcode::TSCAN, {xt, xt, int_imm(kind)}),
+                           ins(Opcode::TSTORE, {window(d, int_imm(0)), xt}), last_column(int_imm(0)),
+                           for_loop(c, int_imm(tc), width, int_imm(tc), std::move(block))};
     emit(n, std::move(body), out);
   }
 

@@ -231,8 +231,12 @@ def test_row_reductions_read_rows_in_place(fn):
         np.testing.assert_array_equal(got, kernel(np.asfortranarray(x)))
         with np.errstate(invalid="ignore"):
             want = nps(x.astype(np.float64), axis=-1)
-        assert_close_edges(got, ref(x), tol=1e-6)
-        assert_close_edges(got, want, tol=1e-6)
+        # The maximum and minimum are exact; a float32 sum of 4100 normal terms in lanes against
+        # one rounding of the exact sum loses up to ~1e-6 of rows whose terms cancel (1.01e-6 seen
+        # with other draws of the shared generator).
+        tol = 1e-6 if fn in (row_amax, row_amin) else 4e-6
+        assert_close_edges(got, ref(x), tol=tol)
+        assert_close_edges(got, want, tol=tol)
 
 
 def test_a_chain_of_scalar_ops_stays_correct():

@@ -167,15 +167,22 @@ void Builder::put(const View& x, int dim, const View& idx, const Operand& value,
   scatter_rows(permute(x, perm), permute(src, perm), flat, accumulate);
 }
 
+// torch's rule for gather / scatter: the index is no larger than the tensor in every dim but `d`
+// (a dynamic dim of the tensor is not known here).
+static void check_index_shape(const char* what, const std::vector<int64_t>& xs, int d,
+                              const std::vector<int64_t>& is) {
+  for (size_t k = 0; k < xs.size(); ++k)
+    if (int(k) != d && xs[k] != kDynamicBound && is[k] > xs[k])
+      throw Error(std::string(what) + ": index shape " + shape_str(is) + " exceeds the tensor's " +
+                  shape_str(xs) + " in dimension " + std::to_string(k));
+}
+
 // Linear (row-major) positions of the elements idx selects along dim in a tensor of shape xs,
 // after checking every index against xs[dim] with a gather from a scratch vector of that length.
 static View linear_index(Builder& b, const std::vector<int64_t>& xs, int d, const View& idx) {
   int r = int(xs.size());
   auto is = idx.shape();
-  for (int k = 0; k < r; ++k)
-    if (k != d && is[size_t(k)] > xs[size_t(k)])
-      throw Error("gather/scatter: index shape " + shape_str(is) + " exceeds the tensor's " + shape_str(xs) +
-                  " in dimension " + std::to_string(k));
+  check_index_shape("gather/scatter", xs, d, is);
   View id64 = idx.buf->dtype == DType::I64 ? idx : b.cast(idx, DType::I64);
   b.gather_rows(b.full({xs[size_t(d)]}, DType::Bool, int_imm(0)), flatten_all(b, id64));  // the range check
   View lin = b.binary(Opcode::TMUL, id64, int_imm(numel({xs.begin() + d + 1, xs.end()})));
@@ -200,11 +207,7 @@ View Builder::gather_elements(const View& x, int dim, const View& idx) {
     throw Error("gather: the index must have the input's rank " + std::to_string(r) + ", got shape " +
                 shape_str(idx.shape()));
   int d = normalize_dim(dim, r, "gather");
-  auto xs = x.shape(), is = idx.shape();
-  for (int k = 0; k < r; ++k)
-    if (k != d && xs[size_t(k)] != kDynamicBound && is[size_t(k)] > xs[size_t(k)])
-      throw Error("gather: index shape " + shape_str(is) + " exceeds the tensor's " + shape_str(xs) +
-                  " in dimension " + std::to_string(k));
+  check_index_shape("gather", x.shape(), d, idx.shape());
   if (r == 1) return gather_rows(x, idx);  // (a rank-1 table's elements are its rows)
   std::vector<int> perm;
   for (int i = 0; i < r; ++i)

@@ -322,10 +322,7 @@ std::pair<View, View> Builder::scan_extreme(Opcode combine, const View& x, int d
   if (r == 0) throw Error("scan: needs a tensor of at least 1 dimension");
   if (x.buf->dtype == DType::Bool) throw Error("cummax/cummin: not supported for bool tensors");
   int d = normalize_dim(dim, r, "scan");
-  std::vector<int> perm;
-  for (int i = 0; i < r; ++i)
-    if (i != d) perm.push_back(i);
-  perm.push_back(d);
+  const auto perm = move_last(r, d);
   View xp = permute(x, perm);
   auto scan = [&](const View& v, int64_t kind) {
     View out = impl_->new_temp(v.shape(), v.buf->dtype, v.valid_shape(), "scan");

@@ -711,6 +711,11 @@ class JitFunction:
         return f"<pypto.jit kernel {self._func.__qualname__}>"
 
 
+# kernel(...) without keywords runs _dispatch from C when a variant matches (bind_dispatch.cpp's
+# jit_call), else the __call__ above, which torch.compile traces.
+_C.install_call_slot(JitFunction)
+
+
 class _BoundKernel:
     """A @pypto.jit method looked up on an instance: the instance is the first argument (its
     arrays are implicit inputs, re-read at every call)."""

@@ -621,6 +621,50 @@ void Dispatch::add(nb::handle entry, nb::handle kernel, nb::handle arg_specs, nb
                      std::move(v));
 }
 
+// ---- JitFunction's call slot -------------------------------------------------------------------
+// kernel(a, b, c) reaches Dispatch::call without a Python frame (a third of an 8x8 call's time):
+// the class's tp_call is jit_call, while its Python __call__ stays in the class dict for the rest.
+// Calls with keywords, a module's hooks, or a miss go to that __call__; torch.compile's dynamo
+// reads and traces the Python __call__ (it never runs a type's C slot), and tensors under a
+// tracing or functional mode are never read here (read_torch), so those calls go there too.
+PyObject* g_call_name = nullptr;
+PyObject* g_dispatch_name = nullptr;
+PyObject* g_hooks_name = nullptr;
+
+PyObject* python_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  PyObject* fn = _PyType_Lookup(Py_TYPE(self), g_call_name);  // borrowed
+  if (!fn) {
+    PyErr_SetString(PyExc_TypeError, "pypto kernel: its class lost __call__");
+    return nullptr;
+  }
+  PyObject* bound = PyMethod_New(fn, self);
+  if (!bound) return nullptr;
+  PyObject* out = PyObject_Call(bound, args, kwargs);
+  Py_DECREF(bound);
+  return out;
+}
+
+PyObject* jit_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  if (kwargs && PyDict_GET_SIZE(kwargs) != 0) return python_call(self, args, kwargs);
+  PyObject** dict = _PyObject_GetDictPtr(self);
+  if (!dict || !*dict) return python_call(self, args, kwargs);
+  PyObject* hooks = PyDict_GetItem(*dict, g_hooks_name);  // borrowed (no error is raised)
+  PyObject* disp = PyDict_GetItem(*dict, g_dispatch_name);
+  if (hooks != Py_None || !disp || !nb::inst_check(disp) || !nb::isinstance<Dispatch>(disp))
+    return python_call(self, args, kwargs);
+  try {
+    nb::object out = nb::inst_ptr<Dispatch>(disp)->call(args);
+    if (!out.is(g_miss)) return out.release().ptr();
+  } catch (nb::python_error& e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  return python_call(self, args, kwargs);
+}
+
 }  // namespace
 
 void bind_dispatch(nb::module_& m) {
@@ -664,6 +708,20 @@ void bind_dispatch(nb::module_& m) {
       "torch.Tensor, torch.nn.Parameter, torch.empty and torch.is_grad_enabled, for the fast call path,\n"
       "and pypto._torch_glue.api (or None); whether the glue is used.");
   m.def("torch_glue_in_use", [] { return g_torch.glue != nullptr; });
+  m.def(
+      "install_call_slot",
+      [](nb::handle cls) {
+        if (!PyType_Check(cls.ptr())) throw nb::type_error("install_call_slot: a class");
+        g_call_name = PyUnicode_InternFromString("__call__");
+        g_dispatch_name = PyUnicode_InternFromString("_dispatch");
+        g_hooks_name = PyUnicode_InternFromString("_hooks_of");
+        auto* t = reinterpret_cast<PyTypeObject*>(cls.ptr());
+        t->tp_call = jit_call;
+        PyType_Modified(t);
+      },
+      "cls"_a,
+      "JitFunction's calls go straight to its instance's Dispatch (its _dispatch), falling back to the "
+      "class's Python __call__ (keywords, module hooks, a miss).");
   m.def(
       "set_fast_dispatch", [](bool on) { g_enabled = on; }, "on"_a,
       "Whether kernel calls may take the C++ call path (PYPTO_FAST_DISPATCH=0 starts with it off).");

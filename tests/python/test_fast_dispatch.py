@@ -254,3 +254,30 @@ def test_written_argument_layouts():
     assert k.cache_info().fast_calls >= 1
     overlapping = torch.zeros(16).as_strided((4, 4), (2, 1))
     assert "several indices" in error_both_ways(k, overlapping, torch.from_numpy(x))
+
+
+def test_call_slot_leaves_hooks_keywords_and_misses_to_python():
+    """kernel(...) runs the C++ path from JitFunction's call slot (no Python frame); a module's
+    hooks registered after the path is warm still run, keyword calls and signatures it has no
+    variant for take the Python __call__, which stays the class's (torch.compile traces it)."""
+    assert type(pypto.JitFunction.__dict__["__call__"]).__name__ == "function"
+    lin = torch.nn.Linear(8, 4)
+    k = pypto.jit(lin)
+    x = torch.randn(3, 8)
+    with torch.no_grad():
+        k(x), k(x)
+        seen = []
+        h = lin.register_forward_pre_hook(lambda m, args: seen.append(args[0].shape))
+        out = k(x)
+        h.remove()
+    assert seen == [(3, 8)]
+    torch.testing.assert_close(out, lin(x).detach())
+    f = pypto.jit(mul_add)
+    a, b, c = (torch.from_numpy(rand(8, 8)) for _ in range(3))
+    f(a, b, c)
+    n = f.cache_info().fast_calls
+    torch.testing.assert_close(f(a, b, c=c), a * b + c)          # keywords: the Python path
+    torch.testing.assert_close(f(a[:4], b[:4], c[:4]), a[:4] * b[:4] + c[:4])  # a miss, then compiled
+    assert f.cache_info().fast_calls == n
+    torch.testing.assert_close(f(a, b, c), a * b + c)
+    assert f.cache_info().fast_calls == n + 1

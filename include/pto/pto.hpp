@@ -3,6 +3,7 @@
 #pragma once
 #include "pto/abi.h"
 #include "pto/cpu/chain_rows.hpp"
+#include "pto/cpu/dwconv.hpp"
 #include "pto/cpu/elementwise.hpp"
 #include "pto/cpu/gather.hpp"
 #include "pto/cpu/layout.hpp"

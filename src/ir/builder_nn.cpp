@@ -378,4 +378,76 @@ View Builder::conv2d(const View& x, const View& w, const View* bias, std::vector
   return out;
 }
 
+// The input tile of one TDWCONV: at most 48 KiB in f64 (the CPU backend's stack tiles).
+static constexpr int64_t kDepthwiseTileElems = (48 << 10) / 8;
+
+void Builder::dwconv_plane(const View& dst, const View& src, const View& w, int64_t sh, int64_t sw,
+                           int64_t dh, int64_t dw) {
+  if (dst.rank() != 2 || src.rank() != 2 || w.rank() != 2) throw Error("TDWCONV: 2-d planes");
+  impl_->emit_op(Opcode::TDWCONV, {dst, src, w, int_imm(sh), int_imm(sw), int_imm(dh), int_imm(dw)});
+}
+
+bool Builder::depthwise_fits(int64_t kh, int64_t dh, int64_t wp) {
+  return kh >= 1 && dh >= 1 && wp >= 1 && ((kh - 1) * dh + 1) * wp <= kDepthwiseTileElems;
+}
+
+View Builder::depthwise_conv2d(const View& x, const View& w, std::vector<int64_t> stride,
+                               std::vector<int64_t> dilation) {
+  const int r = x.rank();
+  if (r != 3 && r != 4)
+    throw Error("depthwise conv2d: input must be CHW or NCHW, got shape " + shape_str(x.shape()));
+  const auto xs = x.shape(), ws = w.shape();
+  const int64_t C = xs[size_t(r - 3)], Hp = xs[size_t(r - 2)], Wp = xs[size_t(r - 1)];
+  if (w.rank() != 4 || ws[0] != C || ws[1] != 1)
+    throw Error("depthwise conv2d: weight must be (" + std::to_string(C) + ", 1, kh, kw), got " +
+                shape_str(ws));
+  if (stride.size() != 2 || dilation.size() != 2 || stride[0] < 1 || stride[1] < 1 || dilation[0] < 1 ||
+      dilation[1] < 1)
+    throw Error("depthwise conv2d: stride and dilation need two values >= 1");
+  for (int64_t e : {C, Hp, Wp, ws[2], ws[3]})
+    if (e == kDynamicBound) throw Error("depthwise conv2d: the channels and planes need static shapes");
+  const int64_t kh = ws[2], kw = ws[3], sh = stride[0], sw = stride[1], dh = dilation[0], dw = dilation[1];
+  const int64_t Ho = (Hp - dh * (kh - 1) - 1) / sh + 1, Wo = (Wp - dw * (kw - 1) - 1) / sw + 1;
+  if (Ho < 1 || Wo < 1) throw Error("depthwise conv2d: the kernel is larger than the padded input");
+  if (!depthwise_fits(kh, dh, Wp)) throw Error("depthwise conv2d: a row of windows does not fit a tile");
+  // Output rows per TDWCONV: the most that divide Ho and whose input rows fit the tile.
+  auto span = [&](int64_t rows) { return (rows - 1) * sh + (kh - 1) * dh + 1; };
+  int64_t band = 1;
+  for (int64_t b = Ho; b >= 1; --b)
+    if (Ho % b == 0 && span(b) <= Hp && span(b) * Wp <= kDepthwiseTileElems) {
+      band = b;
+      break;
+    }
+  std::vector<int64_t> os(xs.begin(), xs.end() - 3);
+  os.insert(os.end(), {C, Ho, Wo});
+  std::vector<Expr> valid;
+  const auto xv = x.valid_shape();
+  for (int k = 0; k < r - 3; ++k) valid.push_back(xv[size_t(k)]);
+  for (int64_t e : {C, Ho, Wo}) valid.push_back(int_imm(e));
+  const DType t = compute_dtype(promote_types(float_result(x.buf->dtype), float_result(w.buf->dtype)));
+  View out = impl_->new_temp(os, t, valid, "dw");
+  // Channels outermost (parallel: a batch of one has as many planes), then the batch, then bands.
+  const Expr c = begin_for("c", int_imm(0), int_imm(C), int_imm(1), true);
+  Expr n;
+  if (r == 4) n = begin_for("n", int_imm(0), xv[0], int_imm(1));
+  const Expr b = begin_for("band", int_imm(0), int_imm(Ho / band), int_imm(1));
+  auto plane = [&](Expr rows_from, int64_t rows, int64_t cols) {
+    std::vector<Index> at;
+    if (r == 4) at.push_back(Index{Index::Int, n, nullptr, 1});
+    at.push_back(Index{Index::Int, c, nullptr, 1});
+    at.push_back(Index{Index::Slice, rows_from, rows_from + int_imm(rows), 1});
+    at.push_back(Index{Index::Slice, int_imm(0), int_imm(cols), 1});
+    return at;
+  };
+  const std::vector<Index> wat{Index{Index::Int, c, nullptr, 1}, Index{Index::Int, int_imm(0), nullptr, 1},
+                               Index{Index::Slice, int_imm(0), int_imm(kh), 1},
+                               Index{Index::Slice, int_imm(0), int_imm(kw), 1}};
+  dwconv_plane(slice(out, plane(b * int_imm(band), band, Wo)),
+               slice(x, plane(b * int_imm(band * sh), span(band), Wp)), slice(w, wat), sh, sw, dh, dw);
+  end_for();
+  if (r == 4) end_for();
+  end_for();
+  return out;
+}
+
 }  // namespace pypto::ir

@@ -8,7 +8,8 @@
 //  * tensor-level instructions may mix dtypes (they convert implicitly, as the builder emits
 //    them); at tile level elementwise, reduce, expand and layout ops need view sources of the
 //    destination's dtype (TCVT / TLOAD / TSTORE convert; TNOT / TAND / TOR / compares may write
-//    bool; compares need equal source dtypes; matmul operands agree with each other);
+//    bool; compares need equal source dtypes; matmul operands agree with each other, TDWCONV's
+//    source and destination too);
 //  * gather/scatter indices, TARGSORT's and TROWARGMAX / TROWARGMIN's results are i32 or i64.
 #include "ir/verifier.h"
 
@@ -52,6 +53,8 @@ const char* operand_kinds(Opcode op) {
       return "vvess";
     case Opcode::CONV2D:
       return "vvvessssssss";
+    case Opcode::TDWCONV:
+      return "vvvssss";
     case Opcode::CONCAT:
       return "vs";  // then the tensors joined
     case Opcode::CLAMP:
@@ -322,6 +325,7 @@ class Verifier : public StmtVisitor {
       case OpCategory::Matrix:
         if (src(1) && src(2)) same(2, src(1)->buf->dtype, "operand 1");
         if (o.code == Opcode::TMATMUL_BIAS) same(3, t, "the destination");
+        if (o.code == Opcode::TDWCONV) same(1, t, "the destination");
         break;
       case OpCategory::Layout:
         same(1, t, "the destination");
@@ -421,6 +425,7 @@ class Verifier : public StmtVisitor {
     };
     switch (info.category) {
       case OpCategory::Matrix: {
+        if (o.code == Opcode::TDWCONV) break;  // its result's extent is the sources' (run time)
         auto d = shape(0), a = shape(1), b = shape(2);
         want(a[1] == b[0] && d[0] == a[0] && d[1] == b[1],
              "shapes must be dst MxN, a MxK, b KxN; got dst " + sh(d) + ", a " + sh(a) + ", b " + sh(b));

@@ -98,6 +98,41 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
     const bool rev = (as_int(std::get<Expr>(op.args[2])).value_or(0) & 2) != 0;
     return accumulate(x, b_.row_scan(restrict_to(g, {&xm}), xm.rank() - 1, false, !rev), env);
   }
+  if (op.code == Opcode::TDWCONV) {
+    // dst[i][j] = sum over taps (a, b) of w[a][b] src[i*sh + a*dh][j*sw + b*dw], on 2-d planes:
+    // each tap's window of src (strided by the stride) gets w[a][b] * g; w gets the correlation of
+    // src with g, a TDWCONV with the stride and the dilation exchanged.
+    int64_t k[4];
+    for (int i = 0; i < 4; ++i) k[i] = *as_int(std::get<Expr>(op.args[size_t(3 + i)]));
+    const int64_t sh = k[0], sw = k[1], dh = k[2], dw = k[3];
+    const auto gs = g.shape();
+    const Operand& src = op.args[1];
+    const Operand& w = op.args[2];
+    const View wv = std::get<View>(val(2));
+    const int64_t kh = wv.shape()[0], kw = wv.shape()[1];
+    if (has_adjoint(w)) {
+      View dwt = b_.full({kh, kw}, g.buf->dtype, constant(0, g));
+      const View used = b_.slice(  // the rows and columns the windows reach (a stride may skip the last)
+          std::get<View>(val(1)),
+          {Index{Index::Slice, int_imm(0), int_imm((gs[0] - 1) * sh + (kh - 1) * dh + 1), 1},
+           Index{Index::Slice, int_imm(0), int_imm((gs[1] - 1) * sw + (kw - 1) * dw + 1), 1}});
+      b_.dwconv_plane(dwt, used, g, dh, dw, sh, sw);
+      accumulate(w, dwt, env);
+    }
+    if (has_adjoint(src)) {
+      const View as = adjoint(std::get<View>(src), env);
+      for (int64_t a = 0; a < kh; ++a)
+        for (int64_t b = 0; b < kw; ++b) {
+          const View window = b_.slice(
+              as, {Index{Index::Slice, int_imm(a * dh), int_imm(a * dh + (gs[0] - 1) * sh + 1), sh},
+                   Index{Index::Slice, int_imm(b * dw), int_imm(b * dw + (gs[1] - 1) * sw + 1), sw}});
+          const View tap = b_.slice(wv, {Index{Index::Slice, int_imm(a), int_imm(a + 1), 1},
+                                         Index{Index::Slice, int_imm(b), int_imm(b + 1), 1}});
+          b_.update(Opcode::TADD, window, bin(Opcode::TMUL, g, tap));
+        }
+    }
+    return;
+  }
   if (cat == OpCategory::Unary || cat == OpCategory::Convert || cat == OpCategory::Expand ||
       cat == OpCategory::Reduce) {
     if (!has_adjoint(x)) return;

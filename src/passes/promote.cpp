@@ -57,8 +57,9 @@ Program promote_small_temps(const Program& p, const TileSizes& ts) {
   // Every instruction touching a candidate must tile to a single tile, so the tiling pass can use
   // the promoted tile as is.
   auto one_tile = [&](const Op& op) {
-    if (opcode_info(op.code).category == OpCategory::Gather || is_arg_reduction(op.code))
-      return false;  // rows move through memory
+    if (opcode_info(op.code).category == OpCategory::Gather || is_arg_reduction(op.code) ||
+        op.code == Opcode::TDWCONV)
+      return false;  // rows move through memory; TDWCONV's planes are loaded whole
     for (auto& a : op.args) {
       auto v = std::get_if<View>(&a);
       if (!v) continue;

@@ -130,6 +130,7 @@ class Lowerer : public StmtMutator {
         break;
       case OpCategory::Matrix:
         if (op.code == Opcode::TMATMUL || op.code == Opcode::TMATMUL_ACC) return matmul(op, out);
+        if (op.code == Opcode::TDWCONV) return dwconv(op, out);
         break;
       case OpCategory::Gather:
         if (op.code == Opcode::TARGSORT || op.code == Opcode::TSCAN) return whole_rows(op, out);
@@ -422,6 +423,30 @@ class Lowerer : public StmtMutator {
       body.push_back(op_stmt(
           Op{op.code == Opcode::TSCATTER ? Opcode::MSCATTER : Opcode::MSCATTER_ADD, {window, t, it}}));
     }
+    emit(n, std::move(body), out);
+  }
+
+  // TDWCONV on global planes (Builder::depthwise_conv2d's loops give it one plane, or a band of
+  // its rows, at a time, sized for a stack tile): each operand loaded whole, the result stored.
+  void dwconv(const Op& op, std::vector<Stmt>& out) {
+    const View& d = std::get<View>(op.args[0]);
+    const View* x = std::get_if<View>(&op.args[1]);
+    const View* w = std::get_if<View>(&op.args[2]);
+    if (!x || !w || d.rank() != 2 || x->rank() != 2 || w->rank() != 2 || is_local(d) || is_local(*x) ||
+        is_local(*w))
+      throw Error("TDWCONV at the tensor level takes 2-d global planes");
+    const auto ds = d.shape(), xs = x->shape(), ws = w->shape();
+    for (int64_t e : {ds[0], ds[1], xs[0], xs[1], ws[0], ws[1]})
+      if (e == kDynamicBound) throw Error("TDWCONV at the tensor level needs planes of static shape");
+    const DType ct = compute_dtype(d.buf->dtype);
+    Nest n = nest(d, ds, "dw");
+    View dt = tile("dw_out", ct, ds[0], ds[1]), xt = tile("dw_in", ct, xs[0], xs[1]),
+         wt = tile("dw_w", ct, ws[0], ws[1]);
+    std::vector<Operand> args{dt, xt, wt};
+    args.insert(args.end(), op.args.begin() + 3, op.args.end());
+    std::vector<Stmt> body{op_stmt(Op{Opcode::TLOAD, {xt, *x}}), op_stmt(Op{Opcode::TLOAD, {wt, *w}}),
+                           op_stmt(Op{Opcode::TDWCONV, std::move(args)}),
+                           op_stmt(Op{Opcode::TSTORE, {sub(d, n.dst_sel(0)), dt}})};
     emit(n, std::move(body), out);
   }
 

@@ -53,6 +53,10 @@ struct Counter : ir::StmtVisitor {
     const bool memory_matmul = op.code == ir::Opcode::MMATMUL || op.code == ir::Opcode::MMATMUL_ACC;
     switch (memory_matmul ? ir::OpCategory::Matrix : ir::opcode_info(op.code).category) {
       case ir::OpCategory::Matrix: {
+        if (op.code == ir::Opcode::TDWCONV) {  // a multiply-add per output element and tap
+          const ir::View* w = view(2);
+          return w ? 2 * elements(*dst) * elements(*w) : 0;
+        }
         const ir::View* a = view(1);
         if (!a || a->rank() == 0) return 0;
         std::vector<int64_t> ashape = a->shape();

@@ -128,3 +128,53 @@ def test_depthwise_conv2d_and_its_gradients_match_torch(backend, xs, stride, pad
     params = [t for t in (x, w, b) if t is not None]
     for a, r in zip(torch.autograd.grad(got, params, dy), torch.autograd.grad(want, params, dy)):
         assert float((a - r).norm()) < 1e-13 * float(r.norm())
+
+
+DEPTHWISE_PLANES = [  # input, kernel, stride, padding, dilation: TDWCONV per plane, in bands, or not
+    ((2, 4, 14, 14), 7, 1, 3, 1),     # ConvNeXt's 7 x 7
+    ((1, 3, 13, 10), 3, 2, 1, 1),     # a stride that skips the last padded column
+    ((1, 2, 230, 40), 3, 1, 1, 1),    # taller than a tile: bands of output rows
+    ((1, 2, 97, 41), 5, 2, 2, 2),     # bands of a prime row count: one output row each
+    ((1, 2, 3, 2100), 3, 1, 1, 1),    # a row of windows wider than a tile: the tap-wise form
+    ((2, 3, 9, 40), (1, 3), 1, (0, 1), 1),  # a 1-row filter over 16-column blocks and a tail
+]
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+@pytest.mark.parametrize("xs, k, stride, padding, dilation", DEPTHWISE_PLANES)
+def test_depthwise_planes_bands_and_gradients(backend, xs, k, stride, padding, dilation):
+    """The depthwise convolution's TDWCONV per plane (or band of rows) against torch in float64
+    and float32, with the gradients of input, weight and bias."""
+    kh, kw = (k, k) if isinstance(k, int) else k
+    for dt, tol in ((torch.float64, 1e-13), (torch.float32, 2e-6)):
+        g = torch.Generator().manual_seed(3)
+        x = torch.randn(*xs, generator=g, dtype=dt, requires_grad=True)
+        w = torch.randn(xs[1], 1, kh, kw, generator=g, dtype=dt, requires_grad=True)
+        b = torch.randn(xs[1], generator=g, dtype=dt, requires_grad=True)
+
+        def f(x, w, b):
+            return torch.nn.functional.conv2d(x, w, b, stride, padding, dilation, groups=x.shape[1])
+
+        got, want = pypto.jit(f, backend=backend)(x, w, b), f(x, w, b)
+        assert got.shape == want.shape and got.dtype == want.dtype
+        assert float((got - want).norm()) < tol * float(want.norm())
+        dy = torch.randn(want.shape, generator=g, dtype=dt)
+        for a, r in zip(torch.autograd.grad(got, (x, w, b), dy), torch.autograd.grad(want, (x, w, b), dy)):
+            assert float((a - r).norm()) < tol * 10 * float(r.norm())
+
+
+def test_depthwise_over_a_dynamic_batch_and_in_bf16():
+    """One kernel for every batch size (the plane loop runs to the batch's run-time extent), and
+    bf16 planes accumulated in f32 and returned in bf16, as torch."""
+    k = pypto.jit(lambda x, w: torch.nn.functional.conv2d(x, w, padding=1, groups=8))
+    w = torch.randn(8, 1, 3, 3)
+    for n in (1, 3, 5, 2):
+        x = torch.randn(n, 8, 12, 12)
+        torch.testing.assert_close(k(x, w), torch.nn.functional.conv2d(x, w, padding=1, groups=8),
+                                   rtol=1e-5, atol=1e-5)
+    assert len(k.cache_info().dynamic) >= 1
+    xb, wb = torch.randn(2, 8, 10, 10).bfloat16(), w.bfloat16()
+    got = pypto.jit(lambda x, w: torch.nn.functional.conv2d(x, w, padding=1, groups=8))(xb, wb)
+    want = torch.nn.functional.conv2d(xb.float(), wb.float(), padding=1, groups=8)
+    assert got.dtype == torch.bfloat16
+    assert float((got.float() - want).norm()) < 8e-3 * float(want.norm())

@@ -462,3 +462,25 @@ def test_random_chains(case, seed):
     # while a real slip (a dropped element, a wrong initial value) is orders of magnitude larger.
     out = compare(text, x=x, y=y, s=float(rng.uniform(-2, 2)))
     assert not np.isnan(out["o"]).any()
+
+
+def test_depthwise_plane_correlation():
+    """TDWCONV on both backends: f32 (16-column blocks, a masked tail), f64 and i32, over a ragged
+    source region, with strides and dilations."""
+    x = rand((13, 37))
+    w = rand((3, 5))
+    for dt, xd, wd in (("f32", x, w), ("f64", x.astype(np.float64), w.astype(np.float64)),
+                       ("i32", (x * 8).astype(np.int32), (w * 4).astype(np.int32))):
+        for sh, sw, dh, dwl in ((1, 1, 1, 1), (2, 1, 1, 2), (1, 3, 2, 1)):
+            ho, wo = (11 - 2 * dh - 1) // sh + 1, (35 - 4 * dwl - 1) // sw + 1
+            text = func([f"%x: {dt}[13, 37]", f"%w: {dt}[3, 5]", f"%o: {dt}[{ho}, {wo}] out"],
+                        [f"alloc %a: {dt}[16, 40] vec", f"alloc %k: {dt}[3, 5] vec", f"alloc %d: {dt}[16, 40] vec",
+                         "TLOAD %a, %x[0:11, 0:35]", "TLOAD %k, %w", f"TDWCONV %d, %a, %k, {sh}, {sw}, {dh}, {dwl}",
+                         "TSTORE %o, %d"])
+            ref = compare(text, x=xd, w=wd)
+            want = np.zeros((ho, wo))
+            for a in range(3):
+                for b in range(5):
+                    want += wd[a, b].astype(np.float64) * xd[a * dh:a * dh + (ho - 1) * sh + 1:sh,
+                                                              b * dwl:b * dwl + (wo - 1) * sw + 1:sw]
+            np.testing.assert_allclose(ref["o"], want, rtol=1e-6, atol=1e-5, err_msg=f"{dt} {sh} {sw} {dh} {dwl}")

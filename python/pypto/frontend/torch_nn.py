@@ -53,11 +53,12 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def _depthwise(input, weight, bias, stride, padding, dilation):  # noqa: A002
-    """A depthwise convolution (one filter per channel) as kh * kw multiply-adds of the padded
-    input's shifted (strided) windows by per-channel weights: elementwise ops over all channels at
-    once, which fuse into one nest, and whose backward is as small. (One convolution per channel
-    made kh * kw 1 x 1 products each: MobileNetV2's 240-channel layers, 2160 products forward and
-    twice as many backward, 30 MB of C++ for the whole model's backward.)"""
+    """A depthwise convolution (one filter per channel): a TDWCONV per plane of the padded input
+    (Builder::depthwise_conv2d: every tap of a block of outputs accumulated in registers) where the
+    planes have static shapes and a row of windows fits a tile; else kh * kw multiply-adds of the
+    padded input's shifted (strided) windows by per-channel weights, elementwise over all channels
+    at once. (One convolution per channel made kh * kw 1 x 1 products each: MobileNetV2's
+    240-channel layers, 2160 products forward and twice as many backward.)"""
     c, (kh, kw) = weight.shape[0], weight.shape[-2:]
     (sh, sw), (dh, dw) = _pair(stride, "conv2d"), _pair(dilation, "conv2d")
     if padding == "same":
@@ -75,6 +76,13 @@ def _depthwise(input, weight, bias, stride, padding, dilation):  # noqa: A002
     wo = (input.shape[-1] + pl + pr - dw * (kw - 1) - 1) // sw + 1
     if ho < 1 or wo < 1:
         raise PyptoError(f"conv2d: a {kh} x {kw} kernel does not fit the padded {tuple(input.shape[-2:])} input")
+    static = all(isinstance(e, int) for e in (c, x.shape[-2], x.shape[-1], kh, kw))
+    if static and T.find_tracer(x).b.depthwise_fits(kh, dh, x.shape[-1]):
+        tr = T.find_tracer(x, weight)
+        out = T.wrap(tr, tr.b.depthwise_conv2d(T.tensor_of(tr, x), T.tensor_of(tr, weight), [sh, sw], [dh, dw]))
+        if out.dtype != x.dtype and x.dtype in (_dt.bfloat16, _dt.float16) and weight.dtype == x.dtype:
+            out = T.cast(out, x.dtype)  # (accumulated in f32, as torch)
+        return out if bias is None else T.binary(Opcode.TADD, out, T.reshape(bias, [c, 1, 1]))
     out = None
     for i in range(kh):
         for j in range(kw):

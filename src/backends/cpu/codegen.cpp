@@ -442,6 +442,7 @@ class Gen : private StmtVisitor {
   DType scalar_type(const Op& op, size_t i) {
     if ((op.code == Opcode::TEXTRACT || op.code == Opcode::TINSERT) && i >= 2) return DType::I64;
     if ((op.code == Opcode::TARGSORT || op.code == Opcode::TSCAN) && i == 2) return DType::I64;
+    if (op.code == Opcode::TDWCONV && i >= 3) return DType::I64;  // strides and dilations
     const OpcodeInfo& oi = opcode_info(op.code);
     auto other = [&](size_t j) { return j < op.args.size() && is_view(op, j); };
     if (oi.category == OpCategory::Binary || oi.category == OpCategory::Compare) {

@@ -1,4 +1,4 @@
-// Matrix instructions: TMATMUL, TMATMUL_ACC, TMATMUL_BIAS.
+// Matrix instructions: TMATMUL, TMATMUL_ACC, TMATMUL_BIAS, TDWCONV.
 #include <algorithm>
 #include <type_traits>
 
@@ -54,17 +54,59 @@ void matmul(Machine& m, const Op& op, DType ct) {
     for (int64_t j = 0; j < N; ++j) m.put(op, dst, i, j, out[size_t(i * N + j)]);
 }
 
+// TDWCONV dst, src, w, sh, sw, dh, dw: one plane's 2-D correlation (a depthwise convolution's
+// channel), dst[i][j] = sum over a < w.vr, b < w.vc of w[a][b] * src[i*sh + a*dh][j*sw + b*dw],
+// over every (i, j) whose window lies in src's valid region: dst's valid region becomes
+// ((src.vr - (w.vr-1)*dh - 1) / sh + 1) x (the same for columns). The sum is taken as TMATMUL's
+// (floats in double, rounded once; integers exactly, wrapping).
+template <class T>
+void dwconv(Machine& m, const Op& op, DType ct) {
+  namespace e = pto::elem;
+  Tile& dst = m.tile(op, 0);
+  const Tile& src = m.tile(op, 1);
+  const Tile& w = m.tile(op, 2);
+  const int64_t sh = m.int_scalar(op, 3), sw = m.int_scalar(op, 4), dh = m.int_scalar(op, 5),
+                dw = m.int_scalar(op, 6);
+  if (sh < 1 || sw < 1 || dh < 1 || dw < 1) m.fail(op, "strides and dilations must be at least 1");
+  const int64_t kh = w.vr, kw = w.vc;
+  if (kh < 1 || kw < 1) m.fail(op, "the filter's valid region is empty");
+  const int64_t span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
+  if (src.vr < span_h || src.vc < span_w)
+    m.fail(op, "a " + std::to_string(span_h) + " x " + std::to_string(span_w) +
+                   " window does not fit the source's " + std::to_string(src.vr) + " x " +
+                   std::to_string(src.vc) + " valid region");
+  const int64_t ho = (src.vr - span_h) / sh + 1, wo = (src.vc - span_w) / sw + 1;
+  auto val = [&](const Num& v) { return std::is_integral_v<T> ? T(round_to(ct, v).i) : T(v.as_double()); };
+  std::vector<T> W(size_t(kh * kw));
+  for (int64_t a = 0; a < kh; ++a)
+    for (int64_t b = 0; b < kw; ++b) W[size_t(a * kw + b)] = val(m.get(op, w, a, b));
+  auto num = [](T x) { return std::is_integral_v<T> ? inum(int64_t(x)) : fnum(double(x)); };
+  commit(m, op, dst, ho, wo, [&](int64_t i, int64_t j) {
+    T s = T(0);
+    for (int64_t a = 0; a < kh; ++a)
+      for (int64_t b = 0; b < kw; ++b)
+        s = e::add(s, e::mul(W[size_t(a * kw + b)], val(m.get(op, src, i * sh + a * dh, j * sw + b * dw))));
+    return num(s);
+  });
+}
+
+template <class T>
+void matrix(Machine& m, const Op& op, DType ct) {
+  if (op.code == Opcode::TDWCONV) return dwconv<T>(m, op, ct);
+  matmul<T>(m, op, ct);
+}
+
 }  // namespace
 
 void exec_matrix(Machine& m, const Op& op) {
   const DType ct = promote_compute({m.tile(op, 0).dtype, m.tile(op, 1).dtype, m.tile(op, 2).dtype});
   switch (ct) {
     case DType::I32:
-      return matmul<int32_t>(m, op, ct);
+      return matrix<int32_t>(m, op, ct);
     case DType::I64:
-      return matmul<int64_t>(m, op, ct);
+      return matrix<int64_t>(m, op, ct);
     default:
-      return matmul<double>(m, op, ct);
+      return matrix<double>(m, op, ct);
   }
 }
 

@@ -577,8 +577,8 @@ void bind_builder(nb::module_& m) {
           "x"_a, "w"_a, "bias"_a = nb::none(), "stride"_a = std::vector<int64_t>{1, 1},
           "padding"_a = std::vector<int64_t>{0, 0}, "dilation"_a = std::vector<int64_t>{1, 1},
           "same_padding"_a = false)
-      .def("depthwise_conv2d", &B::depthwise_conv2d, "x"_a, "w"_a, "stride"_a, "dilation"_a,
-           "A depthwise convolution of an already padded input: a TDWCONV per plane.")
+      .def("depthwise_conv2d", &B::depthwise_conv2d, "x"_a, "w"_a, "stride"_a, "padding"_a, "dilation"_a,
+           "A depthwise convolution, padding {top, bottom, left, right}: a TDWCONV per plane.")
       .def_static("depthwise_fits", &B::depthwise_fits, "kh"_a, "dh"_a, "wp"_a)
       .def(
           "assign",

@@ -145,14 +145,19 @@ class Builder {
   // NCHW or CHW input, OIHW weight. padding: {ph, pw}; same_padding computes it for stride 1.
   View conv2d(const View& x, const View& w, const View* bias, std::vector<int64_t> stride,
               std::vector<int64_t> padding, std::vector<int64_t> dilation, bool same_padding);
-  // A depthwise convolution (one filter per channel) of an already padded NCHW or CHW input by a
-  // (C, 1, kh, kw) weight: a TDWCONV per plane, or per band of output rows where a plane's input
-  // rows would not fit a tile (depthwise_fits). Planes of static shape; the batch may be dynamic.
+  // A depthwise convolution (one filter per channel) of an NCHW or CHW input by a (C, 1, kh, kw)
+  // weight, padded {top, bottom, left, right} with zeros: a TDWCONV per plane (the padding its
+  // operands) where a padded plane fits a tile, else per band of output rows of a padded copy.
+  // Channels and planes of static shape; the batch may be dynamic. Needs depthwise_fits.
   View depthwise_conv2d(const View& x, const View& w, std::vector<int64_t> stride,
-                        std::vector<int64_t> dilation);
-  // dst (+)= TDWCONV(src, w) on 2-d planes: dst[i][j] = sum w[a][b] src[i*sh + a*dh][j*sw + b*dw].
-  void dwconv_plane(const View& dst, const View& src, const View& w, int64_t sh, int64_t sw, int64_t dh,
-                    int64_t dw);
+                        std::vector<int64_t> padding, std::vector<int64_t> dilation);
+  // TDWCONV's geometry: strides, dilations, zero padding top / bottom / left / right.
+  struct DwConv {
+    int64_t sh = 1, sw = 1, dh = 1, dw = 1, pt = 0, pb = 0, pl = 0, pr = 0;
+  };
+  // dst = TDWCONV(src, w) on 2-d planes: dst[i][j] = sum w[a][b] xp[i*sh + a*dh][j*sw + b*dw], xp
+  // being src with the padding.
+  void dwconv_plane(const View& dst, const View& src, const View& w, const DwConv& k);
   // Whether one output row's input rows (span (kh-1)*dh + 1, padded width wp) fit a TDWCONV tile.
   static bool depthwise_fits(int64_t kh, int64_t dh, int64_t wp);
 

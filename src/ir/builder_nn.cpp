@@ -381,10 +381,10 @@ View Builder::conv2d(const View& x, const View& w, const View* bias, std::vector
 // The input tile of one TDWCONV: at most 48 KiB in f64 (the CPU backend's stack tiles).
 static constexpr int64_t kDepthwiseTileElems = (48 << 10) / 8;
 
-void Builder::dwconv_plane(const View& dst, const View& src, const View& w, int64_t sh, int64_t sw,
-                           int64_t dh, int64_t dw) {
+void Builder::dwconv_plane(const View& dst, const View& src, const View& w, const DwConv& k) {
   if (dst.rank() != 2 || src.rank() != 2 || w.rank() != 2) throw Error("TDWCONV: 2-d planes");
-  impl_->emit_op(Opcode::TDWCONV, {dst, src, w, int_imm(sh), int_imm(sw), int_imm(dh), int_imm(dw)});
+  impl_->emit_op(Opcode::TDWCONV, {dst, src, w, int_imm(k.sh), int_imm(k.sw), int_imm(k.dh), int_imm(k.dw),
+                                   int_imm(k.pt), int_imm(k.pb), int_imm(k.pl), int_imm(k.pr)});
 }
 
 bool Builder::depthwise_fits(int64_t kh, int64_t dh, int64_t wp) {
@@ -392,37 +392,58 @@ bool Builder::depthwise_fits(int64_t kh, int64_t dh, int64_t wp) {
 }
 
 View Builder::depthwise_conv2d(const View& x, const View& w, std::vector<int64_t> stride,
-                               std::vector<int64_t> dilation) {
+                               std::vector<int64_t> padding, std::vector<int64_t> dilation) {
   const int r = x.rank();
   if (r != 3 && r != 4)
     throw Error("depthwise conv2d: input must be CHW or NCHW, got shape " + shape_str(x.shape()));
   const auto xs = x.shape(), ws = w.shape();
-  const int64_t C = xs[size_t(r - 3)], Hp = xs[size_t(r - 2)], Wp = xs[size_t(r - 1)];
+  const int64_t C = xs[size_t(r - 3)], H = xs[size_t(r - 2)], W = xs[size_t(r - 1)];
   if (w.rank() != 4 || ws[0] != C || ws[1] != 1)
     throw Error("depthwise conv2d: weight must be (" + std::to_string(C) + ", 1, kh, kw), got " +
                 shape_str(ws));
-  if (stride.size() != 2 || dilation.size() != 2 || stride[0] < 1 || stride[1] < 1 || dilation[0] < 1 ||
-      dilation[1] < 1)
-    throw Error("depthwise conv2d: stride and dilation need two values >= 1");
-  for (int64_t e : {C, Hp, Wp, ws[2], ws[3]})
+  if (stride.size() != 2 || dilation.size() != 2 || padding.size() != 4 || stride[0] < 1 || stride[1] < 1 ||
+      dilation[0] < 1 || dilation[1] < 1 || *std::min_element(padding.begin(), padding.end()) < 0)
+    throw Error("depthwise conv2d: two strides and dilations >= 1, four paddings >= 0");
+  for (int64_t e : {C, H, W, ws[2], ws[3]})
     if (e == kDynamicBound) throw Error("depthwise conv2d: the channels and planes need static shapes");
-  const int64_t kh = ws[2], kw = ws[3], sh = stride[0], sw = stride[1], dh = dilation[0], dw = dilation[1];
-  const int64_t Ho = (Hp - dh * (kh - 1) - 1) / sh + 1, Wo = (Wp - dw * (kw - 1) - 1) / sw + 1;
-  if (Ho < 1 || Wo < 1) throw Error("depthwise conv2d: the kernel is larger than the padded input");
-  if (!depthwise_fits(kh, dh, Wp)) throw Error("depthwise conv2d: a row of windows does not fit a tile");
-  // Output rows per TDWCONV: the most that divide Ho and whose input rows fit the tile.
-  auto span = [&](int64_t rows) { return (rows - 1) * sh + (kh - 1) * dh + 1; };
-  int64_t band = 1;
-  for (int64_t b = Ho; b >= 1; --b)
-    if (Ho % b == 0 && span(b) <= Hp && span(b) * Wp <= kDepthwiseTileElems) {
-      band = b;
-      break;
-    }
+  DwConv k{stride[0], stride[1], dilation[0], dilation[1], padding[0], padding[1], padding[2], padding[3]};
+  const int64_t kh = ws[2], kw = ws[3], Hp = H + k.pt + k.pb, Wp = W + k.pl + k.pr;
+  const int64_t Ho = (Hp - k.dh * (kh - 1) - 1) / k.sh + 1, Wo = (Wp - k.dw * (kw - 1) - 1) / k.sw + 1;
+  if (Ho < 1 || Wo < 1 || Hp < k.dh * (kh - 1) + 1 || Wp < k.dw * (kw - 1) + 1)
+    throw Error("depthwise conv2d: the kernel is larger than the padded input");
+  if (!depthwise_fits(kh, k.dh, Wp)) throw Error("depthwise conv2d: a row of windows does not fit a tile");
+  // Output rows per TDWCONV: all of them, the padding in the instruction, where the padded plane
+  // fits a tile; else the most that divide Ho and fit, over a padded copy of x.
+  auto span = [&](int64_t rows) { return (rows - 1) * k.sh + (kh - 1) * k.dh + 1; };
+  int64_t band = Ho;
+  View src = x;
+  DwConv kb = k;
+  if (Hp * Wp > kDepthwiseTileElems) {
+    for (int64_t b = Ho; b >= 1; --b)
+      if (Ho % b == 0 && span(b) * Wp <= kDepthwiseTileElems) {
+        band = b;
+        break;
+      }
+    if (band == Ho) band = 1;  // (no divisor but 1 fits)
+    std::vector<int64_t> ps(xs.begin(), xs.end() - 2);
+    ps.insert(ps.end(), {Hp, Wp});
+    std::vector<Expr> pv(ps.size());  // the run-time extent of a dynamic batch, none for static dims
+    bool dynamic = false;
+    for (int q = 0; q < r - 3; ++q)
+      if (xs[size_t(q)] == kDynamicBound) pv[size_t(q)] = x.valid_shape()[size_t(q)], dynamic = true;
+    src = full(ps, x.buf->dtype, int_imm(0), dynamic ? pv : std::vector<Expr>{});
+    std::vector<Index> inner(static_cast<size_t>(r), Index{});
+    inner[size_t(r - 2)] = Index{Index::Slice, int_imm(k.pt), int_imm(k.pt + H), 1};
+    inner[size_t(r - 1)] = Index{Index::Slice, int_imm(k.pl), int_imm(k.pl + W), 1};
+    assign(slice(src, inner), x);
+    kb.pt = kb.pb = kb.pl = kb.pr = 0;
+  }
+  const int64_t in_rows = band == Ho ? H : span(band), in_cols = band == Ho ? W : Wp;
   std::vector<int64_t> os(xs.begin(), xs.end() - 3);
   os.insert(os.end(), {C, Ho, Wo});
   std::vector<Expr> valid;
   const auto xv = x.valid_shape();
-  for (int k = 0; k < r - 3; ++k) valid.push_back(xv[size_t(k)]);
+  for (int q = 0; q < r - 3; ++q) valid.push_back(xv[size_t(q)]);
   for (int64_t e : {C, Ho, Wo}) valid.push_back(int_imm(e));
   const DType t = compute_dtype(promote_types(float_result(x.buf->dtype), float_result(w.buf->dtype)));
   View out = impl_->new_temp(os, t, valid, "dw");
@@ -443,7 +464,7 @@ View Builder::depthwise_conv2d(const View& x, const View& w, std::vector<int64_t
                                Index{Index::Slice, int_imm(0), int_imm(kh), 1},
                                Index{Index::Slice, int_imm(0), int_imm(kw), 1}};
   dwconv_plane(slice(out, plane(b * int_imm(band), band, Wo)),
-               slice(x, plane(b * int_imm(band * sh), span(band), Wp)), slice(w, wat), sh, sw, dh, dw);
+               slice(src, plane(b * int_imm(band * k.sh), in_rows, in_cols)), slice(w, wat), kb);
   end_for();
   if (r == 4) end_for();
   end_for();

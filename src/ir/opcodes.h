@@ -119,7 +119,7 @@ enum class OpCategory : uint8_t {
   X(TMATMUL, Matrix, 3)      \
   X(TMATMUL_ACC, Matrix, 3)  \
   X(TMATMUL_BIAS, Matrix, 4) \
-  X(TDWCONV, Matrix, 7)      \
+  X(TDWCONV, Matrix, 11)     \
   X(TTRANS, Layout, 2)       \
   X(TRESHAPE, Layout, 2)     \
   X(TEXTRACT, Layout, 4)     \

@@ -54,7 +54,7 @@ const char* operand_kinds(Opcode op) {
     case Opcode::CONV2D:
       return "vvvessssssss";
     case Opcode::TDWCONV:
-      return "vvvssss";
+      return "vvvssssssss";
     case Opcode::CONCAT:
       return "vs";  // then the tensors joined
     case Opcode::CLAMP:

@@ -59,6 +59,7 @@ class Differentiator {
   void sweep(const std::vector<ir::Stmt>& body, Env& env);
   void rule(const ir::StmtNode* s, const Env& env);  // autodiff_rules.cpp
   void indexed_rows_rule(const ir::StmtNode* s, const Env& env);
+  void dwconv_rule(const ir::StmtNode* s, const Env& env, const ir::View& g);     // TDWCONV
   void composite_rule(const ir::StmtNode* s, const Env& env, const ir::View& g);  // autodiff_composites.cpp
   ir::BufferRef new_adjoint(const ir::Buffer& like);  // a zero-filled adjoint buffer
 

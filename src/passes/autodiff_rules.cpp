@@ -98,41 +98,7 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
     const bool rev = (as_int(std::get<Expr>(op.args[2])).value_or(0) & 2) != 0;
     return accumulate(x, b_.row_scan(restrict_to(g, {&xm}), xm.rank() - 1, false, !rev), env);
   }
-  if (op.code == Opcode::TDWCONV) {
-    // dst[i][j] = sum over taps (a, b) of w[a][b] src[i*sh + a*dh][j*sw + b*dw], on 2-d planes:
-    // each tap's window of src (strided by the stride) gets w[a][b] * g; w gets the correlation of
-    // src with g, a TDWCONV with the stride and the dilation exchanged.
-    int64_t k[4];
-    for (int i = 0; i < 4; ++i) k[i] = *as_int(std::get<Expr>(op.args[size_t(3 + i)]));
-    const int64_t sh = k[0], sw = k[1], dh = k[2], dw = k[3];
-    const auto gs = g.shape();
-    const Operand& src = op.args[1];
-    const Operand& w = op.args[2];
-    const View wv = std::get<View>(val(2));
-    const int64_t kh = wv.shape()[0], kw = wv.shape()[1];
-    if (has_adjoint(w)) {
-      View dwt = b_.full({kh, kw}, g.buf->dtype, constant(0, g));
-      const View used = b_.slice(  // the rows and columns the windows reach (a stride may skip the last)
-          std::get<View>(val(1)),
-          {Index{Index::Slice, int_imm(0), int_imm((gs[0] - 1) * sh + (kh - 1) * dh + 1), 1},
-           Index{Index::Slice, int_imm(0), int_imm((gs[1] - 1) * sw + (kw - 1) * dw + 1), 1}});
-      b_.dwconv_plane(dwt, used, g, dh, dw, sh, sw);
-      accumulate(w, dwt, env);
-    }
-    if (has_adjoint(src)) {
-      const View as = adjoint(std::get<View>(src), env);
-      for (int64_t a = 0; a < kh; ++a)
-        for (int64_t b = 0; b < kw; ++b) {
-          const View window = b_.slice(
-              as, {Index{Index::Slice, int_imm(a * dh), int_imm(a * dh + (gs[0] - 1) * sh + 1), sh},
-                   Index{Index::Slice, int_imm(b * dw), int_imm(b * dw + (gs[1] - 1) * sw + 1), sw}});
-          const View tap = b_.slice(wv, {Index{Index::Slice, int_imm(a), int_imm(a + 1), 1},
-                                         Index{Index::Slice, int_imm(b), int_imm(b + 1), 1}});
-          b_.update(Opcode::TADD, window, bin(Opcode::TMUL, g, tap));
-        }
-    }
-    return;
-  }
+  if (op.code == Opcode::TDWCONV) return dwconv_rule(s, env, g);
   if (cat == OpCategory::Unary || cat == OpCategory::Convert || cat == OpCategory::Expand ||
       cat == OpCategory::Reduce) {
     if (!has_adjoint(x)) return;
@@ -395,6 +361,59 @@ void Differentiator::indexed_rows_rule(const StmtNode* s, const Env& env) {
     }
     default:
       refuse(s, std::string("no derivative rule for ") + std::string(opcode_name(op.code)));
+  }
+}
+
+// TDWCONV: dst[i][j] = sum over taps (a, b) of w[a][b] xp[i*sh + a*dh - pt][j*sw + b*dw - pl] on
+// 2-d planes, xp being src with zeros around it. Each tap's window of src (strided by the stride;
+// the outputs whose tap reads padding left out) gets w[a][b] * g; w gets the correlation of src
+// with g, a TDWCONV with the stride and the dilation exchanged and the same padding (its bottom
+// and right ones, or a crop of src, sized so that it gives kh x kw).
+void Differentiator::dwconv_rule(const StmtNode* s, const Env& env, const View& g) {
+  const Op& op = s->op;
+  int64_t k[8];
+  for (size_t i = 0; i < 8; ++i) k[i] = *as_int(std::get<Expr>(op.args[3 + i]));
+  const int64_t sh = k[0], sw = k[1], dh = k[2], dw = k[3], pt = k[4], pl = k[6];
+  const auto gs = g.shape();
+  const Operand& src = op.args[1];
+  const Operand& w = op.args[2];
+  const View xv = std::get<View>(value(src, s, env)), wv = std::get<View>(value(w, s, env));
+  const int64_t kh = wv.shape()[0], kw = wv.shape()[1], H = xv.shape()[0], W = xv.shape()[1];
+  auto range = [](int64_t lo, int64_t hi) { return Index{Index::Slice, int_imm(lo), int_imm(hi), 1}; };
+  if (has_adjoint(w)) {
+    // src's rows reached: pt padding, then up to need_h - pt of src, then padding to need_h.
+    const int64_t need_h = (gs[0] - 1) * sh + (kh - 1) * dh + 1,
+                  need_w = (gs[1] - 1) * sw + (kw - 1) * dw + 1;
+    const int64_t rows = std::min(H, need_h - pt), cols = std::min(W, need_w - pl);
+    View dwt = b_.full({kh, kw}, g.buf->dtype, constant(0, g));
+    if (rows > 0 && cols > 0) {
+      Builder::DwConv t{dh, dw, sh, sw, pt, need_h - pt - rows, pl, need_w - pl - cols};
+      b_.dwconv_plane(dwt, b_.slice(xv, {range(0, rows), range(0, cols)}), g, t);
+    }
+    accumulate(w, dwt, env);
+  }
+  if (!has_adjoint(src)) return;
+  const View as = adjoint(std::get<View>(src), env);
+  // The outputs i whose tap row a reads src (0 <= i*sh + a*dh - pt < n): [first, last).
+  auto inside = [](int64_t n_out, int64_t stride, int64_t off, int64_t n) {
+    auto ceil_div = [](int64_t p, int64_t q) { return p >= 0 ? (p + q - 1) / q : -((-p) / q); };
+    return std::make_pair(std::max<int64_t>(0, ceil_div(-off, stride)),
+                          std::min<int64_t>(n_out, ceil_div(n - off, stride)));
+  };
+  for (int64_t a = 0; a < kh; ++a) {
+    const auto [i0, i1] = inside(gs[0], sh, a * dh - pt, H);
+    if (i1 <= i0) continue;
+    for (int64_t b = 0; b < kw; ++b) {
+      const auto [j0, j1] = inside(gs[1], sw, b * dw - pl, W);
+      if (j1 <= j0) continue;
+      const int64_t r0 = i0 * sh + a * dh - pt, c0 = j0 * sw + b * dw - pl;
+      const View window =
+          b_.slice(as, {Index{Index::Slice, int_imm(r0), int_imm(r0 + (i1 - i0 - 1) * sh + 1), sh},
+                        Index{Index::Slice, int_imm(c0), int_imm(c0 + (j1 - j0 - 1) * sw + 1), sw}});
+      const View gw = b_.slice(g, {range(i0, i1), range(j0, j1)});
+      const View tap = b_.slice(wv, {range(a, a + 1), range(b, b + 1)});
+      b_.update(Opcode::TADD, window, b_.binary(Opcode::TMUL, gw, tap));
+    }
   }
 }
 

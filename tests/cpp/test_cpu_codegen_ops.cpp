@@ -152,12 +152,13 @@ TEST(CpuCodegenOps, EveryOpcodeMatchesTheInterpreter) {
     P.emit(Opcode::TCOLSUM, {W(bias), W(b)});
     P.emit(Opcode::TMATMUL_BIAS, {W(acc2), W(ma), W(mb), W(bias)});
     P.keep(acc2);
-    // A 3 x 3 filter (a window of b) over a: all 6 x 6 windows; then strided and dilated (2 x 3).
-    auto filt = P.T(3, 3), dwo = P.T(kR - 2, kC - 2), dws = P.T(2, 3);
+    // A 3 x 3 filter (a window of b) over a: all 6 x 6 windows; then strided, dilated and padded
+    // (2 rows above, 1 below, 1 column left: 4 x 4).
+    auto filt = P.T(3, 3), dwo = P.T(kR - 2, kC - 2), dws = P.T(4, 4);
     P.emit(Opcode::TEXTRACT, {W(filt), W(b), I(1), I(2)});
-    P.emit(Opcode::TDWCONV, {W(dwo), W(a), W(filt), I(1), I(1), I(1), I(1)});
+    P.emit(Opcode::TDWCONV, {W(dwo), W(a), W(filt), I(1), I(1), I(1), I(1), I(0), I(0), I(0), I(0)});
     P.keep(dwo);
-    P.emit(Opcode::TDWCONV, {W(dws), W(b), W(filt), I(2), I(2), I(2), I(1)});
+    P.emit(Opcode::TDWCONV, {W(dws), W(b), W(filt), I(2), I(2), I(2), I(1), I(2), I(1), I(1), I(0)});
     P.keep(dws);
   }
   {

@@ -466,21 +466,40 @@ def test_random_chains(case, seed):
 
 def test_depthwise_plane_correlation():
     """TDWCONV on both backends: f32 (16-column blocks, a masked tail), f64 and i32, over a ragged
-    source region, with strides and dilations."""
+    source region, with strides, dilations and zero padding on every side."""
     x = rand((13, 37))
     w = rand((3, 5))
     for dt, xd, wd in (("f32", x, w), ("f64", x.astype(np.float64), w.astype(np.float64)),
                        ("i32", (x * 8).astype(np.int32), (w * 4).astype(np.int32))):
-        for sh, sw, dh, dwl in ((1, 1, 1, 1), (2, 1, 1, 2), (1, 3, 2, 1)):
-            ho, wo = (11 - 2 * dh - 1) // sh + 1, (35 - 4 * dwl - 1) // sw + 1
+        for sh, sw, dh, dwl, pads in ((1, 1, 1, 1, (0, 0, 0, 0)), (2, 1, 1, 2, (1, 2, 3, 0)),
+                                      (1, 3, 2, 1, (2, 2, 2, 2)), (1, 1, 1, 1, (0, 1, 20, 1))):
+            pt, pb, pl, pr = pads
+            xp = np.pad(xd[:11, :35], ((pt, pb), (pl, pr)))
+            ho, wo = (11 + pt + pb - 2 * dh - 1) // sh + 1, (35 + pl + pr - 4 * dwl - 1) // sw + 1
             text = func([f"%x: {dt}[13, 37]", f"%w: {dt}[3, 5]", f"%o: {dt}[{ho}, {wo}] out"],
-                        [f"alloc %a: {dt}[16, 40] vec", f"alloc %k: {dt}[3, 5] vec", f"alloc %d: {dt}[16, 40] vec",
-                         "TLOAD %a, %x[0:11, 0:35]", "TLOAD %k, %w", f"TDWCONV %d, %a, %k, {sh}, {sw}, {dh}, {dwl}",
-                         "TSTORE %o, %d"])
+                        [f"alloc %a: {dt}[16, 40] vec", f"alloc %k: {dt}[3, 5] vec", f"alloc %d: {dt}[16, 64] vec",
+                         "TLOAD %a, %x[0:11, 0:35]", "TLOAD %k, %w",
+                         f"TDWCONV %d, %a, %k, {sh}, {sw}, {dh}, {dwl}, {pt}, {pb}, {pl}, {pr}", "TSTORE %o, %d"])
             ref = compare(text, x=xd, w=wd)
             want = np.zeros((ho, wo))
             for a in range(3):
                 for b in range(5):
-                    want += wd[a, b].astype(np.float64) * xd[a * dh:a * dh + (ho - 1) * sh + 1:sh,
+                    want += wd[a, b].astype(np.float64) * xp[a * dh:a * dh + (ho - 1) * sh + 1:sh,
                                                               b * dwl:b * dwl + (wo - 1) * sw + 1:sw]
-            np.testing.assert_allclose(ref["o"], want, rtol=1e-6, atol=1e-5, err_msg=f"{dt} {sh} {sw} {dh} {dwl}")
+            np.testing.assert_allclose(ref["o"], want, rtol=1e-6, atol=1e-5, err_msg=f"{dt} {sh} {sw} {dh} {dwl} {pads}")
+
+
+def test_depthwise_padding_adds_nothing():
+    """A tap in TDWCONV's padding is skipped, not multiplied by zero: an infinite weight makes inf
+    only where it meets the source (the CPU's vector path, which multiplies zeros, is for finite
+    weights); a NaN weight likewise."""
+    x = rand((6, 20)) + 2.0
+    for bad in (np.inf, np.nan):
+        w = rand((3, 3))
+        w[0, 0] = bad
+        text = func(["%x: f32[6, 20]", "%w: f32[3, 3]", "%o: f32[6, 20] out"],
+                    ["alloc %a: f32[6, 20] vec", "alloc %k: f32[3, 3] vec", "alloc %d: f32[6, 20] vec",
+                     "TLOAD %a, %x", "TLOAD %k, %w", "TDWCONV %d, %a, %k, 1, 1, 1, 1, 1, 1, 1, 1", "TSTORE %o, %d"])
+        out = compare(text, x=x, w=w)["o"]
+        assert np.isfinite(out[0, :]).all() and np.isfinite(out[:, 0]).all()
+        assert not np.isfinite(out[1:, 1:]).any()

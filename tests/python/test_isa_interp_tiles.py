@@ -293,17 +293,23 @@ def test_wait_without_set_is_an_error():
 
 def test_depthwise_plane_correlation():
     """TDWCONV: only windows inside the source's valid region (a larger value past it does not
-    count), the result's valid region derived from it; a source smaller than one window, or a
-    zero stride, is an error naming the instruction."""
+    count), the result's valid region derived from it, padding read as zeros; a source smaller
+    than one window, a zero stride or a negative padding is an error naming the instruction."""
     x, w = rand((6, 9)), rand((2, 3))
-    text = func(["%x: f32[6, 9]", "%w: f32[2, 3]", "%o: f32[8, 8] out"],
-                ["alloc %a: f32[8, 16] vec", "alloc %k: f32[2, 3] vec", "alloc %d: f32[8, 8] vec",
-                 "TEXPANDS %a, 1000.0f", "TLOAD %a, %x", "TLOAD %k, %w", "TDWCONV %d, %a, %k, 2, 1, 1, 3",
+    text = func(["%x: f32[6, 9]", "%w: f32[2, 3]", "%o: f32[8, 16] out"],
+                ["alloc %a: f32[8, 16] vec", "alloc %k: f32[2, 3] vec", "alloc %d: f32[8, 16] vec",
+                 "TEXPANDS %a, 1000.0f", "TLOAD %a, %x", "TLOAD %k, %w", "TDWCONV %d, %a, %k, 2, 1, 1, 3, 0, 0, 0, 0",
                  "TSTORE %o, %d"])
     ho, wo = (6 - 1 - 1) // 2 + 1, (9 - 6 - 1) // 1 + 1  # 3 x 3
     want = sum(w[a, b] * x[a:a + 2 * (ho - 1) + 1:2, 3 * b:3 * b + wo] for a in range(2) for b in range(3))
     check_region(run(text, x=x, w=w)["o"], want, ho, wo)
-    for ops in (["TDWCONV %d, %a, %k, 1, 1, 6, 1"], ["TDWCONV %d, %a, %k, 0, 1, 1, 1"]):
+    # Padded by 1 row above and below, 2 columns on the left: zeros there, not the 1000s past x.
+    padded = text.replace("2, 1, 1, 3, 0, 0, 0, 0", "1, 1, 1, 1, 1, 1, 2, 0")
+    xp = np.pad(x, ((1, 1), (2, 0)))
+    want = sum(w[a, b] * xp[a:a + 7, b:b + 9] for a in range(2) for b in range(3))
+    check_region(run(padded, x=x, w=w)["o"], want, 7, 9 - 0)
+    for ops in (["TDWCONV %d, %a, %k, 1, 1, 6, 1, 0, 0, 0, 0"], ["TDWCONV %d, %a, %k, 0, 1, 1, 1, 0, 0, 0, 0"],
+                ["TDWCONV %d, %a, %k, 1, 1, 1, 1, -1, 0, 0, 0"]):
         bad = func(["%x: f32[6, 9]", "%w: f32[2, 3]", "%o: f32[8, 8] out"],
                    ["alloc %a: f32[8, 16] vec", "alloc %k: f32[2, 3] vec", "alloc %d: f32[8, 8] vec",
                     "TLOAD %a, %x", "TLOAD %k, %w"] + ops + ["TSTORE %o, %d"])

@@ -1,8 +1,9 @@
 // TDWCONV: one plane's 2-D correlation, the channel of a depthwise convolution (docs/isa.md):
-// dst[i][j] = sum over a < w.vr, b < w.vc of w[a][b] * src[i*sh + a*dh][j*sw + b*dw], dst's
-// valid region the windows that fit src's. A block of output columns is held in registers while
-// every tap adds into it (the tap loop elementwise kept each tap's window in memory: a 7 x 7
-// depthwise layer was 49 loads, multiplies and adds of a whole tile).
+// dst[i][j] = sum over a < w.vr, b < w.vc of w[a][b] * xp[i*sh + a*dh][j*sw + b*dw], where xp is
+// src padded with zeros (pt rows above, pb below, pl columns left, pr right) and taps that fall in
+// the padding add nothing. A block of output columns is held in registers while every tap adds
+// into it (the tap loop elementwise kept each tap's window in memory: a 7 x 7 depthwise layer was
+// 49 loads, multiplies and adds of a whole tile, after a padded copy of the input).
 #pragma once
 #include <cstdint>
 #include <type_traits>
@@ -16,71 +17,110 @@
 namespace pto {
 namespace detail {
 
+struct DwGeometry {
+  int64_t kh, kw, sh, sw, dh, dw, pt, pl;  // filter, strides, dilations, top / left padding
+  int64_t hs, ws;                          // src's valid region
+  int64_t ho, wo;                          // the result's
+};
+
 // Accumulation type: float tiles in float (as torch's CPU kernels), integers in 64 bits
 // (wrapping to the destination's width as the interpreter's exact sum does).
 template <class T>
 using dw_acc_t = std::conditional_t<std::is_floating_point_v<T>, T, int64_t>;
 
-// N output columns from j0 of output row i, every tap accumulated before one store. N is a
-// constant so the block lives in vector registers.
-template <int N, class D, class S, class W, int RS, int CS, int RW, int CW>
-PTO_INLINE void dw_block(D* out, const Tile<S, RS, CS>& src, const Tile<W, RW, CW>& w, int64_t i, int64_t j0,
-                         int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
+// Any type and stride: per output element, the taps inside src.
+template <class D, int RD, int CD, class S, int RS, int CS, class W, int RW, int CW>
+void dw_portable(Tile<D, RD, CD>& dst, const Tile<S, RS, CS>& src, const Tile<W, RW, CW>& w,
+                 const DwGeometry& g) {
   using A = dw_acc_t<D>;
-  A acc[N] = {};
-  for (int64_t a = 0; a < kh; ++a) {
-    const S* row = src.row(i * sh + a * dh) + j0 * sw;
-    for (int64_t b = 0; b < kw; ++b) {
-      const A wv = A(w.at(a, b));
-      const S* p = row + b * dw;
-      if (sw == 1) {
-        for (int t = 0; t < N; ++t) acc[t] += wv * A(p[t]);
-      } else {
-        for (int t = 0; t < N; ++t) acc[t] += wv * A(p[t * sw]);
+  for (int64_t i = 0; i < g.ho; ++i) {
+    D* out = dst.row(i);
+    for (int64_t j = 0; j < g.wo; ++j) {
+      A acc = A(0);
+      for (int64_t a = 0; a < g.kh; ++a) {
+        const int64_t r = i * g.sh + a * g.dh - g.pt;
+        if (r < 0 || r >= g.hs) continue;
+        const S* row = src.row(r);
+        for (int64_t b = 0; b < g.kw; ++b) {
+          const int64_t c = j * g.sw + b * g.dw - g.pl;
+          if (c >= 0 && c < g.ws) acc += A(w.at(a, b)) * A(row[c]);
+        }
       }
+      out[j] = D(acc);
     }
   }
-  for (int t = 0; t < N; ++t) out[t] = D(acc[t]);
-}
-
-// The same for n < 16 columns (a narrow plane: 7 or 14 wide).
-template <class D, class S, class W, int RS, int CS, int RW, int CW>
-PTO_INLINE void dw_tail(D* out, int64_t n, const Tile<S, RS, CS>& src, const Tile<W, RW, CW>& w, int64_t i,
-                        int64_t j0, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw) {
-  using A = dw_acc_t<D>;
-  A acc[16] = {};
-  for (int64_t a = 0; a < kh; ++a) {
-    const S* row = src.row(i * sh + a * dh) + j0 * sw;
-    for (int64_t b = 0; b < kw; ++b) {
-      const A wv = A(w.at(a, b));
-      const S* p = row + b * dw;
-      for (int64_t t = 0; t < n; ++t) acc[t] += wv * A(p[t * sw]);
-    }
-  }
-  for (int64_t t = 0; t < n; ++t) out[t] = D(acc[t]);
 }
 
 #if defined(__AVX512F__)
-// Float planes read with column stride 1: 16 output columns per vector, every tap's weight
-// broadcast and multiplied into it; a row's last block masked (a 7- or 14-wide plane is one
-// vector, its loads never past the row's valid columns).
-template <int RD, int CD, int RS, int CS, int RW, int CW>
-inline void dw_f32_unit_stride(Tile<float, RD, CD>& dst, const Tile<float, RS, CS>& src,
-                               const Tile<float, RW, CW>& w, int64_t ho, int64_t wo, int64_t sh, int64_t dh,
-                               int64_t dw) {
-  const int64_t kh = w.vr, kw = w.vc;
-  for (int64_t j = 0; j < wo; j += 16) {
-    const int64_t n = wo - j < 16 ? wo - j : 16;
-    const __mmask16 m = __mmask16((1u << n) - 1u);
-    for (int64_t i = 0; i < ho; ++i) {
-      __m512 acc = _mm512_setzero_ps();
-      for (int64_t a = 0; a < kh; ++a) {
-        const float* row = src.row(i * sh + a * dh) + j;
+// Lanes [lo, hi) of 16 as a mask (empty when hi <= lo).
+inline __mmask16 lane_range(int64_t lo, int64_t hi) {
+  lo = lo < 0 ? 0 : lo;
+  hi = hi > 16 ? 16 : hi;
+  if (hi <= lo) return 0;
+  return __mmask16(((1u << hi) - 1u) & ~((1u << lo) - 1u));
+}
+
+// kRows output rows' accumulators += every tap of filter row `wr`: tap b reads 16 columns from
+// byte offset offs[b] of each row (rows[q], or row0 + q * step bytes when they are evenly spaced),
+// lanes outside the source's valid columns masked to zero.
+template <int kRows, bool kEven>
+PTO_INLINE void dw_tap_row(__m512* acc, const intptr_t* rows, intptr_t row0, intptr_t step, const float* wr,
+                           int64_t kw, const intptr_t* offs, const __mmask16* masks) {
+  for (int64_t b = 0; b < kw; ++b) {
+    const __m512 wv = _mm512_set1_ps(wr[b]);
+    const __mmask16 m = masks[b];
+    for (int q = 0; q < kRows; ++q) {
+      const intptr_t p = (kEven ? row0 + q * step : rows[q]) + offs[b];
+      acc[q] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, reinterpret_cast<const void*>(p)), wv, acc[q]);
+    }
+  }
+}
+
+// Float planes with column stride 1 and finite weights: 16 output columns per vector, kRows
+// output rows at a time (independent chains of FMAs: one chain of a 7 x 7 filter's 49 dependent
+// FMAs leaves the units idle for their latency; TDWCONV picks 7, 8 or 14 rows to waste the fewest
+// on a plane's last group). A tap row above or below src reads a row of zeros and
+// a lane outside its valid columns loads zero, adding w * 0 = 0 (so the weights must be finite:
+// a NaN or infinite one takes the portable loop, which skips the padding). For each block of
+// columns the mask of every column tap is made once; no load reaches outside the valid region.
+template <int kRows, int RD, int CD, int RS, int CS, int RW, int CW>
+void dw_f32_unit_stride(Tile<float, RD, CD>& dst, const Tile<float, RS, CS>& src,
+                        const Tile<float, RW, CW>& w, const DwGeometry& g) {
+  constexpr int kMaxTaps = 64;  // column taps with a precomputed mask; wider filters: the portable loop
+  __mmask16 masks[kMaxTaps];
+  intptr_t offs[kMaxTaps];
+  alignas(64) float zeros[CS] = {};
+  // (addresses formed as integers: a masked lane is never read)
+  const intptr_t zero_row = reinterpret_cast<intptr_t>(zeros);
+  constexpr intptr_t kRowBytes = intptr_t(CS) * intptr_t(sizeof(float));
+  for (int64_t j = 0; j < g.wo; j += 16) {
+    const int64_t n = g.wo - j < 16 ? g.wo - j : 16;
+    const __mmask16 out_mask = lane_range(0, n);
+    for (int64_t b = 0; b < g.kw; ++b) {
+      const int64_t c0 = j + b * g.dw - g.pl;  // the source column of lane 0
+      offs[b] = intptr_t(c0) * intptr_t(sizeof(float));
+      masks[b] = lane_range(-c0, g.ws - c0) & out_mask;
+    }
+    for (int64_t i = 0; i < g.ho; i += kRows) {
+      __m512 acc[kRows];
+      for (int q = 0; q < kRows; ++q) acc[q] = _mm512_setzero_ps();
+      for (int64_t a = 0; a < g.kh; ++a) {
+        const int64_t r0 = i * g.sh + a * g.dh - g.pt, r7 = r0 + (kRows - 1) * g.sh;
         const float* wr = w.row(a);
-        for (int64_t b = 0; b < kw; ++b)
-          acc = _mm512_fmadd_ps(_mm512_set1_ps(wr[b]), _mm512_maskz_loadu_ps(m, row + b * dw), acc);
+        if (r0 >= 0 && r7 < g.hs) {
+          dw_tap_row<kRows, true>(acc, nullptr, reinterpret_cast<intptr_t>(src.row(r0)),
+                                  intptr_t(g.sh) * kRowBytes, wr, g.kw, offs, masks);
+        } else {
+          intptr_t rows[kRows];
+          for (int q = 0; q < kRows; ++q) {
+            const int64_t r = r0 + q * g.sh;
+            rows[q] = r >= 0 && r < g.hs ? reinterpret_cast<intptr_t>(src.row(r)) : zero_row;
+          }
+          dw_tap_row<kRows, false>(acc, rows, 0, 0, wr, g.kw, offs, masks);
+        }
       }
-      _mm512_mask_storeu_ps(dst.row(i) + j, m, acc);
+      for (int q = 0; q < kRows && i + q < g.ho; ++q)
+        _mm512_mask_storeu_ps(dst.row(i + q) + j, out_mask, acc[q]);
     }
   }
 }
@@ -90,44 +130,40 @@ inline void dw_f32_unit_stride(Tile<float, RD, CD>& dst, const Tile<float, RS, C
 
 template <class D, int RD, int CD, class S, int RS, int CS, class W, int RW, int CW>
 inline void TDWCONV(Tile<D, RD, CD>& dst, const Tile<S, RS, CS>& src, const Tile<W, RW, CW>& w, int64_t sh,
-                    int64_t sw, int64_t dh, int64_t dw) {
+                    int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pb, int64_t pl, int64_t pr) {
   static_assert(std::is_arithmetic_v<D> && std::is_arithmetic_v<S> && std::is_arithmetic_v<W>,
                 "TDWCONV: float, double or integer tiles (lowering converts the others)");
-  const int64_t kh = w.vr, kw = w.vc;
-  const int64_t ho = (src.vr - (kh - 1) * dh - 1) / sh + 1, wo = (src.vc - (kw - 1) * dw - 1) / sw + 1;
-  if (kh < 1 || kw < 1 || ho < 1 || wo < 1) {
+  detail::DwGeometry g{w.vr, w.vc, sh, sw, dh, dw, pt, pl, src.vr, src.vc, 0, 0};
+  g.ho = (src.vr + pt + pb - (g.kh - 1) * dh - 1) / sh + 1;
+  g.wo = (src.vc + pl + pr - (g.kw - 1) * dw - 1) / sw + 1;
+  if (g.kh < 1 || g.kw < 1 || g.ho < 1 || g.wo < 1 || src.vr + pt + pb < (g.kh - 1) * dh + 1 ||
+      src.vc + pl + pr < (g.kw - 1) * dw + 1) {
     dst.vr = dst.vc = 0;
     return;
   }
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float> && std::is_same_v<W, float>) {
-    if (sw == 1) {
-      detail::dw_f32_unit_stride(dst, src, w, ho, wo, sh, dh, dw);
-      dst.vr = int(ho);
-      dst.vc = int(wo);
+    bool finite = true;
+    for (int64_t a = 0; a < g.kh; ++a)
+      for (int64_t b = 0; b < g.kw; ++b) finite &= w.at(a, b) - w.at(a, b) == 0.0f;
+    if (sw == 1 && g.kw <= 64 && finite) {
+      // Rows per group: the fewest computed past the plane's end, then the most per group.
+      const int64_t waste7 = (7 - g.ho % 7) % 7, waste8 = (8 - g.ho % 8) % 8, waste14 = (14 - g.ho % 14) % 14;
+      if (waste14 <= waste7 && waste14 <= waste8)
+        detail::dw_f32_unit_stride<14>(dst, src, w, g);
+      else if (waste8 <= waste7)
+        detail::dw_f32_unit_stride<8>(dst, src, w, g);
+      else
+        detail::dw_f32_unit_stride<7>(dst, src, w, g);
+      dst.vr = int(g.ho);
+      dst.vc = int(g.wo);
       return;
     }
   }
 #endif
-  constexpr int kBlock = 32;
-  for (int64_t i = 0; i < ho; ++i) {
-    D* out = dst.row(i);
-    int64_t j = 0;
-    for (; j + kBlock <= wo; j += kBlock)
-      detail::dw_block<kBlock>(out + j, src, w, i, j, kh, kw, sh, sw, dh, dw);
-    if (j + 16 <= wo) {
-      detail::dw_block<16>(out + j, src, w, i, j, kh, kw, sh, sw, dh, dw);
-      j += 16;
-    }
-    if (j < wo) {
-      if (wo >= 16)  // the last 16 columns again (the same sums): no narrow loop
-        detail::dw_block<16>(out + wo - 16, src, w, i, wo - 16, kh, kw, sh, sw, dh, dw);
-      else
-        detail::dw_tail(out + j, wo - j, src, w, i, j, kh, kw, sh, sw, dh, dw);
-    }
-  }
-  dst.vr = int(ho);
-  dst.vc = int(wo);
+  detail::dw_portable(dst, src, w, g);
+  dst.vr = int(g.ho);
+  dst.vc = int(g.wo);
 }
 
 }  // namespace pto

@@ -53,9 +53,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
 
 
 def _depthwise(input, weight, bias, stride, padding, dilation):  # noqa: A002
-    """A depthwise convolution (one filter per channel): a TDWCONV per plane of the padded input
-    (Builder::depthwise_conv2d: every tap of a block of outputs accumulated in registers) where the
-    planes have static shapes and a row of windows fits a tile; else kh * kw multiply-adds of the
+    """A depthwise convolution (one filter per channel): a TDWCONV per plane, its zero padding an
+    operand (Builder::depthwise_conv2d: every tap of a block of outputs accumulated in registers)
+    where the planes have static shapes and a row of windows fits a tile; else kh * kw multiply-adds of the
     padded input's shifted (strided) windows by per-channel weights, elementwise over all channels
     at once. (One convolution per channel made kh * kw 1 x 1 products each: MobileNetV2's
     240-channel layers, 2160 products forward and twice as many backward.)"""
@@ -71,18 +71,19 @@ def _depthwise(input, weight, bias, stride, padding, dilation):  # noqa: A002
     else:
         ph, pw = _pair(padding, "conv2d")
         pt, pb, pl, pr = ph, ph, pw, pw
-    x = C.pad(input, (pl, pr, pt, pb)) if pt or pb or pl or pr else input
     ho = (input.shape[-2] + pt + pb - dh * (kh - 1) - 1) // sh + 1
     wo = (input.shape[-1] + pl + pr - dw * (kw - 1) - 1) // sw + 1
     if ho < 1 or wo < 1:
         raise PyptoError(f"conv2d: a {kh} x {kw} kernel does not fit the padded {tuple(input.shape[-2:])} input")
-    static = all(isinstance(e, int) for e in (c, x.shape[-2], x.shape[-1], kh, kw))
-    if static and T.find_tracer(x).b.depthwise_fits(kh, dh, x.shape[-1]):
-        tr = T.find_tracer(x, weight)
-        out = T.wrap(tr, tr.b.depthwise_conv2d(T.tensor_of(tr, x), T.tensor_of(tr, weight), [sh, sw], [dh, dw]))
-        if out.dtype != x.dtype and x.dtype in (_dt.bfloat16, _dt.float16) and weight.dtype == x.dtype:
-            out = T.cast(out, x.dtype)  # (accumulated in f32, as torch)
+    static = all(isinstance(e, int) for e in (c, input.shape[-2], input.shape[-1], kh, kw))
+    tr = T.find_tracer(input, weight)
+    if static and tr.b.depthwise_fits(kh, dh, input.shape[-1] + pl + pr):
+        out = T.wrap(tr, tr.b.depthwise_conv2d(T.tensor_of(tr, input), T.tensor_of(tr, weight), [sh, sw],
+                                               [pt, pb, pl, pr], [dh, dw]))
+        if out.dtype != input.dtype and input.dtype in (_dt.bfloat16, _dt.float16) and weight.dtype == input.dtype:
+            out = T.cast(out, input.dtype)  # (accumulated in f32, as torch)
         return out if bias is None else T.binary(Opcode.TADD, out, T.reshape(bias, [c, 1, 1]))
+    x = C.pad(input, (pl, pr, pt, pb)) if pt or pb or pl or pr else input
     out = None
     for i in range(kh):
         for j in range(kw):

@@ -54,28 +54,33 @@ void matmul(Machine& m, const Op& op, DType ct) {
     for (int64_t j = 0; j < N; ++j) m.put(op, dst, i, j, out[size_t(i * N + j)]);
 }
 
-// TDWCONV dst, src, w, sh, sw, dh, dw: one plane's 2-D correlation (a depthwise convolution's
-// channel), dst[i][j] = sum over a < w.vr, b < w.vc of w[a][b] * src[i*sh + a*dh][j*sw + b*dw],
-// over every (i, j) whose window lies in src's valid region: dst's valid region becomes
-// ((src.vr - (w.vr-1)*dh - 1) / sh + 1) x (the same for columns). The sum is taken as TMATMUL's
-// (floats in double, rounded once; integers exactly, wrapping).
+// TDWCONV dst, src, w, sh, sw, dh, dw, pt, pb, pl, pr: one plane's 2-D correlation (a depthwise
+// convolution's channel) over src padded with pt rows of zeros above, pb below, pl columns on the
+// left and pr on the right: dst[i][j] = sum over a < w.vr, b < w.vc of
+// w[a][b] * xp[i*sh + a*dh][j*sw + b*dw], xp[r][c] = src[r - pt][c - pl] inside src's valid
+// region and 0 outside it. dst's valid region: every window inside the padded extent,
+// ((src.vr + pt + pb - (w.vr-1)*dh - 1) / sh + 1) x (the same for columns). The sum is taken as
+// TMATMUL's (floats in double, rounded once; integers exactly, wrapping).
 template <class T>
 void dwconv(Machine& m, const Op& op, DType ct) {
   namespace e = pto::elem;
   Tile& dst = m.tile(op, 0);
   const Tile& src = m.tile(op, 1);
   const Tile& w = m.tile(op, 2);
-  const int64_t sh = m.int_scalar(op, 3), sw = m.int_scalar(op, 4), dh = m.int_scalar(op, 5),
-                dw = m.int_scalar(op, 6);
+  int64_t k[8];
+  for (size_t i = 0; i < 8; ++i) k[i] = m.int_scalar(op, 3 + i);
+  const int64_t sh = k[0], sw = k[1], dh = k[2], dw = k[3], pt = k[4], pb = k[5], pl = k[6], pr = k[7];
   if (sh < 1 || sw < 1 || dh < 1 || dw < 1) m.fail(op, "strides and dilations must be at least 1");
+  if (pt < 0 || pb < 0 || pl < 0 || pr < 0) m.fail(op, "paddings must not be negative");
   const int64_t kh = w.vr, kw = w.vc;
   if (kh < 1 || kw < 1) m.fail(op, "the filter's valid region is empty");
   const int64_t span_h = (kh - 1) * dh + 1, span_w = (kw - 1) * dw + 1;
-  if (src.vr < span_h || src.vc < span_w)
+  const int64_t hp = src.vr + pt + pb, wp = src.vc + pl + pr;
+  if (hp < span_h || wp < span_w)
     m.fail(op, "a " + std::to_string(span_h) + " x " + std::to_string(span_w) +
-                   " window does not fit the source's " + std::to_string(src.vr) + " x " +
-                   std::to_string(src.vc) + " valid region");
-  const int64_t ho = (src.vr - span_h) / sh + 1, wo = (src.vc - span_w) / sw + 1;
+                   " window does not fit the padded source's " + std::to_string(hp) + " x " +
+                   std::to_string(wp) + " region");
+  const int64_t ho = (hp - span_h) / sh + 1, wo = (wp - span_w) / sw + 1;
   auto val = [&](const Num& v) { return std::is_integral_v<T> ? T(round_to(ct, v).i) : T(v.as_double()); };
   std::vector<T> W(size_t(kh * kw));
   for (int64_t a = 0; a < kh; ++a)
@@ -83,9 +88,14 @@ void dwconv(Machine& m, const Op& op, DType ct) {
   auto num = [](T x) { return std::is_integral_v<T> ? inum(int64_t(x)) : fnum(double(x)); };
   commit(m, op, dst, ho, wo, [&](int64_t i, int64_t j) {
     T s = T(0);
-    for (int64_t a = 0; a < kh; ++a)
-      for (int64_t b = 0; b < kw; ++b)
-        s = e::add(s, e::mul(W[size_t(a * kw + b)], val(m.get(op, src, i * sh + a * dh, j * sw + b * dw))));
+    for (int64_t a = 0; a < kh; ++a) {
+      const int64_t r = i * sh + a * dh - pt;
+      if (r < 0 || r >= src.vr) continue;
+      for (int64_t b = 0; b < kw; ++b) {
+        const int64_t c = j * sw + b * dw - pl;
+        if (c >= 0 && c < src.vc) s = e::add(s, e::mul(W[size_t(a * kw + b)], val(m.get(op, src, r, c))));
+      }
+    }
     return num(s);
   });
 }

@@ -1,6 +1,8 @@
 """The PyPTO kernels the suite runs. Importing this module imports pypto; cases.py imports it
 lazily so that a broken or missing pypto turns into per-case errors, not a crashed suite.
 The seed's kernels come from pypto.seed_kernels."""
+import torch  # the depthwise kernels are torch code (F.conv2d with groups)
+
 import pypto
 from pypto import seed_kernels
 
@@ -56,6 +58,16 @@ def rms_norm_fused(x, w):
 @pypto.jit
 def conv2d(x, w):
     return pypto.conv2d(x, w, padding=1)
+
+
+@pypto.jit
+def depthwise_7x7(x, w):
+    return torch.nn.functional.conv2d(x, w, padding=3, groups=x.shape[1])
+
+
+@pypto.jit
+def depthwise_3x3(x, w):
+    return torch.nn.functional.conv2d(x, w, padding=1, groups=x.shape[1])
 
 
 @pypto.jit

@@ -472,7 +472,8 @@ def test_depthwise_plane_correlation():
     for dt, xd, wd in (("f32", x, w), ("f64", x.astype(np.float64), w.astype(np.float64)),
                        ("i32", (x * 8).astype(np.int32), (w * 4).astype(np.int32))):
         for sh, sw, dh, dwl, pads in ((1, 1, 1, 1, (0, 0, 0, 0)), (2, 1, 1, 2, (1, 2, 3, 0)),
-                                      (1, 3, 2, 1, (2, 2, 2, 2)), (1, 1, 1, 1, (0, 1, 20, 1))):
+                                      (1, 3, 2, 1, (2, 2, 2, 2)), (1, 1, 1, 1, (0, 1, 20, 1)),
+                                      (2, 2, 1, 1, (1, 1, 1, 1)), (1, 2, 1, 2, (0, 0, 3, 2))):
             pt, pb, pl, pr = pads
             xp = np.pad(xd[:11, :35], ((pt, pb), (pl, pr)))
             ho, wo = (11 + pt + pb - 2 * dh - 1) // sh + 1, (35 + pl + pr - 4 * dwl - 1) // sw + 1

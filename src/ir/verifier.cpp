@@ -425,7 +425,14 @@ class Verifier : public StmtVisitor {
     };
     switch (info.category) {
       case OpCategory::Matrix: {
-        if (o.code == Opcode::TDWCONV) break;  // its result's extent is the sources' (run time)
+        if (o.code == Opcode::TDWCONV) {  // its result's extent is the sources' (run time)
+          for (size_t k = 3; k < o.args.size(); ++k)
+            if (auto c = as_int(std::get<Expr>(o.args[k])); c && *c < (k < 7 ? 1 : 0))
+              fail(std::string(info.name) + ": " +
+                   (k < 7 ? "strides and dilations must be at least 1" : "paddings must not be negative") +
+                   ", got " + std::to_string(*c));
+          break;
+        }
         auto d = shape(0), a = shape(1), b = shape(2);
         want(a[1] == b[0] && d[0] == a[0] && d[1] == b[1],
              "shapes must be dst MxN, a MxK, b KxN; got dst " + sh(d) + ", a " + sh(a) + ", b " + sh(b));

@@ -315,3 +315,7 @@ def test_depthwise_plane_correlation():
                     "TLOAD %a, %x", "TLOAD %k, %w"] + ops + ["TSTORE %o, %d"])
         with pytest.raises(PyptoError, match="TDWCONV"):
             run(bad, x=x, w=w)
+        if "6, 1, 0" not in ops[0]:  # a zero stride, a negative padding: the verifier names them,
+            with pytest.raises(PyptoError, match="TDWCONV"):  # and unverified, the CPU writes nothing
+                run(bad, backend="cpu", x=x, w=w)
+            assert np.isnan(run(bad, backend="cpu", verify=False, x=x, w=w)["o"]).all()

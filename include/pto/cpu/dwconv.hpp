@@ -208,6 +208,10 @@ inline void TDWCONV(Tile<D, RD, CD>& dst, const Tile<S, RS, CS>& src, const Tile
                     int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pb, int64_t pl, int64_t pr) {
   static_assert(std::is_arithmetic_v<D> && std::is_arithmetic_v<S> && std::is_arithmetic_v<W>,
                 "TDWCONV: float, double or integer tiles (lowering converts the others)");
+  if (sh < 1 || sw < 1 || dh < 1 || dw < 1 || pt < 0 || pb < 0 || pl < 0 || pr < 0) {  // (verifier: an error)
+    dst.vr = dst.vc = 0;
+    return;
+  }
   detail::DwGeometry g{w.vr, w.vc, sh, sw, dh, dw, pt, pl, src.vr, src.vc, 0, 0};
   g.ho = (src.vr + pt + pb - (g.kh - 1) * dh - 1) / sh + 1;
   g.wo = (src.vc + pl + pr - (g.kw - 1) * dw - 1) / sw + 1;
@@ -216,6 +220,10 @@ inline void TDWCONV(Tile<D, RD, CD>& dst, const Tile<S, RS, CS>& src, const Tile
     dst.vr = dst.vc = 0;
     return;
   }
+  // A result larger than dst's tile (a hand-written program; the interpreter rejects it) is cut to
+  // the tile: never a write past it.
+  g.ho = g.ho < RD ? g.ho : RD;
+  g.wo = g.wo < CD ? g.wo : CD;
 #if defined(__AVX512F__)
   if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float> && std::is_same_v<W, float>) {
     bool finite = true;

@@ -652,16 +652,11 @@ PyObject* jit_call(PyObject* self, PyObject* args, PyObject* kwargs) {
   PyObject* disp = PyDict_GetItem(*dict, g_dispatch_name);
   if (hooks != Py_None || !disp || !nb::inst_check(disp) || !nb::isinstance<Dispatch>(disp))
     return python_call(self, args, kwargs);
-  try {
-    nb::object out = nb::inst_ptr<Dispatch>(disp)->call(args);
-    if (!out.is(g_miss)) return out.release().ptr();
-  } catch (nb::python_error& e) {
-    e.restore();
-    return nullptr;
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
+  // Through the bound __call__, so that a C++ exception becomes the Python one nanobind's
+  // translators make (std::bad_alloc a MemoryError, ir::Error a PyptoError), as on the Python path.
+  PyObject* out = PyObject_CallOneArg(disp, args);
+  if (out != g_miss.ptr()) return out;  // (a result, or nullptr with the error set)
+  Py_DECREF(out);
   return python_call(self, args, kwargs);
 }
 

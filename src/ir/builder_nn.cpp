@@ -419,12 +419,11 @@ View Builder::depthwise_conv2d(const View& x, const View& w, std::vector<int64_t
   View src = x;
   DwConv kb = k;
   if (Hp * Wp > kDepthwiseTileElems) {
-    for (int64_t b = Ho; b >= 1; --b)
+    for (int64_t b = Ho; b >= 1; --b)  // (1 always fits: depthwise_fits)
       if (Ho % b == 0 && span(b) * Wp <= kDepthwiseTileElems) {
         band = b;
         break;
       }
-    if (band == Ho) band = 1;  // (no divisor but 1 fits)
     std::vector<int64_t> ps(xs.begin(), xs.end() - 2);
     ps.insert(ps.end(), {Hp, Wp});
     std::vector<Expr> pv(ps.size());  // the run-time extent of a dynamic batch, none for static dims

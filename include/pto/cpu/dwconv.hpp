@@ -171,7 +171,7 @@ void dw_f32_rows(Tile<float, RD, CD>& dst, const Tile<float, RS, CS>& src, const
       __m512 acc[kRows];
       for (int q = 0; q < kRows; ++q) acc[q] = _mm512_setzero_ps();
       if constexpr (KH > 0) {
-        intptr_t rows[kRows + (KH > 0 ? KH : 1) - 1];
+        intptr_t rows[kRows + KH - 1];
         for (int r = 0; r < kRows + KH - 1; ++r) {
           const int64_t x = i - g.pt + r;
           rows[r] = x >= 0 && x < g.hs ? reinterpret_cast<intptr_t>(src.row(x)) : zero_row;
@@ -201,6 +201,36 @@ void dw_f32(Tile<float, RD, CD>& dst, const Tile<float, RS, CS>& src, const Tile
 }
 #endif
 
+// The vector kernels where they apply (float tiles with AVX-512, column stride 1 or 2, at most
+// DwColumnTaps::kMax columns of finite weights), with the filter height a template argument where
+// the rows share their loads; false where the portable loop must run.
+template <class D, int RD, int CD, class S, int RS, int CS, class W, int RW, int CW>
+bool dw_vector(Tile<D, RD, CD>& dst, const Tile<S, RS, CS>& src, const Tile<W, RW, CW>& w,
+               const DwGeometry& g) {
+#if defined(__AVX512F__)
+  if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float> && std::is_same_v<W, float>) {
+    if ((g.sw != 1 && g.sw != 2) || g.kw > DwColumnTaps::kMax) return false;
+    for (int64_t a = 0; a < g.kh; ++a)
+      for (int64_t b = 0; b < g.kw; ++b)
+        if (!(w.at(a, b) - w.at(a, b) == 0.0f)) return false;  // NaN or infinite
+    const bool shared = g.sw == 1 && g.sh == 1 && g.dh == 1;
+    if (g.sw == 2)  // (MobileNet's downsampling layers)
+      dw_f32<0, 2>(dst, src, w, g);
+    else if (shared && g.kh == 3)
+      dw_f32<3, 1>(dst, src, w, g);
+    else if (shared && g.kh == 5)
+      dw_f32<5, 1>(dst, src, w, g);
+    else if (shared && g.kh == 7)
+      dw_f32<7, 1>(dst, src, w, g);
+    else
+      dw_f32<0, 1>(dst, src, w, g);
+    return true;
+  }
+#endif
+  (void)dst, (void)src, (void)w, (void)g;
+  return false;
+}
+
 }  // namespace detail
 
 template <class D, int RD, int CD, class S, int RS, int CS, class W, int RW, int CW>
@@ -224,34 +254,7 @@ inline void TDWCONV(Tile<D, RD, CD>& dst, const Tile<S, RS, CS>& src, const Tile
   // the tile: never a write past it.
   g.ho = g.ho < RD ? g.ho : RD;
   g.wo = g.wo < CD ? g.wo : CD;
-#if defined(__AVX512F__)
-  if constexpr (std::is_same_v<D, float> && std::is_same_v<S, float> && std::is_same_v<W, float>) {
-    bool finite = true;
-    for (int64_t a = 0; a < g.kh; ++a)
-      for (int64_t b = 0; b < g.kw; ++b) finite &= w.at(a, b) - w.at(a, b) == 0.0f;
-    if (sw == 1 && g.kw <= detail::DwColumnTaps::kMax && finite) {
-      const bool unit_rows = sh == 1 && dh == 1;
-      if (unit_rows && g.kh == 3)
-        detail::dw_f32<3, 1>(dst, src, w, g);
-      else if (unit_rows && g.kh == 5)
-        detail::dw_f32<5, 1>(dst, src, w, g);
-      else if (unit_rows && g.kh == 7)
-        detail::dw_f32<7, 1>(dst, src, w, g);
-      else
-        detail::dw_f32<0, 1>(dst, src, w, g);
-      dst.vr = int(g.ho);
-      dst.vc = int(g.wo);
-      return;
-    }
-    if (sw == 2 && g.kw <= detail::DwColumnTaps::kMax && finite) {  // (MobileNet's downsampling layers)
-      detail::dw_f32<0, 2>(dst, src, w, g);
-      dst.vr = int(g.ho);
-      dst.vc = int(g.wo);
-      return;
-    }
-  }
-#endif
-  detail::dw_portable(dst, src, w, g);
+  if (!detail::dw_vector(dst, src, w, g)) detail::dw_portable(dst, src, w, g);
   dst.vr = int(g.ho);
   dst.vc = int(g.wo);
 }

@@ -1,5 +1,5 @@
 """Indexing by tensors while tracing: x[idx], x[:, idx], x[idx] = v, index_select, embedding,
-gather, scatter, index_add, flip. Each is a builder call (src/ir/builder_index.cpp); the indices
+gather, scatter, index_add, index_copy, flip. Each is a builder call (src/ir/builder_index.cpp); the indices
 are checked when the kernel runs (an index out of range raises PyptoError, never a wild access)."""
 from __future__ import annotations
 
@@ -211,18 +211,38 @@ def index_add(x, dim, index_, source, alpha=1):
     return y
 
 
-def index_add_(x, dim, index_, source, alpha=1):
+def _put_along(x, dim, index_, source, accumulate, what, source_keeps_dim=False):
+    """x's slices along dim at a 0-d or 1-d index set to (or added) source's, in place; an index
+    out of range (a negative one too) raises when the kernel runs. source_keeps_dim: a 0-d index's
+    source has the dim, of size 1 (index_copy, as torch)."""
     tr = find_tracer(x, index_, source)
     idx = tensor_of(tr, index_, "index")
-    check_index_dtype(idx, "index_add")
+    check_index_dtype(idx, what)
     if len(idx.shape) > 1:
-        raise PyptoError(f"index_add: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
+        raise PyptoError(f"{what}: the index must be 0-d or 1-d, got shape {tuple(idx.shape)}")
+    if source_keeps_dim and len(idx.shape) == 0:
+        idx = tr.b.reshape(idx, [1])
     s = operand(tr, source)
-    if alpha != 1:
-        s = operand(tr, binary(Opcode.TMUL, source, alpha))
     tr.note_index_site()
-    tr.b.put(tensor_of(tr, x), static_int(dim, "dim"), idx, s, True, False)
+    tr.b.put(tensor_of(tr, x), static_int(dim, "dim"), idx, s, accumulate, False)
     return x
+
+
+def index_add_(x, dim, index_, source, alpha=1):
+    return _put_along(x, dim, index_, source if alpha == 1 else binary(Opcode.TMUL, source, alpha), True,
+                      "index_add")
+
+
+def index_copy(x, dim, index_, source):
+    """Out of place: a copy of x with source's slices at the indexed positions."""
+    y = copy(x)
+    index_copy_(y, dim, index_, source)
+    return y
+
+
+def index_copy_(x, dim, index_, source):
+    """x's slices along dim replaced by source's (a static KV cache's `k_cache.index_copy_(2, pos, k)`)."""
+    return _put_along(x, dim, index_, source, False, "index_copy", source_keeps_dim=True)
 
 
 def index_put_(x, indices, values, accumulate=False):

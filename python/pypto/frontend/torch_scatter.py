@@ -1,7 +1,6 @@
 """torch's scatter-family functions beyond index_ops.py, inside kernels (torch_functions.py reads
-ENTRIES): index_copy / index_copy_ (a static KV cache's update: `k_cache.index_copy_(2, pos, k)`),
-scatter_reduce with reduce "sum" / "mean", F.embedding_bag (sum / mean / max), diag_embed and
-heaviside. Each is composed of the index puts of index_ops.py and elementwise operations, so the
+ENTRIES, which also names index_ops' index_copy / index_copy_): scatter_reduce with reduce "sum" /
+"mean", F.embedding_bag (sum / mean / max), diag_embed and heaviside. Each is composed of the index puts of index_ops.py and elementwise operations, so the
 indices are checked when the kernel runs and each is differentiated like any other."""
 from __future__ import annotations
 
@@ -11,34 +10,6 @@ from . import index_ops as X
 from . import tensor_ops as T
 from .composite_ops import check_index_dtype, cumsum
 from .values import Opcode, TensorValue
-
-
-def _index_vector(index, what):
-    if not isinstance(index, TensorValue):
-        raise PyptoError(f"{what}: the index must be a tensor")
-    check_index_dtype(index, what)
-    if index.ndim > 1:
-        raise PyptoError(f"{what}: the index must be 0-d or 1-d, got shape {tuple(index.shape)}")
-    return index
-
-
-def index_copy_(input, dim, index, source):  # noqa: A002
-    """input's slices along dim at `index` replaced by source's, in place (x[:, index] = source
-    along any dim). As torch, a negative index is out of range (an error when the kernel runs)."""
-    tr = T.find_tracer(input, index, source)
-    idx = _index_vector(index, "index_copy")
-    if idx.ndim == 0:  # one slice, which source holds with its dim of size 1 (as torch)
-        idx = T.reshape(idx, (1,))
-    tr.note_index_site()
-    tr.b.put(T.tensor_of(tr, input), T.static_int(dim, "dim"), T.tensor_of(tr, idx, "index"),
-             T.operand(tr, source), False, False)
-    return input
-
-
-def index_copy(input, dim, index, source):  # noqa: A002
-    y = T.copy(input)
-    index_copy_(y, dim, index, source)
-    return y
 
 
 def scatter_reduce(input, dim, index, src, reduce, *, include_self=True):  # noqa: A002
@@ -167,6 +138,6 @@ def heaviside(input, values, *, out=None):  # noqa: A002
 
 
 ENTRIES = [
-    (index_copy, ["index_copy"]), (index_copy_, ["index_copy_"]), (scatter_reduce, ["scatter_reduce"]),
+    (X.index_copy, ["index_copy"]), (X.index_copy_, ["index_copy_"]), (scatter_reduce, ["scatter_reduce"]),
     (embedding_bag, ["embedding_bag"]), (diag_embed, ["diag_embed"]), (heaviside, ["heaviside"]),
 ]

@@ -10,6 +10,23 @@ using namespace ir;
 
 namespace {
 
+// An element in the compute type T (integers rounded to ct as the instruction computes them), and
+// back: the conversions of every matrix instruction.
+template <class T>
+T as_compute(const Num& v, DType ct) {
+  if constexpr (std::is_integral_v<T>)
+    return T(round_to(ct, v).i);
+  else
+    return T(v.as_double());
+}
+template <class T>
+Num as_num(T x) {
+  if constexpr (std::is_integral_v<T>)
+    return inum(int64_t(x));
+  else
+    return fnum(double(x));
+}
+
 // Dot products in the compute type T of the operands and dst (pto::promote_t): floats in double,
 // rounded once per result element; integers exactly, wrapping (pto::elem::add / mul).
 template <class T>
@@ -18,7 +35,7 @@ void matmul(Machine& m, const Op& op, DType ct) {
   Tile& dst = m.tile(op, 0);
   const Tile& a = m.tile(op, 1);
   const Tile& b = m.tile(op, 2);
-  auto val = [&](const Num& v) { return std::is_integral_v<T> ? T(round_to(ct, v).i) : T(v.as_double()); };
+  auto val = [&](const Num& v) { return as_compute<T>(v, ct); };
   // Ragged K: only the first min(a.vc, b.vr) products count, so padding never leaks in.
   const int64_t k = std::min(a.vc, b.vr);
   const bool acc = op.code == Opcode::TMATMUL_ACC;
@@ -35,7 +52,7 @@ void matmul(Machine& m, const Op& op, DType ct) {
     const Tile& t = m.tile(op, 3);
     for (int64_t j = 0; j < N; ++j) bias.push_back(val(m.get(op, t, 0, j)));
   }
-  auto num = [](T x) { return std::is_integral_v<T> ? inum(int64_t(x)) : fnum(double(x)); };
+  auto num = as_num<T>;
   auto dot = [&](int64_t i, int64_t j, T s) {
     for (int64_t p = 0; p < k; ++p) s = e::add(s, e::mul(A[size_t(i * k + p)], B[size_t(p * N + j)]));
     return s;
@@ -81,11 +98,11 @@ void dwconv(Machine& m, const Op& op, DType ct) {
                    " window does not fit the padded source's " + std::to_string(hp) + " x " +
                    std::to_string(wp) + " region");
   const int64_t ho = (hp - span_h) / sh + 1, wo = (wp - span_w) / sw + 1;
-  auto val = [&](const Num& v) { return std::is_integral_v<T> ? T(round_to(ct, v).i) : T(v.as_double()); };
+  auto val = [&](const Num& v) { return as_compute<T>(v, ct); };
   std::vector<T> W(size_t(kh * kw));
   for (int64_t a = 0; a < kh; ++a)
     for (int64_t b = 0; b < kw; ++b) W[size_t(a * kw + b)] = val(m.get(op, w, a, b));
-  auto num = [](T x) { return std::is_integral_v<T> ? inum(int64_t(x)) : fnum(double(x)); };
+  auto num = as_num<T>;
   commit(m, op, dst, ho, wo, [&](int64_t i, int64_t j) {
     T s = T(0);
     for (int64_t a = 0; a < kh; ++a) {

@@ -31,6 +31,7 @@
 
 #include "pto/base.hpp"
 #include "pto/math.hpp"
+#include "pto/special.hpp"
 
 namespace pto {
 namespace elem {
@@ -208,6 +209,11 @@ PTO_ELEM_FLOAT_FN(log2, math::log2(v))                    // log2(0) = -inf, (x 
 PTO_ELEM_FLOAT_FN(log10, math::log10(v))                  // log10(0) = -inf, (x < 0) = NaN
 PTO_ELEM_FLOAT_FN(log1p, math::log1p(v))                  // log(1 + x), accurate near 0; (-1) = -inf
 PTO_ELEM_FLOAT_FN(cbrt, math::cbrt(v))                    // real cube root: cbrt(-8) = -2
+PTO_ELEM_FLOAT_FN(erfc, math::erfc(v))                    // 1 - erf(x) without cancellation
+PTO_ELEM_FLOAT_FN(erfinv, math::erfinv(v))                // erfinv(+-1) = +-inf, |x| > 1: NaN
+PTO_ELEM_FLOAT_FN(lgamma, math::lgamma(v))                // log|Gamma(x)|; poles and +-inf: +inf
+PTO_ELEM_FLOAT_FN(digamma, math::digamma(v))              // (+-0) = -+inf, poles and -inf: NaN
+PTO_ELEM_FLOAT_FN(trigamma, math::trigamma(v))            // poles: +inf, (+inf) = 0, (-inf) = NaN
 #undef PTO_ELEM_FLOAT_FN
 
 template <class T>

@@ -30,7 +30,8 @@ from .ops_composite import (baddbmm, detach, binary_cross_entropy, binary_cross_
                             einsum, huber_loss, kl_div, l1_loss, mse_loss, nll_loss, normalize, outer, scaled_mm,
                             smooth_l1_loss, vector_norm)
 from .ops_math import (absolute, arctan2, atan2, bitwise_and, bitwise_left_shift, bitwise_not, bitwise_or,
-                       bitwise_right_shift, bitwise_xor, cbrt, ceil, ceil_div, clip, copysign, cos, equal, exp2, expm1,
+                       bitwise_right_shift, bitwise_xor, cbrt, ceil, ceil_div, clip, copysign, cos, digamma, equal, erfc,
+                       erfinv, exp2, expm1, lgamma, trigamma,
                        fix, floor_divide, fmod, gcd, greater, greater_equal, hardsigmoid, hardswish, hypot,
                        isfinite, isinf, isnan, leaky_relu, less, less_equal, log1p, log2, log10, logical_and,
                        left_shift, logical_not, logical_or, logical_xor, lrelu, mish, mod, negative, not_equal, prelu,

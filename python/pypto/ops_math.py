@@ -31,6 +31,15 @@ log2 = _named(make_unary(Op.TLOG2, _ops._elem("log2"), None, "Base-2 logarithm."
 log10 = _named(make_unary(Op.TLOG10, _ops._elem("log10"), None, "Base-10 logarithm."), "log10")
 log1p = _named(make_unary(Op.TLOG1P, _ops._elem("log1p"), None, "log(1 + x), accurate near 0."), "log1p")
 cbrt = _named(make_unary(Op.TCBRT, _ops._elem("cbrt"), None, "Real cube root."), "cbrt")
+erfc = _named(make_unary(Op.TERFC, _ops._elem("erfc"), None, "1 - erf(x), accurate in the tail."), "erfc")
+erfinv = _named(make_unary(Op.TERFINV, _ops._elem("erfinv"), None,
+                           "The inverse of erf on (-1, 1): +-inf at +-1, NaN beyond."), "erfinv")
+lgamma = _named(make_unary(Op.TLGAMMA, _ops._elem("lgamma"), None,
+                           "log |Gamma(x)|; +inf at 0, the negative integers and +-inf."), "lgamma")
+digamma = _named(make_unary(Op.TDIGAMMA, _ops._elem("digamma"), None,
+                            "d/dx lgamma(x); NaN at the negative integers, -inf at +0."), "digamma")
+trigamma = _named(make_unary(Op.TTRIGAMMA, _ops._elem("trigamma"), None,
+                             "d/dx digamma(x) (torch.polygamma(1, x)); +inf at the poles."), "trigamma")
 ceil = _named(make_unary(Op.TCEIL, _ops._keep_int("ceil", lambda x: x), None, "Elementwise ceiling (integers unchanged)."), "ceil")
 trunc = _named(make_unary(Op.TTRUNC, _ops._keep_int("trunc", lambda x: x), None, "Round toward zero (integers unchanged)."), "trunc")
 sign = _named(make_unary(Op.TSIGN, _ops._keep_int("sign", lambda x: (x > 0) - (x < 0)), None,
@@ -193,7 +202,8 @@ negative, absolute = _ops.neg, _ops.abs
 arctan2, fix, mod = atan2, trunc, remainder
 bitwise_left_shift, bitwise_right_shift = left_shift, right_shift
 
-__all__ = ["sin", "cos", "tan", "exp2", "expm1", "log2", "log10", "log1p", "cbrt", "ceil", "trunc", "sign",
+__all__ = ["sin", "cos", "tan", "exp2", "expm1", "log2", "log10", "log1p", "cbrt", "erfc", "erfinv", "lgamma",
+           "digamma", "trigamma", "ceil", "trunc", "sign",
            "round", "atan2", "hypot", "copysign", "fmod", "remainder", "floor_divide", "gcd", "ceil_div",
            "softplus", "mish", "hardswish", "hardsigmoid", "leaky_relu", "lrelu", "prelu", "isnan", "isinf",
            "isfinite", "signbit", "logical_and", "logical_or", "logical_xor", "logical_not", "clip", "greater",

@@ -31,7 +31,9 @@ void bind_elem(nb::module_& m) {
       {"expm1", &e::expm1<double>},     {"log2", &e::log2<double>},
       {"log10", &e::log10<double>},     {"log1p", &e::log1p<double>},
       {"cbrt", &e::cbrt<double>},       {"ceil", &e::ceil<double>},
-      {"trunc", &e::trunc<double>},
+      {"trunc", &e::trunc<double>},     {"erfc", &e::erfc<double>},
+      {"erfinv", &e::erfinv<double>},   {"lgamma", &e::lgamma<double>},
+      {"digamma", &e::digamma<double>}, {"trigamma", &e::trigamma<double>},
   };
   static const std::map<std::string, B> binary = {
       {"max", &e::max<double>},     {"min", &e::min<double>},           {"pow", &e::pow<double>},

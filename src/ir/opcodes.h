@@ -77,6 +77,11 @@ enum class OpCategory : uint8_t {
   X(TTRUNC, Unary, 2)        \
   X(TSIGN, Unary, 2)         \
   X(TBNOT, Unary, 2)         \
+  X(TERFC, Unary, 2)         \
+  X(TERFINV, Unary, 2)       \
+  X(TLGAMMA, Unary, 2)       \
+  X(TDIGAMMA, Unary, 2)      \
+  X(TTRIGAMMA, Unary, 2)     \
   X(TADD, Binary, 3)         \
   X(TSUB, Binary, 3)         \
   X(TMUL, Binary, 3)         \

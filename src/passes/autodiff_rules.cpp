@@ -205,6 +205,20 @@ void Differentiator::rule(const StmtNode* s, const Env& env) {
         View y = out();
         return accumulate(x, bin(Opcode::TDIV, g, bin(Opcode::TMUL, bin(Opcode::TMUL, y, y), k(3))), env);
       }
+      case Opcode::TERFC: {  // -2/sqrt(pi) exp(-x^2)
+        Operand xv = val(1);
+        View e = un(Opcode::TEXP, bin(Opcode::TMUL, bin(Opcode::TMUL, xv, xv), k(-1)));
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TMUL, e, k(-2 / std::sqrt(M_PI)))), env);
+      }
+      case Opcode::TERFINV: {  // sqrt(pi)/2 exp(y^2)
+        View y = out();
+        View e = un(Opcode::TEXP, bin(Opcode::TMUL, y, y));
+        return accumulate(x, bin(Opcode::TMUL, g, bin(Opcode::TMUL, e, k(std::sqrt(M_PI) / 2))), env);
+      }
+      case Opcode::TLGAMMA:  // digamma x
+        return accumulate(x, bin(Opcode::TMUL, g, un(Opcode::TDIGAMMA, std::get<View>(val(1)))), env);
+      case Opcode::TDIGAMMA:  // trigamma x
+        return accumulate(x, bin(Opcode::TMUL, g, un(Opcode::TTRIGAMMA, std::get<View>(val(1)))), env);
       case Opcode::TSILU: {  // s (1 + x (1 - s))
         Operand xv = val(1);
         View sg = un(Opcode::TSIGMOID, std::get<View>(xv));

@@ -57,12 +57,13 @@ TEST(CpuCodegenOps, EveryOpcodeMatchesTheInterpreter) {
   P.emit(Opcode::TLOAD, {W(rag), W(Rag)});
   P.emit(Opcode::TLOAD, {W(idx), W(Idx)});
 
-  for (Opcode u :
-       {Opcode::TMOV,   Opcode::TNEG,       Opcode::TABS,   Opcode::TEXP,   Opcode::TLOG,     Opcode::TSQRT,
-        Opcode::TRSQRT, Opcode::TRECIP,     Opcode::TRELU,  Opcode::TTANH,  Opcode::TSIGMOID, Opcode::TERF,
-        Opcode::TGELU,  Opcode::TGELU_TANH, Opcode::TSILU,  Opcode::TFLOOR, Opcode::TSIN,     Opcode::TCOS,
-        Opcode::TTAN,   Opcode::TEXP2,      Opcode::TEXPM1, Opcode::TLOG2,  Opcode::TLOG10,   Opcode::TLOG1P,
-        Opcode::TCBRT,  Opcode::TCEIL,      Opcode::TROUND, Opcode::TTRUNC, Opcode::TSIGN}) {
+  for (Opcode u : {Opcode::TMOV,     Opcode::TNEG,    Opcode::TABS,     Opcode::TEXP,       Opcode::TLOG,
+                   Opcode::TSQRT,    Opcode::TRSQRT,  Opcode::TRECIP,   Opcode::TRELU,      Opcode::TTANH,
+                   Opcode::TSIGMOID, Opcode::TERF,    Opcode::TGELU,    Opcode::TGELU_TANH, Opcode::TSILU,
+                   Opcode::TFLOOR,   Opcode::TSIN,    Opcode::TCOS,     Opcode::TTAN,       Opcode::TEXP2,
+                   Opcode::TEXPM1,   Opcode::TLOG2,   Opcode::TLOG10,   Opcode::TLOG1P,     Opcode::TCBRT,
+                   Opcode::TCEIL,    Opcode::TROUND,  Opcode::TTRUNC,   Opcode::TSIGN,      Opcode::TERFC,
+                   Opcode::TERFINV,  Opcode::TLGAMMA, Opcode::TDIGAMMA, Opcode::TTRIGAMMA}) {
     auto d = P.T();
     const bool positive = u == Opcode::TLOG || u == Opcode::TSQRT || u == Opcode::TRSQRT ||
                           u == Opcode::TLOG2 || u == Opcode::TLOG10 || u == Opcode::TLOG1P;

@@ -167,6 +167,42 @@ TEST(ElemSemantics, GeluOneFormula) {
   EXPECT_LT(e::gelu(-30.0), 0.0);
 }
 
+// erfc, erfinv, lgamma, digamma, trigamma at their edges, as torch defines them (docs/isa.md).
+template <class T>
+void check_special_function_edges() {
+  const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
+  EXPECT_EQ(e::erfc(-inf), T(2));
+  EXPECT_EQ(e::erfc(inf), T(0));
+  EXPECT_EQ(e::erfc(T(0)), T(1));
+  EXPECT_TRUE(std::isnan(e::erfc(nan)));
+  EXPECT_GT(e::erfc(T(9)), T(0));  // the tail keeps its relative accuracy: 1 - erf(9) is 0
+  EXPECT_NEAR(e::erfc(T(9)) / T(4.1370317465138102e-37), 1.0, 1e-6);
+  EXPECT_EQ(e::erfinv(T(1)), inf);
+  EXPECT_EQ(e::erfinv(T(-1)), -inf);
+  EXPECT_TRUE(std::isnan(e::erfinv(T(1.5))));
+  EXPECT_TRUE(std::isnan(e::erfinv(nan)));
+  EXPECT_TRUE(std::signbit(e::erfinv(T(-0.0))));
+  EXPECT_NEAR(e::erf(e::erfinv(T(0.75))), 0.75, 1e-6);
+  for (T x : {T(0), T(-0.0), T(-1), T(-7), inf, -inf}) EXPECT_EQ(e::lgamma(x), inf) << x;
+  EXPECT_EQ(e::lgamma(T(1)), T(0));
+  EXPECT_EQ(e::lgamma(T(2)), T(0));
+  EXPECT_EQ(e::digamma(T(0)), -inf);
+  EXPECT_EQ(e::digamma(T(-0.0)), inf);
+  EXPECT_TRUE(std::isnan(e::digamma(T(-3))));
+  EXPECT_TRUE(std::isnan(e::digamma(-inf)));
+  EXPECT_EQ(e::digamma(inf), inf);
+  EXPECT_NEAR(e::digamma(T(1)), -0.57721566490153286, 1e-7);  // -Euler's gamma
+  EXPECT_EQ(e::trigamma(T(0)), inf);
+  EXPECT_EQ(e::trigamma(T(-2)), inf);
+  EXPECT_EQ(e::trigamma(inf), T(0));
+  EXPECT_TRUE(std::isnan(e::trigamma(-inf)));
+  EXPECT_NEAR(e::trigamma(T(1)), 1.6449340668482264, 1e-7);  // pi^2 / 6
+  // The reflection for negative arguments: psi(1 - x) - psi(x) = pi cot(pi x).
+  EXPECT_NEAR(e::digamma(T(-2.25)), e::digamma(T(3.25)) - M_PI / std::tan(M_PI * -2.25), 1e-5);
+}
+TEST(ElemSemantics, SpecialFunctionEdgesFloat) { check_special_function_edges<float>(); }
+TEST(ElemSemantics, SpecialFunctionEdgesDouble) { check_special_function_edges<double>(); }
+
 // The CPU kernels' float paths (vectorised polynomials, bit-blend selects, the sqrt builtins) give
 // exactly the element functions' values at the special inputs, whole rows and scalar tails alike.
 TEST(ElemSemantics, CpuFloatKernelsAgreeOnSpecialValues) {
@@ -203,6 +239,11 @@ TEST(ElemSemantics, CpuFloatKernelsAgreeOnSpecialValues) {
   PTO_CHECK(TSILU, silu)
   PTO_CHECK(TRELU, relu)
   PTO_CHECK(TFLOOR, floor)
+  PTO_CHECK(TERFC, erfc)
+  PTO_CHECK(TERFINV, erfinv)
+  PTO_CHECK(TLGAMMA, lgamma)
+  PTO_CHECK(TDIGAMMA, digamma)
+  PTO_CHECK(TTRIGAMMA, trigamma)
 #undef PTO_CHECK
   // Float -> int conversion of a whole tile (the vectorised path) saturates, NaN -> 0.
   pto::Tile<int32_t, 1, C> i32;

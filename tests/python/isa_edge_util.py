@@ -1,5 +1,7 @@
 """Edge-case inputs and NumPy references (float64 / exact integers) for the element semantics of
 docs/isa.md §2, shared by the differential tests and the fuzz suite."""
+import math
+
 import numpy as np
 
 import pypto
@@ -235,3 +237,58 @@ def run_both(text, args):
     prog = pypto.isa.parse(text)
     pypto.isa.verify(prog, level="tile")
     return {bk: pypto.isa.run(prog, dict(args), backend=bk) for bk in ("interp", "cpu")}
+
+
+# The special functions (TERFC ... TTRIGAMMA) on one Python float, with torch's edge values
+# (docs/isa.md §7.3); mpmath (which torch's sympy brings) gives the values to 30 digits.
+def _mp():
+    import mpmath
+    mpmath.mp.dps = 30
+    return mpmath
+
+
+def _is_pole(x):
+    return x <= 0 and (math.isinf(x) or x == math.floor(x))  # 0, -0, the negative integers and -inf
+
+
+def ref_erfc(x):
+    return math.erfc(x)
+
+
+def ref_erfinv(x):
+    if math.isnan(x) or abs(x) > 1:
+        return math.nan
+    if abs(x) == 1:
+        return math.copysign(math.inf, x)
+    return x if x == 0 else float(_mp().erfinv(x))
+
+
+def ref_lgamma(x):
+    if math.isnan(x):
+        return x
+    if math.isinf(x) or _is_pole(x):
+        return math.inf
+    try:
+        return math.lgamma(x)
+    except OverflowError:  # beyond double's range
+        return math.inf
+
+
+def ref_digamma(x):
+    if math.isnan(x) or x == math.inf:
+        return x
+    if x == 0:
+        return -math.copysign(math.inf, x)
+    return math.nan if _is_pole(x) else float(_mp().digamma(x))
+
+
+def ref_trigamma(x):
+    if math.isnan(x) or x == -math.inf:
+        return math.nan
+    if x == math.inf:
+        return 0.0
+    return math.inf if _is_pole(x) else float(_mp().psi(1, x))
+
+
+SPECIAL_UNARY = {"TERFC": ref_erfc, "TERFINV": ref_erfinv, "TLGAMMA": ref_lgamma, "TDIGAMMA": ref_digamma,
+                 "TTRIGAMMA": ref_trigamma}

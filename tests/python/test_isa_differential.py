@@ -411,7 +411,8 @@ def test_bfloat16():
 
 # ---- random programs ----------------------------------------------------------------------------
 
-SAFE_UNARY = ["TNEG", "TABS", "TRELU", "TTANH", "TSIGMOID", "TERF", "TGELU", "TGELU_TANH", "TSILU", "TFLOOR", "TMOV"]
+SAFE_UNARY = ["TNEG", "TABS", "TRELU", "TTANH", "TSIGMOID", "TERF", "TGELU", "TGELU_TANH", "TSILU", "TFLOOR", "TMOV",
+              "TERFC"]
 
 
 @st.composite

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from isa_edge_util import (COMPARE, FLOAT_BINARY, FLOAT_UNARY, FLOATS, INT_BINARY, INT_UNARY, INTS, NARROW, NP, C,
-                           R, edge_array, float_ref, int_ref, mismatch, program_text, run_both, sat_int, wrap)
+                           R, SPECIAL_UNARY, edge_array, float_ref, int_ref, mismatch, program_text, run_both, sat_int, wrap)
 
 RTOL = {"f32": {"interp": 2e-6, "cpu": 1e-5}, "f64": {"interp": 1e-12, "cpu": 1e-12}}
 
@@ -169,7 +169,7 @@ MORE_UNARY = {  # f(x) on a Python float (computed in double) or a Python int
     "TLOG2": np.log2, "TLOG10": np.log10, "TLOG1P": np.log1p, "TCBRT": np.cbrt,
     **{op: (lambda f: lambda x: x if isinstance(x, int) else f(x))(f)  # integers are integral already
        for op, f in (("TCEIL", np.ceil), ("TROUND", np.rint), ("TTRUNC", np.trunc))}, "TSIGN": lambda x: float((x > 0) - (x < 0)) if isinstance(x, float) else (x > 0) - (x < 0),
-    "TBNOT": _bits_op(lambda x: ~x),
+    "TBNOT": _bits_op(lambda x: ~x), **SPECIAL_UNARY,
 }
 INT_EXACT_UNARY = ("TMOV", "TCEIL", "TROUND", "TTRUNC", "TSIGN", "TBNOT")  # integers: no detour through double
 MORE_BINARY = {

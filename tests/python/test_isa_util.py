@@ -7,6 +7,8 @@ import numpy as np
 import pypto
 from pypto import _C, isa
 
+from isa_edge_util import SPECIAL_UNARY
+
 PyptoError = _C.PyptoError
 RNG = np.random.default_rng(1234)
 
@@ -102,10 +104,13 @@ UNARY_REF = {
     "TROUND": np.round,  # halves to even, as the instruction
     "TTRUNC": np.trunc,
     "TSIGN": lambda x: np.where(np.isnan(x), 0, np.sign(x)).astype(np.asarray(x).dtype),  # torch's NaN -> 0
+    **{op: np.vectorize(SPECIAL_UNARY[op], otypes=[np.float64])
+       for op in ("TERFC", "TERFINV", "TLGAMMA", "TDIGAMMA", "TTRIGAMMA")},
 }
 # Inputs inside each function's domain.
 UNARY_DOMAIN = {"TLOG": (0.1, 4.0), "TSQRT": (0.1, 4.0), "TRSQRT": (0.1, 4.0), "TLOG2": (0.1, 4.0),
-                "TLOG10": (0.1, 4.0), "TLOG1P": (-0.9, 3.0), "TTAN": (-1.2, 1.2)}
+                "TLOG10": (0.1, 4.0), "TLOG1P": (-0.9, 3.0), "TTAN": (-1.2, 1.2),
+                "TERFINV": (-0.99, 0.99), "TLGAMMA": (0.1, 4.0), "TDIGAMMA": (0.1, 4.0), "TTRIGAMMA": (0.1, 4.0)}
 
 BINARY_REF = {
     "TADD": np.add,

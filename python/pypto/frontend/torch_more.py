@@ -157,8 +157,13 @@ def bucketize(input, boundaries, *, out_int32=False, right=False, out=None):  # 
 
 # --- shapes and indexing ---------------------------------------------------------------------
 
-def tile(input, dims):  # noqa: A002
-    reps = tuple(dims) if isinstance(dims, (tuple, list)) else (dims,)
+def tile(input, *dims):  # noqa: A002
+    """torch.tile(x, (2, 1)), x.tile((2, 1)) and x.tile(2, 1)."""
+    if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+        dims = dims[0]
+    reps = tuple(dims)
+    if not reps:
+        raise PyptoError("tile: no repetition counts given")
     reps = (1,) * (input.ndim - len(reps)) + reps
     return input.repeat(*reps)
 

@@ -149,6 +149,16 @@ Num unary(Opcode code, T x) {
       return num(e::sign(x));
     case Opcode::TBNOT:
       return num(e::bnot(x));
+    case Opcode::TERFC:
+      return num(e::erfc(x));
+    case Opcode::TERFINV:
+      return num(e::erfinv(x));
+    case Opcode::TLGAMMA:
+      return num(e::lgamma(x));
+    case Opcode::TDIGAMMA:
+      return num(e::digamma(x));
+    case Opcode::TTRIGAMMA:
+      return num(e::trigamma(x));
     default:
       return fnum(NAN);
   }

@@ -65,6 +65,11 @@ bool transcendental(Opcode c) {
     case Opcode::TLOG10:
     case Opcode::TLOG1P:
     case Opcode::TCBRT:
+    case Opcode::TERFC:
+    case Opcode::TERFINV:
+    case Opcode::TLGAMMA:
+    case Opcode::TDIGAMMA:
+    case Opcode::TTRIGAMMA:
     case Opcode::TDIV:
     case Opcode::TPOW:
     case Opcode::TATAN2:

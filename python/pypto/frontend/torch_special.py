@@ -11,17 +11,8 @@ import math
 from .. import dtypes as _dt
 from ..errors import PyptoError
 from . import tensor_ops as T
+from .torch_math import _float, _no_out
 from .values import Opcode, TensorValue
-
-
-def _no_out(out):
-    if out is not None:
-        raise PyptoError("out= is not supported inside a kernel; assign the result instead (y[...] = f(x))")
-
-
-def _float(x):
-    """Integer and bool tensors compute in float32, as torch's float functions of them do."""
-    return T.cast(x, _dt.float32) if isinstance(x, TensorValue) and not x.pdtype.is_floating_point else x
 
 
 def _unary(op):

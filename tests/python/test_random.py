@@ -3,6 +3,8 @@
 their statistics are those of uniform/normal numbers; dropout (pypto.dropout, F.dropout, nn.Dropout
 in training mode) draws a fresh mask per call, repeatable with torch.manual_seed, reused by its
 backward, independent between two dropouts of one kernel."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -96,6 +98,43 @@ def test_torch_dropout_in_training_mode():
     a, b = pypto.jit(two_dropouts)(x)
     assert abs(((a != 0) & (b != 0)).float().mean().item() - 0.25) < 0.01  # independent masks
     assert torch.equal(pypto.jit(lambda x: F.dropout(x, 0.5, training=False))(x), x)
+
+
+@requires_compiler
+def test_channel_and_alpha_dropouts_in_training_mode():
+    x = torch.randn(16, 64, 5, 6) + 3.0  # no element 0 (0 marks a dropped one)
+    y = pypto.jit(lambda x: F.dropout2d(x, 0.3, training=True))(x)
+    kept = (y != 0).flatten(2)
+    assert torch.equal(kept.all(-1), kept.any(-1))  # whole feature maps kept or dropped
+    assert abs(kept[..., 0].float().mean().item() - 0.7) < 0.05
+    assert torch.allclose(y[y != 0], x[y != 0] / 0.7)
+    y1 = pypto.jit(lambda x: F.dropout1d(x, 0.5, training=True))(x[0, :, 0])  # unbatched (C, L): per channel
+    k1 = (y1 != 0)
+    assert torch.equal(k1.all(-1), k1.any(-1)) and 0 < k1[:, 0].sum() < 64
+    y3 = pypto.jit(lambda x: F.dropout3d(x, 0.5, training=True))(x[None])
+    k3 = (y3 != 0).flatten(2)
+    assert torch.equal(k3.all(-1), k3.any(-1))
+    # alpha dropout: kept elements a x + b, dropped ones SELU's saturation after the correction,
+    # so that a standard normal input keeps mean 0 and variance 1 (torch's constants).
+    p, s = 0.2, 1.7580993408473766
+    a = 1.0 / math.sqrt((s * s * p + 1) * (1 - p))
+    z = torch.randn(256, 512, dtype=torch.float64)
+    y = pypto.jit(lambda x: F.alpha_dropout(x, p, training=True))(z)
+    dropped = (y - s * a * (p - 1)).abs() < 1e-12
+    assert abs(dropped.double().mean().item() - p) < 0.01
+    assert torch.allclose(y[~dropped], a * z[~dropped] + s * a * p)
+    assert abs(y.mean().item()) < 0.02 and abs(y.var().item() - 1.0) < 0.03
+    yf = pypto.jit(lambda x: F.feature_alpha_dropout(x, p, training=True))(z.reshape(16, 32, 256))
+    df = (yf - s * a * (p - 1)).abs() < 1e-12
+    assert torch.equal(df.all(-1), df.any(-1))
+    # Not training (the alpha forms' default), and p = 0: the input itself.
+    for f in (lambda x: F.alpha_dropout(x, 0.5), lambda x: F.feature_alpha_dropout(x, 0.5),
+              lambda x: F.dropout2d(x, 0.5, training=False), lambda x: F.dropout2d(x, 0.0)):
+        assert torch.equal(pypto.jit(f)(x), x)
+    with pytest.raises(pypto.PyptoError, match=r"test_random.py:\d+.*dropout3d: expects an input of 4 or 5 dims"):
+        pypto.jit(lambda x: F.dropout3d(x, 0.5, training=True))(x[0])
+    with pytest.raises(pypto.PyptoError, match=r"alpha_dropout: p must be in \[0, 1\]"):
+        pypto.jit(lambda x: F.alpha_dropout(x, 1.5, training=True))(x)
 
 
 @requires_compiler

@@ -133,3 +133,63 @@ def dropout(x, p=0.5, training=True, seed=None):
         return T.where(T.compare(Opcode.TCMP_NE, x, x), 0.0, T.binary(Opcode.TMUL, x, 0.0))
     keep = T.compare(Opcode.TCMP_GE, rand(_fresh_seed(x, seed), element_offsets(x)), p)
     return T.where(keep, T.binary(Opcode.TMUL, x, 1.0 / (1.0 - p)), 0.0)
+
+
+# SELU's negative saturation, -scale * alpha: what alpha dropout sets a dropped element to (before
+# the affine correction that keeps the mean and variance).
+_SELU_SATURATION = 1.7580993408473766
+
+
+def _keep_mask(x, p, seed, lead):
+    """True where an element is kept: one draw per element (lead None), or one per index of x's first
+    `lead` dims (the channel dropouts: whole feature maps kept or dropped)."""
+    sample = x if lead is None else T.index(x, (slice(None),) * lead + (slice(0, 1),) * (x.ndim - lead))
+    return T.compare(Opcode.TCMP_GE, rand(_fresh_seed(x, seed), element_offsets(sample)), p)
+
+
+def feature_dropout(x, p, training, what, lead=None, alpha=False, seed=None):
+    """dropout1d/2d/3d (one draw per index of x's first `lead` dims: whole feature maps kept or
+    dropped), alpha_dropout (lead None: per element) and feature_alpha_dropout. Alpha forms set
+    dropped elements to SELU's saturation and apply torch's affine correction a x + b (mean and
+    variance kept); identity when not training or p == 0; zeros at p == 1."""
+    p = float(p)
+    if not 0.0 <= p <= 1.0:
+        raise PyptoError(f"{what}: p must be in [0, 1], got {p}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return T.binary(Opcode.TMUL, x, 0.0)
+    keep = _keep_mask(x, p, seed, lead)
+    if not alpha:
+        return T.where(keep, T.binary(Opcode.TMUL, x, 1.0 / (1.0 - p)), 0.0)
+    s = _SELU_SATURATION
+    a = 1.0 / math.sqrt((s * s * p + 1.0) * (1.0 - p))
+    kept = T.binary(Opcode.TADD, T.binary(Opcode.TMUL, x, a), s * a * p)
+    return T.where(keep, kept, s * a * (p - 1.0))
+
+
+def _dropout_form(what, training_default, lead, alpha=False):
+    """F.dropout1d/2d/3d, alpha_dropout, feature_alpha_dropout; lead(ndim): how many leading dims
+    draw separately (None: every element), as torch reads the input's dims."""
+    def f(input, p=0.5, training=training_default, inplace=False):  # noqa: A002
+        return feature_dropout(input, p, training, what, lead(input.ndim), alpha)
+    return f
+
+
+def _channel_dims(what, batched):
+    """(N, C, ...) draws per (n, c); the unbatched form, one dim fewer, per channel."""
+    def lead(ndim):
+        if ndim not in (batched - 1, batched):
+            raise PyptoError(f"{what}: expects an input of {batched - 1} or {batched} dims, got {ndim}")
+        return 2 if ndim == batched else 1
+    return lead
+
+
+# torch's channel and alpha dropouts (torch_functions.py reads this with the other ENTRIES).
+DROPOUT_ENTRIES = [
+    (_dropout_form("dropout1d", True, _channel_dims("dropout1d", 3)), ["dropout1d"]),
+    (_dropout_form("dropout2d", True, lambda n: min(n, 2)), ["dropout2d"]),  # 3-d: (N, C, L), as torch
+    (_dropout_form("dropout3d", True, _channel_dims("dropout3d", 5)), ["dropout3d"]),
+    (_dropout_form("alpha_dropout", False, lambda n: None, True), ["alpha_dropout"]),
+    (_dropout_form("feature_alpha_dropout", False, lambda n: min(n, 2), True), ["feature_alpha_dropout"]),
+]

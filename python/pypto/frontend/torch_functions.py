@@ -21,6 +21,7 @@ from . import torch_math as TM
 from . import torch_more as MORE
 from . import torch_scatter as SCAT
 from . import torch_special as SP
+from . import torch_pool as POOL
 from . import torch_nn as NN
 from . import tensor_ops as T
 from ..errors import PyptoError
@@ -674,7 +675,7 @@ def _build():
     torch = _torch()
     import torch.nn.functional as F
     table = {}
-    entries = _entries() + NN.ENTRIES + TM.ENTRIES + MORE.ENTRIES + SCAT.ENTRIES + SP.ENTRIES
+    entries = _entries() + NN.ENTRIES + TM.ENTRIES + MORE.ENTRIES + SCAT.ENTRIES + SP.ENTRIES + POOL.ENTRIES + R.DROPOUT_ENTRIES
     # The in-place forms torch has of the functions above (x.add_(y), torch.relu_(x)): the
     # out-of-place result written back into x. Not those that change x's shape (x.squeeze_(),
     # x.t_()): a kernel's tensors keep theirs, so these stay unsupported.

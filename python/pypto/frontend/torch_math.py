@@ -23,14 +23,14 @@ def _torch():
     return sys.modules["torch"]
 
 
-def _no_out(out):
+def no_out(out):
     if out is not None:
         raise PyptoError("out= is not supported inside a kernel; assign the result instead (y[...] = f(x))")
 
 
 def _binary(op):
     def f(input, other, *, out=None):  # noqa: A002
-        _no_out(out)
+        no_out(out)
         return T.binary(op, input, other)
     return f
 
@@ -38,7 +38,7 @@ def _binary(op):
 def _fn(impl):
     """A one-argument torch function: impl(input), refusing out=."""
     def f(input, *, out=None):  # noqa: A002
-        _no_out(out)
+        no_out(out)
         return impl(input)
     return f
 
@@ -71,7 +71,7 @@ def _and(a, b):
     return T.logical(Opcode.TAND, a, b)
 
 
-def _float(x):
+def as_float(x):
     """Integer and bool tensors compute in float32, as torch's float functions of them do."""
     return T.cast(x, _dt.float32) if isinstance(x, TensorValue) and not x.pdtype.is_floating_point else x
 
@@ -79,18 +79,18 @@ def _float(x):
 # --- hyperbolic and inverse trigonometric functions ----------------------------------------------
 
 def sinh(x):
-    x = _float(x)  # (e^x - e^-x) / 2 through expm1: exact near 0, where e^x - e^-x cancels
+    x = as_float(x)  # (e^x - e^-x) / 2 through expm1: exact near 0, where e^x - e^-x cancels
     return _mul(_sub(_u(Opcode.TEXPM1, x), _u(Opcode.TEXPM1, _u(Opcode.TNEG, x))), 0.5)
 
 
 def cosh(x):
-    x = _float(x)
+    x = as_float(x)
     return _mul(_add(_u(Opcode.TEXP, x), _u(Opcode.TEXP, _u(Opcode.TNEG, x))), 0.5)
 
 
 def asinh(x):
     """sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))); log(2|x|) past 2^28, where x^2 would lose it."""
-    x = _float(x)
+    x = as_float(x)
     a = _u(Opcode.TABS, x)
     a2 = _mul(a, a)
     small = _u(Opcode.TLOG1P, _add(a, _div(a2, _add(_u(Opcode.TSQRT, _add(a2, 1.0)), 1.0))))
@@ -101,7 +101,7 @@ def asinh(x):
 
 def acosh(x):
     """log1p(t + sqrt(t (t + 2))) with t = x - 1; log(2x) past 2^28; NaN below 1."""
-    x = _float(x)
+    x = as_float(x)
     t = _sub(x, 1.0)
     small = _u(Opcode.TLOG1P, _add(t, _u(Opcode.TSQRT, _mul(t, _add(t, 2.0)))))
     big = _add(_u(Opcode.TLOG, x), LN2)
@@ -110,26 +110,26 @@ def acosh(x):
 
 def atanh(x):
     """log1p(2x / (1 - x)) / 2: ±inf at ±1, NaN past them."""
-    x = _float(x)
+    x = as_float(x)
     return _mul(_u(Opcode.TLOG1P, _div(_mul(x, 2.0), T.binary(Opcode.TSUB, 1.0, x))), 0.5)
 
 
 def atan(x):
-    return T.binary(Opcode.TATAN2, _float(x), 1.0)
+    return T.binary(Opcode.TATAN2, as_float(x), 1.0)
 
 
 def asin(x):
-    x = _float(x)  # atan2(x, sqrt((1 - x)(1 + x))): NaN outside [-1, 1], from the sqrt
+    x = as_float(x)  # atan2(x, sqrt((1 - x)(1 + x))): NaN outside [-1, 1], from the sqrt
     return T.binary(Opcode.TATAN2, x, _u(Opcode.TSQRT, _mul(T.binary(Opcode.TSUB, 1.0, x), _add(x, 1.0))))
 
 
 def acos(x):
-    x = _float(x)
+    x = as_float(x)
     return T.binary(Opcode.TATAN2, _u(Opcode.TSQRT, _mul(T.binary(Opcode.TSUB, 1.0, x), _add(x, 1.0))), x)
 
 
 def sinc(x):
-    x = _float(x)
+    x = as_float(x)
     px = _mul(x, math.pi)
     return T.where(_eq(x, 0.0), 1.0, _div(_u(Opcode.TSIN, px), px))
 
@@ -137,20 +137,20 @@ def sinc(x):
 # --- other element-wise functions ------------------------------------------------------------
 
 def addcmul(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     p = _mul(tensor1, tensor2)
     return _add(input, p if value == 1 else _mul(p, value))
 
 
 def addcdiv(input, tensor1, tensor2, *, value=1, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     q = _div(tensor1, tensor2)
     return _add(input, q if value == 1 else _mul(q, value))
 
 
 def lerp(input, end, weight, *, out=None):  # noqa: A002
     """input + weight (end - input), as torch: from the end where weight >= 0.5 (exact at 1)."""
-    _no_out(out)
+    no_out(out)
     d = _sub(end, input)
     if isinstance(weight, (int, float)):
         w = float(weight)
@@ -161,23 +161,37 @@ def lerp(input, end, weight, *, out=None):  # noqa: A002
 
 
 def frac(x, *, out=None):
-    _no_out(out)
+    no_out(out)
     return _sub(x, _u(Opcode.TTRUNC, x))
 
 
 def deg2rad(x, *, out=None):
-    _no_out(out)
-    return _mul(_float(x), math.pi / 180.0)
+    no_out(out)
+    return _mul(as_float(x), math.pi / 180.0)
 
 
 def rad2deg(x, *, out=None):
-    _no_out(out)
-    return _mul(_float(x), 180.0 / math.pi)
+    no_out(out)
+    return _mul(as_float(x), 180.0 / math.pi)
+
+
+def angle(input, *, out=None):  # noqa: A002
+    """The argument of a real number: pi for x < 0, else 0; NaN stays NaN (as torch)."""
+    no_out(out)
+    x = as_float(input)
+    arg = T.where(T.compare(Opcode.TCMP_LT, x, 0.0), math.pi, _mul(x, 0.0))
+    return T.where(T.compare(Opcode.TCMP_NE, x, x), x, T.unary(Opcode.TABS, arg))  # abs: -0.0 * 0 -> 0
+
+
+def ldexp(input, other, *, out=None):  # noqa: A002
+    """input * 2^other, as torch computes it."""
+    no_out(out)
+    return _mul(as_float(input), T.unary(Opcode.TEXP2, as_float(other)))
 
 
 def xlogy(input, other, *, out=None):  # noqa: A002
     """input * log(other), and 0 where input is 0 (unless other is NaN), as torch."""
-    _no_out(out)
+    no_out(out)
     keep_zero = _and(_eq(input, 0.0), T.compare(Opcode.TCMP_EQ, other, other))
     return T.where(keep_zero, 0.0, _mul(input, _u(Opcode.TLOG, other)))
 
@@ -190,26 +204,26 @@ def _logaddexp(a, b, log1p_of_exp):
 
 
 def logaddexp(input, other, *, out=None):  # noqa: A002
-    _no_out(out)
-    return _logaddexp(_float(input), other, lambda d: LN2 if d is None else _u(Opcode.TLOG1P, _u(Opcode.TEXP, d)))
+    no_out(out)
+    return _logaddexp(as_float(input), other, lambda d: LN2 if d is None else _u(Opcode.TLOG1P, _u(Opcode.TEXP, d)))
 
 
 def logaddexp2(input, other, *, out=None):  # noqa: A002
-    _no_out(out)
-    return _logaddexp(_float(input), other,
+    no_out(out)
+    return _logaddexp(as_float(input), other,
                       lambda d: 1.0 if d is None else _mul(_u(Opcode.TLOG1P, _u(Opcode.TEXP2, d)), 1.0 / LN2))
 
 
 def logit(input, eps=None, *, out=None):  # noqa: A002
-    _no_out(out)
-    x = _float(input)
+    no_out(out)
+    x = as_float(input)
     if eps is not None:
         x = T.clamp(x, float(eps), 1.0 - float(eps))
     return _u(Opcode.TLOG, _div(x, T.binary(Opcode.TSUB, 1.0, x)))
 
 
 def nan_to_num(input, nan=0.0, posinf=None, neginf=None, *, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     if not input.pdtype.is_floating_point:
         return input
     big = _torch().finfo(input.dtype).max if posinf is None else posinf
@@ -260,14 +274,14 @@ def nanmean(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A002
 
 
 def dot(input, other, *, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     if input.ndim != 1 or other.ndim != 1:
         raise PyptoError(f"dot: needs two 1-D tensors, got {input.ndim}-D and {other.ndim}-D")
     return T.reduce("sum", _mul(input, other), None, False)
 
 
 def mv(input, vec, *, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     if input.ndim != 2 or vec.ndim != 1:
         raise PyptoError(f"mv: needs a 2-D matrix and a 1-D vector, got {input.ndim}-D and {vec.ndim}-D")
     return T.matmul(input, vec)
@@ -302,12 +316,12 @@ def softmin(input, dim=None, _stacklevel=3, dtype=None):  # noqa: A002
 # --- sorting and running extremes, with torch's return types -----------------------------------
 
 def prod(input, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     return C.prod(input, dim, keepdim, dtype)
 
 
 def sort(input, dim=-1, descending=False, stable=False, *, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     return _torch().return_types.sort(C.sort(input, dim, descending))
 
 
@@ -316,22 +330,22 @@ def argsort(input, dim=-1, descending=False, stable=False):  # noqa: A002
 
 
 def msort(input, *, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     return C.sort(input, 0, False)[0]
 
 
 def topk(input, k, dim=-1, largest=True, sorted=True, *, out=None):  # noqa: A001,A002
-    _no_out(out)
+    no_out(out)
     return _torch().return_types.topk(C.topk(input, k, dim, largest, sorted))
 
 
 def cummax(input, dim, *, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     return _torch().return_types.cummax(C.cummax(input, dim))
 
 
 def cummin(input, dim, *, out=None):  # noqa: A002
-    _no_out(out)
+    no_out(out)
     return _torch().return_types.cummin(C.cummin(input, dim))
 
 
@@ -371,7 +385,7 @@ ENTRIES = [
     (_fn(acosh), ["acosh", "arccosh"]), (_fn(atanh), ["atanh", "arctanh"]), (_fn(atan), ["atan", "arctan"]),
     (_fn(asin), ["asin", "arcsin"]), (_fn(acos), ["acos", "arccos"]), (_fn(sinc), ["sinc"]),
     (addcmul, ["addcmul"]), (addcdiv, ["addcdiv"]), (lerp, ["lerp"]), (frac, ["frac"]),
-    (deg2rad, ["deg2rad"]), (rad2deg, ["rad2deg"]), (xlogy, ["xlogy"]), (logaddexp, ["logaddexp"]),
+    (deg2rad, ["deg2rad"]), (rad2deg, ["rad2deg"]), (angle, ["angle"]), (ldexp, ["ldexp"]), (xlogy, ["xlogy"]), (logaddexp, ["logaddexp"]),
     (logaddexp2, ["logaddexp2"]), (logit, ["logit"]), (nan_to_num, ["nan_to_num"]), (isclose, ["isclose"]),
     (softshrink, ["softshrink"]), (hardshrink, ["hardshrink"]), (softmin, ["softmin"]),
     (nansum, ["nansum"]), (nanmean, ["nanmean"]), (dot, ["dot", "vdot", "inner"]), (mv, ["mv"]),

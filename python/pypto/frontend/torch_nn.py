@@ -1,12 +1,11 @@
 """torch.nn.functional's convolution, pooling, normalisation, resampling and activation functions
 inside kernels, as compositions of PyPTO operations (so that `pypto.jit(module)` of CNNs and of
 torch's own transformer modules works): conv1d/conv2d with groups, batch_norm (inference),
-group_norm, instance_norm, max/avg pooling, adaptive average pooling, nearest upsampling,
-pixel_shuffle and the remaining pointwise activations."""
+group_norm, instance_norm, unfold, nearest upsampling and the remaining pointwise activations
+(pooling and pixel rearrangements: torch_pool.py)."""
 from __future__ import annotations
 
 import math
-import sys
 
 import numpy as np
 
@@ -22,7 +21,7 @@ from . import tensor_ops as T
 from . import torch_more as MORE
 
 
-def _pair(v, what):
+def int_pair(v, what):
     if isinstance(v, (tuple, list)):
         if len(v) != 2:
             raise PyptoError(f"{what}: expected an int or a pair, got {v!r}")
@@ -60,7 +59,7 @@ def _depthwise(input, weight, bias, stride, padding, dilation):  # noqa: A002
     at once. (One convolution per channel made kh * kw 1 x 1 products each: MobileNetV2's
     240-channel layers, 2160 products forward and twice as many backward.)"""
     c, (kh, kw) = weight.shape[0], weight.shape[-2:]
-    (sh, sw), (dh, dw) = _pair(stride, "conv2d"), _pair(dilation, "conv2d")
+    (sh, sw), (dh, dw) = int_pair(stride, "conv2d"), int_pair(dilation, "conv2d")
     if padding == "same":
         if (sh, sw) != (1, 1):
             raise PyptoError(f"conv2d: padding='same' needs stride 1, got stride {(sh, sw)}")
@@ -69,7 +68,7 @@ def _depthwise(input, weight, bias, stride, padding, dilation):  # noqa: A002
     elif padding == "valid":
         pt = pb = pl = pr = 0
     else:
-        ph, pw = _pair(padding, "conv2d")
+        ph, pw = int_pair(padding, "conv2d")
         pt, pb, pl, pr = ph, ph, pw, pw
     ho = (input.shape[-2] + pt + pb - dh * (kh - 1) - 1) // sh + 1
     wo = (input.shape[-1] + pl + pr - dw * (kw - 1) - 1) // sw + 1
@@ -102,9 +101,9 @@ def _patchify(input, weight, bias, stride, padding, dilation):  # noqa: A002
     if input.ndim not in (3, 4) or weight.ndim != 4:
         return None
     kh, kw = weight.shape[-2], weight.shape[-1]
-    no_pad = padding == "valid" or (not isinstance(padding, str) and _pair(padding, "conv2d") == (0, 0))
-    if (kh, kw) == (1, 1) or _pair(stride, "conv2d") != (kh, kw) or not no_pad or \
-            _pair(dilation, "conv2d") != (1, 1):
+    no_pad = padding == "valid" or (not isinstance(padding, str) and int_pair(padding, "conv2d") == (0, 0))
+    if (kh, kw) == (1, 1) or int_pair(stride, "conv2d") != (kh, kw) or not no_pad or \
+            int_pair(dilation, "conv2d") != (1, 1):
         return None
     c, H, W = input.shape[-3], input.shape[-2], input.shape[-1]
     oh, ow = H // kh, W // kw
@@ -140,11 +139,11 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
                      dilation=1):
     """The adjoint of conv2d: the input spread out with stride-1 zeros between its pixels, padded,
     and convolved with the spatially flipped, in/out-swapped kernel."""
-    if groups != 1 or _pair(dilation, "conv_transpose2d") != (1, 1):
+    if groups != 1 or int_pair(dilation, "conv_transpose2d") != (1, 1):
         raise PyptoError("conv_transpose2d: groups and dilation are not supported inside a kernel")
-    sh, sw = _pair(stride, "conv_transpose2d")
-    ph, pw = _pair(padding, "conv_transpose2d")
-    oph, opw = _pair(output_padding, "conv_transpose2d")
+    sh, sw = int_pair(stride, "conv_transpose2d")
+    ph, pw = int_pair(padding, "conv_transpose2d")
+    oph, opw = int_pair(output_padding, "conv_transpose2d")
     kh, kw = weight.shape[-2], weight.shape[-1]
     if ph > kh - 1 or pw > kw - 1:
         raise PyptoError("conv_transpose2d: padding larger than kernel_size - 1 is not supported")
@@ -217,14 +216,14 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
 # --- pooling and resampling ---------------------------------------------------------------------
 
-def _windows(input, kernel_size, stride, padding, dilation, fill, what):  # noqa: A002
+def kernel_windows(input, kernel_size, stride, padding, dilation, fill, what):  # noqa: A002
     """The kernel's strided views of the (padded) input, each of the output's size."""
     if input.ndim not in (3, 4):
         raise PyptoError(f"{what}: expects (N, C, H, W) or (C, H, W), got shape {tuple(input.shape)}")
-    kh, kw = _pair(kernel_size, what)
-    sh, sw = _pair(stride if stride not in (None, ()) else kernel_size, what)
-    ph, pw = _pair(padding, what)
-    dh, dw = _pair(dilation, what)
+    kh, kw = int_pair(kernel_size, what)
+    sh, sw = int_pair(stride if stride not in (None, ()) else kernel_size, what)
+    ph, pw = int_pair(padding, what)
+    dh, dw = int_pair(dilation, what)
     x = input
     if ph or pw:
         x = C.pad(x, (pw, pw, ph, ph), value=fill)
@@ -244,7 +243,7 @@ def _windows(input, kernel_size, stride, padding, dilation, fill, what):  # noqa
 def unfold(input, kernel_size, dilation=1, padding=0, stride=1):  # noqa: A002
     """F.unfold (im2col): the kernel's strided windows stacked after the channels, (N, C*kh*kw, L)
     with the channel outer, as torch orders them."""
-    views = _windows(input, kernel_size, stride, padding, dilation, 0.0, "unfold")
+    views = kernel_windows(input, kernel_size, stride, padding, dilation, 0.0, "unfold")
     x = C.stack(views, -3)  # (N, C, kh*kw, oh, ow)
     lead = list(x.shape[:-4])
     return T.reshape(x, lead + [x.shape[-4] * len(views), x.shape[-2] * x.shape[-1]])
@@ -341,85 +340,6 @@ def _causal_softmax(q, k, s, r0):
     return T.softmax(T.where(T.compare(Opcode.TCMP_LE, cols, rows), scores, float("-inf")), -1)
 
 
-def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
-               return_indices=False):
-    if ceil_mode or return_indices:
-        raise PyptoError("max_pool2d: ceil_mode and return_indices are not supported")
-    views = _windows(input, kernel_size, stride, padding, dilation, float("-inf"), "max_pool2d")
-    out = views[0]
-    for v in views[1:]:
-        out = T.binary(Opcode.TMAX, out, v)
-    return out
-
-
-def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False,  # noqa: A002
-               count_include_pad=True, divisor_override=None):
-    if ceil_mode:
-        raise PyptoError("avg_pool2d: ceil_mode is not supported")
-    if padding not in (0, (0, 0), [0, 0]) and not count_include_pad:
-        raise PyptoError("avg_pool2d: count_include_pad=False with padding is not supported")
-    views = _windows(input, kernel_size, stride, padding, 1, 0.0, "avg_pool2d")
-    out = views[0]
-    for v in views[1:]:
-        out = T.binary(Opcode.TADD, out, v)
-    return T.binary(Opcode.TDIV, out, float(divisor_override or len(views)))
-
-
-def adaptive_avg_pool2d(input, output_size):  # noqa: A002
-    oh, ow = _pair(output_size, "adaptive_avg_pool2d")
-    H, W = input.shape[-2], input.shape[-1]
-    oh, ow = oh or H, ow or W
-    if (oh, ow) == (1, 1):
-        return T.mean(input, (-2, -1), True)
-    if H % oh or W % ow:  # windows of unequal sizes: one averaging matrix per axis
-        return _adaptive_axis(_adaptive_axis(input, -2, oh), -1, ow)
-    return avg_pool2d(input, (H // oh, W // ow))
-
-
-def adaptive_avg_pool1d(input, output_size):  # noqa: A002
-    o = output_size[0] if isinstance(output_size, (tuple, list)) else output_size
-    L = input.shape[-1]
-    o = T.static_int(o, "output_size") if o is not None else L
-    if o == 1:
-        return T.mean(input, -1, True)
-    return _adaptive_axis(input, -1, o)
-
-
-def _adaptive_axis(x, axis, n_out):
-    """torch's adaptive average over one axis: output i averages inputs floor(i n / n_out) up to
-    ceil((i + 1) n / n_out), as a product with that (n, n_out) matrix (built while tracing)."""
-    n = x.shape[axis]
-    if n_out == n:
-        return x
-    if n_out < 1:
-        raise PyptoError(f"adaptive pooling: output size must be >= 1, got {n_out}")
-    m = np.zeros((n, n_out))
-    for i in range(n_out):
-        a, b = (i * n) // n_out, -((-(i + 1) * n) // n_out)
-        m[a:b, i] = 1.0 / (b - a)
-    torch = sys.modules["torch"]
-    w = torch.tensor(m, dtype=_dt.to_dtype(x.dtype).torch)
-    moved = T.transpose(x, axis, -1)
-    return T.transpose(T.matmul(moved, w), axis, -1)
-
-
-def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,  # noqa: A002
-               return_indices=False):
-    k = kernel_size[0] if isinstance(kernel_size, (tuple, list)) else kernel_size
-    s = stride[0] if isinstance(stride, (tuple, list)) and stride else stride
-    p = padding[0] if isinstance(padding, (tuple, list)) else padding
-    y = max_pool2d(T.unsqueeze(input, -2), (1, k), (1, s or k), (0, p), (1, dilation), ceil_mode, return_indices)
-    return T.squeeze(y, -2)
-
-
-def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):  # noqa: A002
-    k = kernel_size[0] if isinstance(kernel_size, (tuple, list)) else kernel_size
-    s = stride[0] if isinstance(stride, (tuple, list)) and stride else stride
-    p = padding[0] if isinstance(padding, (tuple, list)) else padding
-    y = avg_pool2d(T.unsqueeze(input, -2), (1, k), (1, s or k), (0, p), ceil_mode, count_include_pad)
-    return T.squeeze(y, -2)
-
-
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,  # noqa: A002
                 recompute_scale_factor=None, antialias=False):
     """Nearest-neighbour resampling by whole factors (each pixel repeated); other factors and the
@@ -447,16 +367,6 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         if f != 1:
             y = C.repeat_interleave(y, f, 2 + k)
     return y
-
-
-def pixel_shuffle(input, upscale_factor):  # noqa: A002
-    n, c, h, w = input.shape
-    r = int(upscale_factor)
-    if c % (r * r):
-        raise PyptoError(f"pixel_shuffle: {c} channels are not a multiple of {r}^2")
-    y = T.reshape(input, (n, c // (r * r), r, r, h, w))
-    y = T.permute(y, (0, 1, 4, 2, 5, 3))
-    return T.reshape(y, (n, c // (r * r), h * r, w * r))
 
 
 # --- attention -----------------------------------------------------------------------------------
@@ -668,10 +578,8 @@ def glu(x, dim=-1):
 
 ENTRIES = [
     (conv2d, ["conv2d"]), (conv1d, ["conv1d"]), (batch_norm, ["batch_norm"]), (group_norm, ["group_norm"]),
-    (instance_norm, ["instance_norm"]), (max_pool2d, ["max_pool2d"]), (avg_pool2d, ["avg_pool2d"]),
-    (max_pool1d, ["max_pool1d"]), (avg_pool1d, ["avg_pool1d"]),
-    (adaptive_avg_pool2d, ["adaptive_avg_pool2d"]), (adaptive_avg_pool1d, ["adaptive_avg_pool1d"]), (interpolate, ["interpolate", "upsample"]),
-    (pixel_shuffle, ["pixel_shuffle"]), (conv_transpose2d, ["conv_transpose2d"]),
+    (instance_norm, ["instance_norm"]), (interpolate, ["interpolate", "upsample"]),
+    (conv_transpose2d, ["conv_transpose2d"]),
     (multi_head_attention_forward, ["multi_head_attention_forward"]),
     (lstm_cell, ["lstm_cell"]), (gru_cell, ["gru_cell"]), (rnn_tanh_cell, ["rnn_tanh_cell"]),
     (rnn_relu_cell, ["rnn_relu_cell"]), (_recurrent_op("lstm"), ["lstm"]), (_recurrent_op("gru"), ["gru"]),

@@ -8,7 +8,7 @@ from .. import dtypes as _dt
 from ..errors import PyptoError
 from . import index_ops as X
 from . import tensor_ops as T
-from .composite_ops import check_index_dtype, cumsum
+from .composite_ops import check_index_dtype, cumsum, pad
 from .values import Opcode, TensorValue
 
 
@@ -137,7 +137,25 @@ def heaviside(input, values, *, out=None):  # noqa: A002
     return T.where(T.compare(Opcode.TCMP_EQ, input, 0), values, step)
 
 
+def block_diag(*tensors):
+    """The tensors (0-d: 1 x 1, 1-d: one row, 2-d) along the diagonal of a zero matrix."""
+    mats = []
+    for t in tensors:
+        if t.ndim > 2:
+            raise PyptoError(f"block_diag: expects tensors of at most 2 dims, got shape {tuple(t.shape)}")
+        mats.append(T.reshape(t, (1, 1)) if t.ndim == 0 else T.reshape(t, (1, -1)) if t.ndim == 1 else t)
+    if not mats:
+        raise PyptoError("block_diag: no tensors given")
+    width = sum(m.shape[1] for m in mats)
+    rows, col = [], 0
+    for m in mats:
+        rows.append(pad(m, (col, width - col - m.shape[1]), value=0))
+        col += m.shape[1]
+    return T.concat(rows, 0)
+
+
 ENTRIES = [
     (X.index_copy, ["index_copy"]), (X.index_copy_, ["index_copy_"]), (scatter_reduce, ["scatter_reduce"]),
     (embedding_bag, ["embedding_bag"]), (diag_embed, ["diag_embed"]), (heaviside, ["heaviside"]),
+    (block_diag, ["block_diag"]),
 ]

@@ -11,14 +11,14 @@ import math
 from .. import dtypes as _dt
 from ..errors import PyptoError
 from . import tensor_ops as T
-from .torch_math import _float, _no_out
+from .torch_math import as_float, no_out
 from .values import Opcode, TensorValue
 
 
 def _unary(op):
     def f(input, *, out=None):  # noqa: A002
-        _no_out(out)
-        return T.unary(op, _float(input))
+        no_out(out)
+        return T.unary(op, as_float(input))
     return f
 
 
@@ -38,22 +38,22 @@ def _clamp(x, lo=None, hi=None):
 
 def polygamma(n, input, *, out=None):  # noqa: A002
     """torch.polygamma(n, x), and x.polygamma(n) (which arrives as (x, n))."""
-    _no_out(out)
+    no_out(out)
     if isinstance(n, TensorValue) and not isinstance(input, TensorValue):
         n, input = input, n  # noqa: A001
     if n == 0:
-        return T.unary(Opcode.TDIGAMMA, _float(input))
+        return T.unary(Opcode.TDIGAMMA, as_float(input))
     if n == 1:
-        return T.unary(Opcode.TTRIGAMMA, _float(input))
+        return T.unary(Opcode.TTRIGAMMA, as_float(input))
     raise PyptoError(f"polygamma: order {n} is not supported inside a kernel (orders 0 and 1: digamma, trigamma)")
 
 
 def mvlgamma(input, p, *, out=None):  # noqa: A002
     """The multivariate log-gamma of dimension p: sum over j < p of lgamma(x - j/2), plus p (p-1)/4 log pi."""
-    _no_out(out)
+    no_out(out)
     if not isinstance(p, int) or p < 1:
         raise PyptoError(f"mvlgamma: p must be a positive int, got {p!r}")
-    x = _float(input)
+    x = as_float(input)
     total = T.unary(Opcode.TLGAMMA, x)
     for j in range(1, p):
         total = _add(total, T.unary(Opcode.TLGAMMA, T.binary(Opcode.TSUB, x, j / 2)))
@@ -62,16 +62,16 @@ def mvlgamma(input, p, *, out=None):  # noqa: A002
 
 def ndtr(input, *, out=None):  # noqa: A002
     """The standard normal distribution function, erfc(-x / sqrt 2) / 2 (no cancellation in the left tail)."""
-    _no_out(out)
-    return _mul(T.unary(Opcode.TERFC, _mul(_float(input), -math.sqrt(0.5))), 0.5)
+    no_out(out)
+    return _mul(T.unary(Opcode.TERFC, _mul(as_float(input), -math.sqrt(0.5))), 0.5)
 
 
 def log_ndtr(input, *, out=None):  # noqa: A002
     """log of ndtr: log1p(-erfc(x / sqrt 2) / 2) for x > -1, log(erfc(-x / sqrt 2) / 2) down to where
     erfc nears underflow (-20 in double, -10 in float), and beyond, the asymptotic series
     -x^2/2 - log(-x sqrt(2 pi)) + log(1 - 1/x^2 + 3/x^4 - ...) (8 terms: 3e-11 relative at -10)."""
-    _no_out(out)
-    x = _float(input)
+    no_out(out)
+    x = as_float(input)
     cut = -20.0 if x.pdtype == _dt.float64 else -10.0
     hi = _clamp(x, lo=-1.0)
     upper = T.unary(Opcode.TLOG1P, _mul(T.unary(Opcode.TERFC, _mul(hi, math.sqrt(0.5))), -0.5))
@@ -97,8 +97,8 @@ def log_ndtr(input, *, out=None):  # noqa: A002
 
 def entr(input, *, out=None):  # noqa: A002
     """-x log x for x > 0, 0 at 0, -inf below; NaN stays NaN."""
-    _no_out(out)
-    x = _float(input)
+    no_out(out)
+    x = as_float(input)
     pos = T.compare(Opcode.TCMP_GT, x, 0.0)
     safe = T.where(pos, x, 1.0)
     v = _mul(_mul(safe, T.unary(Opcode.TLOG, safe)), -1.0)

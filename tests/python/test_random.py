@@ -98,6 +98,9 @@ def test_torch_dropout_in_training_mode():
     a, b = pypto.jit(two_dropouts)(x)
     assert abs(((a != 0) & (b != 0)).float().mean().item() - 0.25) < 0.01  # independent masks
     assert torch.equal(pypto.jit(lambda x: F.dropout(x, 0.5, training=False))(x), x)
+    z = x.clone()
+    z[:, 0] = float("nan")  # kept or dropped, NaN stays NaN: torch multiplies by the mask
+    assert torch.isnan(k(z)[:, 0]).all()
 
 
 @requires_compiler

@@ -124,15 +124,7 @@ def randn_like(x, seed=None, dtype=None):
 def dropout(x, p=0.5, training=True, seed=None):
     """Zero each element with probability p and scale the rest by 1 / (1 - p), as torch's
     dropout; identity when not training or p == 0."""
-    p = float(p)
-    if not 0.0 <= p <= 1.0:
-        raise PyptoError(f"dropout: p must be in [0, 1], got {p}")
-    if not training or p == 0.0:
-        return x
-    if p == 1.0:
-        return T.where(T.compare(Opcode.TCMP_NE, x, x), 0.0, T.binary(Opcode.TMUL, x, 0.0))
-    keep = T.compare(Opcode.TCMP_GE, rand(_fresh_seed(x, seed), element_offsets(x)), p)
-    return T.where(keep, T.binary(Opcode.TMUL, x, 1.0 / (1.0 - p)), 0.0)
+    return feature_dropout(x, p, training, "dropout", None, False, seed)
 
 
 # SELU's negative saturation, -scale * alpha: what alpha dropout sets a dropped element to (before
@@ -151,7 +143,8 @@ def feature_dropout(x, p, training, what, lead=None, alpha=False, seed=None):
     """dropout1d/2d/3d (one draw per index of x's first `lead` dims: whole feature maps kept or
     dropped), alpha_dropout (lead None: per element) and feature_alpha_dropout. Alpha forms set
     dropped elements to SELU's saturation and apply torch's affine correction a x + b (mean and
-    variance kept); identity when not training or p == 0; zeros at p == 1."""
+    variance kept); identity when not training or p == 0; zeros at p == 1. A dropped element is
+    x * 0 (+ b), as torch's multiply by the mask: NaN and inf stay NaN there."""
     p = float(p)
     if not 0.0 <= p <= 1.0:
         raise PyptoError(f"{what}: p must be in [0, 1], got {p}")
@@ -160,12 +153,13 @@ def feature_dropout(x, p, training, what, lead=None, alpha=False, seed=None):
     if p == 1.0:
         return T.binary(Opcode.TMUL, x, 0.0)
     keep = _keep_mask(x, p, seed, lead)
+    zero = T.binary(Opcode.TMUL, x, 0.0)
     if not alpha:
-        return T.where(keep, T.binary(Opcode.TMUL, x, 1.0 / (1.0 - p)), 0.0)
+        return T.where(keep, T.binary(Opcode.TMUL, x, 1.0 / (1.0 - p)), zero)
     s = _SELU_SATURATION
     a = 1.0 / math.sqrt((s * s * p + 1.0) * (1.0 - p))
     kept = T.binary(Opcode.TADD, T.binary(Opcode.TMUL, x, a), s * a * p)
-    return T.where(keep, kept, s * a * (p - 1.0))
+    return T.where(keep, kept, T.binary(Opcode.TADD, zero, s * a * (p - 1.0)))
 
 
 def _dropout_form(what, training_default, lead, alpha=False):

@@ -91,9 +91,8 @@ def with_nested_def(x):
     return g(x)
 
 
-def with_star_args(x):
-    args = (x, x)
-    return pypto.add(*args)
+def with_star_kwargs_of_a_tensor(x):
+    return pypto.add(x, **x)
 
 
 def with_comprehension_over_tensor(x):
@@ -108,7 +107,7 @@ def with_del_tensor(x):
 
 @pytest.mark.parametrize("kernel,what", [
     (with_while, "while"), (with_try, "try"), (with_lambda, "lambda"), (with_global, "global"),
-    (with_nested_def, "nested function"), (with_star_args, "star-args"),
+    (with_nested_def, "nested function"), (with_star_kwargs_of_a_tensor, "**kwargs"),
     (with_comprehension_over_tensor, "comprehension"), (with_del_tensor, "del"),
 ])
 def test_unsupported_constructs(kernel, what):

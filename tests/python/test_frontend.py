@@ -504,3 +504,27 @@ def test_lists_of_tensors_as_arguments(backend):
     B = [torch.randn(4, 3, dtype=torch.float64, requires_grad=True)]
     k(A, B)[0].sum().backward()
     assert torch.allclose(A[0].grad, torch.ones(5, 3, dtype=torch.float64) @ B[0].detach().T)
+
+
+def _star_view(x):
+    b, t, c = x.shape
+    return x.view(*x.shape[:-1], 2, c // 2).transpose(-1, -2).reshape(*x.shape)
+
+
+def _star_lists(x):
+    parts = x.unbind(0)
+    opts = dict(dim=-1, keepdim=True)
+    return torch.cat((*parts, parts[0]), 0).sum(**opts)[-4:] * 2 + torch.stack([*parts], 0).sum(**opts)[0]
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+def test_star_args_and_kwargs_in_calls(backend):
+    """f(*seq) and f(**mapping) in a kernel: a shape unpacked into view() (a dynamic dim stays
+    dynamic), a tuple of tensors into cat / a list, a dict of keywords."""
+    k = pypto.jit(_star_view, backend=backend)
+    for t in (3, 5, 9):
+        x = torch.randn(2, t, 8, dtype=torch.float64)
+        assert torch.equal(k(x), _star_view(x))
+    assert k.cache_info().size <= 2  # the first shape static, then one variant for every length
+    x = torch.randn(3, 4, 5, dtype=torch.float64)
+    assert torch.allclose(pypto.jit(_star_lists, backend=backend)(x), _star_lists(x))

@@ -1,6 +1,6 @@
 """torch.nn.functional's pooling and pixel rearrangements inside kernels (frontend/torch_pool.py)
 against torch in float64, on both backends: max / average / power-average pooling with padding,
-dilation, ceil_mode, count_include_pad and return_indices, adaptive average and maximum pooling,
+dilation, ceil_mode, count_include_pad and return_indices, max_unpool, adaptive average and maximum pooling,
 pixel_shuffle / pixel_unshuffle / channel_shuffle, their gradients and their errors."""
 import pytest
 import torch
@@ -42,6 +42,11 @@ CASES = {
     "lp_1d": lambda i: F.lp_pool1d(i.flatten(2), 2, 3),
     "adaptive_max_1d": lambda i: F.adaptive_max_pool1d(i.flatten(2), 7),
     "chw_input": lambda i: F.max_pool2d(i[0], 3, 2, ceil_mode=True),
+    "max_unpool": lambda i: F.max_unpool2d(*F.max_pool2d(i[..., :10, :12], 2, return_indices=True), 2),
+    "max_unpool_sized": lambda i: F.max_unpool2d(*F.max_pool2d(i, 3, 2, 1, return_indices=True), 3, 2, 1,
+                                                 output_size=i.shape),
+    "max_unpool_module": lambda i: torch.nn.MaxUnpool2d(2)(*torch.nn.MaxPool2d(2, return_indices=True)(i[..., :10, :12].cos())),
+    "max_unpool_1d": lambda i: F.max_unpool1d(*F.max_pool1d(i.flatten(2), 4, return_indices=True), 4),
 }
 
 
@@ -74,6 +79,8 @@ GRADS = {
     "adaptive_max_uneven": lambda i: F.adaptive_max_pool2d(i, (4, 5)),
     "pixel_unshuffle": lambda i: F.pixel_unshuffle(i[..., :10, :12], 2) * 1.5,
     "channel_shuffle": lambda i: F.channel_shuffle(i, 3).sin(),
+    "max_unpool": lambda i: F.max_unpool2d(*F.max_pool2d(i, 3, 2, 1, return_indices=True), 3, 2, 1,
+                                           output_size=i.shape) * 2,
 }
 
 

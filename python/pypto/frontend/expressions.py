@@ -319,7 +319,10 @@ class ExpressionEvaluator:
         raise NeedsConcrete(c, "a conditional expression choosing between Python values")
 
     # --- displays and comprehensions -------------------------------------------------------------
-    def _elements(self, elts):
+    def _elements(self, elts, symbolic=False):
+        """The values of a display's or a call's elements, `*seq` unpacked: a tensor into its slices
+        along dim 0, a sequence into its items (tensors as they are; scalars made concrete in a
+        display, kept symbolic in a call's arguments: x.view(*x.shape[:-1], h, d) with a dynamic dim)."""
         out = []
         for e in elts:
             if isinstance(e, ast.Starred):
@@ -327,7 +330,8 @@ class ExpressionEvaluator:
                 if isinstance(v, TensorValue):
                     out.extend(list(v))
                 else:
-                    out.extend(concrete(tuple(v), "unpacking with *"))
+                    out.extend(x if isinstance(x, TensorValue) or symbolic else concrete(x, "unpacking with *")
+                               for x in tuple(v))
             else:
                 out.append(self.eval(e))
         return out
@@ -431,15 +435,17 @@ class ExpressionEvaluator:
 
     # --- calls -----------------------------------------------------------------------------------
     def e_Call(self, node):
-        for a in node.args:
-            if isinstance(a, ast.Starred):
-                raise PyptoError("unsupported construct in a kernel: star-args (*args) in a call")
-        for k in node.keywords:
-            if k.arg is None:
-                raise PyptoError("unsupported construct in a kernel: **kwargs in a call")
         f = self.eval(node.func)
-        args = [self.eval(a) for a in node.args]
-        kwargs = {k.arg: self.eval(k.value) for k in node.keywords}
+        args = self._elements(node.args, symbolic=True)
+        kwargs = {}
+        for k in node.keywords:
+            if k.arg is not None:
+                kwargs[k.arg] = self.eval(k.value)
+                continue
+            extra = self.eval(k.value)  # f(**options): a mapping known while tracing
+            if not isinstance(extra, dict):
+                raise PyptoError(f"**kwargs in a call needs a dict known while tracing, got {type(extra).__name__}")
+            kwargs.update(extra)
         self.cur_node = node
         return self.call(f, args, kwargs)
 

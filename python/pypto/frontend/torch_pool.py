@@ -15,6 +15,7 @@ from ..errors import PyptoError
 from .torch_nn import int_pair, kernel_windows
 from .values import Opcode
 from . import composite_ops as C
+from . import index_ops as X
 from . import tensor_ops as T
 
 
@@ -132,6 +133,36 @@ def lp_pool1d(input, norm_type, kernel_size, stride=None, ceil_mode=False):  # n
     k = kernel_size[0] if isinstance(kernel_size, (tuple, list)) else kernel_size
     s = stride[0] if isinstance(stride, (tuple, list)) and stride else stride
     y = lp_pool2d(T.unsqueeze(input, -2), norm_type, (1, k), (1, s or k), ceil_mode)
+    return T.squeeze(y, -2)
+
+
+def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_size=None):  # noqa: A002
+    """The inverse of max_pool2d(return_indices=True): each value written at its flat index into a
+    zero plane of the output size ((H - 1) stride - 2 padding + kernel by default)."""
+    if input.ndim not in (3, 4) or tuple(indices.shape) != tuple(input.shape):
+        raise PyptoError(f"max_unpool2d: expects (N, C, H, W) or (C, H, W) values and indices of one shape, got "
+                         f"{tuple(input.shape)} and {tuple(indices.shape)}")
+    k = int_pair(kernel_size, "max_unpool2d")
+    s = int_pair(stride if stride not in (None, ()) else kernel_size, "max_unpool2d")
+    p = int_pair(padding, "max_unpool2d")
+    if output_size is not None:
+        oh, ow = (int(v) for v in tuple(output_size)[-2:])
+    else:
+        oh, ow = ((n - 1) * st - 2 * pd + kk for n, st, pd, kk in zip(input.shape[-2:], s, p, k))
+    lead = tuple(input.shape[:-2])
+    flat = T.reshape(input, lead + (-1,))
+    plane = T.full(lead + (oh * ow,), 0.0, input.pdtype)
+    out = X.scatter(plane, -1, T.reshape(indices, lead + (-1,)), flat, None, None)
+    return T.reshape(out, lead + (oh, ow))
+
+
+def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):  # noqa: A002
+    def first(v):
+        return v[0] if isinstance(v, (tuple, list)) else v
+    size = None if output_size is None else (1, tuple(output_size)[-1])
+    y = max_unpool2d(T.unsqueeze(input, -2), T.unsqueeze(indices, -2), (1, first(kernel_size)),
+                     (1, first(stride) or first(kernel_size)) if stride not in (None, ()) else (1, first(kernel_size)),
+                     (0, first(padding)), size)
     return T.squeeze(y, -2)
 
 
@@ -255,6 +286,6 @@ ENTRIES = [
     (adaptive_avg_pool2d, ["adaptive_avg_pool2d"]), (adaptive_avg_pool1d, ["adaptive_avg_pool1d"]),
     (adaptive_max_pool2d, ["adaptive_max_pool2d", "adaptive_max_pool2d_with_indices"]),
     (adaptive_max_pool1d, ["adaptive_max_pool1d", "adaptive_max_pool1d_with_indices"]),
-    (pixel_shuffle, ["pixel_shuffle"]), (pixel_unshuffle, ["pixel_unshuffle"]),
+    (max_unpool2d, ["max_unpool2d"]), (max_unpool1d, ["max_unpool1d"]), (pixel_shuffle, ["pixel_shuffle"]), (pixel_unshuffle, ["pixel_unshuffle"]),
     (channel_shuffle, ["channel_shuffle", "native_channel_shuffle"]),
 ]

@@ -457,11 +457,13 @@ void bind_builder(nb::module_& m) {
           "shape"_a, "dtype"_a, "value"_a)
       .def(
           "arange",
-          [](B& b, nb::handle start, int64_t n, nb::handle step, DType t) {
+          [](B& b, nb::handle start, int64_t n, nb::handle step, DType t, nb::handle extent) {
             DType ft = ir::is_float(t) ? ir::compute_dtype(t) : DType::F32;
-            return b.arange(to_expr(start, ft), n, to_expr(step, ft), t);
+            // extent: a run-time length (an expression of dynamic dims) instead of n.
+            return b.arange(to_expr(start, ft), n, to_expr(step, ft), t,
+                            extent.is_none() ? Expr() : to_expr(extent, DType::I64));
           },
-          "start"_a, "n"_a, "step"_a, "dtype"_a)
+          "start"_a, "n"_a, "step"_a, "dtype"_a, "extent"_a = nb::none())
       .def(
           "slice", [](B& b, const View& v, nb::handle idx) { return b.slice(v, to_indices(idx)); }, "view"_a,
           "indices"_a,

@@ -7,6 +7,7 @@ import random
 
 import numpy as np
 import pytest
+import torch
 
 import pypto
 from pypto import seed_kernels
@@ -354,3 +355,30 @@ def test_gather_sort_topk_along_dynamic_dims(backend):
     assert "test_dynamic_shapes.py" in str(e.value)
     with pytest.raises(pypto.PyptoError, match="topk: k = 2 is out of range"):
         kernel(rand(2, 7)[:0], np.zeros((0, 2), np.int64))
+
+
+def _rope_and_mask(x, inv):
+    b, s, d = x.shape
+    pos = torch.arange(s)[None, :].float()  # a length of a dynamic dim: made at run time
+    ang = pos[..., None] * inv
+    emb = torch.cat((ang, ang), dim=-1)
+    mask = torch.full((s, s), torch.finfo(x.dtype).min, dtype=x.dtype).triu(1) + torch.zeros(s, s)
+    kv = x[:, None].expand(b, 2, s, d)  # expanded at its own dynamic extent
+    return (x * emb.cos() + kv.sum(1) * emb.sin()) @ x.transpose(1, 2) + mask
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+def test_torch_creation_and_expand_over_a_dynamic_length(backend):
+    """torch.arange(seq_len), torch.full / zeros((seq_len, seq_len)) and x.expand(.., seq_len, ..)
+    in a kernel: one dynamic variant for every sequence length, not one per length."""
+    inv = 1.0 / (10000 ** (torch.arange(0, 8, 2, dtype=torch.float32) / 8))
+    k = pypto.jit(_rope_and_mask, backend=backend)
+    for s in (5, 9, 12, 3):
+        x = torch.randn(2, s, 8)
+        want = _rope_and_mask(x, inv)
+        got = k(x, inv)
+        fin = want > -1e30
+        assert torch.allclose(got[fin], want[fin], rtol=1e-5, atol=1e-5)
+        assert (got[~fin] < -1e30).all()  # the masked entries: finfo.min plus a finite score
+    info = k.cache_info()
+    assert info.size == 2 and info.static_dims == {}, info

@@ -236,6 +236,10 @@ def call_value(ev, f, args, kwargs):
         raise
     except TypeError:
         s = first_symbolic(args, kwargs)
+        if s is not None and _is_torch_callable(f) and getattr(f, "__name__", "") in _SIZED_CREATION:
+            made = _SIZED_CREATION[f.__name__](args, kwargs)  # torch.arange(seq_len): no specialisation
+            if made is not None:
+                return made
         if s is not None:
             raise NeedsConcrete(s, f"calling {getattr(f, '__name__', 'a function')} with a value only "
                                    "known at run time") from None
@@ -258,3 +262,45 @@ def _torch_dtypes(args, kwargs):
     if not any(isinstance(v, _dt.dtype) for v in (*args, *kwargs.values())):
         return args, kwargs
     return [conv(v) for v in args], {k: conv(v) for k, v in kwargs.items()}
+
+
+# torch's creation functions given a length of dynamic dims (torch.arange(seq_len),
+# torch.zeros(b, seq_len)): made by the kernel at run time instead of a variant per length. None
+# where the arguments are not a plain size (torch then specialises as before).
+_IGNORED_CREATION_KEYWORDS = ("device", "requires_grad", "pin_memory", "layout", "memory_format")
+
+
+def _creation_dtype(kwargs, default):
+    extra = [k for k in kwargs if k not in _IGNORED_CREATION_KEYWORDS + ("dtype",)]
+    if extra:
+        return None
+    d = kwargs.get("dtype")
+    return _dt.to_dtype(d) if d is not None else default
+
+
+def _arange(args, kwargs):
+    if not 1 <= len(args) <= 3:
+        return None
+    start, stop, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) == 3 else 1)
+    floats = any(isinstance(v, float) or (is_expr(v) and v.is_float) for v in (start, stop, step))
+    d = _creation_dtype(kwargs, _dt.float32 if floats else _dt.int64)
+    return None if d is None else T.arange(start, stop, step, d)
+
+
+def _sized(fill):
+    def make(args, kwargs):
+        shape = tuple(args[0]) if len(args) == 1 and isinstance(args[0], (tuple, list)) else tuple(args)
+        value = fill
+        if fill is None:  # torch.full(size, fill_value)
+            if len(args) != 2 or not isinstance(args[0], (tuple, list)):
+                return None
+            shape, value = tuple(args[0]), args[1]
+        default = _dt.bool_ if isinstance(value, bool) else _dt.int64 if isinstance(value, int) and fill is None \
+            else _dt.float32
+        d = _creation_dtype(kwargs, default)
+        return None if d is None or isinstance(value, TensorValue) else T.full(shape, value, d)
+    return make
+
+
+_SIZED_CREATION = {"arange": _arange, "zeros": _sized(0.0), "ones": _sized(1.0), "empty": _sized(0.0),
+                   "full": _sized(None)}

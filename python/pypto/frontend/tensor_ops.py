@@ -501,6 +501,11 @@ def squeeze(x, dim=None):
 def broadcast_to(x, shape):
     tr = find_tracer(x)
     v = tensor_of(tr, x)
+    if isinstance(shape, (tuple, list)) and isinstance(x, TensorValue):
+        # A dynamic dim asked for at its own extent (h.expand(b, n, rep, s, d), s = h.shape[-2]) stays.
+        lead = len(shape) - x.ndim
+        shape = [-1 if i >= lead and is_expr(s) and _same_dim(s, x.shape[i - lead]) else s
+                 for i, s in enumerate(shape)]
     shape = static_shape(shape)
     shape = [v.shape[i - (len(shape) - len(v.shape))] if s == -1 else s for i, s in enumerate(shape)]
     if list(shape) == list(v.shape):
@@ -642,10 +647,14 @@ def arange(start, stop=None, step=1, dtype=None):
                                    for v in (start, stop, step)) else _dt.int64
     d = _dt.to_dtype(dtype)
     span = stop - start
+    st = step.value if is_expr(step) and step.is_const else step
+    if is_expr(span) and not span.is_const and isinstance(st, int) and st == 1 and not span.is_float and \
+            tr.dim_vars and all(v in tr.dim_vars for v in span.vars()):
+        # A length of dynamic dims (torch.arange(seq_len)): a run-time extent, no specialisation.
+        return wrap(tr, tr.b.arange(start, 0, 1, d.c, span))
     if is_expr(span) and not span.is_const:
         raise NeedsConcrete(span, "the length of arange must be known at compile time")
     span = span.value if is_expr(span) else span
-    st = step.value if is_expr(step) and step.is_const else step
     if is_expr(st):
         raise NeedsConcrete(st, "the step of arange must be known at compile time")
     if st == 0:

@@ -189,6 +189,8 @@ class Builder {
   struct Impl;
   std::shared_ptr<Impl> impl_;
   // reshape's one-nest form for splits and merges of independent dims (builder_nn.cpp).
+  bool reshape_static_prefix(const View& v, std::vector<int64_t> shape, const std::vector<Expr>& extents,
+                             View& out);
   bool reshape_by_groups(const View& v, const View& cur, const std::vector<int64_t>& s1,
                          const std::vector<int64_t>& d1, const std::vector<int64_t>& shape,
                          const std::vector<Expr>& out_extents, View& out);

@@ -210,6 +210,68 @@ bool Builder::reshape_by_groups(const View& v, const View& cur, const std::vecto
   return true;
 }
 
+// A reshape that regroups only static dims in front of an unchanged suffix holding every dynamic
+// dim ([B, H, R, S, D] -> [B, H*R, S, D] with S dynamic: Llama's repeat_kv): a loop over the
+// target prefix's elements, each copying one suffix block from the source element of the same
+// row-major position. False (out unset) where the shapes are not of that form. `shape` has its
+// dynamic dims as kDynamicBound, `extents` their extents.
+bool Builder::reshape_static_prefix(const View& v, std::vector<int64_t> shape, const std::vector<Expr>& extents,
+                                    View& out) {
+  const auto src = v.shape();
+  const auto src_valid = v.valid_shape();
+  auto first_dynamic = [](const std::vector<int64_t>& s) {
+    return size_t(std::find(s.begin(), s.end(), kDynamicBound) - s.begin());
+  };
+  const size_t i0 = first_dynamic(src), j0 = first_dynamic(shape);
+  if (i0 == src.size() || j0 == shape.size() || src.size() - i0 != shape.size() - j0) return false;
+  for (size_t k = 0; i0 + k < src.size(); ++k) {
+    const int64_t a = src[i0 + k], b = shape[j0 + k];
+    if (a != b) return false;
+    if (a == kDynamicBound &&
+        !(j0 + k < extents.size() && extents[j0 + k] && expr_equal(extents[j0 + k], src_valid[i0 + k])))
+      return false;
+  }
+  int64_t ps = 1, pd = 1;
+  int infer = -1;
+  for (size_t k = 0; k < i0; ++k) ps *= src[k];
+  for (size_t k = 0; k < j0; ++k) {
+    if (shape[k] == -1 && infer < 0) {
+      infer = int(k);
+      continue;
+    }
+    if (shape[k] < 0) return false;
+    pd *= shape[k];
+  }
+  if (infer >= 0) {
+    if (pd == 0 || ps % pd) return false;
+    shape[size_t(infer)] = ps / pd;
+    pd = ps;
+  }
+  if (ps != pd || (i0 == j0 && std::equal(src.begin(), src.begin() + std::ptrdiff_t(i0), shape.begin())))
+    return false;
+  std::vector<Expr> out_extents(shape.size());
+  for (size_t k = 0; j0 + k < shape.size(); ++k)
+    if (shape[j0 + k] == kDynamicBound) out_extents[j0 + k] = src_valid[i0 + k];
+  out = empty(shape, v.buf->dtype, out_extents);
+  std::vector<Index> di(shape.size()), si(src.size());
+  Expr linear = int_imm(0);
+  for (size_t k = 0; k < j0; ++k) {
+    Expr a = begin_for("r", int_imm(0), int_imm(shape[k]), int_imm(1));
+    di[k].kind = Index::Int;
+    di[k].start = a;
+    linear = linear * int_imm(shape[k]) + a;
+  }
+  int64_t stride = ps;
+  for (size_t k = 0; k < i0; ++k) {
+    stride /= src[k];
+    si[k].kind = Index::Int;
+    si[k].start = mod(div(linear, int_imm(stride)), int_imm(src[k]));
+  }
+  assign(slice(out, di), slice(v, si));
+  for (size_t k = 0; k < j0; ++k) end_for();
+  return true;
+}
+
 // Reshape by splitting one dimension into several or merging adjacent dimensions into one,
 // each as a loop of strided copies; the common prefix and suffix of the shapes stay put.
 // Dynamic dims (static size kDynamicBound) must stay in place with all dims before them: `extents`
@@ -226,6 +288,7 @@ View Builder::reshape(const View& v, std::vector<int64_t> shape, const std::vect
       kept = std::max(kept, i + 1);
     }
   std::vector<Expr> out_extents;
+  if (View out; kept > 0 && reshape_static_prefix(v, shape, extents, out)) return out;
   if (kept > 0) {
     for (size_t i = 0; i < kept; ++i) {
       bool same = i < src.size() && i < shape.size() && shape[i] == src[i] &&

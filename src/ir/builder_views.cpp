@@ -140,7 +140,10 @@ View Builder::slice(const View& v, const std::vector<Index>& idx) {
       out.size[bd] = static_size;
       out.step[bd] = v.step[bd] * s;
       // (the per-branch bound holds, but interval arithmetic over the select cannot see it)
-      if (impl_->upper_bound(ext, LLONG_MAX) > static_size) ext = min(ext, int_imm(static_size));
+      // (a dynamic dim's extent is below kDynamicBound by construction: no min with the bound, which
+      // would make x[:, None] of a dynamic dim a different extent expression than x's own)
+      if (static_size != kDynamicBound && impl_->upper_bound(ext, LLONG_MAX) > static_size)
+        ext = min(ext, int_imm(static_size));
       auto c = as_int(ext);
       out.valid[bd] = (c && *c >= static_size) ? int_imm(static_size) : ext;
       dims.push_back(bd);

@@ -382,3 +382,27 @@ def test_torch_creation_and_expand_over_a_dynamic_length(backend):
         assert (got[~fin] < -1e30).all()  # the masked entries: finfo.min plus a finite score
     info = k.cache_info()
     assert info.size == 2 and info.static_dims == {}, info
+
+
+def _repeat_kv(x):
+    h = x.view(2, x.shape[1], 3, 4).transpose(1, 2)  # (b, heads, s, d), s dynamic
+    b, n, s, d = h.shape
+    r = h[:, :, None, :, :].expand(b, n, 2, s, d).reshape(b, n * 2, s, d)  # Llama's repeat_kv
+    return r.reshape(b * n * 2, s, d).sin()  # the static prefix merged again
+
+
+@pytest.mark.parametrize("backend", ["interp", "cpu"])
+def test_reshape_of_static_dims_before_a_dynamic_one(backend):
+    """[B, H, R, S, D] -> [B, H*R, S, D] with S dynamic regroups the static dims in front (a copy
+    loop over them), where it used to need S static; values and gradients as torch's."""
+    k = pypto.jit(_repeat_kv, backend=backend)
+    for s in (5, 8, 3):
+        x = torch.randn(2, s, 12, dtype=torch.float64)
+        assert torch.allclose(k(x), _repeat_kv(x), rtol=1e-14, atol=1e-14)
+    info = k.cache_info()
+    assert info.static_dims == {} and info.size == 2 and info.dynamic[1] == {"x": [1]}, info
+    x = torch.randn(2, 6, 12, dtype=torch.float64, requires_grad=True)
+    dy = torch.randn(12, 6, 4, dtype=torch.float64)
+    g, = torch.autograd.grad(k(x), x, dy)
+    w, = torch.autograd.grad(_repeat_kv(x), x, dy)
+    assert torch.allclose(g, w, rtol=1e-13, atol=1e-13)

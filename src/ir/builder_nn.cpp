@@ -215,8 +215,8 @@ bool Builder::reshape_by_groups(const View& v, const View& cur, const std::vecto
 // target prefix's elements, each copying one suffix block from the source element of the same
 // row-major position. False (out unset) where the shapes are not of that form. `shape` has its
 // dynamic dims as kDynamicBound, `extents` their extents.
-bool Builder::reshape_static_prefix(const View& v, std::vector<int64_t> shape, const std::vector<Expr>& extents,
-                                    View& out) {
+bool Builder::reshape_static_prefix(const View& v, std::vector<int64_t> shape,
+                                    const std::vector<Expr>& extents, View& out) {
   const auto src = v.shape();
   const auto src_valid = v.valid_shape();
   auto first_dynamic = [](const std::vector<int64_t>& s) {

@@ -159,10 +159,10 @@ def max_unpool2d(input, indices, kernel_size, stride=None, padding=0, output_siz
 def max_unpool1d(input, indices, kernel_size, stride=None, padding=0, output_size=None):  # noqa: A002
     def first(v):
         return v[0] if isinstance(v, (tuple, list)) else v
+    k = first(kernel_size)
+    s = first(stride) if stride not in (None, ()) else k
     size = None if output_size is None else (1, tuple(output_size)[-1])
-    y = max_unpool2d(T.unsqueeze(input, -2), T.unsqueeze(indices, -2), (1, first(kernel_size)),
-                     (1, first(stride) or first(kernel_size)) if stride not in (None, ()) else (1, first(kernel_size)),
-                     (0, first(padding)), size)
+    y = max_unpool2d(T.unsqueeze(input, -2), T.unsqueeze(indices, -2), (1, k), (1, s), (0, first(padding)), size)
     return T.squeeze(y, -2)
 
 

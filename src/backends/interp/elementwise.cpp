@@ -60,13 +60,6 @@ T as(const Num& v) {
   else
     return v.as_double();
 }
-template <class T>
-Num num(T x) {
-  if constexpr (std::is_integral_v<T>)
-    return inum(int64_t(x));
-  else
-    return fnum(double(x));
-}
 
 // Calls f with the C++ compute type of dtype ct (int32_t, int64_t or double).
 template <class F>

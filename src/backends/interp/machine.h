@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -24,6 +25,14 @@ namespace pypto::interp {
 using Num = ir::ScalarValue;
 inline Num inum(int64_t v) { return Num{false, v, 0}; }
 inline Num fnum(double v) { return Num{true, 0, v}; }
+// A computed element (an integer or floating C++ value) as a Num.
+template <class T>
+Num num(T x) {
+  if constexpr (std::is_integral_v<T>)
+    return inum(int64_t(x));
+  else
+    return fnum(double(x));
+}
 // a + b before rounding to the destination (floats in double, integers wrapping): the
 // accumulation of TSCATTER_ADD / MSCATTER_ADD.
 inline Num add_num(const Num& a, const Num& b) {

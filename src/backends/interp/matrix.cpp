@@ -19,13 +19,6 @@ T as_compute(const Num& v, DType ct) {
   else
     return T(v.as_double());
 }
-template <class T>
-Num as_num(T x) {
-  if constexpr (std::is_integral_v<T>)
-    return inum(int64_t(x));
-  else
-    return fnum(double(x));
-}
 
 // Dot products in the compute type T of the operands and dst (pto::promote_t): floats in double,
 // rounded once per result element; integers exactly, wrapping (pto::elem::add / mul).
@@ -52,7 +45,6 @@ void matmul(Machine& m, const Op& op, DType ct) {
     const Tile& t = m.tile(op, 3);
     for (int64_t j = 0; j < N; ++j) bias.push_back(val(m.get(op, t, 0, j)));
   }
-  auto num = as_num<T>;
   auto dot = [&](int64_t i, int64_t j, T s) {
     for (int64_t p = 0; p < k; ++p) s = e::add(s, e::mul(A[size_t(i * k + p)], B[size_t(p * N + j)]));
     return s;
@@ -102,7 +94,6 @@ void dwconv(Machine& m, const Op& op, DType ct) {
   std::vector<T> W(size_t(kh * kw));
   for (int64_t a = 0; a < kh; ++a)
     for (int64_t b = 0; b < kw; ++b) W[size_t(a * kw + b)] = val(m.get(op, w, a, b));
-  auto num = as_num<T>;
   commit(m, op, dst, ho, wo, [&](int64_t i, int64_t j) {
     T s = T(0);
     for (int64_t a = 0; a < kh; ++a) {

@@ -97,6 +97,7 @@ def dynamic_cases(ctx):
                        torch64(torch_block, *blk), shape=f"S{Sb} d{d} (S dynamic)", tol=1e-4))
 
     cases.append(serving_case(ctx))
+    cases.append(training_lengths_case(ctx))
     return cases
 
 
@@ -171,3 +172,28 @@ def serving_case(ctx):
                      "(PyPTO's kernel cache, torch inductor's), then a second process on the same "
                      "ones; pypto: automatic dynamic, pypto.dynamic: the sequence dim declared "
                      "dynamic as torch.compile(dynamic=True) is told")
+
+
+def training_lengths_case(ctx):
+    """The serving model trained at random lengths: forward + backward per call, compiles
+    included. PyPTO compiles a static forward and backward for the first length, then one dynamic
+    forward and backward for all the others."""
+    n_calls = 30
+    r = random.Random(ctx.seed + 1)
+    hi = ctx.pick(96, 512, 1024)
+    lengths = [r.randrange(2, hi) for _ in range(n_calls)]
+    d, n_out = ctx.pick((64, 64), (768, 768), (768, 768))
+    impls = ["pypto", "torch"] + ([] if ctx.no_compile else ["torch.compile"])
+    shape = f"{n_calls} training steps, S in 2..{hi}, d{d}"
+    bar = "training at random lengths: total time incl. compiles >= 1.0x {}"
+    warm_ = Case("train_lengths", shape + ", caches warm", [],
+                 bars=[Bar("vs", 1.0, other="torch.compile", label=bar.format("torch.compile (caches warm)"))])
+    cold = Case("train_lengths_cold", shape + ", fresh caches", [],
+                bars=[Bar("vs", 1.0, other="torch.compile", label=bar.format("torch.compile (fresh caches)"))])
+    return Case("train_lengths_runs", shape, [], runner=serving_runner, steps=len(impls),
+                params={"serving": {"lengths": lengths, "d": d, "n_out": n_out, "train": True}, "impls": impls,
+                        "reps": ctx.pick(1, 1, 2)},
+                sub_cases=[warm_, cold],
+                note="each impl in fresh processes (imports excluded), as the serving cases; each "
+                     "call a training step: forward, backward of the output's sum (x, w, b require "
+                     "grad); pypto: automatic dynamic")

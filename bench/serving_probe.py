@@ -12,6 +12,11 @@ PYPTO_CACHE_DIR / TORCHINDUCTOR_CACHE_DIR: a fresh directory for a cold run, the
 for a warm run. torch's dynamo and inductor modules are imported before the clock starts (their
 import is not compile time). Prints one JSON line: total_s, compiles (pypto), rel_err (the worst
 over the calls, against float64 NumPy).
+
+With "train": true in PARAMS_JSON each call is a training step (forward and backward of the sum
+of the output, x, w and b requiring grad), IMPL `pypto` (automatic dynamic), `torch` (eager) or
+`torch.compile` (dynamic=True); rel_err covers the output and the three gradients, against
+torch's autograd in float64.
 """
 import json
 import sys
@@ -46,8 +51,46 @@ def inputs(params):
     return [rng.standard_normal((n, d)).astype(np.float32) for n in params["lengths"]], w, b
 
 
+def training_steps(fn, xs, w, b):
+    """Forward and backward at each length (torch tensors; x, w, b require grad): per call the
+    output and the gradients of x, w and b (w's and b's of that call alone)."""
+    import torch
+    tw, tb = torch.from_numpy(w).requires_grad_(), torch.from_numpy(b).requires_grad_()
+    outs = []
+    for x in xs:
+        tx = torch.from_numpy(x).requires_grad_()
+        out = fn(tx, tw, tb)
+        out.sum().backward()
+        outs.append((out.detach().numpy(), tx.grad.numpy(), tw.grad.numpy().copy(), tb.grad.numpy().copy()))
+        tw.grad = tb.grad = None
+    return outs
+
+
+def training_reference(x, w, b):
+    import torch
+    tx, tw, tb = (torch.from_numpy(a).double().requires_grad_() for a in (x, w, b))
+    out = serving_torch(tx, tw, tb)
+    out.sum().backward()
+    return [a.detach().numpy() for a in (out, tx.grad, tw.grad, tb.grad)]
+
+
+def worst_error(pairs):
+    """The largest relative norm error over (output, float64 reference) pairs; inf for a
+    non-finite output."""
+    import numpy as np
+    worst = 0.0
+    for o, ref in pairs:
+        o = np.asarray(o, dtype=np.float64)
+        if not np.isfinite(o).all():
+            return float("inf")
+        worst = max(worst, float(np.linalg.norm(o - ref) / max(np.linalg.norm(ref), 1e-30)))
+    return worst
+
+
 def main():
     impl, params = sys.argv[1], json.loads(sys.argv[2])
+    if params.get("train"):
+        return main_training(impl, params)
     import numpy as np
     xs, w, b = inputs(params)
     if impl in ("pypto", "pypto.dynamic"):
@@ -70,14 +113,32 @@ def main():
         compiles = None
     else:
         raise SystemExit(f"unknown impl {impl}")
-    worst = 0.0
-    for x, o in zip(xs, outs):
-        ref = reference(x, w, b)
-        o = np.asarray(o, dtype=np.float64)
-        if not np.isfinite(o).all():
-            worst = float("inf")
-            break
-        worst = max(worst, float(np.linalg.norm(o - ref) / max(np.linalg.norm(ref), 1e-30)))
+    worst = worst_error((o, reference(x, w, b)) for x, o in zip(xs, outs))
+    print(json.dumps({"total_s": total, "compiles": compiles, "rel_err": worst}))
+
+
+def main_training(impl, params):
+    """Training at random lengths: forward + backward per call, compiles included."""
+    import torch
+    xs, w, b = inputs(params)
+    compiles = None
+    if impl == "pypto":
+        import pypto
+        t0 = time.perf_counter()
+        fn = pypto.jit(serving_fn)
+        outs = training_steps(fn, xs, w, b)
+        total = time.perf_counter() - t0
+        compiles = fn.cache_size
+    elif impl in ("torch", "torch.compile"):
+        import torch._dynamo  # noqa: F401 - imported before the clock starts
+        import torch._inductor.compile_fx  # noqa: F401
+        t0 = time.perf_counter()
+        fn = torch.compile(serving_torch, dynamic=True) if impl == "torch.compile" else serving_torch
+        outs = training_steps(fn, xs, w, b)
+        total = time.perf_counter() - t0
+    else:
+        raise SystemExit(f"unknown impl {impl}")
+    worst = worst_error(pair for x, got in zip(xs, outs) for pair in zip(got, training_reference(x, w, b)))
     print(json.dumps({"total_s": total, "compiles": compiles, "rel_err": worst}))
 
 

@@ -34,7 +34,9 @@ from .tensor import Tensor
 # --- the derived backward of one compiled kernel ---------------------------------------------
 
 class Derived:
-    """The backward kernel of one CompiledKernel (one signature of a @pypto.jit kernel)."""
+    """The backward kernel of one CompiledKernel (one signature of a @pypto.jit kernel). With
+    dynamic dims (one variant for every sequence length) the backward is dynamic too: its shapes
+    are bound per call from the arrays it gets."""
 
     def __init__(self, entry, wanted=None, save=False):
         prog, args, grads, results, with_saves = _C.autodiff(entry.program, entry.builder, list(wanted or ()),
@@ -51,6 +53,7 @@ class Derived:
         params = self.kernel.params()
         self.in_params = [p for p in params if p[3] != "output"]
         self.out_params = [p for p in params if p[3] == "output"]
+        self.dynamic = any(n is None for p in params for n in p[2])
         fparams = entry.kernel.params()
         self.n_params = len(fparams)
         # save: the forward that also returns the values the backward reads that a matmul
@@ -62,26 +65,49 @@ class Derived:
             self.forward_run = _RunOf(f"{self.name} (forward, saving products)", self.forward, entry, secs)
             fparams = self.forward.params()
         self.param_dtypes = [_dt.to_dtype(p[1]) for p in fparams]
-        self.param_shapes = [tuple(p[2]) for p in fparams]
+        self.param_shapes = [tuple(p[2]) for p in fparams]  # a dynamic dim is None
 
     def run_forward(self, inputs, scalars, kind):
         """Runs the forward with saves on its inputs (in param order): (its outputs, {param index:
         saved product})."""
         n = len(inputs)
-        outs = _launch(self.forward, zip(inputs, self.param_dtypes, self.param_shapes),
-                       zip(self.param_shapes[n:], self.param_dtypes[n:]), kind, scalars,
-                       f"kernel '{self.name}'", self.forward_run)
+        in_shapes = self.param_shapes[:n]
+        out_shapes = self.param_shapes[n:]
+        if self.forward_run.dynamic:
+            in_shapes = [_shape(a) for a in inputs]
+            out_shapes = self.forward.output_shapes(in_shapes)
+        outs = _launch(self.forward, zip(inputs, self.param_dtypes, in_shapes),
+                       zip(out_shapes, self.param_dtypes[n:]), kind, scalars, f"kernel '{self.name}'",
+                       self.forward_run)
         n_out = self.n_params - n
         return outs[:n_out], dict(enumerate(outs[n_out:], self.n_params))
 
     def __call__(self, values, cotangents, scalars, kind):
-        """values: forward param index -> array (inputs; results as after the call); cotangents:
-        forward param index -> array or None (zeros). Returns {forward input param: gradient}."""
-        ins = ((cotangents.get(idx) if role == "cotangent" else values[idx], self.param_dtypes[idx],
-                self.param_shapes[idx]) for role, idx in self.args)
-        grads = _launch(self.kernel, ins, ((p[2], _dt.to_dtype(p[1])) for p in self.out_params), kind,
-                        scalars, f"backward of kernel '{self.name}'", self.kernel_run)
+        """values: forward param index -> array (inputs; results as after the call), a list or a
+        dict; cotangents: forward param index -> array or None (zeros). Returns {forward input
+        param: gradient}."""
+        arrays = [cotangents.get(idx) if role == "cotangent" else values[idx] for role, idx in self.args]
+        if self.dynamic:
+            # the shapes of this call: of the arrays given; a zero cotangent's, its result's
+            have = range(len(values)) if isinstance(values, list) else values
+            known = []
+            for a, (role, idx) in zip(arrays, self.args):
+                if a is None and idx in have:
+                    a = values[idx]
+                known.append(None if a is None else _shape(a))
+            shapes = self.kernel.param_shapes(known)
+            in_shapes, out_shapes = shapes[:len(arrays)], shapes[len(arrays):]
+        else:
+            in_shapes = [self.param_shapes[idx] for _, idx in self.args]
+            out_shapes = [p[2] for p in self.out_params]
+        ins = ((a, self.param_dtypes[idx], shape) for a, (_, idx), shape in zip(arrays, self.args, in_shapes))
+        grads = _launch(self.kernel, ins, ((shape, _dt.to_dtype(p[1])) for shape, p in zip(out_shapes, self.out_params)),
+                        kind, scalars, f"backward of kernel '{self.name}'", self.kernel_run)
         return dict(zip(self.grads, grads))
+
+
+def _shape(a):
+    return tuple(a.shape)
 
 
 class _RunOf:
@@ -95,14 +121,24 @@ class _RunOf:
         self.options, self.builder = entry.options, entry.builder
         self.compile_seconds = compile_seconds
         self.build_seconds, self.built_at_ns, self.last_shapes = 0.0, 0, None
+        self.dynamic = any(n is None for p in kernel.params() for n in p[2])
         self._cost = self._nests = None
+        self._dyn_costs, self._dyn_nests = {}, {}
 
     def cost(self, input_shapes=None):
+        if input_shapes is not None and self.dynamic:
+            from .compiled import CompiledKernel  # (compiled.py imports this module)
+            return CompiledKernel._for_shapes(self._dyn_costs, input_shapes,
+                                              lambda: tuple(self.kernel.cost(input_shapes)))
         if self._cost is None:
             self._cost = tuple(self.kernel.cost())
         return self._cost
 
-    def nest_info(self, input_shapes=None):  # (a backward's shapes are static)
+    def nest_info(self, input_shapes=None):
+        if input_shapes is not None and self.dynamic:
+            from .compiled import CompiledKernel
+            return CompiledKernel._for_shapes(self._dyn_nests, input_shapes,
+                                              lambda: [tuple(n) for n in self.kernel.nests(self.builder, input_shapes)])
         if self._nests is None:
             self._nests = [tuple(n) for n in self.kernel.nests(self.builder)]
         return self._nests
@@ -121,16 +157,20 @@ def _launch(kernel, inputs, outputs, kind, scalars, what, run_of=None):
     until the run ends. With `run_of` (its _RunOf) the call is recorded for the profile, and run
     on the profiling variant inside pypto.profiling()."""
     t0 = _profile._now()
-    run, held = [], []
+    dynamic = run_of is not None and run_of.dynamic
+    run, held, shapes = [], [], []
     for a, dtype, shape in inputs:
-        arg, keep = _prepared(a, dtype, shape)
+        arg, keep = _prepared(a, dtype, tuple(shape), dynamic)
         run.append(arg)
         held.append(keep)
+        shapes.append(tuple(shape))
     outs = []
     for shape, dtype in outputs:
-        obj, arg = interop.make_allocator(kind, shape, dtype)()
+        obj, arg = interop.make_allocator(kind, shape, dtype, dynamic)()
         outs.append(obj)
         run.append(arg)
+    if dynamic:
+        run_of.last_shapes = shapes  # for the profile's counts
     profiled = run_of is not None and _profile.state.on and run_of.backend == "cpu"
     if profiled:
         kernel.compile_profiling()  # before the clock starts (once per kernel)
@@ -148,16 +188,16 @@ def _launch(kernel, inputs, outputs, kind, scalars, what, run_of=None):
     return outs
 
 
-def _prepared(a, dtype, shape):
+def _prepared(a, dtype, shape, dynamic=False):
     """(what Kernel.run takes, the array to keep alive) for a param of this dtype and shape;
-    None means zeros."""
+    None means zeros. dynamic: a torch tensor goes with its shape (the kernel binds its dims)."""
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(a, torch.Tensor):
         a = a.detach()
         tdt = getattr(torch, dtype.name)
         if a.dtype != tdt or tuple(a.shape) != shape or not a.is_contiguous():
             a = a.to(tdt).expand(shape).contiguous()
-        return (a.data_ptr(), a.stride()), a
+        return ((a.data_ptr(), a.stride(), a, shape) if dynamic else (a.data_ptr(), a.stride())), a
     if a is None:
         a = np.zeros(shape, dtype.np)
         return a, a
@@ -173,25 +213,54 @@ def _prepared(a, dtype, shape):
 
 def derived(entry, wanted=None, save=False):
     """The backward of a compiled kernel for the gradients of the input params `wanted` marks
-    (a tuple of bools in param order; None: all), made once. save: for a caller that runs the
-    forward through it (Derived.run_forward), saving matmul products instead of recomputing them
-    (not for a kernel that writes into its arguments)."""
+    (a tuple of bools in param order; None: all), made once (a refusal too: it is raised again).
+    save: for a caller that runs the forward through it (Derived.run_forward), saving matmul
+    products instead of recomputing them (not for a kernel that writes into its arguments)."""
     if entry.grad is None:
         entry.grad = {}
     d = entry.grad.get((wanted, save))
     if d is None:
-        d = Derived(entry, wanted, save)
-        if d.forward is not None and d.written:
-            d = Derived(entry, wanted)
+        try:
+            d = Derived(entry, wanted, save)
+            if d.forward is not None and d.written:
+                d = Derived(entry, wanted)
+        except PyptoError as e:
+            d = e
         entry.grad[(wanted, save)] = d
+    if isinstance(d, PyptoError):
+        raise PyptoError(str(d)) from None
     return d
 
 
+def grad_entry(kernel, full, save=False, by_requires_grad=False):
+    """(entry, implicit inputs, derived backward) for a call of `kernel` with `full` that records
+    for autograd. The variant a plain call takes, dynamic dims included (a training loop over
+    varying lengths compiles one forward and one backward); where the dynamic program's derivative
+    cannot be built, a static variant per shape. by_requires_grad: only the gradients of the inputs
+    that require grad (torch)."""
+    for static in (False, True):
+        entry, imp = kernel._entry(full, static=static)
+        wanted = None
+        if by_requires_grad:
+            w = tuple(bool(getattr(a, "requires_grad", False)) for a in entry.inputs(full, imp))
+            wanted = None if all(w) else w
+        if not static and entry.dynamic:
+            try:
+                return entry, imp, derived(entry, wanted, save)
+            except PyptoError:
+                continue
+        return entry, imp, derived(entry, wanted, save)
+
+
 def _kernel_entry(fn, args):
-    """(kernel, compiled entry, implicit inputs, full args) for a call of `fn` with `args`."""
+    """(kernel, compiled entry, implicit inputs, full args) for a call of `fn` with `args` whose
+    backward runs: the entry grad_entry picks (any, for a hand-written backward)."""
     kernel = getattr(fn, "_kernel", fn)  # a bound kernel method
     full = fn._full_args(tuple(args), {}) if not hasattr(fn, "_kernel") else (fn._self,) + tuple(args)
-    entry, imp = kernel._entry(full, static=True)
+    if kernel._vjp is not None:
+        entry, imp = kernel._entry(full)
+    else:
+        entry, imp, _ = grad_entry(kernel, full)
     return kernel, entry, imp, full
 
 
@@ -320,7 +389,7 @@ class _TorchCall:
     It holds no tensor after the forward (a tensor here would make a reference cycle through
     torch's graph, which the garbage collector cannot see): what backward needs is saved."""
 
-    def __init__(self, kernel, entry, full, imp):
+    def __init__(self, kernel, entry, full, imp, derived_backward):
         _live_records.add(self)
         self.kernel = kernel
         self.entry = entry
@@ -328,9 +397,7 @@ class _TorchCall:
         self.imp = imp
         self.scalars = _scalars(entry, full)
         self.custom = kernel._vjp is not None
-        inputs = entry.inputs(full, imp)
-        wanted = tuple(bool(getattr(a, "requires_grad", False)) for a in inputs)
-        self.derived = None if self.custom else derived(entry, None if all(wanted) else wanted, save=True)
+        self.derived = derived_backward
         self.products = None  # the saved products of the forward run, until to_save
         self.written = self.derived.written if self.derived else []
         # the custom backward's arguments: non-array values kept, arrays taken from the saved inputs
@@ -398,11 +465,15 @@ class _TorchCall:
 
 def call(kernel, full):
     """A kernel call that records for autograd (JitFunction.__call__ sends it here)."""
-    entry, imp = kernel._entry(full, static=True)
+    entry, imp = kernel._entry(full)
     inputs = entry.inputs(full, imp)
     if any(type(a) is Tensor for a in inputs):
         return _call_pto(kernel, entry, imp, full)
-    c = _TorchCall(kernel, entry, full, imp)
+    d = None
+    if kernel._vjp is None:
+        entry, imp, d = grad_entry(kernel, full, save=True, by_requires_grad=True)
+        inputs = entry.inputs(full, imp)
+    c = _TorchCall(kernel, entry, full, imp, d)
     results = _torch_function_class().apply(c, *inputs)
     outs = results[:len(results) - len(c.written)]
     if entry.single_out:

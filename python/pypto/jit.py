@@ -439,7 +439,8 @@ class JitFunction:
 
     def _entry(self, args, static=False):
         """(entry, implicit inputs) for these arguments, compiled on a miss. static: a variant
-        with static shapes only (autograd derives its backward from static programs)."""
+        with static shapes only (autograd's fallback where a dynamic program's derivative
+        cannot be built)."""
         backend = self._backend
         key = self._key(args)
         e = self._cached_entry(key, args) or (None if static else self._dyn_lookup(args))

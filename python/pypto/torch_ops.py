@@ -102,8 +102,7 @@ class _Op:
             g = autograd.vjp_call(kernel, kargs[kernel._k0:], list(outputs), list(grads))
             by_slot = {slot[1]: g[i - kernel._k0] for i, slot in enumerate(self.slots) if slot[0] == "t"}
         else:
-            entry, _ = kernel._entry(kargs, static=True)  # autograd derives from static programs
-            d = autograd.derived(entry)
+            entry, _, d = autograd.grad_entry(kernel, kargs)
             got = d(entry.inputs(kargs, implicit) + list(outputs), dict(zip(d.results, grads)),
                     [kargs[i] for i in entry.scalar_idx], interop.TORCH)
             by_slot = {}

@@ -245,6 +245,14 @@ void bind_runtime(nb::module_& m) {
           },
           "input_shapes"_a, "Shapes of the outputs for inputs of these shapes (dynamic dims evaluated).")
       .def(
+          "param_shapes",
+          [](const Kernel& k, const std::vector<std::optional<std::vector<int64_t>>>& input_shapes) {
+            return ir::param_shapes(k.lowered().tensor, input_shapes);
+          },
+          "input_shapes"_a,
+          "Shapes of every param (inputs, then outputs) where some inputs' shapes are None (those that\n"
+          "bind a dimension symbol must be given).")
+      .def(
           "cost",
           [](const Kernel& k, std::optional<Shapes> input_shapes) {
             const std::optional<ir::ScalarEnv> env = call_env(k, input_shapes);

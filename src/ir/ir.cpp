@@ -59,6 +59,32 @@ std::vector<std::vector<int64_t>> output_shapes(const Program& p,
   return out;
 }
 
+std::vector<std::vector<int64_t>> param_shapes(
+    const Program& p, const std::vector<std::optional<std::vector<int64_t>>>& input_shapes) {
+  std::vector<const std::optional<std::vector<int64_t>>*> known(p.params.size(), nullptr);
+  size_t k = 0;
+  for (size_t i = 0; i < p.params.size(); ++i)
+    if (p.params[i]->kind != BufferKind::Output) {
+      if (k >= input_shapes.size()) throw Error("param_shapes: too few input shapes");
+      known[i] = &input_shapes[k++];
+      if (*known[i] && (*known[i])->size() != size_t(p.params[i]->rank()))
+        throw Error("param_shapes: input '" + p.params[i]->name + "' has the wrong rank");
+    }
+  ScalarEnv env;
+  for (const auto& s : p.scalars)
+    if (s.is_dim_symbol()) {
+      const auto* sh = known[size_t(s.param)];
+      if (!sh || !*sh)
+        throw Error("param_shapes: the shape of '" + p.params[size_t(s.param)]->name +
+                    "', which binds the symbol %" + s.name + ", is not known");
+      env[s.name] = ScalarValue{false, (**sh)[size_t(s.dim)], 0};
+    }
+  std::vector<std::vector<int64_t>> out;
+  for (size_t i = 0; i < p.params.size(); ++i)
+    out.push_back(known[i] && *known[i] ? **known[i] : runtime_shape(*p.params[i], env));
+  return out;
+}
+
 VarBounds dim_symbol_bounds(const Program& p) {
   VarBounds vb;
   for (const auto& s : p.scalars)

@@ -37,6 +37,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -249,6 +250,11 @@ std::vector<int64_t> dim_symbol_values(const Program& p, const std::vector<std::
 // dynamic extents evaluated from the dimension symbols the inputs bind.
 std::vector<std::vector<int64_t>> output_shapes(const Program& p,
                                                 const std::vector<std::vector<int64_t>>& input_shapes);
+// Shapes of every param of `p` (in order) where the shapes of only some inputs are known (the
+// others nullopt; those binding a dimension symbol must be known): a backward's cotangent that is
+// zeros, its gradients.
+std::vector<std::vector<int64_t>> param_shapes(
+    const Program& p, const std::vector<std::optional<std::vector<int64_t>>>& input_shapes);
 // The dimension symbols of `p` bound from the shapes of its inputs (params that are not outputs).
 ScalarEnv dim_symbol_env(const Program& p, const std::vector<std::vector<int64_t>>& input_shapes);
 // Each dimension symbol of `p` with its range [0, kDynamicBound], for bounds analysis.

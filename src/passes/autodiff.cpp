@@ -187,16 +187,28 @@ BufferRef Differentiator::new_tape(const StmtNode* loop, const Buffer& b, const 
                        substitute(loop->step, env.vars) - int_imm(1),
                    substitute(loop->step, env.vars));
   auto n = as_int(trips);
-  if (!n)
+  // A trip count of dimension symbols alone (a loop over a dynamic length) sizes the tape at run
+  // time, as any dynamic temp; one of loop variables or scalars cannot size a buffer.
+  std::vector<std::string> vars;
+  collect_vars(trips, vars);
+  bool of_symbols = !n && !vars.empty() && std::all_of(vars.begin(), vars.end(), [&](const std::string& v) {
+    return std::any_of(symbols_.begin(), symbols_.end(),
+                       [&](const auto& s) { return s.second->op == ExprOp::Var && s.second->name == v; });
+  });
+  if (!n && !of_symbols)
     refuse(loop, "the loop carries %" + b.name + " from one iteration to the next, and its trip count (" +
-                     to_string(trips) + ") is not known at compile time, so its values cannot be kept");
-  auto tape = std::make_shared<Buffer>();
+                     to_string(trips) +
+                     ") is neither known at compile time nor a function of the dynamic "
+                     "dims, so its values cannot be kept");
+  BufferRef tape = buffer_like(b);
   tape->name = b_.fresh_name("tape_" + b.name);
-  tape->dtype = b.dtype;
-  tape->shape = b.shape;
-  tape->shape.insert(tape->shape.begin(), std::max<int64_t>(*n, 1));
   tape->space = Space::Global;
   tape->kind = BufferKind::Temp;
+  tape->shape.insert(tape->shape.begin(), n ? std::max<int64_t>(*n, 1) : kDynamicBound);
+  if (!n || tape->is_dynamic()) {
+    tape->dyn.resize(size_t(b.rank()));
+    tape->dyn.insert(tape->dyn.begin(), n ? Expr() : max(trips, int_imm(1)));
+  }
   b_.emit(alloc(tape));
   return tape;
 }
@@ -304,7 +316,7 @@ class Differentiator::Replay : public StmtVisitor {
 
   void visit_alloc(const StmtNode& s) override {
     if (d_.saved_products_.count(s.buffer.get())) return;  // its value comes from the forward
-    auto nb = std::make_shared<Buffer>(*s.buffer);
+    auto nb = d_.buffer_like(*s.buffer);
     nb->name = d_.b_.fresh_name(s.buffer->name);
     env_.bufs[s.buffer.get()] = nb;
     local_.insert(s.buffer.get());
@@ -361,16 +373,61 @@ void Differentiator::replay(const std::vector<Stmt>& body, Env& env, std::set<co
 
 BufferRef Differentiator::new_adjoint(const Buffer& like) {
   Builder& b = b_;
-  auto nb = std::make_shared<Buffer>();
+  auto nb = buffer_like(like);
   adjoint_buffers_.insert(nb.get());
   nb->name = b.fresh_name("d_" + like.name);
-  nb->dtype = like.dtype;
-  nb->shape = like.shape;
   nb->space = Space::Global;
   nb->kind = BufferKind::Temp;
   b.emit(alloc(nb));
   b.assign(View::whole(nb), float_imm(0.0, like.dtype == DType::F64 ? DType::F64 : DType::F32));
   return nb;
+}
+
+Expr Differentiator::extent_in_backward(const Expr& e) const {
+  std::vector<std::string> vars;
+  collect_vars(e, vars);
+  for (const auto& v : vars)
+    if (!symbols_.count(v))
+      throw Error("autodiff: internal error: the extent `" + to_string(e) + "` names %" + v +
+                  ", not a dimension symbol bound before it");
+  return substitute(e, symbols_);
+}
+
+BufferRef Differentiator::buffer_like(const Buffer& like) {
+  auto nb = std::make_shared<Buffer>(like);
+  for (auto& e : nb->dyn)
+    if (e) e = extent_in_backward(e);
+  return nb;
+}
+
+View Differentiator::add_param_like(const Buffer& p, const std::string& name) {
+  // A dim whose extent is a forward symbol not yet bound binds the backward's (the first param of
+  // the forward binding it is an input, added first here too); other dynamic dims are expressions
+  // of symbols bound before.
+  std::vector<std::string> names;
+  if (p.is_dynamic()) {
+    names.resize(size_t(p.rank()));
+    for (int d = 0; d < p.rank(); ++d) {
+      const Expr& e = p.dyn[size_t(d)];
+      if (e && e->op == ExprOp::Var && !symbols_.count(e->name) &&
+          std::any_of(fwd_.scalars.begin(), fwd_.scalars.end(),
+                      [&](const ScalarParam& s) { return s.is_dim_symbol() && s.name == e->name; }))
+        names[size_t(d)] = e->name;
+    }
+  }
+  View v = b_.add_param(name.empty() ? p.name : name, p.dtype, p.shape, names);
+  if (!p.is_dynamic()) return v;
+  for (int d = 0; d < p.rank(); ++d)
+    if (!names.empty() && !names[size_t(d)].empty()) symbols_[names[size_t(d)]] = v.buf->dyn[size_t(d)];
+  bool exprs = false;
+  for (int d = 0; d < p.rank(); ++d)
+    if (p.is_dynamic(d) && names[size_t(d)].empty()) {
+      v.buf->dyn.resize(size_t(p.rank()));
+      v.buf->dyn[size_t(d)] = extent_in_backward(p.dyn[size_t(d)]);
+      v.buf->shape[size_t(d)] = kDynamicBound;
+      exprs = true;
+    }
+  return exprs ? View::whole(v.buf) : v;
 }
 
 // The statements of a block in reverse, each through its derivative rule; the adjoints of the
@@ -407,7 +464,7 @@ class Differentiator::Sweep : public StmtVisitor {
     }
     // The loop-carried values as this iteration began, from their tapes.
     for (const Buffer* c : d_.carried(&s)) {
-      auto nb = std::make_shared<Buffer>(*c);
+      auto nb = d_.buffer_like(*c);
       nb->name = b.fresh_name(c->name);
       nb->kind = BufferKind::Temp;
       b.emit(alloc(nb));
@@ -438,6 +495,44 @@ class Differentiator::Sweep : public StmtVisitor {
 
 void Differentiator::sweep(const std::vector<Stmt>& body, Env& env) { Sweep(*this, env).visit_block(body); }
 
+namespace {
+// Whether `b`'s dim d has exactly the extent of symbol `s`: a dim the runtime can bind it from.
+bool binds(const Buffer& b, int d, const ScalarParam& s) {
+  const Expr& e = b.is_dynamic(d) ? b.dyn[size_t(d)] : Expr();
+  return e && e->op == ExprOp::Var && e->name == s.name;
+}
+
+int binding_dim(const Buffer& b, const ScalarParam& s) {
+  for (int d = 0; d < b.rank(); ++d)
+    if (binds(b, d, s)) return d;
+  return -1;
+}
+
+// A dimension symbol is bound from the shape of an input: the param binding it stays even where
+// the backward reads none of its elements (x.sum(-1)'s backward reads only the cotangent).
+void keep_symbol_binders(const Program& p, std::set<const Buffer*>& used) {
+  for (const ScalarParam& s : p.scalars) {
+    if (!s.is_dim_symbol()) continue;
+    bool bound = std::any_of(p.params.begin(), p.params.end(), [&](const BufferRef& b) {
+      return b->kind != BufferKind::Output && used.count(b.get()) && binding_dim(*b, s) >= 0;
+    });
+    if (!bound) used.insert(p.params[size_t(s.param)].get());
+  }
+}
+
+// After pruning the params: each symbol bound by the first input with a dim of its extent.
+void rebind_dim_symbols(Program& p) {
+  for (ScalarParam& s : p.scalars) {
+    if (!s.is_dim_symbol()) continue;
+    s.param = -1;
+    for (size_t i = 0; i < p.params.size() && s.param < 0; ++i)
+      if (p.params[i]->kind != BufferKind::Output && (s.dim = binding_dim(*p.params[i], s)) >= 0)
+        s.param = int(i);
+    if (s.param < 0) throw Error("autodiff: internal error: no input binds the dimension symbol %" + s.name);
+  }
+}
+}  // namespace
+
 Backward Differentiator::run() {
   Backward out;
   Env env;
@@ -450,15 +545,19 @@ Backward Differentiator::run() {
   std::vector<std::pair<BufferRef, Backward::Arg>> roles;
   for (size_t i = 0; i < fwd_.params.size(); ++i) {
     const Buffer& p = *fwd_.params[i];
-    View v = b_.add_param(p.name, p.dtype, p.shape);
+    View v = add_param_like(p);
     env.bufs[&p] = v.buf;
     bool result = std::find(out.results.begin(), out.results.end(), int(i)) != out.results.end();
     roles.push_back({v.buf, {result ? Backward::Role::Saved : Backward::Role::Input, int(i)}});
   }
-  for (const ScalarParam& s : fwd_.scalars) env.vars[s.name] = b_.add_scalar_param(s.name, s.dtype);
+  for (const ScalarParam& s : fwd_.scalars)
+    if (s.is_dim_symbol())
+      env.vars[s.name] = symbols_.at(s.name);  // bound by a param above
+    else
+      env.vars[s.name] = b_.add_scalar_param(s.name, s.dtype);
   std::vector<const Buffer*> saves = products_to_save();
   for (size_t k = 0; k < saves.size(); ++k) {
-    View v = b_.add_param(saves[k]->name, saves[k]->dtype, saves[k]->shape);
+    View v = add_param_like(*saves[k]);
     env.bufs[saves[k]] = saved_products_[saves[k]] = v.buf;
     roles.push_back({v.buf, {Backward::Role::Saved, int(fwd_.params.size() + k)}});
   }
@@ -466,7 +565,7 @@ Backward Differentiator::run() {
   for (int r : out.results) {
     const Buffer& p = *fwd_.params[r];
     if (!is_float(p.dtype)) continue;
-    View cot = b_.add_param("d_" + p.name, p.dtype, p.shape);
+    View cot = add_param_like(p, "d_" + p.name);
     roles.push_back({cot.buf, {Backward::Role::Cotangent, r}});
     bool read_only = p.kind == BufferKind::Output && !overwritten(&p) && bufs_[&p].reads.empty();
     adj_[&p] = read_only ? cot.buf : b_.copy(cot).buf;
@@ -488,7 +587,7 @@ Backward Differentiator::run() {
   // its saved value is only the last one.
   for (auto& p : fwd_.params)
     if (p->kind == BufferKind::Output && !bufs_[p.get()].reads.empty()) {
-      auto nb = std::make_shared<Buffer>(*p);
+      auto nb = buffer_like(*p);
       nb->name = b_.fresh_name(p->name + "_value");
       nb->kind = BufferKind::Temp;
       b_.emit(alloc(nb));
@@ -533,6 +632,7 @@ Backward Differentiator::run() {
   // Keep only the parameters the backward reads: the caller saves no more than that.
   std::set<const Buffer*> used;
   used_buffers(out.program.body, used);
+  keep_symbol_binders(out.program, used);
   std::vector<BufferRef> params;
   for (auto& p : out.program.params) {
     if (p->kind == BufferKind::Output) {
@@ -545,6 +645,7 @@ Backward Differentiator::run() {
     out.args.push_back(role->second);
   }
   out.program.params = std::move(params);
+  rebind_dim_symbols(out.program);
   // The saved products the backward still reads, renumbered after the forward's params.
   std::vector<const Buffer*> kept;
   for (auto& a : out.args)
@@ -557,9 +658,9 @@ Backward Differentiator::run() {
 }
 
 // Temps the backward takes from the forward's run instead of recomputing them: allocated at the
-// top level with a static shape and computed by one top-level statement (an op, or a loop that
-// writes them in parts: the heads of an attention), read only after it, so their final value is
-// the one every reader sees; and costly to recompute (a matmul computes them) or free to keep (a
+// top level (dynamic dims are outputs of the forward like any) and computed by one top-level statement (an
+// op, or a loop that writes them in parts: the heads of an attention), read only after it, so their final
+// value is the one every reader sees; and costly to recompute (a matmul computes them) or free to keep (a
 // matmul reads them, so the forward writes them to memory anyway: a layer norm's or GELU's output
 // feeding the next linear layer). An elementwise value nothing but elementwise ops read is
 // recomputed: the fused forward never writes it, and saving it would add that write and a read
@@ -584,8 +685,7 @@ std::vector<const Buffer*> Differentiator::products_to_save() const {
     auto it = bufs_.find(b);
     if (b->kind != BufferKind::Temp || !is_float(b->dtype) || it == bufs_.end() || it->second.writes.empty())
       continue;
-    bool static_shape =
-        std::all_of(b->shape.begin(), b->shape.end(), [](int64_t d) { return d > 0 && d != kDynamicBound; });
+    bool static_shape = std::all_of(b->shape.begin(), b->shape.end(), [](int64_t d) { return d > 0; });
     const StmtNode* producer = top(it->second.writes[0]);
     bool one_producer = std::all_of(it->second.writes.begin(), it->second.writes.end(),
                                     [&](const StmtNode* w) { return top(w) == producer; });

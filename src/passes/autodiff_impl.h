@@ -62,6 +62,11 @@ class Differentiator {
   void dwconv_rule(const ir::StmtNode* s, const Env& env, const ir::View& g);     // TDWCONV
   void composite_rule(const ir::StmtNode* s, const Env& env, const ir::View& g);  // autodiff_composites.cpp
   ir::BufferRef new_adjoint(const ir::Buffer& like);  // a zero-filled adjoint buffer
+  // Dynamic dims: a backward param like forward param `p`, its symbol dims binding (or sharing) the
+  // backward's symbols; and a copy of a forward buffer with its extents in the backward's symbols.
+  ir::View add_param_like(const ir::Buffer& p, const std::string& name = "");
+  ir::BufferRef buffer_like(const ir::Buffer& like);
+  ir::Expr extent_in_backward(const ir::Expr& forward_extent) const;
 
   // Helpers for the rules.
   ir::View mapped(const ir::View& v, const Env& env) const;
@@ -95,6 +100,7 @@ class Differentiator {
   std::set<const ir::StmtNode*> replayed_in_order_;
   bool replaying_in_order_ = false;
   std::set<const ir::Buffer*> adjoint_buffers_;
+  std::map<std::string, ir::Expr> symbols_;  // forward dimension symbol -> the backward's
   mutable std::map<const ir::StmtNode*, std::set<const ir::Buffer*>> carried_;
   std::map<const ir::StmtNode*, std::map<const ir::Buffer*, ir::BufferRef>> tapes_;  // the latest replay's
 };

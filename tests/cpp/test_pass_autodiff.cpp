@@ -137,6 +137,48 @@ func @prod(%x: f32[3, 4], %p: f32[4] out) {
   }
 }
 
+// A dynamic forward gives a dynamic backward: the loop over the dynamic length %S keeps its
+// carried value on a tape sized at run time, and the symbol stays bound by x's dim.
+TEST(PassAutodiff, DynamicLengthLoopTapeAndSymbolBinding) {
+  passes::Backward bw = passes::autodiff(parse_program(R"(
+func @prod(%x: f32[%S, 4], %p: f32[4] out) {
+  TEXPANDS %p, 1.0f
+  for %i = 0 to %S {
+    alloc %t: f32[4] gm
+    TMUL %t, %p, %x[%i, 0:4]
+    TMOV %p, %t
+  }
+}
+)"));
+  verify(bw.program, Level::Tensor);
+  const ScalarParam& sym = bw.program.scalars.back();
+  ASSERT_TRUE(sym.is_dim_symbol());
+  EXPECT_EQ(bw.program.params[size_t(sym.param)]->name, "x");
+  EXPECT_EQ(sym.dim, 0);
+  bool dynamic_tape = false;
+  passes::walk(bw.program.body, [&](const Stmt& s) {
+    if (s->kind == StmtKind::Alloc && s->buffer->name.find("tape") == 0)
+      dynamic_tape = s->buffer->is_dynamic(0);
+  });
+  EXPECT_TRUE(dynamic_tape);
+  EXPECT_TRUE(bw.program.params.back()->is_dynamic(0));  // d_x: [%S, 4]
+}
+
+// y = rowsum(x) over a dynamic %S: dx reads only dy, but x stays a parameter to bind %S.
+TEST(PassAutodiff, DynamicSymbolBinderKeptWhereItsValuesAreNotRead) {
+  passes::Backward bw = passes::autodiff(parse_program(R"(
+func @rs(%x: f32[3, %S], %y: f32[3, 1] out) {
+  TROWSUM %y, %x
+}
+)"));
+  verify(bw.program, Level::Tensor);
+  EXPECT_EQ(param_names(bw.program), (std::vector<std::string>{"x", "d_y", "d_x"}));
+  const ScalarParam& sym = bw.program.scalars.back();
+  ASSERT_TRUE(sym.is_dim_symbol());
+  EXPECT_EQ(sym.param, 0);
+  EXPECT_EQ(sym.dim, 1);
+}
+
 TEST(PassAutodiff, RefusesGather) {
   Program fwd = parse_program(R"(
 func @g(%x: f32[8, 4], %idx: i32[8, 4], %y: f32[8, 4] out) {

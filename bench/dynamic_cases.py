@@ -103,7 +103,7 @@ def dynamic_cases(ctx):
 
 # ---- serving: 50 calls at random lengths, compiles included ------------------------------------
 
-def _serving_probe(impl, params, env_extra, timeout=1200):
+def _serving_probe(impl, params, env_extra, timeout=1200, tol=1e-4):
     env = dict(os.environ)
     env.update(env_extra)
     res = subprocess.run([sys.executable, "-m", "bench.serving_probe", impl, json.dumps(params)],
@@ -113,7 +113,7 @@ def _serving_probe(impl, params, env_extra, timeout=1200):
         tail = (res.stderr.strip().splitlines() or ["(no output)"])[-1]
         raise RuntimeError(f"probe exited {res.returncode}: {tail}")
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    if not out["rel_err"] <= 1e-4:
+    if not out["rel_err"] <= tol:
         raise RuntimeError(f"wrong result: rel err {out['rel_err']:.2e}")
     return out
 
@@ -136,7 +136,7 @@ def serving_runner(case, env):
                 with tempfile.TemporaryDirectory(prefix="pypto-bench-serving-") as d:
                     extra = {"PYPTO_CACHE_DIR": d + "/pypto", "TORCHINDUCTOR_CACHE_DIR": d + "/inductor"}
                     for times, rec in ((colds, rc), (warms, rw)):
-                        out = _serving_probe(impl, params, extra)
+                        out = _serving_probe(impl, params, extra, tol=case.params.get("tol", 1e-4))
                         times.append(out["total_s"])
                         rec["rel_err"] = max(rec["rel_err"] or 0.0, out["rel_err"])
                         if out["compiles"] is not None:
@@ -192,8 +192,11 @@ def training_lengths_case(ctx):
                 bars=[Bar("vs", 1.0, other="torch.compile", label=bar.format("torch.compile (fresh caches)"))])
     return Case("train_lengths_runs", shape, [], runner=serving_runner, steps=len(impls),
                 params={"serving": {"lengths": lengths, "d": d, "n_out": n_out, "train": True}, "impls": impls,
-                        "reps": ctx.pick(1, 1, 2)},
+                        "reps": ctx.pick(1, 1, 2),
+                        # a ReLU whose input is within rounding of 0 takes the other branch in f32
+                        # than in the f64 reference: torch's own gradients are 5e-4 off at d768
+                        "tol": 3e-3},
                 sub_cases=[warm_, cold],
                 note="each impl in fresh processes (imports excluded), as the serving cases; each "
-                     "call a training step: forward, backward of the output's sum (x, w, b require "
-                     "grad); pypto: automatic dynamic")
+                     "call a training step: forward, backward of a random cotangent (x, w, b "
+                     "require grad); pypto: automatic dynamic")

@@ -13,8 +13,8 @@ for a warm run. torch's dynamo and inductor modules are imported before the cloc
 import is not compile time). Prints one JSON line: total_s, compiles (pypto), rel_err (the worst
 over the calls, against float64 NumPy).
 
-With "train": true in PARAMS_JSON each call is a training step (forward and backward of the sum
-of the output, x, w and b requiring grad), IMPL `pypto` (automatic dynamic), `torch` (eager) or
+With "train": true in PARAMS_JSON each call is a training step (forward, and backward of a
+random cotangent of the output; x, w and b require grad), IMPL `pypto` (automatic dynamic), `torch` (eager) or
 `torch.compile` (dynamic=True); rel_err covers the output and the three gradients, against
 torch's autograd in float64.
 """
@@ -51,26 +51,33 @@ def inputs(params):
     return [rng.standard_normal((n, d)).astype(np.float32) for n in params["lengths"]], w, b
 
 
-def training_steps(fn, xs, w, b):
-    """Forward and backward at each length (torch tensors; x, w, b require grad): per call the
-    output and the gradients of x, w and b (w's and b's of that call alone)."""
+def cotangents(xs, n_out):
+    import numpy as np
+    rng = np.random.default_rng(11)
+    return [rng.standard_normal((x.shape[0], n_out)).astype(np.float32) for x in xs]
+
+
+def training_steps(fn, xs, gs, w, b):
+    """Forward and backward at each length (torch tensors; x, w, b require grad; the output's
+    cotangent from `gs`): per call the output and the gradients of x, w and b (w's and b's of
+    that call alone)."""
     import torch
     tw, tb = torch.from_numpy(w).requires_grad_(), torch.from_numpy(b).requires_grad_()
     outs = []
-    for x in xs:
+    for x, g in zip(xs, gs):
         tx = torch.from_numpy(x).requires_grad_()
         out = fn(tx, tw, tb)
-        out.sum().backward()
+        out.backward(torch.from_numpy(g))
         outs.append((out.detach().numpy(), tx.grad.numpy(), tw.grad.numpy().copy(), tb.grad.numpy().copy()))
         tw.grad = tb.grad = None
     return outs
 
 
-def training_reference(x, w, b):
+def training_reference(x, g, w, b):
     import torch
     tx, tw, tb = (torch.from_numpy(a).double().requires_grad_() for a in (x, w, b))
     out = serving_torch(tx, tw, tb)
-    out.sum().backward()
+    out.backward(torch.from_numpy(g).double())
     return [a.detach().numpy() for a in (out, tx.grad, tw.grad, tb.grad)]
 
 
@@ -121,12 +128,13 @@ def main_training(impl, params):
     """Training at random lengths: forward + backward per call, compiles included."""
     import torch
     xs, w, b = inputs(params)
+    gs = cotangents(xs, params["n_out"])
     compiles = None
     if impl == "pypto":
         import pypto
         t0 = time.perf_counter()
         fn = pypto.jit(serving_fn)
-        outs = training_steps(fn, xs, w, b)
+        outs = training_steps(fn, xs, gs, w, b)
         total = time.perf_counter() - t0
         compiles = fn.cache_size
     elif impl in ("torch", "torch.compile"):
@@ -134,11 +142,11 @@ def main_training(impl, params):
         import torch._inductor.compile_fx  # noqa: F401
         t0 = time.perf_counter()
         fn = torch.compile(serving_torch, dynamic=True) if impl == "torch.compile" else serving_torch
-        outs = training_steps(fn, xs, w, b)
+        outs = training_steps(fn, xs, gs, w, b)
         total = time.perf_counter() - t0
     else:
         raise SystemExit(f"unknown impl {impl}")
-    worst = worst_error(pair for x, got in zip(xs, outs) for pair in zip(got, training_reference(x, w, b)))
+    worst = worst_error(pair for x, g, got in zip(xs, gs, outs) for pair in zip(got, training_reference(x, g, w, b)))
     print(json.dumps({"total_s": total, "compiles": compiles, "rel_err": worst}))
 
 

@@ -17,6 +17,7 @@ this module moves arrays between it and its callers:
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import sys
 import weakref
 
@@ -48,8 +49,8 @@ class Derived:
         self.n_inputs = len(entry.plan)
         self.written = [r for r in results if r < self.n_inputs]
         self.name = entry.name  # (no reference to the entry: it holds this object)
-        self.kernel, secs = _compiled(prog, entry, specialize.backward_options(entry.options))
-        self.kernel_run = _RunOf(f"{self.name} (backward)", self.kernel, entry, secs)
+        self.kernel = _C.Kernel(prog, entry.backend, **specialize.backward_options(entry.options))
+        self.kernel_run = _RunOf(f"{self.name} (backward)", self.kernel, entry)
         params = self.kernel.params()
         self.in_params = [p for p in params if p[3] != "output"]
         self.out_params = [p for p in params if p[3] == "output"]
@@ -60,12 +61,22 @@ class Derived:
         # computes or reads (params n_params.. of the backward's "saved" args), so that they are
         # not recomputed.
         self.forward = self.forward_run = None
+        runs = [self.kernel_run]
         if with_saves is not None:
-            self.forward, secs = _compiled(with_saves, entry)
-            self.forward_run = _RunOf(f"{self.name} (forward, saving products)", self.forward, entry, secs)
+            self.forward = _C.Kernel(with_saves, entry.backend, **entry.options)
+            self.forward_run = _RunOf(f"{self.name} (forward, saving products)", self.forward, entry)
+            runs.append(self.forward_run)
             fparams = self.forward.params()
         self.param_dtypes = [_dt.to_dtype(p[1]) for p in fparams]
         self.param_shapes = [tuple(p[2]) for p in fparams]  # a dynamic dim is None
+        if entry.backend == "cpu":
+            # the forward variant left uncompiled for autograd runs as is when nothing is saved
+            pending = entry.compile_pending and with_saves is None
+            secs = _compile_together([r.kernel for r in runs] + ([entry.kernel] if pending else []))
+            for r, t in zip(runs, secs):
+                r.compile_seconds = t
+            if pending:
+                entry.compile_seconds, entry.compile_pending = secs[-1], False
 
     def run_forward(self, inputs, scalars, kind):
         """Runs the forward with saves on its inputs (in param order): (its outputs, {param index:
@@ -116,10 +127,10 @@ class _RunOf:
     pypto.profiling() and pypto.get_last_profile() show them, per-nest times included. Holds the
     forward's builder (source lines), not its entry."""
 
-    def __init__(self, name, kernel, entry, compile_seconds):
+    def __init__(self, name, kernel, entry):
         self.name, self.kernel, self.backend = name, kernel, entry.backend
         self.options, self.builder = entry.options, entry.builder
-        self.compile_seconds = compile_seconds
+        self.compile_seconds = 0.0  # set once it is compiled
         self.build_seconds, self.built_at_ns, self.last_shapes = 0.0, 0, None
         self.dynamic = any(n is None for p in kernel.params() for n in p[2])
         self._cost = self._nests = None
@@ -144,11 +155,16 @@ class _RunOf:
         return self._nests
 
 
-def _compiled(program, entry, options=None):
-    """The kernel of `program` with the entry's backend and options (or `options`), compiled when it
-    is native; and the seconds its C++ compile took."""
-    kernel = _C.Kernel(program, entry.backend, **(entry.options if options is None else options))
-    return kernel, (kernel.compile() if entry.backend == "cpu" else 0.0)
+def _compile_together(kernels):
+    """Compiles native kernels at once (a backward, the forward that saves products, the forward
+    itself): each C++ compile is a compiler process run without the GIL, so on several cores they
+    overlap. Returns the seconds of each."""
+    if len(kernels) == 1:
+        return [kernels[0].compile()]
+    with concurrent.futures.ThreadPoolExecutor(len(kernels) - 1) as pool:
+        rest = [pool.submit(k.compile) for k in kernels[1:]]
+        first = kernels[0].compile()
+        return [first] + [f.result() for f in rest]
 
 
 def _launch(kernel, inputs, outputs, kind, scalars, what, run_of=None):
@@ -239,7 +255,7 @@ def grad_entry(kernel, full, save=False, by_requires_grad=False):
     cannot be built, a static variant per shape. by_requires_grad: only the gradients of the inputs
     that require grad (torch)."""
     for static in (False, True):
-        entry, imp = kernel._entry(full, static=static)
+        entry, imp = kernel._entry(full, static=static, compile=False)
         wanted = None
         if by_requires_grad:
             w = tuple(bool(getattr(a, "requires_grad", False)) for a in entry.inputs(full, imp))
@@ -465,7 +481,7 @@ class _TorchCall:
 
 def call(kernel, full):
     """A kernel call that records for autograd (JitFunction.__call__ sends it here)."""
-    entry, imp = kernel._entry(full)
+    entry, imp = kernel._entry(full, compile=kernel._vjp is not None)
     inputs = entry.inputs(full, imp)
     if any(type(a) is Tensor for a in inputs):
         return _call_pto(kernel, entry, imp, full)

@@ -19,7 +19,7 @@ _IMPLICIT_MISS = object()
 
 
 class CompiledKernel:
-    def __init__(self, trace, backend, options, args, name):
+    def __init__(self, trace, backend, options, args, name, compile=True):
         tr = trace.tr
         self.index_sites = list(tr.index_sites)
         self.name = name
@@ -87,7 +87,10 @@ class CompiledKernel:
         self._dyn_nests = {}  # and its per-nest counts
         self.last_shapes = None  # a dynamic kernel's input shapes in its last run
         self._nests = None
-        if backend == "cpu":
+        # compile=False: a variant autograd may never run as is (it runs the forward that saves
+        # products); Kernel.run compiles it on first use, or autograd with its backward.
+        self.compile_pending = backend == "cpu" and not compile
+        if backend == "cpu" and compile:
             self.compile()
         self.fast = self._make_fast()
         self.dispatch = self._dispatch_plan(kinds, out_params)

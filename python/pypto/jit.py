@@ -437,10 +437,11 @@ class JitFunction:
                 return e, imp
         return None
 
-    def _entry(self, args, static=False):
-        """(entry, implicit inputs) for these arguments, compiled on a miss. static: a variant
+    def _entry(self, args, static=False, compile=True):
+        """(entry, implicit inputs) for these arguments, built on a miss. static: a variant
         with static shapes only (autograd's fallback where a dynamic program's derivative
-        cannot be built)."""
+        cannot be built). compile=False: a new variant's C++ compile is left to its first run
+        (autograd compiles it with its backward, in parallel)."""
         backend = self._backend
         key = self._key(args)
         e = self._cached_entry(key, args) or (None if static else self._dyn_lookup(args))
@@ -454,7 +455,7 @@ class JitFunction:
             if e is not None:
                 return e
             try:
-                e = self._compile(args, backend, static)
+                e = self._compile(args, backend, static, compile)
             except KernelSourceError as err:
                 # The message names the kernel's line; the tracer's own frames would only distract.
                 raise err.with_traceback(None) from None
@@ -463,7 +464,7 @@ class JitFunction:
             raise PyptoError(f"kernel '{self.__name__}': its implicit inputs changed while it was traced")
         return e, imp
 
-    def _compile(self, args, backend, static=False):
+    def _compile(self, args, backend, static=False, compile=True):
         t0 = _now()
         src = self._source()
         dyn = {} if static else self._dynamic_dims(args, learn=True)
@@ -471,7 +472,7 @@ class JitFunction:
             trace = trace_kernel(src, self._names, args, self._static_args, self._unroll, backend,
                                  self._static_reasons, dyn, self._static_dims)
             dyn = {i: d for i, d in trace.dynamic.items() if d}  # less the dims the kernel needed static
-            entry = CompiledKernel(trace, backend, self._options, args, src.name)
+            entry = CompiledKernel(trace, backend, self._options, args, src.name, compile)
         except PyptoError as err:
             if not dyn or self._dyn_mode != "auto" or (marks and any(marked_dims(a) for a in args)):
                 raise
@@ -480,7 +481,7 @@ class JitFunction:
             self._dyn_mode = "off"
             self._dyn_learned.clear()
             self._auto_dynamic_failed = str(err).splitlines()[0]
-            return self._compile(args, backend)
+            return self._compile(args, backend, compile=compile)
         if backend == "sim":
             _sim.configure(entry.kernel, self._sim_target)
         entry.specialised = {self._names[i]: args[i] for i in sorted(self._static_args)

@@ -55,13 +55,15 @@ struct BlockBuffers {
   }
 };
 
-// The whole buffer, every element valid.
-static bool whole_and_valid(const View& v) {
-  if (!v.is_whole()) return false;
-  for (size_t d = 0; d < v.valid.size(); ++d) {
-    auto c = as_int(v.valid[d]);
-    if (!c || *c != v.buf->shape[d]) return false;
-  }
+// The whole buffer, every element valid (a dynamic dim: valid to its extent).
+static bool whole_and_valid(const View& v) { return v.is_whole(); }
+
+// Two views whose valid regions have the same extents (a dynamic dim's by its expression).
+static bool same_valid_extents(const View& a, const View& b) {
+  if (a.shape() != b.shape()) return false;
+  auto av = a.valid_shape(), bv = b.valid_shape();
+  for (size_t k = 0; k < av.size(); ++k)
+    if (!expr_equal(av[k], bv[k])) return false;
   return true;
 }
 
@@ -207,7 +209,8 @@ static void write_first_contributions_here(std::vector<Stmt>& body, const std::s
     const View* s1 = view_of(acc->op.args[1]);
     const View* c = view_of(acc->op.args[2]);
     if (!d || !s1 || !c || d->buf != a.buf || s1->buf != a.buf || !whole_and_valid(*d) ||
-        !whole_and_valid(*s1) || c->buf == a.buf || c->buf->dtype != a.buf->dtype || c->shape() != a.shape())
+        !whole_and_valid(*s1) || c->buf == a.buf || c->buf->dtype != a.buf->dtype ||
+        !same_valid_extents(*c, a))
       continue;
     // The producer of c, when c is a temporary only this accumulation reads.
     size_t k = j;
@@ -310,7 +313,8 @@ void forward_copies(Program& p) {
     src = c->buf;
     for (auto it = repl.find(src.get()); it != repl.end(); it = repl.find(src.get())) src = it->second;
     bool ok = whole_and_valid(*d) && whole_and_valid(*c) && d->buf->kind == BufferKind::Temp &&
-              d->buf->dtype == src->dtype && d->buf->shape == src->shape && writes[d->buf.get()] == 1;
+              d->buf->dtype == src->dtype && same_valid_extents(View::whole(d->buf), View::whole(src)) &&
+              writes[d->buf.get()] == 1;
     return ok ? d : nullptr;
   };
   p.body = rewrite_blocks(p.body, [&](std::vector<Stmt>& body) {

@@ -1,6 +1,7 @@
 #include "runtime/kernel_cost.h"
 
 #include <algorithm>
+#include <map>
 
 #include "ir/trip_count.h"
 #include "ir/visitor.h"
@@ -31,10 +32,57 @@ struct Counter : ir::StmtVisitor {
     return r.is_float ? int64_t(r.f) : r.i;
   }
 
+  // Tile level: a local tile's valid region is run-time state that TLOAD sets from the global
+  // window it reads and each instruction passes from its source to its destination; counted
+  // from there, a ragged edge tile (64 rows holding 32) counts its valid rows, not its shape.
+  std::map<const ir::Buffer*, std::vector<ir::Expr>> tile_valid;
+
+  std::vector<ir::Expr> valid_shape(const ir::View& v) const {
+    if (v.buf && v.buf->space != ir::Space::Global && v.is_whole()) {
+      auto it = tile_valid.find(v.buf.get());
+      if (it != tile_valid.end() && it->second.size() == size_t(v.rank())) return it->second;
+    }
+    return v.valid_shape();
+  }
+
+  void track_valid(const ir::Op& op) {
+    const ir::View* dst = op.args.empty() ? nullptr : std::get_if<ir::View>(&op.args[0]);
+    if (!dst || !dst->buf || dst->buf->space == ir::Space::Global) return;
+    tile_valid.erase(dst->buf.get());
+    std::vector<const ir::View*> srcs;
+    for (size_t i = 1; i < op.args.size(); ++i)
+      if (const ir::View* v = std::get_if<ir::View>(&op.args[i])) srcs.push_back(v);
+    if (!dst->is_whole() || srcs.empty()) return;
+    const auto cat = ir::opcode_info(op.code).category;
+    const size_t rank = size_t(dst->rank());
+    std::vector<ir::Expr> v;
+    if (op.code == ir::Opcode::TLOAD) {
+      v = srcs[0]->valid_shape();
+    } else if (op.code == ir::Opcode::TMATMUL || op.code == ir::Opcode::TMATMUL_ACC ||
+               op.code == ir::Opcode::TMATMUL_BIAS) {
+      if (srcs.size() < 2 || rank != 2 || srcs[0]->rank() != 2 || srcs[1]->rank() != 2) return;
+      v = {valid_shape(*srcs[0])[0], valid_shape(*srcs[1])[1]};  // rows of a, columns of b
+    } else if (cat == ir::OpCategory::Unary || cat == ir::OpCategory::Binary ||
+               cat == ir::OpCategory::Compare || cat == ir::OpCategory::Select) {
+      // per dim, a source not broadcast along it (its tile as long as the destination's)
+      v.resize(rank);
+      for (size_t d = 0; d < rank; ++d)
+        for (const ir::View* src : srcs)
+          if (src->rank() == dst->rank() && src->shape()[d] == dst->shape()[d]) {
+            v[d] = valid_shape(*src)[d];
+            break;
+          }
+      if (std::any_of(v.begin(), v.end(), [](const ir::Expr& e) { return !e; })) return;
+    } else {
+      return;  // reductions, layout changes, ...: the tile's shape
+    }
+    if (v.size() == rank) tile_valid[dst->buf.get()] = std::move(v);
+  }
+
   // Elements of a view's valid region; the static window where an extent is not constant.
   double elements(const ir::View& v) {
     double n = 1;
-    std::vector<ir::Expr> valid = v.valid_shape();
+    std::vector<ir::Expr> valid = valid_shape(v);
     std::vector<int64_t> shape = v.shape();
     for (size_t d = 0; d < shape.size(); ++d) {
       std::optional<int64_t> c = d < valid.size() ? value(valid[d]) : std::nullopt;
@@ -60,7 +108,7 @@ struct Counter : ir::StmtVisitor {
         const ir::View* a = view(1);
         if (!a || a->rank() == 0) return 0;
         std::vector<int64_t> ashape = a->shape();
-        std::optional<int64_t> k = value(a->valid_shape().back());
+        std::optional<int64_t> k = value(valid_shape(*a).back());
         if (!k) cost.exact = false;
         double mn = elements(*dst);
         double f = 2 * mn * double(k ? *k : ashape.back());
@@ -137,6 +185,7 @@ struct Counter : ir::StmtVisitor {
     cost.flops = before + std::max(then_flops, cost.flops - before);
   }
   void visit_op(const ir::StmtNode& s) override {
+    track_valid(s.op);  // (first: an instruction computes its destination's new valid region)
     cost.flops += times_ * op_flops(s.op);
     if (memory_bytes) cost.bytes += times_ * op_bytes(s.op);
   }
@@ -161,10 +210,8 @@ KernelCost count_cost(const ir::Program& p, const ir::ScalarEnv* env) {
 KernelCost count_tile_cost(const std::vector<ir::Stmt>& statements, const ir::ScalarEnv* env) {
   Counter c;
   c.memory_bytes = true;
-  if (env) {
-    c.have_env = true;
-    c.env = *env;
-  }
+  c.have_env = true;  // (without env, loop variables still bind as their loops are walked)
+  if (env) c.env = *env;
   c.walk(statements, 1);
   return c.cost;
 }

@@ -182,6 +182,20 @@ def test_bias_relu_epilogue_folds_into_the_product(backend, M):
         assert "pto::mmatmul_bias(" not in both.lower(x, w, b).as_text("source")
 
 
+def test_bias_relu_epilogue_folds_with_a_dynamic_row_count(backend):
+    """The same fold when the row count is a sequence length (dynamic): one variant for every
+    length, the bias and relu still at the GEMM's final store (no second pass over the
+    product); lengths below a tile, ragged, and a length of 1 (its own static variant)."""
+    w, b = rand(600, 450), rand(450)
+    fused = jit(linear_relu, backend, fusion=["matmul", "add", "relu"], dynamic={"x": [0]})
+    for M in (150, 7, 64, 333, 1):
+        x = rand(M, 600)
+        assert_close(fused(x, w, b), np.maximum(f64(x)[0] @ f64(w)[0] + f64(b)[0], 0), 1e-5)
+    if backend == "cpu":
+        src = fused.lower(rand(90, 600), w, b).as_text("source")
+        assert "pto::mmatmul_bias(" in src and "chain_rows" not in src
+
+
 @requires_compiler
 @pytest.mark.parametrize("M,K,N", [(64, 576, 3192), (33, 600, 801), (57, 33, 1000), (40, 385, 768), (41, 70, 2000)])
 def test_few_rows_wide_tile(M, K, N):

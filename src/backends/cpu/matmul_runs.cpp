@@ -64,18 +64,21 @@ namespace {
 // The nest's loops (var -> extent, step), its instructions other than prefetches, in order; false
 // where it holds anything else (a let, a global scratch, a loop not counted from 0, a branch that
 // does more than prefetch).
+// dynamic_hi, where given, takes loops whose extent is not a constant (a dynamic row count):
+// var -> its extent there, kDynamicBound in `loops`.
 bool flatten_nest(const Stmt& s, std::map<std::string, std::pair<int64_t, int64_t>>& loops,
-                  std::vector<const Op*>& ops) {
+                  std::vector<const Op*>& ops, std::map<std::string, Expr>* dynamic_hi = nullptr) {
   switch (s->kind) {
     case StmtKind::For: {
       auto lo = as_int(s->lo), hi = as_int(s->hi), step = as_int(s->step);
-      if (!lo || !hi || !step || *lo != 0 || *step <= 0 || loops.count(s->var)) return false;
-      loops[s->var] = {*hi, *step};
+      if (!lo || (!hi && !dynamic_hi) || !step || *lo != 0 || *step <= 0 || loops.count(s->var)) return false;
+      loops[s->var] = {hi ? *hi : kDynamicBound, *step};
+      if (!hi) (*dynamic_hi)[s->var] = s->hi;
       [[fallthrough]];
     }
     case StmtKind::Seq:
       for (const Stmt& c : s->body)
-        if (!flatten_nest(c, loops, ops)) return false;
+        if (!flatten_nest(c, loops, ops, dynamic_hi)) return false;
       return true;
     case StmtKind::If:
       for (const Stmt& c : s->body)
@@ -100,22 +103,44 @@ bool static_f32_global(const Buffer& b) {
   return b.space == Space::Global && b.dtype == DType::F32 && !b.is_dynamic();
 }
 
-// T's windows (tw) walk all of T, one loop per dimension (or one window spanning it).
-bool walks_whole(const View& tw, const Buffer& T, std::map<std::string, std::pair<int64_t, int64_t>>& loops) {
+// A global f32 matrix whose row count may be dynamic (its columns static).
+bool f32_global_matrix(const Buffer& b) {
+  return b.space == Space::Global && b.dtype == DType::F32 && b.rank() == 2 && !b.is_dynamic(1);
+}
+
+bool same_extents(const Buffer& a, const Buffer& b) {
+  if (a.shape != b.shape) return false;
+  for (int d = 0; d < a.rank(); ++d)
+    if (!expr_equal(a.extent(d), b.extent(d))) return false;
+  return true;
+}
+
+// T's windows (tw) walk all of T, one loop per dimension (or one window spanning it); a dynamic
+// dim of T by a loop over its extent (dynamic_hi: flatten_nest's), windows clipped to it.
+bool walks_whole(const View& tw, const Buffer& T, std::map<std::string, std::pair<int64_t, int64_t>>& loops,
+                 const std::map<std::string, Expr>& dynamic_hi = {}) {
   if (tw.dims != std::vector<int>{0, 1}) return false;
   for (int k = 0; k < 2; ++k) {
-    const Expr& off = tw.offset[size_t(k)];
-    const int64_t extent = T.shape[size_t(k)];
+    const size_t d = size_t(k);
+    const Expr& off = tw.offset[d];
+    const int64_t extent = T.shape[d];
     auto c = as_int(off);
     if (c) {  // one tile spans the dimension
-      auto v = as_int(tw.valid[size_t(k)]);
-      if (*c != 0 || tw.size[size_t(k)] != extent || !v || *v != extent || tw.step[size_t(k)] != 1)
-        return false;
+      auto v = as_int(tw.valid[d]);
+      if (*c != 0 || tw.size[d] != extent || !v || *v != extent || tw.step[d] != 1) return false;
       continue;
     }
     if (off->op != ExprOp::Var || !loops.count(off->name)) return false;
     const auto [hi, step] = loops[off->name];
-    if (hi != extent || step != tw.size[size_t(k)] || !tw.tiles_dim(k, off->name, extent)) return false;
+    if (hi != extent || step != tw.size[d]) return false;
+    if (T.is_dynamic(k)) {
+      auto dh = dynamic_hi.find(off->name);
+      if (dh == dynamic_hi.end() || !expr_equal(dh->second, T.extent(k)) || tw.step[d] != 1 ||
+          !expr_equal(tw.valid[d], min(int_imm(tw.size[d]), T.extent(k) - off)))
+        return false;
+    } else if (!tw.tiles_dim(k, off->name, extent)) {
+      return false;
+    }
   }
   return expr_equal(tw.offset[0], int_imm(0)) || !expr_equal(tw.offset[0], tw.offset[1]);
 }
@@ -233,12 +258,13 @@ std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<Stmt>& bo
     return std::nullopt;
   const View &d = std::get<View>(mm->args[0]), &a = std::get<View>(mm->args[1]),
              &b = std::get<View>(mm->args[2]);
-  const BufferRef& T = d.buf;
-  if (T->kind != BufferKind::Temp || !static_f32_global(*T) || T->rank() != 2 || !d.is_whole())
-    return std::nullopt;
+  const BufferRef& T = d.buf;  // (its row count may be dynamic: a sequence length)
+  if (T->kind != BufferKind::Temp || !f32_global_matrix(*T) || !d.is_whole()) return std::nullopt;
   std::map<std::string, std::pair<int64_t, int64_t>> loops;
+  std::map<std::string, Expr> dynamic_hi;
   std::vector<const Op*> ops;
-  if (!flatten_nest(body[i + 1], loops, ops) || ops.size() < 4 || ops.size() > 5) return std::nullopt;
+  if (!flatten_nest(body[i + 1], loops, ops, &dynamic_hi) || ops.size() < 4 || ops.size() > 5)
+    return std::nullopt;
   // TLOAD x, T[..]; TLOAD bt, bias[..] (either order); TADD y, x, bt (either order); [TRELU z, y];
   // TSTORE out[..], y or z
   const bool t_first = view_at(ops[0], 1) && view_at(ops[0], 1)->buf == T;
@@ -264,10 +290,10 @@ std::optional<MatmulEpilogue> memory_matmul_epilogue(const std::vector<Stmt>& bo
     last = z;
   }
   if (result->buf != last->buf) return std::nullopt;
-  if (!walks_whole(*tw, *T, loops)) return std::nullopt;
+  if (!walks_whole(*tw, *T, loops, dynamic_hi)) return std::nullopt;
   // out: another matrix of T's shape, written through the same windows.
   const BufferRef& out = ow->buf;
-  if (!static_f32_global(*out) || out->shape != T->shape || out == T || out == a.buf || out == b.buf ||
+  if (!f32_global_matrix(*out) || !same_extents(*out, *T) || out == T || out == a.buf || out == b.buf ||
       out == bw->buf || ow->dims != tw->dims || ow->size != tw->size || ow->step != tw->step ||
       !same_exprs(ow->offset, tw->offset) || !same_exprs(ow->valid, tw->valid))
     return std::nullopt;

@@ -138,8 +138,7 @@ class _RunOf:
 
     def cost(self, input_shapes=None):
         if input_shapes is not None and self.dynamic:
-            from .compiled import CompiledKernel  # (compiled.py imports this module)
-            return CompiledKernel._for_shapes(self._dyn_costs, input_shapes,
+            return _profile.counts_for_shapes(self._dyn_costs, input_shapes,
                                               lambda: tuple(self.kernel.cost(input_shapes)))
         if self._cost is None:
             self._cost = tuple(self.kernel.cost())
@@ -147,8 +146,7 @@ class _RunOf:
 
     def nest_info(self, input_shapes=None):
         if input_shapes is not None and self.dynamic:
-            from .compiled import CompiledKernel
-            return CompiledKernel._for_shapes(self._dyn_nests, input_shapes,
+            return _profile.counts_for_shapes(self._dyn_nests, input_shapes,
                                               lambda: [tuple(n) for n in self.kernel.nests(self.builder, input_shapes)])
         if self._nests is None:
             self._nests = [tuple(n) for n in self.kernel.nests(self.builder)]

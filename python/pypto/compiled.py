@@ -12,6 +12,7 @@ from . import _C
 from . import autograd
 from . import dtypes as _dt
 from . import interop
+from . import profile as _profile
 from .errors import PyptoError
 from .frontend.trace import rebuild
 
@@ -164,22 +165,11 @@ class CompiledKernel:
         """The C++ call path's run-time error (bind_dispatch.cpp), as the Python path raises it."""
         raise PyptoError(f"kernel '{self.name}' failed at run time: {message}{self._index_sites(message)}") from None
 
-    @staticmethod
-    def _for_shapes(cache, input_shapes, count):
-        """count() for a dynamic kernel's call with inputs of `input_shapes`, kept per shapes (at
-        most 65 kept)."""
-        key = tuple(map(tuple, input_shapes))
-        if key not in cache:
-            if len(cache) > 64:
-                cache.clear()
-            cache[key] = count()
-        return cache[key]
-
     def nest_info(self, input_shapes=None):
         """Per loop nest: (source lines, global buffers written, flops, bytes, exact), once; a
         dynamic kernel's for a call whose inputs had `input_shapes` (else at the dims' bound)."""
         if input_shapes is not None and self.dynamic:
-            return self._for_shapes(self._dyn_nests, input_shapes,
+            return _profile.counts_for_shapes(self._dyn_nests, input_shapes,
                                     lambda: [tuple(n) for n in self.kernel.nests(self.builder, input_shapes)])
         if self._nests is None:
             self._nests = [tuple(n) for n in self.kernel.nests(self.builder)]
@@ -189,7 +179,7 @@ class CompiledKernel:
         """(flops, bytes, exact) counted from the tensor-level IR, once (runtime/kernel_cost.h); a
         dynamic kernel's for a call whose inputs had `input_shapes` (else at the dims' bound)."""
         if input_shapes is not None and self.dynamic:
-            return self._for_shapes(self._dyn_costs, input_shapes, lambda: tuple(self.kernel.cost(input_shapes)))
+            return _profile.counts_for_shapes(self._dyn_costs, input_shapes, lambda: tuple(self.kernel.cost(input_shapes)))
         if self._cost is None:
             self._cost = tuple(self.kernel.cost())
         return self._cost

@@ -25,6 +25,17 @@ from .sim import report_of
 _now = time.perf_counter_ns
 
 
+
+def counts_for_shapes(cache, input_shapes, count):
+    """count() for a dynamic kernel's call with inputs of `input_shapes` (its flops and bytes, or
+    its nests'), kept in `cache` per shapes (at most 65 kept)."""
+    key = tuple(map(tuple, input_shapes))
+    if key not in cache:
+        if len(cache) > 64:
+            cache.clear()
+        cache[key] = count()
+    return cache[key]
+
 class _State:
     """Whether calls run profiled: PYPTO_PROFILE=1, or while a pypto.profiling() region is open."""
     def __init__(self):

@@ -170,3 +170,16 @@ def test_a_dynamic_backward_writes_each_adjoint_once():
     text = k.lower(*_leaves((33, 96), (96, 80), (80,))).backward().as_text("tensor")
     assert "%x_0" in text or "[%" in text, text  # the dynamic variant's backward
     assert "TEXPANDS" not in text and "TMATMUL_ACC" not in text, text
+
+
+def test_a_variant_first_built_for_autograd_runs_plain_calls():
+    """Autograd compiles the forward that saves products and the backward, not the variant
+    itself (it never runs as is there); a later plain call of that variant compiles and runs it."""
+    def linear_relu(x, w):
+        return torch.relu(x @ w)
+    k = pypto.jit(linear_relu)
+    x, w = _leaves((64, 32), (32, 16))
+    k(x, w).sum().backward()
+    ref = torch.relu(x.detach().double() @ w.detach().double()).numpy()
+    assert rel_err(k(x.detach(), w.detach()).numpy(), ref) < 1e-6
+    assert rel_err(k(x.detach().numpy(), w.detach().numpy()), ref) < 1e-6
